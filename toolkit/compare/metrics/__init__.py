@@ -1,0 +1,27 @@
+"""Tensor comparison metrics of the Ascend compare tool (x = device/NPU tensor, y = golden/FP32 reference).
+
+Public API::
+
+    compare_tensors(x, y, *, thresholds=None, expected_noise=None, rel_eps=1e-6) -> dict   # one CSV row
+    tolerance_that_would_pass(x, y, *, rel_eps=1e-6) -> dict[str, float]
+    parse_thresholds(text, base=None) -> dict[str, float]      # "CosineSimilarity<0.999,MaxAbsoluteError>1e-2"
+    METRICS: dict[str, MetricSpec]                              # name, fn(x, y), direction, line, formula, source
+    DEFAULT_THRESHOLDS: dict[str, float]                        # the tool's abnormal lines (+ ExactMatchRate)
+
+One module per metric family (similarity, absolute, relative, distribution, exact); every float metric is
+a formula over the sums :func:`reduce_pair` computes once (see ``reductions.py`` for the memory budget).
+Definitions follow Ascend CANN msaccucmp (tools/operator_cmp/compare/algorithm_manager/builtin_algorithm,
+CANN 8.1.RC1); each module docstring states where we depart from it and why.
+"""
+
+from .compare import ROW_KEYS, compare_tensors, dtype_class, tolerance_that_would_pass
+from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
+from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
+from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec
+from .thresholds import parse_thresholds, resolve_thresholds
+
+__all__ = [
+    "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",
+    "LOWER_IS_BETTER", "METRICS", "MetricSpec", "PairSums", "ROW_KEYS", "THRESHOLDABLE", "compare_tensors",
+    "dtype_class", "parse_thresholds", "reduce_pair", "resolve_thresholds", "tolerance_that_would_pass",
+]

@@ -1,0 +1,208 @@
+"""Compare one device tensor with its golden tensor: every metric, flags, and the abnormal verdict.
+
+The row returned by :func:`compare_tensors` always has the keys :data:`ROW_KEYS` (so rows stack into a
+DataFrame with stable columns); a metric that was not computed is NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from toolkit.errors import UsageError
+
+from .exact import exact_match_rate
+from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
+from .registry import METRICS, THRESHOLDABLE
+from .thresholds import resolve_thresholds
+
+STATUS_KEYS = ("CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "GoldenNaN", "GoldenInf",
+               "NonFiniteMasked", "ComparedCount", "GoldenFP16OverflowRatio")
+VERDICT_KEYS = ("WithinExpectedNoise", "Abnormal", "AbnormalMetrics")
+#: Every key of a :func:`compare_tensors` row, in column order.
+ROW_KEYS = STATUS_KEYS + tuple(METRICS) + VERDICT_KEYS
+
+_ML_FLOAT_PREFIXES = ("bfloat", "float8", "float6", "float4")
+
+
+def dtype_class(dtype) -> str:
+    """``"float"`` (numpy floats and ml_dtypes bfloat16/float8), ``"integer"`` (ints, uints, bool) or ``"other"``."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" or (dtype.kind == "V" and dtype.name.startswith(_ML_FLOAT_PREFIXES)):
+        return "float"
+    return "integer" if dtype.kind in "iub" else "other"
+
+
+def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None,
+                    expected_noise: Mapping[str, float] | None = None,
+                    rel_eps: float = DEFAULT_REL_EPS) -> dict:
+    """Compare device tensor ``x`` with golden tensor ``y``; never raises on data problems.
+
+    Args:
+        x, y: array-likes of any shape; float (float16/32/64, bfloat16), integer or bool. Computed in float64.
+        thresholds: abnormal lines: None → :data:`DEFAULT_THRESHOLDS`; a string → :func:`parse_thresholds`
+            (overrides on the defaults); a mapping → exactly those lines.
+        expected_noise: ``{"rtol": r, "atol": a}`` (missing keys = 0) for the op class' ordinary noise,
+            e.g. FP16 rounding. When every position where both sides are finite satisfies
+            |x − y| <= a + r·|y|, no OverFlow occurred and the non-finite positions agree (same NaN/±inf
+            on both sides), ``WithinExpectedNoise`` is True and the tensor is never ``Abnormal``, even if
+            a scale-dependent line (RMSE > 1.0 on values around 1e4, say) was crossed.
+        rel_eps: |y| floor for the relative errors (default 1e-6).
+
+    Returns:
+        dict with :data:`ROW_KEYS`:
+        ``CompareFailReason`` ('' when compared; else why not: shape mismatch, dtype class mismatch,
+        unsupported dtype, empty tensor, no finite position pair; metrics are then NaN);
+        ``DeviceNaN``/``DeviceInf``/``GoldenNaN``/``GoldenInf`` (element counts);
+        ``NonFiniteMasked`` (True when some positions were left out because a side is NaN/inf: the float
+        metrics cover only positions where both are finite); ``ComparedCount`` (positions compared);
+        ``OverFlow`` (device NaN/inf where golden is finite); ``GoldenFP16OverflowRatio`` (share of
+        golden elements with |y| > 65504, NaN for integer tensors); one value per metric of
+        :data:`METRICS` (float tensors: all but ExactMatchRate; integer/bool tensors: ExactMatchRate only);
+        ``WithinExpectedNoise`` (None without ``expected_noise``); ``AbnormalMetrics`` (names whose line
+        was crossed, plus ``"OverFlow"``; listed even when expected noise suppresses the verdict);
+        ``Abnormal`` (bool: something in ``AbnormalMetrics`` and not within expected noise; when the
+        tensors could not be compared only OverFlow can make it True: read ``CompareFailReason``).
+
+    Raises:
+        UsageError: bad ``thresholds`` or ``expected_noise`` (caller mistakes, not data problems).
+    """
+    lines = resolve_thresholds(thresholds)
+    noise = _parse_noise(expected_noise)
+    xa, ya = np.asarray(x), np.asarray(y)
+    row = _new_row()
+    with np.errstate(all="ignore"):
+        fin_x, fin_y = _finite_info(xa, row, "Device"), _finite_info(ya, row, "Golden")
+        reason = _precheck(xa, ya)
+        if not reason and dtype_class(xa.dtype) == "integer":
+            row["ExactMatchRate"] = exact_match_rate(xa, ya)
+            row["ComparedCount"] = int(xa.size)
+        elif not reason:
+            reason = _compare_float(row, xa.reshape(-1), ya.reshape(-1), fin_x, fin_y, noise, rel_eps)
+    row["CompareFailReason"] = reason
+    _judge(row, lines)
+    return row
+
+
+def tolerance_that_would_pass(x, y, *, rel_eps: float = DEFAULT_REL_EPS) -> dict[str, float]:
+    """For each metric that can carry a line, the strictest line the pair still passes (Polygraphy-style).
+
+    Lines are strict (abnormal when value < line, or > line), so that line is the metric value itself.
+    For float tensors two more keys give the element-wise tolerance ``expected_noise`` would need over the
+    finite positions: ``"atol"`` (with rtol = 0; = max|x − y|) and ``"rtol"`` (with atol = 0; =
+    max |x − y|/|y|, inf when some y = 0 with x ≠ y). Non-finite disagreement and OverFlow are not
+    tolerances and are not covered. Returns {} when the tensors cannot be compared.
+    """
+    row = compare_tensors(x, y, thresholds={}, rel_eps=rel_eps)
+    if row["CompareFailReason"]:
+        return {}
+    passing = {name: row[name] for name in THRESHOLDABLE if not _isnan(row[name])}
+    if dtype_class(np.asarray(x).dtype) == "float":
+        passing["atol"] = row["MaxAbsoluteError"]
+        passing["rtol"] = _rtol_needed(x, y)
+    return passing
+
+
+def _new_row() -> dict:
+    row = dict.fromkeys(ROW_KEYS, math.nan)
+    row.update(CompareFailReason="", OverFlow=False, DeviceNaN=0, DeviceInf=0, GoldenNaN=0, GoldenInf=0,
+               NonFiniteMasked=False, ComparedCount=0, WithinExpectedNoise=None, Abnormal=False,
+               AbnormalMetrics=[])
+    return row
+
+
+def _finite_info(a: np.ndarray, row: dict, side: str) -> np.ndarray | None:
+    """Flat isfinite mask of a float tensor (None for other dtypes); fills the side's NaN/Inf counts."""
+    if dtype_class(a.dtype) != "float":
+        return None
+    finite = np.isfinite(a).reshape(-1)
+    if not finite.all():
+        nan = int(np.count_nonzero(np.isnan(a)))
+        row[f"{side}NaN"], row[f"{side}Inf"] = nan, int(finite.size - np.count_nonzero(finite)) - nan
+    return finite
+
+
+def _precheck(xa: np.ndarray, ya: np.ndarray) -> str:
+    if xa.shape != ya.shape:
+        return f"shape mismatch: device {xa.shape} vs golden {ya.shape}"
+    cx, cy = dtype_class(xa.dtype), dtype_class(ya.dtype)
+    if "other" in (cx, cy):
+        return f"unsupported dtype: device {xa.dtype} vs golden {ya.dtype}; expected float, integer or bool"
+    if cx != cy:
+        return f"dtype class mismatch: device {xa.dtype} ({cx}) vs golden {ya.dtype} ({cy})"
+    if xa.size == 0:
+        return f"empty tensor: shape {xa.shape} has no elements"
+    return ""
+
+
+def _compare_float(row: dict, xa: np.ndarray, ya: np.ndarray, fin_x: np.ndarray, fin_y: np.ndarray,
+                   noise: tuple[float, float] | None, rel_eps: float) -> str:
+    """Fill the float metrics of ``row``; return a fail reason or ''."""
+    over = np.count_nonzero(ya > FP16_MAX) + np.count_nonzero(ya < -FP16_MAX)
+    row["GoldenFP16OverflowRatio"] = float(over) / ya.size
+    nonfinite_agree = True
+    if fin_x.all() and fin_y.all():
+        x64, y64 = as_flat64(xa), as_flat64(ya)
+    else:
+        both = fin_x & fin_y
+        row["OverFlow"] = bool(np.any(fin_y & ~fin_x))
+        row["NonFiniteMasked"] = True
+        nonfinite_agree = _nonfinite_agree(xa[~both], ya[~both])
+        x64, y64 = as_flat64(xa[both]), as_flat64(ya[both])
+    row["ComparedCount"] = int(x64.size)
+    if x64.size == 0:
+        return "no position where both tensors are finite"
+    sums: PairSums = reduce_pair(x64, y64, rel_eps=rel_eps, noise=noise)
+    for name, spec in METRICS.items():
+        if spec.from_sums is not None:
+            row[name] = spec.from_sums(sums)
+    if noise is not None:
+        row["WithinExpectedNoise"] = bool(sums.within_noise and nonfinite_agree and not row["OverFlow"])
+    return ""
+
+
+def _nonfinite_agree(x: np.ndarray, y: np.ndarray) -> bool:
+    """Same NaN / same ±inf on both sides at every position where at least one side is non-finite."""
+    return bool(np.all((x == y) | (np.isnan(x) & np.isnan(y))))
+
+
+def _judge(row: dict, lines: Mapping[str, float]) -> None:
+    crossed = [name for name, line in lines.items() if METRICS[name].is_abnormal(row[name], line)]
+    if row["OverFlow"]:
+        crossed.append("OverFlow")
+    row["AbnormalMetrics"] = crossed
+    row["Abnormal"] = bool(crossed) and row["WithinExpectedNoise"] is not True
+
+
+def _parse_noise(expected_noise: Mapping[str, float] | None) -> tuple[float, float] | None:
+    if expected_noise is None:
+        return None
+    unknown = set(expected_noise) - {"rtol", "atol"}
+    if unknown:
+        raise UsageError(f"expected_noise: unknown key(s) {sorted(unknown)}; use 'rtol' and/or 'atol'")
+    try:
+        rtol, atol = float(expected_noise.get("rtol", 0.0)), float(expected_noise.get("atol", 0.0))
+    except (TypeError, ValueError):
+        raise UsageError(f"expected_noise: {dict(expected_noise)} must map rtol/atol to numbers") from None
+    if not (rtol >= 0.0 and atol >= 0.0):
+        raise UsageError(f"expected_noise: rtol={rtol}, atol={atol}; both must be >= 0")
+    return rtol, atol
+
+
+def _rtol_needed(x, y) -> float:
+    """Smallest r with |x − y| <= r·|y| at every finite position, as evaluated in float64 (so it passes)."""
+    x64, y64 = as_flat64(x), as_flat64(y)
+    both = np.isfinite(x64) & np.isfinite(y64)
+    diff, absy = np.abs(x64[both] - y64[both]), np.abs(y64[both])
+    with np.errstate(all="ignore"):
+        ratio = np.where(diff == 0.0, 0.0, diff / absy)
+    rtol = float(ratio.max()) if ratio.size else 0.0
+    while math.isfinite(rtol) and not np.all(diff <= rtol * absy):  # d/|y|·|y| may round below d
+        rtol = float(np.nextafter(rtol, math.inf))
+    return rtol
+
+
+def _isnan(value) -> bool:
+    return isinstance(value, float) and math.isnan(value)

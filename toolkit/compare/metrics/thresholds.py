@@ -1,0 +1,109 @@
+"""Abnormal lines: parse user overrides and validate threshold mappings.
+
+Syntax of :func:`parse_thresholds` (comma separated, whitespace ignored)::
+
+    CosineSimilarity<0.999        abnormal when the value is below 0.999 (higher-is-better metrics)
+    MaxAbsoluteError>1e-2         abnormal when the value is above 0.01  (lower-is-better metrics)
+    RootMeanSquareError=off       remove that line
+
+The operator must match the metric's direction, so a line cannot silently mean its opposite.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from typing import Mapping
+
+from toolkit.errors import UsageError
+
+from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
+from .spec import HIGHER_IS_BETTER, INFORMATIONAL
+
+_ITEM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>=])\s*(\S+)\s*$")
+_OPERATOR = {HIGHER_IS_BETTER: "<"}
+
+
+def operator_for(name: str) -> str:
+    """``"<"`` for higher-is-better metrics, ``">"`` for lower-is-better ones."""
+    return _OPERATOR.get(METRICS[name].direction, ">")
+
+
+def check_metric_name(name: str, context: str) -> None:
+    """Raise :class:`UsageError` unless ``name`` is a metric that can carry an abnormal line.
+
+    The message suggests the closest valid name (difflib, case-insensitive).
+    """
+    if name in METRICS and METRICS[name].direction == INFORMATIONAL:
+        raise UsageError(f"{context}: {name} is informational and has no abnormal line; "
+                         f"choose one of {', '.join(THRESHOLDABLE)}")
+    if name in METRICS:
+        return
+    lowered = {n.lower(): n for n in THRESHOLDABLE}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.4)
+    hint = f"did you mean '{lowered[close[0]]}'? " if close else ""
+    raise UsageError(f"{context}: unknown metric '{name}'; {hint}valid names: {', '.join(THRESHOLDABLE)}")
+
+
+def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Apply overrides like ``"CosineSimilarity<0.999,MaxAbsoluteError>1e-2"`` to ``base``.
+
+    Args:
+        text: comma-separated items ``NAME<VALUE``, ``NAME>VALUE`` or ``NAME=off`` (see module docstring).
+        base: lines to start from; default :data:`DEFAULT_THRESHOLDS`. Not modified.
+
+    Returns:
+        A new dict metric name → line value.
+
+    Raises:
+        UsageError: unknown or informational metric (closest valid name suggested), operator against the
+            metric's direction, malformed item, value not a number.
+    """
+    lines = dict(DEFAULT_THRESHOLDS if base is None else base)
+    for item in filter(str.strip, text.split(",")):
+        match = _ITEM.match(item)
+        if not match:
+            raise UsageError(f"threshold '{item.strip()}': expected NAME<VALUE, NAME>VALUE or NAME=off, "
+                             f"e.g. 'CosineSimilarity<0.999'")
+        name, op, raw = match.groups()
+        context = f"threshold '{item.strip()}'"
+        check_metric_name(name, context)
+        if op == "=":
+            if raw.lower() != "off":
+                raise UsageError(f"{context}: '=' only takes 'off'; write {name}{operator_for(name)}{raw}")
+            lines.pop(name, None)
+            continue
+        if op != operator_for(name):
+            raise UsageError(f"{context}: {name} is {METRICS[name].direction.replace('_', '-')}, so its abnormal "
+                             f"line is written '{name}{operator_for(name)}{raw}'")
+        lines[name] = _number(raw, context)
+    return lines
+
+
+def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> dict[str, float]:
+    """None → defaults; str → :func:`parse_thresholds`; mapping → validated copy (replaces the defaults).
+
+    Raises:
+        UsageError: as :func:`parse_thresholds`, or a non-numeric value in the mapping.
+    """
+    if thresholds is None:
+        return dict(DEFAULT_THRESHOLDS)
+    if isinstance(thresholds, str):
+        return parse_thresholds(thresholds)
+    lines = {}
+    for name, value in thresholds.items():
+        context = f"thresholds[{name!r}]"
+        check_metric_name(name, context)
+        lines[name] = _number(value, context)
+    return lines
+
+
+def _number(raw, context: str) -> float:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise UsageError(f"{context}: '{raw}' is not a number; write e.g. 0.99 or 1e-2") from None
+    if math.isnan(value):
+        raise UsageError(f"{context}: NaN cannot be a line; use a number or NAME=off")
+    return value

@@ -1,0 +1,69 @@
+"""Pass ``check_constants``: float32 constants read by FP16 kernels are converted once at compile time;
+report by name those that overflow (|v| > 65504 → ±inf), underflow to zero (non-zero, rounds to 0) or lose
+integer exactness (integers above 2048 that change). Parameters that are not data (Resize roi/scales) are
+not converted and not checked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.compiler.pipeline import Finding, PassResult, register_pass
+from toolkit.precision.contract import FP16_MAX
+
+#: (op_type, input index) pairs whose float constant is a parameter kept in FP32, not data.
+FP32_PARAMETERS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
+
+
+def fp16_constant_issues(arr: np.ndarray) -> dict:
+    """Evidence dict of what FP16 conversion does to ``arr`` (empty if harmless)."""
+    a = arr.astype(np.float64)
+    h = arr.astype(np.float16).astype(np.float64)
+    fin = np.isfinite(a)
+    ev = {}
+    over = fin & (np.abs(a) > FP16_MAX)
+    if over.any():
+        ev["overflow"] = {"count": int(over.sum()), "absmax": float(np.abs(a[over]).max())}
+    under = fin & (a != 0) & (h == 0)
+    if under.any():
+        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(np.abs(a[under]).min())}
+    ints = fin & (a == np.round(a)) & (np.abs(a) > 2048) & (h != a) & ~over
+    if ints.any():
+        ev["integer_inexact"] = {"count": int(ints.sum()), "example": float(a[ints].flat[0])}
+    return ev
+
+
+def constant_reads(ctx, k):
+    """(constant name, reading node name) pairs of float32 data constants a kernel reads."""
+    by_name = {n.name: n for n in ctx.graph.nodes}
+    for nname in k.nodes:
+        node = by_name.get(nname)
+        if node is None:
+            continue
+        for idx, i in enumerate(node.input):
+            c = ctx.graph.const(i)
+            if c is not None and c.dtype == np.float32 and (node.op_type, idx) not in FP32_PARAMETERS:
+                yield i, nname
+
+
+@register_pass("check_constants", requires=("casts",))
+def run(ctx) -> PassResult:
+    seen, log = set(), []
+    for k in ctx.kernels:
+        if k.precision != "fp16":
+            continue
+        for cname, reader in constant_reads(ctx, k):
+            if cname in seen:
+                continue
+            seen.add(cname)
+            ev = fp16_constant_issues(ctx.graph.const(cname))
+            if not ev:
+                continue
+            kinds = ", ".join(ev)
+            ctx.findings.append(Finding(
+                "error" if "overflow" in ev or "underflow_to_zero" in ev else "warning", "fp16_constant", cname,
+                {**ev, "reader": reader, "kernel": k.name},
+                f"constant '{cname}' read by '{reader}' is not representable in FP16 ({kinds}): keep '{reader}' "
+                "in FP32 (keep_dtype) or clamp the constant into the FP16 range"))
+            log.append(f"constant {cname} ({kinds}) read by {reader}")
+    return PassResult(len(log), log or ["all FP16 constants representable"])

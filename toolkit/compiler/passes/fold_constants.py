@@ -1,0 +1,72 @@
+"""Pass ``fold_constants``: evaluate at compile time every node whose inputs are known.
+
+Uses the onnxscript optimizer's constant folder (which also folds shape subgraphs once input shapes are
+static), then turns ``Constant`` nodes into initializers. Tensors computed away are recorded in
+``ctx.folded`` so comparisons list them as "folded at compile time".
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+from onnx import numpy_helper
+
+from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.ir.graph import Graph
+
+#: Largest tensor the folder will create, in elements (bigger results stay runtime kernels).
+FOLD_OUTPUT_LIMIT = 1 << 22
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> int:
+    """Replace top-level ``Constant`` nodes by initializers (in place); returns how many."""
+    keep, n = [], 0
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
+            a = node.attribute[0]
+            arr = None
+            if a.name == "value":
+                arr = numpy_helper.to_array(a.t)
+            elif a.name in ("value_float", "value_int"):
+                import numpy as np
+                arr = np.array(a.f if a.name == "value_float" else a.i,
+                               dtype=np.float32 if a.name == "value_float" else np.int64)
+            elif a.name in ("value_floats", "value_ints"):
+                import numpy as np
+                arr = np.array(list(a.floats) if a.name == "value_floats" else list(a.ints),
+                               dtype=np.float32 if a.name == "value_floats" else np.int64)
+            if arr is not None:
+                model.graph.initializer.append(numpy_helper.from_array(arr, node.output[0]))
+                n += 1
+                continue
+        keep.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(keep)
+    return n
+
+
+@register_pass("fold_constants", provides=("folded",))
+def run(ctx) -> PassResult:
+    from onnxscript import optimizer
+
+    model = ctx.graph.sync()
+    before = {o for n in model.graph.node for o in n.output if o}
+    outputs = [o.name for o in model.graph.output]
+    logging.getLogger("onnxscript").setLevel(logging.ERROR)
+    try:
+        optimizer.fold_constants(model, onnx_shape_inference=True, output_size_limit=FOLD_OUTPUT_LIMIT)
+    except Exception as exc:  # the folder is an optimisation; never fail the compile on it
+        return PassResult(0, [f"constant folder failed ({type(exc).__name__}: {exc}); continuing unfolded"])
+    optimizer.remove_unused_nodes(model)
+    n_const = constants_to_initializers(model)
+    # the folder may rename graph outputs only by replacing producers; keep the output names stable
+    assert [o.name for o in model.graph.output] == outputs
+    ctx.graph = Graph(model)
+    after = {o for n in model.graph.node for o in n.output if o}
+    folded = sorted(before - after)
+    ctx.folded.extend(folded)
+    log = [f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made initializers"]
+    if folded:
+        log.append("folded: " + ", ".join(folded[:12]) + (" ..." if len(folded) > 12 else ""))
+    return PassResult(len(folded), log)

@@ -1,0 +1,205 @@
+"""`compile(model, config) -> CompileResult`: one flat, ordered list of named passes.
+
+A pass is a function ``run(ctx) -> PassResult`` registered with :func:`register_pass`, which records its
+name, what it requires from earlier passes, what it provides, the minimum fusion level at which it runs and
+the fusion-switch name (converter format) that can turn it off. Every pass's log lines and the op count
+before/after go into the compile log.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import onnx
+
+from toolkit.config import Config
+from toolkit.ir.graph import Graph
+from toolkit.compiler.plan import KernelSpec, Plan
+
+
+@dataclass
+class PassResult:
+    """What a pass did: ``changed`` (count of edits), ``log`` lines (human-readable)."""
+
+    changed: int = 0
+    log: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    """Nodes a fusion rule put into one kernel (provenance: rule + original node names)."""
+
+    name: str
+    op_type: str
+    rule: str
+    fusion: str  # "graph" | "ub"
+    nodes: list[str]
+
+
+@dataclass
+class Finding:
+    """A diagnostic: severity (info/warning/error), kind, subject, evidence dict, recommendation."""
+
+    severity: str
+    kind: str
+    subject: str
+    evidence: dict
+    recommendation: str
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CompileContext:
+    graph: Graph
+    config: Config
+    model_path: str = ""
+    groups: dict[str, Group] = field(default_factory=dict)   # group name -> Group
+    node_group: dict[str, str] = field(default_factory=dict)  # node name -> group name
+    kernels: list[KernelSpec] = field(default_factory=list)
+    plan: Plan | None = None
+    folded: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    fusion_stats: dict = field(default_factory=lambda: {"graph_fusion": {}, "ub_fusion": {}})
+    provided: set[str] = field(default_factory=set)
+    #: node name -> (rule, original node names) for nodes a rewrite created or changed (e.g. BN folded into Conv)
+    provenance: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    #: tensor name -> node name that absorbed it (a rewrite removed the tensor)
+    absorbed: dict[str, str] = field(default_factory=dict)
+
+    def add_group(self, group: Group) -> None:
+        self.groups[group.name] = group
+        for n in group.nodes:
+            self.node_group[n] = group.name
+
+    def count_fusion(self, level: str, rule: str, matched: bool, effective: bool) -> None:
+        """Tally match/effect counts per rule in fusion_result.json's shape (counts kept as ints here)."""
+        entry = self.fusion_stats[level].setdefault(rule, {"match_times": 0, "effect_times": 0})
+        entry["match_times"] += int(matched)
+        entry["effect_times"] += int(effective)
+
+
+@dataclass
+class PassInfo:
+    name: str
+    fn: Callable[[CompileContext], PassResult]
+    requires: tuple[str, ...]
+    provides: tuple[str, ...]
+    min_level: int
+    switch: tuple[str, str] | None  # (level, converter pass name)
+
+
+#: The ordered pass list; modules under toolkit.compiler.passes append to it on import, in PASS_ORDER.
+PASSES: dict[str, PassInfo] = {}
+PASS_ORDER = ("fold_constants", "infer_shapes", "fold_batchnorm", "graph_fusion", "buffer_fusion", "partition",
+              "assign_precision", "insert_casts", "check_constants", "plan_memory")
+
+
+def register_pass(name: str, *, requires=(), provides=(), min_level: int = 0, switch=None):
+    """Decorator registering a pass function under ``name`` (see module docstring)."""
+
+    def deco(fn):
+        PASSES[name] = PassInfo(name, fn, tuple(requires), tuple(provides), min_level, switch)
+        return fn
+
+    return deco
+
+
+@dataclass
+class PassLog:
+    name: str
+    ran: bool
+    reason: str
+    ops_before: int
+    ops_after: int
+    kernels_after: int
+    changed: int
+    ms: float
+    log: list[str]
+
+
+@dataclass
+class CompileResult:
+    plan: Plan
+    model: onnx.ModelProto  # the compiled graph (folded, BN-folded), ONNX names kept
+    passes: list[PassLog]
+    findings: list[Finding]
+    fusion_stats: dict
+    compile_ms: float
+
+    def fusion_result_json(self, graph_id: str = "0_0") -> dict:
+        """fusion_result.json in the converter's format (counts as strings)."""
+        def fmt(level):
+            return {k: {"match_times": str(v["match_times"]), "effect_times": str(v["effect_times"])}
+                    for k, v in self.fusion_stats[level].items()}
+        return {graph_id: {"graph_fusion": fmt("graph_fusion"), "ub_fusion": fmt("ub_fusion")}}
+
+    def log_lines(self) -> list[str]:
+        lines = []
+        for p in self.passes:
+            state = f"ran, {p.changed} change(s)" if p.ran else f"skipped ({p.reason})"
+            lines.append(f"[{p.name}] {state}; ops {p.ops_before} -> {p.ops_after}; kernels {p.kernels_after}; {p.ms:.1f} ms")
+            lines.extend(f"    {ln}" for ln in p.log)
+        return lines
+
+
+def _load_passes() -> None:
+    # import for registration side effects, in order
+    from toolkit.compiler import passes  # noqa: F401
+
+
+def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input_shapes=None,
+                  model_path: str = "", disabled: tuple[str, ...] = ()) -> CompileResult:
+    """Run the pass list over a copy of ``model``.
+
+    Args:
+        model: a loaded, checked model (toolkit.ir.load.load_model). Not modified.
+        config: options (defaults if None).
+        input_shapes: {input name: dims} binding dynamic dims; overrides ``config.input_shape``.
+        model_path: recorded in the plan.
+        disabled: pass names to skip (for tests / experiments).
+
+    Returns:
+        CompileResult with the Plan, the compiled ONNX graph, per-pass logs, findings and fusion counts.
+
+    Raises:
+        ModelError: dynamic dims left unbound, unsupported constructs.
+    """
+    _load_passes()
+    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
+
+    config = config or Config()
+    t0 = time.perf_counter()
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    shapes = dict(config.input_shapes())
+    shapes.update(input_shapes or {})
+    bind_input_shapes(work, shapes)
+    ctx = CompileContext(Graph(work), config, model_path)
+    logs = []
+    for name in PASS_ORDER:
+        info = PASSES[name]
+        before = len(ctx.graph.nodes)
+        reason = ""
+        if name in disabled:
+            reason = "disabled"
+        elif config.fusion_level < info.min_level:
+            reason = f"fusion_level {config.fusion_level} < {info.min_level}"
+        elif info.switch and not config.switch(*info.switch):
+            reason = f"off in fusion switch file ({info.switch[1]})"
+        missing = [r for r in info.requires if r not in ctx.provided]
+        if not reason and missing:
+            reason = f"requires {', '.join(missing)}"
+        ts = time.perf_counter()
+        res = PassResult() if reason else info.fn(ctx)
+        ctx.provided.update(info.provides)
+        logs.append(PassLog(name, not reason, reason, before, len(ctx.graph.nodes), len(ctx.kernels),
+                            res.changed, (time.perf_counter() - ts) * 1e3, res.log))
+    ctx.graph.sync()
+    plan = ctx.plan
+    plan.model = model_path
+    return CompileResult(plan, ctx.graph.model, logs, ctx.findings, ctx.fusion_stats,
+                         (time.perf_counter() - t0) * 1e3)

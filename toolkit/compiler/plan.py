@@ -1,0 +1,121 @@
+"""The compiled plan: kernels in execution order, tensors with storage dtypes and arena offsets.
+
+The plan is plain data (JSON-serialisable through :meth:`Plan.to_json`); the runtime builds executable kernels
+from it and the model it was compiled from.
+
+plan.json format (version 1)::
+
+    {"version": 1, "model": "<file>", "config": {...}, "arena_bytes": int, "lower_bound_bytes": int,
+     "alignment": int,
+     "kernels": [{"name", "op_type", "op_class", "precision", "implmode", "rule", "fusion",
+                  "nodes": [original node names], "inputs": [...], "outputs": [...], "internal": [...],
+                  "cast_of": tensor or null}],
+     "tensors": [{"name", "dtype", "shape", "nbytes", "storage": "arena"|"dynamic"|"host"|"input",
+                  "offset", "first", "last", "producer"}],
+     "folded": [tensor names computed at compile time], "graph_inputs": [...], "graph_outputs": [...]}
+
+``first``/``last`` are kernel indices (0-based; -1 = before the first kernel, i.e. a graph input);
+``offset``/``nbytes`` are bytes into the one device arena.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class KernelSpec:
+    """One unit of device work.
+
+    Attributes:
+        name: unique kernel name (the anchor node's name for fused kernels).
+        op_type: the anchor op type, or the fused op's name (e.g. ``LayerNorm``).
+        op_class: numerics-contract class (toolkit.precision.contract).
+        nodes: original ONNX node names executed by this kernel (provenance), in order.
+        rule: the fusion rule that created it, or ``None``.
+        fusion: ``none`` | ``graph`` | ``ub`` (buffer fusion) | ``cast``.
+        inputs / outputs: tensor names read / written (outputs are visible outside the kernel).
+        internal: ONNX tensors the fusion kept on chip (never written to the arena).
+        precision: ``fp16`` or ``fp32`` (storage dtype of its float32 outputs and compute dtype of its inputs).
+        implmode: ``high_precision`` | ``high_performance``.
+        cast_of: for inserted Cast kernels, the tensor they convert.
+        placement: ``NPU`` or ``CPU`` (AI_CPU: control flow, sequences; always FP32).
+    """
+
+    name: str
+    op_type: str
+    op_class: str
+    nodes: list[str]
+    rule: str | None = None
+    fusion: str = "none"
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    internal: list[str] = field(default_factory=list)
+    precision: str = "fp32"
+    implmode: str = "high_precision"
+    cast_of: str | None = None
+    placement: str = "NPU"
+    exec_nodes: list[str] = field(default_factory=list)  # names of the compiled-graph nodes it executes
+
+
+@dataclass
+class TensorSpec:
+    """A tensor the runtime stores. dtype is the *storage* numpy dtype name; shape has ints (None if dynamic)."""
+
+    name: str
+    dtype: str
+    shape: list | None
+    nbytes: int = 0
+    storage: str = "arena"
+    offset: int = -1
+    first: int = -1
+    last: int = -1
+    producer: str | None = None
+
+
+@dataclass
+class Plan:
+    model: str
+    config: dict
+    kernels: list[KernelSpec]
+    tensors: dict[str, TensorSpec]
+    graph_inputs: list[str]
+    graph_outputs: list[str]
+    folded: list[str] = field(default_factory=list)
+    arena_bytes: int = 0
+    lower_bound_bytes: int = 0
+    alignment: int = 512
+    version: int = 1
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["tensors"] = [asdict(t) for t in self.tensors.values()]
+        return d
+
+    def to_json(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        d = dict(d)
+        d["kernels"] = [KernelSpec(**k) for k in d["kernels"]]
+        d["tensors"] = {t["name"]: TensorSpec(**t) for t in d["tensors"]}
+        return cls(**d)
+
+    # ------------------------------------------------------------------ queries
+    def kernel_of_tensor(self) -> dict[str, KernelSpec]:
+        """{tensor name: kernel that writes it or fused it away}."""
+        out = {}
+        for k in self.kernels:
+            for t in k.outputs + k.internal:
+                out.setdefault(t, k)
+        return out
+
+    def precision_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for k in self.kernels:
+            key = "cast" if k.fusion == "cast" else k.precision
+            counts[key] = counts.get(key, 0) + 1
+        return counts

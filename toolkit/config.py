@@ -1,0 +1,180 @@
+"""Compile/run configuration, with the converter's option names.
+
+A config is a JSON or TOML file (or a dict) whose keys are the fields of :class:`Config`. Unknown keys and
+invalid values are refused with a :class:`toolkit.errors.ConfigError` that suggests the closest valid name.
+
+Paths inside a config file (``keep_dtype``, ``modify_mixlist``, ``fusion_switch_file``) are resolved
+relative to the config file's folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.errors import ConfigError
+
+PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
+IMPL_MODES = ("high_precision", "high_performance")
+OVERFLOW_MODES = ("inf_nan", "saturation")
+REUSE_POLICIES = ("off", "greedy")
+
+
+def suggest(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of ``choices``, or a list of valid names."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    return f" (valid: {', '.join(sorted(choices))})"
+
+
+@dataclass
+class Config:
+    """Every option the compiler and runtimes read.
+
+    Attributes:
+        precision_mode: one of :data:`PRECISION_MODES`; default ``allow_mix_precision`` (white ops FP16,
+            black ops FP32, gray ops follow their input).
+        keep_dtype: node names or ``OpType::<op>`` entries kept in FP32 (a list, or a file with one per line).
+        modify_mixlist: ``{"black-list": {"to-add": [...], "to-remove": [...]}, "white-list": {...},
+            "gray-list": {...}}`` (a dict, or a JSON file), edits to the default lists.
+        op_select_implmode: ``high_performance`` (default, as the converter: FP16 kernels of reductions and
+            normalisations accumulate in FP16) or ``high_precision`` (FP32 accumulation).
+        optypelist_for_implmode: when given, ``op_select_implmode`` applies only to these op types; all
+            other ops use ``high_precision``.
+        overflow_mode: ``inf_nan`` (IEEE, default) or ``saturation`` (FP16 results clamp to ±65504).
+        fusion_level: 0 none, 1 BatchNorm folding + buffer fusion, 2 everything (default).
+        fusion_switch_file: the converter's fusion switch JSON ({"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}).
+        input_shape: converter syntax ``"x:1,3,640,640;mask:1,16"``; binds dynamic dims for compile.
+        memory_reuse: ``greedy`` (greedy-by-size best-fit offsets, default) or ``off``.
+        memory_alignment: arena offset alignment in bytes (default 512).
+    """
+
+    precision_mode: str = "allow_mix_precision"
+    keep_dtype: list[str] = field(default_factory=list)
+    modify_mixlist: dict = field(default_factory=dict)
+    op_select_implmode: str = "high_performance"
+    optypelist_for_implmode: list[str] = field(default_factory=list)
+    overflow_mode: str = "inf_nan"
+    fusion_level: int = 2
+    fusion_switch_file: dict = field(default_factory=dict)
+    input_shape: str = ""
+    memory_reuse: str = "greedy"
+    memory_alignment: int = 512
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: Path | None = None, where: str = "config") -> "Config":
+        names = {f.name for f in dataclasses.fields(cls)}
+        for key in data:
+            if key not in names:
+                raise ConfigError(f"{where}: unknown option '{key}'{suggest(key, names)}")
+        cfg = cls(**{k: v for k, v in data.items()})
+        cfg._resolve_files(base or Path.cwd(), where)
+        cfg.validate(where)
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> "Config":
+        """Read a ``.json`` or ``.toml`` config; ``None`` gives the defaults. Raises ConfigError."""
+        if path is None:
+            return cls()
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' does not exist; check the --config path")
+        text = p.read_text(encoding="utf-8")
+        try:
+            data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file '{p}' is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{p}' must hold an object of options, got {type(data).__name__}")
+        return cls.from_dict(data, p.parent, where=f"config '{p}'")
+
+    def _resolve_files(self, base: Path, where: str) -> None:
+        if isinstance(self.keep_dtype, str):
+            self.keep_dtype = _read_lines(base / self.keep_dtype, "keep_dtype", where)
+        if isinstance(self.modify_mixlist, str):
+            self.modify_mixlist = _read_json(base / self.modify_mixlist, "modify_mixlist", where)
+        if isinstance(self.fusion_switch_file, str):
+            self.fusion_switch_file = _read_json(base / self.fusion_switch_file, "fusion_switch_file", where)
+        if isinstance(self.optypelist_for_implmode, str):
+            self.optypelist_for_implmode = [s.strip() for s in self.optypelist_for_implmode.split(",") if s.strip()]
+
+    def validate(self, where: str = "config") -> None:
+        """Raise ConfigError for any value outside its allowed set."""
+        for name, allowed in (("precision_mode", PRECISION_MODES), ("op_select_implmode", IMPL_MODES),
+                              ("overflow_mode", OVERFLOW_MODES), ("memory_reuse", REUSE_POLICIES)):
+            val = getattr(self, name)
+            if val not in allowed:
+                raise ConfigError(f"{where}: {name} = '{val}' is not valid{suggest(str(val), allowed)}")
+        if self.fusion_level not in (0, 1, 2):
+            raise ConfigError(f"{where}: fusion_level = {self.fusion_level!r}; expected 0 (none), 1 (BN folding + "
+                              "buffer fusion) or 2 (all)")
+        if not isinstance(self.memory_alignment, int) or self.memory_alignment <= 0 or \
+                self.memory_alignment & (self.memory_alignment - 1):
+            raise ConfigError(f"{where}: memory_alignment = {self.memory_alignment!r}; expected a power of two in bytes, e.g. 512")
+        if not isinstance(self.keep_dtype, list):
+            raise ConfigError(f"{where}: keep_dtype must be a list of node names / 'OpType::X' or a file path")
+        for key in self.modify_mixlist:
+            if key not in ("black-list", "white-list", "gray-list"):
+                raise ConfigError(f"{where}: modify_mixlist key '{key}'{suggest(key, ['black-list', 'white-list', 'gray-list'])}")
+            for op in self.modify_mixlist[key]:
+                if op not in ("to-add", "to-remove"):
+                    raise ConfigError(f"{where}: modify_mixlist['{key}'] key '{op}'{suggest(op, ['to-add', 'to-remove'])}")
+        sw = self.fusion_switch_file
+        if sw:
+            if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
+                raise ConfigError(f"{where}: fusion_switch_file must be {{\"Switch\": {{\"GraphFusion\": {{...}}, \"UBFusion\": {{...}}}}}}")
+            for level, passes in sw["Switch"].items():
+                if level not in ("GraphFusion", "UBFusion"):
+                    raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, ['GraphFusion', 'UBFusion'])}")
+                for pname, state in passes.items():
+                    if state not in ("on", "off"):
+                        raise ConfigError(f"{where}: fusion switch '{pname}' = '{state}'; expected 'on' or 'off'")
+        self.input_shapes()  # validates the syntax
+
+    # ---------------------------------------------------------------- derived
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Parse ``input_shape`` ("x:1,3,224,224;y:1,16") into {name: dims}. Raises ConfigError."""
+        out: dict[str, tuple[int, ...]] = {}
+        for part in filter(None, (s.strip() for s in self.input_shape.split(";"))):
+            name, sep, dims = part.rpartition(":")
+            try:
+                if not sep or not name:
+                    raise ValueError
+                out[name] = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+            except ValueError:
+                raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...'; e.g. \"x:1,3,640,640\"") from None
+        return out
+
+    def switch(self, level: str, pass_name: str) -> bool:
+        """Whether a fusion pass is on per the fusion switch file (level 'GraphFusion' or 'UBFusion')."""
+        table = (self.fusion_switch_file or {}).get("Switch", {}).get(level, {})
+        return table.get(pass_name, table.get("ALL", "on")) == "on"
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _read_lines(p: Path, what: str, where: str) -> list[str]:
+    if not p.is_file():
+        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+    return [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def _read_json(p: Path, what: str, where: str) -> dict:
+    if not p.is_file():
+        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: {what} file '{p}' is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {what} file '{p}' must hold a JSON object")
+    return data

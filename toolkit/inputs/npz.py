@@ -1,0 +1,75 @@
+"""Load a user's ``.npz`` input file safely (no pickle) and check it against the model's inputs."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.errors import InputError
+from toolkit.inputs.spec import InputSpec
+from toolkit.inputs.validate import check_feed
+
+
+def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    """Read ``path`` (``np.savez`` / ``np.savez_compressed`` output) and return input name -> array.
+
+    Loading uses ``allow_pickle=False``: object arrays (which need pickle and can run code) are refused.
+    The arrays are then checked with :func:`toolkit.inputs.validate.check_feed`: keys equal the model's
+    input names, dtypes equal, ranks and static dims equal (dynamic dims accept any size).
+
+    Args:
+        path: the ``.npz`` file.
+        model_inputs: the model's inputs, e.g. from :func:`toolkit.inputs.spec.input_specs`.
+
+    Returns:
+        dict in the order of ``model_inputs``; arrays are fully read into memory.
+
+    Raises:
+        InputError: file missing or not an npz archive, an array needs pickle, or the feed does not fit.
+    """
+    path = Path(path)
+    source = f"npz file {str(path)!r}"
+    if not path.is_file():
+        raise InputError(f"{source} does not exist; pass an existing .npz written by np.savez")
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(
+            f"{source} cannot be read as .npz ({_first_line(exc)}); write it with np.savez(path, name=array)"
+        ) from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise InputError(
+            f"{source} holds a single {type(archive).__name__}, not an .npz archive; "
+            "save with np.savez(path, name=array)"
+        )
+    feed: dict[str, np.ndarray] = {}
+    with archive:
+        for key in archive.files:
+            feed[key] = _read_member(archive, key, source)
+    check_feed(feed, model_inputs, source)
+    return {spec.name: feed[spec.name] for spec in model_inputs}
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def _read_member(archive: np.lib.npyio.NpzFile, key: str, source: str) -> np.ndarray:
+    try:
+        return archive[key]
+    except ValueError as exc:
+        if "pickle" in str(exc):
+            raise InputError(
+                f"{source}: array {key!r} is an object (pickled) array, which is refused for safety; "
+                "save plain numeric arrays (e.g. arr.astype(np.float32)) with np.savez"
+            ) from None
+        raise InputError(
+            f"{source}: array {key!r} cannot be read ({_first_line(exc)}); re-save it with np.savez"
+        ) from None
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None

@@ -1,0 +1,188 @@
+"""Load and validate an untrusted ONNX file.
+
+`load_model(path)` returns an ``onnx.ModelProto`` that passed these checks, each failing with a one-line
+:class:`toolkit.errors.ModelError` that names the file/node/tensor and says how to fix it:
+
+- the file exists and parses as an ONNX protobuf (a truncated file is named as such);
+- external-data locations stay inside the model's folder (no absolute paths, no ``..`` escapes, no symlinks
+  out), and each declared ``offset``/``length`` fits inside the data file *before* anything is read;
+- the default-domain opset lies in :data:`MIN_OPSET` .. :data:`MAX_OPSET`;
+- every node's op is a known ONNX op (or a model-local function);
+- ``onnx.checker.check_model`` passes;
+- node names are made unique and non-empty (real exporters leave them empty or duplicated); the renaming is
+  recorded in the model's metadata ``npuscope.renamed_nodes`` count.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from toolkit.errors import ModelError
+
+#: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
+MIN_OPSET = 7
+#: Newest default-domain opset accepted: the installed onnx package's newest.
+MAX_OPSET = onnx.defs.onnx_opset_version()
+#: Largest model accepted, in bytes (protobuf's own 2 GiB limit).
+MAX_MODEL_BYTES = 2**31 - 1
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    """Read, check and normalise an ONNX model file.
+
+    Args:
+        path: the ``.onnx`` file. External data (if any) is read from its folder only.
+
+    Returns:
+        the checked ``onnx.ModelProto`` with unique, non-empty node names.
+
+    Raises:
+        ModelError: missing file, not ONNX / truncated, external data outside the folder or too short,
+            unsupported opset, unknown op, or a checker failure.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ModelError(f"model file '{p}' does not exist; check the path")
+    if not p.is_file():
+        raise ModelError(f"model path '{p}' is not a file; pass the .onnx file itself")
+    size = p.stat().st_size
+    if size == 0:
+        raise ModelError(f"model file '{p}' is empty; re-export the model")
+    if size > MAX_MODEL_BYTES:
+        raise ModelError(f"model file '{p}' is {size} bytes, over protobuf's 2 GiB limit; save weights as external data")
+    try:
+        model = onnx.load_model(str(p), load_external_data=False)
+    except DecodeError as exc:
+        raise ModelError(f"'{p}' is not a valid ONNX protobuf (truncated or not ONNX: {exc}); re-export or re-download it") from None
+    except Exception as exc:  # onnx raises assorted types for garbage
+        raise ModelError(f"'{p}' could not be parsed as ONNX ({type(exc).__name__}: {exc}); re-export or re-download it") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"'{p}' parsed but holds no graph (not an ONNX model, or truncated); re-export it")
+    _load_external_data(model, p.parent.resolve(), p)
+    check_opsets(model, str(p))
+    check_known_ops(model, str(p))
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"'{p}' fails the ONNX checker: {first}; fix the exporter or the model") from None
+    normalise_node_names(model)
+    return model
+
+
+def _tensors_with_external_data(model: onnx.ModelProto):
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            yield t
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_location == onnx.TensorProto.EXTERNAL:
+                yield a.t
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
+    from onnx.external_data_helper import ExternalDataInfo
+
+    ext = list(_tensors_with_external_data(model))
+    for t in ext:
+        info = ExternalDataInfo(t)
+        loc = info.location or ""
+        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+            raise ModelError(f"tensor '{t.name}' in '{src}' points to external data '{loc}', an absolute path; "
+                             "external data must be a relative path inside the model's folder")
+        target = (base / loc).resolve()
+        if os.path.commonpath([str(target), str(base)]) != str(base):
+            raise ModelError(f"tensor '{t.name}' in '{src}' points to external data '{loc}' outside the model's "
+                             f"folder '{base}'; move the data file next to the model")
+        if not target.is_file():
+            raise ModelError(f"tensor '{t.name}' in '{src}': external data file '{loc}' is missing; copy it next to the model")
+        fsize = target.stat().st_size
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type != onnx.TensorProto.STRING else 1
+        numel = 1
+        for d in t.dims:
+            numel *= d
+        need = numel * itemsize
+        offset = int(info.offset or 0)
+        length = int(info.length) if info.length is not None else fsize - offset
+        if offset < 0 or length < 0 or offset + length > fsize or (t.data_type != onnx.TensorProto.STRING and length < need):
+            raise ModelError(f"tensor '{t.name}' in '{src}': external data '{loc}' declares offset {offset} and "
+                             f"length {length} bytes, needs {need} bytes, file has {fsize}; the data file is "
+                             "truncated or does not belong to this model")
+    if ext:
+        onnx.load_external_data_for_model(model, str(base))
+
+
+def check_opsets(model: onnx.ModelProto, where: str) -> None:
+    """Refuse default-domain opsets outside MIN_OPSET..MAX_OPSET (raises ModelError)."""
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            if not MIN_OPSET <= imp.version <= MAX_OPSET:
+                raise ModelError(f"'{where}' uses ONNX opset {imp.version}; supported opsets are "
+                                 f"{MIN_OPSET}..{MAX_OPSET}; convert it with onnx.version_converter")
+
+
+def _op_known(domain: str, op_type: str, version: int, local: set[tuple[str, str]]) -> bool:
+    if (domain, op_type) in local:
+        return True
+    try:
+        onnx.defs.get_schema(op_type, version, domain)
+        return True
+    except onnx.defs.SchemaError:
+        return False
+
+
+def check_known_ops(model: onnx.ModelProto, where: str) -> None:
+    """Refuse nodes whose op has no schema in the imported opsets (raises ModelError)."""
+    versions = {imp.domain or "": imp.version for imp in model.opset_import}
+    local = {(f.domain, f.name) for f in model.functions}
+
+    def visit(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            dom = node.domain or ""
+            if dom == "ai.onnx":
+                dom = ""
+            ver = versions.get(dom, versions.get("ai.onnx", MAX_OPSET))
+            if not _op_known(dom, node.op_type, ver, local):
+                name = node.name or node.output[0] if node.output else node.op_type
+                raise ModelError(f"node '{name}' in '{where}' uses op '{node.op_type}' "
+                                 f"(domain '{dom or 'ai.onnx'}', opset {ver}) that no known schema defines; "
+                                 "replace it with standard ONNX ops or register it as a model-local function")
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    visit(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    for g in a.graphs:
+                        visit(g)
+
+    visit(model.graph)
+
+
+def normalise_node_names(model: onnx.ModelProto) -> int:
+    """Give every top-level node a unique, non-empty name; returns how many were renamed.
+
+    Empty names become ``<OpType>_<index>``; a repeated name gets ``__<n>`` appended.
+    """
+    seen: set[str] = set()
+    renamed = 0
+    for i, node in enumerate(model.graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        base, k = name, 2
+        while name in seen:
+            name = f"{base}__{k}"
+            k += 1
+        if name != node.name:
+            node.name = name
+            renamed += 1
+        seen.add(name)
+    if renamed:
+        meta = {p.key: p for p in model.metadata_props}
+        if "npuscope.renamed_nodes" in meta:
+            meta["npuscope.renamed_nodes"].value = str(renamed)
+        else:
+            onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
+                                                "npuscope.renamed_nodes": str(renamed)})
+    return renamed

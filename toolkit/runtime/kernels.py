@@ -1,0 +1,213 @@
+"""Build executable kernels from a Plan and its compiled graph.
+
+A kernel is a small ONNX model — the kernel's original nodes, their constants, and Cast nodes at its
+boundary — run by a cached onnxruntime session, which realises the numerics contract
+(toolkit.precision.contract):
+
+- an FP16 kernel reads its float inputs as FP16 (``<name>__h`` graph inputs cast to FP32 inside: exact),
+  computes in FP32 (FP32 accumulation for cube ops, FP32 intermediates for fused kernels), and rounds each
+  float output once to FP16 (``Cast``; in ``saturation`` overflow mode a ``Clip`` to ±65504 comes first);
+- its float32 constants are rounded to FP16 at build time (parameters such as Resize scales excepted);
+- in ``high_performance`` mode a single-node FP16 reduction/normalisation runs the FP16-accumulating numpy
+  kernel of toolkit.runtime.fp16_accum instead;
+- FP32 kernels run the original nodes unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from toolkit.compiler.passes.check_constants import FP32_PARAMETERS
+from toolkit.compiler.plan import KernelSpec, Plan
+from toolkit.errors import ModelError
+from toolkit.ir.graph import node_reads
+from toolkit.precision.contract import FP16_MAX
+from toolkit.runtime import fp16_accum
+from toolkit.runtime.ort_env import make_session
+
+_SESSIONS: dict[str, object] = {}
+
+
+@dataclass
+class ExecKernel:
+    spec: KernelSpec
+    feeds: list[tuple[str, str]]  # (kernel input name, plan tensor)
+    fetches: list[tuple[str, str]]  # (kernel output name, plan tensor)
+    session: object = None
+    numpy_fn: object = None
+    attrs: dict = field(default_factory=dict)
+    digest: str = ""
+
+    def __call__(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        if self.numpy_fn is not None:
+            return [self.numpy_fn(values, self.attrs)]
+        return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)})
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _elem(dtype: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype != "object" else TensorProto.UNDEFINED
+
+
+def _source(plan: Plan, tensor: str, cast_src: dict[str, str]) -> str:
+    return cast_src.get(tensor, tensor)
+
+
+def _round_const(c: np.ndarray, overflow_mode: str) -> np.ndarray:
+    if overflow_mode == "saturation":
+        c = np.clip(c, -FP16_MAX, FP16_MAX)
+    return c.astype(np.float16).astype(np.float32)
+
+
+def _cast_kernel(spec: KernelSpec, plan: Plan, overflow_mode: str):
+    src, dst = spec.inputs[0], spec.outputs[0]
+    src_t, dst_t = plan.tensors[src], plan.tensors[dst]
+    nodes = []
+    x = "x"
+    if dst_t.dtype == "float16" and overflow_mode == "saturation":
+        nodes.append(helper.make_node("Clip", [x, "lo", "hi"], ["xc"]))
+        x = "xc"
+    nodes.append(helper.make_node("Cast", [x], ["y"], to=_elem(dst_t.dtype)))
+    inits = [numpy_helper.from_array(np.array(-FP16_MAX, np.float32), "lo"),
+             numpy_helper.from_array(np.array(FP16_MAX, np.float32), "hi")] if len(nodes) == 2 else []
+    graph = helper.make_graph(nodes, spec.name, [_vi("x", _elem(src_t.dtype), src_t.shape)],
+                              [_vi("y", _elem(dst_t.dtype), None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), [("x", src)], [("y", dst)]
+
+
+def _attrs(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProto, by_name: dict,
+                       consts: dict, types: dict, cast_src: dict, overflow_mode: str):
+    """(ModelProto, feeds, fetches) for one kernel; see module docstring."""
+    if spec.fusion == "cast":
+        return _cast_kernel(spec, plan, overflow_mode)
+    nodes = [by_name[n] for n in spec.exec_nodes]
+    fp16 = spec.precision == "fp16"
+    g_inputs, pre, post, feeds, fetches, inits = [], [], [], [], [], []
+    for t in spec.inputs:
+        orig = _source(plan, t, cast_src)
+        tt = plan.tensors[t]
+        shape = tt.shape if tt.storage == "arena" else None
+        if tt.storage == "host":
+            vi = onnx.ValueInfoProto()
+            vi.name = orig
+            vi.type.CopyFrom(types[orig])
+            g_inputs.append(vi)
+            feeds.append((orig, t))
+        elif tt.dtype == "float16" and types.get(orig) is not None and \
+                types[orig].tensor_type.elem_type == TensorProto.FLOAT:
+            g_inputs.append(_vi(orig + "__h", TensorProto.FLOAT16, shape))
+            pre.append(helper.make_node("Cast", [orig + "__h"], [orig], to=TensorProto.FLOAT))
+            feeds.append((orig + "__h", t))
+        else:
+            g_inputs.append(_vi(orig, _elem(tt.dtype), shape))
+            feeds.append((orig, t))
+    seen = set()
+    for node in nodes:
+        for idx, i in enumerate(node_reads(node)):
+            if i in consts and i not in seen:
+                seen.add(i)
+                c = consts[i]
+                param = idx < len(node.input) and (node.op_type, idx) in FP32_PARAMETERS
+                if fp16 and c.dtype == np.float32 and not param:
+                    c = _round_const(c, overflow_mode)
+                inits.append(numpy_helper.from_array(c, i))
+    g_outputs = []
+    for t in spec.outputs:
+        tt = plan.tensors[t]
+        if tt.storage == "host":
+            vi = onnx.ValueInfoProto()
+            vi.name = t
+            vi.type.CopyFrom(types[t])
+            g_outputs.append(vi)
+            fetches.append((t, t))
+        elif tt.dtype == "float16" and types.get(t) is not None and types[t].tensor_type.elem_type == TensorProto.FLOAT:
+            x = t
+            if overflow_mode == "saturation":
+                post.append(helper.make_node("Clip", [x, "__sat_lo", "__sat_hi"], [t + "__sat"]))
+                x = t + "__sat"
+            post.append(helper.make_node("Cast", [x], [t + "__h"], to=TensorProto.FLOAT16))
+            g_outputs.append(_vi(t + "__h", TensorProto.FLOAT16, None))
+            fetches.append((t + "__h", t))
+        else:
+            g_outputs.append(_vi(t, _elem(tt.dtype) if tt.dtype != "object" else TensorProto.FLOAT, None))
+            fetches.append((t, t))
+    if overflow_mode == "saturation" and any(n.op_type == "Clip" and "__sat_lo" in n.input for n in post):
+        inits += [numpy_helper.from_array(np.array(-FP16_MAX, np.float32), "__sat_lo"),
+                  numpy_helper.from_array(np.array(FP16_MAX, np.float32), "__sat_hi")]
+    graph = helper.make_graph(pre + list(nodes) + post, spec.name, g_inputs, g_outputs, inits)
+    model = helper.make_model(graph, opset_imports=list(graph_model.opset_import),
+                              ir_version=graph_model.ir_version)
+    model.functions.extend(graph_model.functions)
+    return model, feeds, fetches
+
+
+def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
+    if not (spec.precision == "fp16" and spec.implmode == "high_performance" and len(spec.exec_nodes) == 1
+            and spec.fusion != "cast"):
+        return None
+    node = by_name[spec.exec_nodes[0]]
+    fn = fp16_accum.KERNELS.get(node.op_type)
+    if fn is None or opset < 13 or len([o for o in node.output if o]) != 1:
+        return None
+    return fn, _attrs(node)
+
+
+def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan") -> list[ExecKernel]:
+    """Executable kernels for every KernelSpec of ``plan`` (sessions cached by model digest)."""
+    by_name = {n.name: n for n in graph_model.graph.node}
+    consts = {i.name: numpy_helper.to_array(i) for i in graph_model.graph.initializer}
+    types = {v.name: v.type for v in list(graph_model.graph.input) + list(graph_model.graph.value_info)
+             + list(graph_model.graph.output)}
+    cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.fusion == "cast"}
+    opset = next((o.version for o in graph_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    out = []
+    for spec in plan.kernels:
+        model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
+                                                   overflow_mode)
+        ek = ExecKernel(spec, feeds, fetches)
+        npk = _numpy_kernel(spec, by_name, consts, opset)
+        if npk is not None:
+            ek.numpy_fn, ek.attrs = npk
+            # constant inputs (axes, scale, bias) are passed as extra values after the runtime inputs
+            node = by_name[spec.exec_nodes[0]]
+            ek.const_inputs = [(idx, consts[i]) for idx, i in enumerate(node.input) if i in consts]
+            ek.input_order = [idx for idx, i in enumerate(node.input) if i and i not in consts]
+            base = ek.numpy_fn
+            round16 = spec.precision == "fp16"
+
+            def call(values, attrs, base=base, ek=ek, node=node, round16=round16):
+                full = [None] * len(node.input)
+                for idx, v in zip(ek.input_order, values):
+                    full[idx] = v
+                for idx, c in ek.const_inputs:
+                    full[idx] = c.astype(np.float16) if round16 and c.dtype == np.float32 else c
+                return base(full, attrs)
+            ek.numpy_fn = call
+        else:
+            data = model.SerializeToString()
+            ek.digest = hashlib.sha256(data).hexdigest()
+            sess = _SESSIONS.get(ek.digest)
+            if sess is None:
+                try:
+                    # onnxruntime's own norm fusions match across our FP16 Casts and break typing
+                    sess = make_session(data, optimize=spec.fusion != "graph")
+                except Exception as exc:
+                    msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                    raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
+                                     f"by onnxruntime: {msg}; the op or its attributes are not supported") from None
+                _SESSIONS[ek.digest] = sess
+            ek.session = sess
+        out.append(ek)
+    return out

@@ -1,0 +1,131 @@
+"""NpuRuntime: execute a compiled Plan kernel by kernel over one preallocated device arena.
+
+Every arena tensor is a numpy view at its planned byte offset in a single ``uint8`` buffer, so a wrong memory
+plan really corrupts data. Tensors with data-dependent shapes live outside the arena (``dynamic``), as do
+non-tensor values (``host``). Float32 graph outputs stored in FP16 are returned converted (exactly) to
+float32.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.compiler.pipeline import CompileResult
+from toolkit.errors import InputError
+from toolkit.runtime.kernels import build_kernels
+
+
+class KernelRuntimeError(RuntimeError):
+    """A kernel failed or wrote a tensor whose shape/dtype differs from the plan."""
+
+
+@dataclass
+class RunResult:
+    """outputs: graph outputs (declared dtype); dumps: tensor -> array in storage dtype (when requested);
+    kernel_ms: per-kernel host wall time in ms, in plan order; total_ms: wall time of the whole run in ms."""
+
+    outputs: dict[str, np.ndarray]
+    dumps: dict[str, np.ndarray] = field(default_factory=dict)
+    kernel_ms: list[float] = field(default_factory=list)
+    total_ms: float = 0.0
+
+
+class NpuRuntime:
+    """Run a :class:`CompileResult` in simulated NPU mode.
+
+    Args:
+        compiled: the compiler's result (plan + compiled graph).
+        progress: optional callable(i, n) called while kernels are built.
+
+    Raises:
+        ModelError: a kernel cannot be built by onnxruntime.
+    """
+
+    def __init__(self, compiled: CompileResult, progress=None):
+        self.compiled = compiled
+        self.plan = compiled.plan
+        overflow = self.plan.config.get("overflow_mode", "inf_nan")
+        t0 = time.perf_counter()
+        self.kernels = build_kernels(self.plan, compiled.model, overflow)
+        self.build_ms = (time.perf_counter() - t0) * 1e3
+        self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)
+        self.views: dict[str, np.ndarray] = {}
+        for t in self.plan.tensors.values():
+            if t.storage == "arena":
+                raw = self.arena[t.offset:t.offset + t.nbytes]
+                self.views[t.name] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
+        types = {v.name: v.type.tensor_type.elem_type for v in compiled.model.graph.output}
+        import onnx
+        self.out_dtypes = {n: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(e)) for n, e in types.items() if e}
+
+    # ------------------------------------------------------------------ storage
+    def _write(self, name: str, arr, kernel: str, heap: dict) -> None:
+        view = self.views.get(name)
+        if view is None:
+            heap[name] = arr
+            return
+        arr = np.asarray(arr)
+        if arr.shape != view.shape or arr.dtype != view.dtype:
+            raise KernelRuntimeError(f"kernel '{kernel}' wrote '{name}' as {arr.dtype}{list(arr.shape)} but the plan "
+                                     f"has {view.dtype}{list(view.shape)}; shape inference disagrees with the runtime")
+        np.copyto(view, arr)
+
+    def _read(self, name: str, heap: dict):
+        view = self.views.get(name)
+        return view if view is not None else heap[name]
+
+    # ------------------------------------------------------------------ run
+    def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None) -> RunResult:
+        """Execute the plan once.
+
+        Args:
+            feeds: {graph input name: array} with the planned shapes and declared dtypes.
+            dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``.
+            on_kernel: optional callable(index, kernel_spec, outputs dict) after each kernel.
+
+        Raises:
+            InputError: a missing input or one whose shape differs from the compiled shape.
+            KernelRuntimeError: a kernel failed at run time.
+        """
+        heap: dict[str, object] = {}
+        for name in self.plan.graph_inputs:
+            if name not in feeds:
+                raise InputError(f"input '{name}' is missing; the model needs {self.plan.graph_inputs}")
+            arr = np.asarray(feeds[name])
+            view = self.views.get(name)
+            if view is not None:
+                if arr.shape != view.shape:
+                    raise InputError(f"input '{name}' has shape {arr.shape} but the plan was compiled for "
+                                     f"{view.shape}; recompile with --input-shape or pass matching inputs")
+                np.copyto(view, arr.astype(view.dtype, copy=False))
+            else:
+                heap[name] = arr
+        res = RunResult({})
+        t_all = time.perf_counter()
+        for i, ek in enumerate(self.kernels):
+            values = [self._read(t, heap) for _, t in ek.feeds]
+            t0 = time.perf_counter()
+            try:
+                outs = ek(values)
+            except Exception as exc:
+                msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                raise KernelRuntimeError(f"kernel '{ek.spec.name}' ({ek.spec.op_type}) failed: {msg}") from exc
+            res.kernel_ms.append((time.perf_counter() - t0) * 1e3)
+            for (_, t), arr in zip(ek.fetches, outs):
+                self._write(t, arr, ek.spec.name, heap)
+                if dump:
+                    res.dumps[t] = np.array(self._read(t, heap), copy=True)
+            if on_kernel is not None:
+                on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
+        res.total_ms = (time.perf_counter() - t_all) * 1e3
+        for name in self.plan.graph_outputs:
+            val = feeds[name] if name in self.plan.graph_inputs else self._read(name, heap)
+            arr = np.array(val, copy=True)
+            want = self.out_dtypes.get(name)
+            if want is not None and arr.dtype != want and arr.dtype == np.float16:
+                arr = arr.astype(want)
+            res.outputs[name] = arr
+        return res

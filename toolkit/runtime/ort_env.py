@@ -1,0 +1,48 @@
+"""One onnxruntime environment for the process: a global intra-op thread pool shared by every session.
+
+Per-kernel sessions with their own thread pools cost ~15 ms each to build; sharing the global pool makes a
+session cost ~2 ms (GUIDE §2 measurement). Call :func:`session_options` for every session we create.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnxruntime as ort
+
+_STATE = {"global": None}
+
+
+def _init_global_pool() -> bool:
+    if _STATE["global"] is None:
+        threads = int(os.environ.get("NPUSCOPE_THREADS", "0"))
+        try:
+            ort.set_global_thread_pool_sizes(threads, 1)
+            _STATE["global"] = True
+        except Exception:  # the environment already exists (a session was made elsewhere first)
+            _STATE["global"] = False
+    return bool(_STATE["global"])
+
+
+def session_options(optimize: bool = True) -> ort.SessionOptions:
+    """SessionOptions using the global thread pool.
+
+    ``optimize`` True: ORT_ENABLE_BASIC (constant folding, semantics-preserving fusions; the extended level
+    rewrites FP16 Cast boundaries and is avoided); False: no graph optimisation (names survive)."""
+    so = ort.SessionOptions()
+    if _init_global_pool():
+        so.use_per_session_threads = False
+    so.log_severity_level = 3
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimize
+                                   else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    return so
+
+
+#: onnxruntime rewrites that match across our FP16 Cast boundaries and then fail type checks.
+DISABLED_OPTIMIZERS = ["LayerNormFusion", "SimplifiedLayerNormFusion", "GeluFusion", "BiasGeluFusion",
+                       "FastGeluFusion", "QuickGeluFusion", "AttentionFusion"]
+
+
+def make_session(model_bytes: bytes, optimize: bool = True) -> ort.InferenceSession:
+    return ort.InferenceSession(model_bytes, session_options(optimize), providers=["CPUExecutionProvider"],
+                                disabled_optimizers=DISABLED_OPTIMIZERS)

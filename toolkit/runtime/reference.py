@@ -1,0 +1,55 @@
+"""ReferenceRunner: the FP32 golden run with onnxruntime (CPU), every intermediate float tensor exposed.
+
+Graph optimisations are off so that ONNX tensor names survive. Intermediate tensors are added as graph
+outputs using types from ONNX shape inference; pass ``only`` to expose a subset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from toolkit.runtime.ort_env import make_session
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+
+
+class ReferenceRunner:
+    """FP32 onnxruntime reference.
+
+    Args:
+        model: the (loaded) model; not modified.
+        only: tensor names to expose (default: every float tensor a top-level node produces).
+        expose: False to expose only the graph outputs.
+    """
+
+    def __init__(self, model: onnx.ModelProto, only=None, expose: bool = True):
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+        except Exception:
+            inferred = m
+        types = {v.name: v for v in list(inferred.graph.value_info)}
+        existing = {o.name for o in m.graph.output}
+        self.exposed: list[str] = []
+        if expose:
+            wanted = set(only) if only is not None else None
+            for node in m.graph.node:
+                for o in node.output:
+                    if not o or o in existing or (wanted is not None and o not in wanted):
+                        continue
+                    vi = types.get(o)
+                    if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type not in FLOAT_TYPES:
+                        continue
+                    out = m.graph.output.add()
+                    out.CopyFrom(vi)
+                    out.type.tensor_type.ClearField("shape")
+                    self.exposed.append(o)
+        self.output_names = [o.name for o in m.graph.output]
+        self.session = make_session(m.SerializeToString(), optimize=False)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """{tensor name: array} for graph outputs and exposed intermediates."""
+        outs = self.session.run(self.output_names, feeds)
+        return dict(zip(self.output_names, outs))
