@@ -10,10 +10,22 @@ import os
 
 import onnxruntime as ort
 
-_STATE = {"global": None}
+_STATE = {"global": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
+
+
+def enable_global_thread_pool() -> None:
+    """Share one process-wide thread pool between all our sessions (fast kernel builds).
+
+    Side effect: afterwards every onnxruntime session in this process must set
+    ``use_per_session_threads = False`` (onnxruntime refuses others), so the CLI enables it and library users
+    opt in (or set NPUSCOPE_GLOBAL_POOL=1). Use :func:`session_options` for sessions of your own.
+    """
+    _STATE["wanted"] = True
 
 
 def _init_global_pool() -> bool:
+    if not _STATE["wanted"]:
+        return False
     if _STATE["global"] is None:
         threads = int(os.environ.get("NPUSCOPE_THREADS", "0"))
         try:

@@ -1,0 +1,61 @@
+"""The public entry points of the engine: load → compile → run, as plain functions.
+
+    >>> from toolkit.engine import Session
+    >>> s = Session("model.onnx", config=Config(precision_mode="force_fp16"), input_shapes={"x": (1, 3, 32, 32)})
+    >>> result = s.run({"x": x})            # RunResult: outputs, dumps, kernel_ms
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+
+from toolkit.compiler.pipeline import CompileResult, compile_model
+from toolkit.config import Config
+from toolkit.ir.load import load_model
+from toolkit.runtime.npu import NpuRuntime, RunResult
+
+
+def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """(checked ModelProto, path string) from a path or an already-loaded model."""
+    if isinstance(model, onnx.ModelProto):
+        return model, ""
+    return load_model(model), str(model)
+
+
+def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(np.shape(v)) for k, v in feeds.items()}
+
+
+class Session:
+    """A compiled model ready to run in simulated NPU mode.
+
+    Args:
+        model: path to an ``.onnx`` file or a loaded ``onnx.ModelProto``.
+        config: compile options (defaults: allow_mix_precision, fusion level 2).
+        input_shapes: {input name: dims} binding dynamic dims (default: the model's static shapes).
+
+    Raises:
+        ModelError, ConfigError, InputError: see toolkit.errors.
+    """
+
+    def __init__(self, model, config: Config | None = None, input_shapes=None, progress=None):
+        self.model, self.path = as_model(model)
+        self.config = config or Config()
+        self.compiled: CompileResult = compile_model(self.model, self.config, input_shapes=input_shapes,
+                                                     model_path=self.path)
+        self.runtime = NpuRuntime(self.compiled, progress=progress)
+
+    @property
+    def plan(self):
+        return self.compiled.plan
+
+    def run(self, feeds: dict[str, np.ndarray], dump: bool = False) -> RunResult:
+        return self.runtime.run(feeds, dump=dump)
+
+
+def simulate(model, feeds: dict[str, np.ndarray], config: Config | None = None, dump: bool = False) -> RunResult:
+    """Compile ``model`` for the shapes of ``feeds`` and run it once in simulated NPU mode."""
+    return Session(model, config, input_shapes=shapes_of(feeds)).run(feeds, dump=dump)
