@@ -1,0 +1,129 @@
+"""Output folders and the files commands write (plan.json, compile.log, fusion_result.json, dumps, npz).
+
+Nothing the user gave us is overwritten: an explicit ``--out`` folder must be new or empty; default folders
+are ``reports/<model>-<YYYYmmdd-HHMMSS>[-n]``. Files are written to a temporary name and renamed, and a
+failed command removes the folder it created (no partial report left behind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.errors import UsageError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_filename(name: str, max_len: int = 120) -> str:
+    """A file-system-safe version of a tensor/node name (unsafe runs become '_'); never empty, no '..'."""
+    s = _UNSAFE.sub("_", name).strip("._") or "tensor"
+    return s[:max_len]
+
+
+def new_run_dir(base: str | Path, stem: str) -> Path:
+    """A fresh ``base/<stem>-<time>`` folder name (not created)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = Path(base) / f"{safe_filename(stem)}-{stamp}"
+    n = 2
+    while path.exists():
+        path = Path(base) / f"{safe_filename(stem)}-{stamp}-{n}"
+        n += 1
+    return path
+
+
+@contextlib.contextmanager
+def output_dir(explicit: str | None, base: str | Path, stem: str):
+    """Yield a new, empty output folder; remove it again if the body raises."""
+    if explicit:
+        path = Path(explicit)
+        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise UsageError(f"output folder '{path}' already exists and is not empty; choose a new --out")
+    else:
+        path = new_run_dir(base, stem)
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        yield path
+    except BaseException:
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def write_text(path: Path, text: str) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: Path, data) -> Path:
+    return write_text(path, json.dumps(data, indent=1, default=_jsonable))
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def write_compile_artifacts(compiled, out: Path) -> dict[str, Path]:
+    """plan.json, compile.log, fusion_result.json and findings.json into ``out``."""
+    files = {
+        "plan": out / "plan.json",
+        "compile_log": out / "compile.log",
+        "fusion_result": out / "fusion_result.json",
+        "compile_findings": out / "compile_findings.json",
+    }
+    write_json(files["plan"], compiled.plan.to_dict())
+    write_text(files["compile_log"], "\n".join(compiled.log_lines()) + "\n")
+    write_json(files["fusion_result"], compiled.fusion_result_json())
+    write_json(files["compile_findings"], [f.to_dict() for f in compiled.findings])
+    return files
+
+
+def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
+    """Write arrays to a new .npz (refuses to overwrite an existing file)."""
+    if path.exists():
+        raise UsageError(f"output file '{path}' already exists; choose another --output")
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+    return path
+
+
+def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
+    """Every kernel output as ``<tensor>.npy`` (safe names) plus index.json {file: tensor, kernel, dtype}."""
+    folder.mkdir(parents=True, exist_ok=True)
+    owner = plan.kernel_of_tensor()
+    index, used = {}, set()
+    for tensor, arr in dumps.items():
+        if owner.get(tensor) is not None and owner[tensor].fusion == "cast":
+            continue  # a Cast kernel's output stands for no ONNX tensor
+        base = safe_filename(tensor)
+        fname, n = f"{base}.npy", 2
+        while fname in used:
+            fname, n = f"{base}__{n}.npy", n + 1
+        used.add(fname)
+        np.save(folder / fname, arr)
+        k = owner.get(tensor)
+        index[fname] = {"tensor": tensor, "kernel": k.name if k else None, "dtype": str(arr.dtype),
+                        "shape": list(arr.shape)}
+    write_json(folder / "index.json", index)
+    return folder
