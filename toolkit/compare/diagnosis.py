@@ -1,0 +1,57 @@
+"""The data a diagnosis produces, before anything renders it.
+
+:class:`Diagnosis` is what ``npuscope diagnose`` / ``compare`` compute and what the HTML report, the CSV and
+the JSON are made from. Everything in it is plain data (DataFrames, dicts, lists of Findings).
+
+``table`` (result.csv) has one row per ONNX tensor of the reference run, in execution order, with columns:
+Index, OpType, NodeName, TensorName, TensorIndex, Kernel, KernelOpType, FusedNodes (';'-joined original node
+names of the kernel), Rule, Precision, ImplMode, NPUDump (storage dtype), DataType, Shape, the metric columns of
+toolkit.compare.metrics (CosineSimilarity, MaxAbsoluteError, ... ExactMatchRate, DeviceNaN, DeviceInf,
+GoldenNaN, GoldenInf, GoldenFP16OverflowRatio, OverFlow, Abnormal, AbnormalMetrics, WithinExpectedNoise),
+CompareFailReason (why a row has no metrics, e.g. "fused into kernel conv_1"), Role ("origin",
+"propagated" or "") and GoldenMin / GoldenMax / GoldenAbsMax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from toolkit.compiler.pipeline import Finding
+
+
+@dataclass
+class Diagnosis:
+    """Everything one diagnosis found.
+
+    Attributes:
+        summary: {"verdict": PASS|WARN|FAIL, "reasons": [str], "model": str, "model_sha256": str,
+            "inputs": str, "seed": int|None, "config": dict, "stage": "compile"|"precision"|"none",
+            "first_divergence": {...}|None, "timings_ms": {...}, "counts": {...}}.
+        table: per-tensor comparison (see module docstring).
+        findings: advisor findings, most important first.
+        passes: DataFrame of compiler passes (name, ran, reason, ops_before, ops_after, kernels_after,
+            changed, ms).
+        fusion_result: fusion_result.json content (converter format).
+        precision: DataFrame (OpType, FP16, FP32) of kernel precisions by original op type, plus Casts.
+        memory: {"arena_bytes", "lower_bound_bytes", "tensors_in_arena", "tensors_outside"}.
+        kernel_times: DataFrame (Kernel, OpType, Precision, Nodes, HostMs) sorted by HostMs desc.
+        tasks: list of {"name", "passed", "value", "detail"} task-level checks.
+        triage: {"stage", "fp32_first_divergence", "evidence"} of the force_fp32 re-run.
+        environment: package versions, CPU, threads, relevant environment variables.
+        artifacts: {label: relative file name} of every file written next to the report.
+    """
+
+    summary: dict
+    table: pd.DataFrame
+    findings: list[Finding] = field(default_factory=list)
+    passes: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fusion_result: dict = field(default_factory=dict)
+    precision: pd.DataFrame = field(default_factory=pd.DataFrame)
+    memory: dict = field(default_factory=dict)
+    kernel_times: pd.DataFrame = field(default_factory=pd.DataFrame)
+    tasks: list[dict] = field(default_factory=list)
+    triage: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+    artifacts: dict = field(default_factory=dict)
