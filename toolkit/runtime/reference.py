@@ -1,4 +1,4 @@
-"""ReferenceRunner: the FP32 golden run with onnxruntime (CPU), every intermediate float tensor exposed.
+"""ReferenceRunner: the FP32 golden run with onnxruntime (CPU), every intermediate tensor exposed.
 
 Graph optimisations are off so that ONNX tensor names survive. Intermediate tensors are added as graph
 outputs using types from ONNX shape inference; pass ``only`` to expose a subset.
@@ -19,11 +19,13 @@ class ReferenceRunner:
 
     Args:
         model: the (loaded) model; not modified.
-        only: tensor names to expose (default: every float tensor a top-level node produces).
+        only: tensor names to expose (default: every tensor a top-level node produces whose type shape
+            inference knows).
         expose: False to expose only the graph outputs.
+        float_only: expose float tensors only.
     """
 
-    def __init__(self, model: onnx.ModelProto, only=None, expose: bool = True):
+    def __init__(self, model: onnx.ModelProto, only=None, expose: bool = True, float_only: bool = False):
         m = onnx.ModelProto()
         m.CopyFrom(model)
         try:
@@ -40,7 +42,9 @@ class ReferenceRunner:
                     if not o or o in existing or (wanted is not None and o not in wanted):
                         continue
                     vi = types.get(o)
-                    if vi is None or not vi.type.HasField("tensor_type") or vi.type.tensor_type.elem_type not in FLOAT_TYPES:
+                    if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+                        continue
+                    if float_only and vi.type.tensor_type.elem_type not in FLOAT_TYPES:
                         continue
                     out = m.graph.output.add()
                     out.CopyFrom(vi)

@@ -1,0 +1,119 @@
+"""Per-tensor comparison of an NPU run with the FP32 reference, matched through fusion provenance.
+
+Every tensor a node of the original model produces gets a row, in execution order. A tensor the NPU plan
+still stores is compared (toolkit.compare.metrics, with the op class' expected FP16 noise from the numerics
+contract when its kernel ran in FP16). A tensor the compiler removed gets a reason instead: computed at
+compile time, or fused into kernel K. Each row names the kernel that produced the tensor and the original
+nodes fused into it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from toolkit.compare.metrics import compare_tensors
+from toolkit.precision.contract import expected_noise
+
+INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
+                "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
+
+
+def _golden_range(y) -> dict:
+    try:
+        a = np.asarray(y)
+        if a.size == 0 or a.dtype.kind not in "fiub":
+            return {}
+        f = a.astype(np.float64)
+        fin = f[np.isfinite(f)]
+        if fin.size == 0:
+            return {}
+        return {"GoldenMin": float(fin.min()), "GoldenMax": float(fin.max()), "GoldenAbsMax": float(np.abs(fin).max())}
+    except Exception:
+        return {}
+
+
+def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresholds=None,
+                use_noise: bool = True) -> pd.DataFrame:
+    """DataFrame of per-tensor rows (see toolkit.compare.diagnosis for the columns).
+
+    Args:
+        model: the original (loaded) model: its node order and names define the rows.
+        plan: the compiled Plan the device run executed.
+        golden: reference values {tensor: array} (ReferenceRunner.run).
+        device: NPU values {tensor: array} (RunResult.dumps, storage dtype).
+        thresholds: abnormal lines (toolkit.compare.metrics.parse_thresholds syntax or a dict).
+        use_noise: apply the contract's expected FP16 noise to FP16 kernels' outputs.
+    """
+    owner = plan.kernel_of_tensor()
+    kindex = {k.name: i for i, k in enumerate(plan.kernels)}
+    folded = set(plan.folded)
+    rows = []
+    idx = 0
+    for name in plan.graph_inputs:
+        row = {"Index": idx, "OpType": "Input", "NodeName": name, "TensorName": name, "TensorIndex": 0,
+               "Kernel": "", "KernelIndex": -1, "Precision": "fp32"}
+        if name in golden and name in device:
+            row.update(compare_tensors(device[name], golden[name], thresholds=thresholds))
+        rows.append(row)
+        idx += 1
+    for node in model.graph.node:
+        for ti, t in enumerate(node.output):
+            if not t:
+                continue
+            k = owner.get(t)
+            row = {"Index": idx, "OpType": node.op_type, "NodeName": node.name, "TensorName": t, "TensorIndex": ti,
+                   "Kernel": k.name if k else "", "KernelIndex": kindex.get(k.name, -1) if k else -1,
+                   "KernelOpType": k.op_type if k else "", "FusedNodes": ";".join(k.nodes) if k and len(k.nodes) > 1 else "",
+                   "Rule": (k.rule or "") if k else "", "Precision": k.precision if k else "",
+                   "ImplMode": k.implmode if k else ""}
+            idx += 1
+            g = golden.get(t)
+            if g is not None:
+                row["DataType"] = str(np.asarray(g).dtype)
+                row["Shape"] = "x".join(str(d) for d in np.shape(g))
+                row.update(_golden_range(g))
+            if t in folded:
+                row["CompareFailReason"] = "computed at compile time (constant folding)"
+            elif k is not None and t in k.internal:
+                row["CompareFailReason"] = f"fused into kernel {k.name}"
+            elif t not in device:
+                row["CompareFailReason"] = "not stored by the NPU plan"
+            elif g is None:
+                row["CompareFailReason"] = "not exposed by the reference run (non-tensor or unknown type)"
+            else:
+                d = device[t]
+                row["NPUDump"] = str(np.asarray(d).dtype)
+                noise = expected_noise(k.op_class) if (use_noise and k is not None and k.precision == "fp16") else None
+                row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise))
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in INFO_COLUMNS + ["CompareFailReason"]:
+        if col not in df.columns:
+            df[col] = ""
+    df["CompareFailReason"] = df["CompareFailReason"].fillna("")
+    df["Abnormal"] = df.get("Abnormal", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    df["OverFlow"] = df.get("OverFlow", pd.Series(False, index=df.index)).fillna(False).astype(bool)
+    df["Role"] = assign_roles(df, plan)
+    return df
+
+
+def kernel_inputs(plan) -> dict[str, list[str]]:
+    """{kernel name: ONNX tensors it reads}, Cast kernels resolved to the tensors they convert."""
+    cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.fusion == "cast"}
+    return {k.name: [cast_src.get(t, t) for t in k.inputs] for k in plan.kernels}
+
+
+def assign_roles(df: pd.DataFrame, plan) -> list[str]:
+    """'origin' for an abnormal tensor whose kernel's inputs are all normal, 'propagated' for one with an
+    abnormal input, '' otherwise."""
+    abnormal = dict(zip(df["TensorName"], df["Abnormal"] | df["OverFlow"]))
+    ins = kernel_inputs(plan)
+    roles = []
+    for t, k, ab in zip(df["TensorName"], df["Kernel"], df["Abnormal"] | df["OverFlow"]):
+        if not ab or not k:
+            roles.append("origin" if ab else "")
+            continue
+        roles.append("propagated" if any(abnormal.get(i, False) for i in ins.get(k, [])) else "origin")
+    return roles

@@ -1,0 +1,192 @@
+"""`diagnose`: compile, run the FP32 reference and the NPU plan on the same inputs, compare every tensor,
+advise, triage the stage, check the task, and return a :class:`Diagnosis`.
+
+Verdict: FAIL when a final output is abnormal, a task check fails or the compile stage changed the math;
+WARN when intermediate tensors are abnormal or the compiler found FP16-unrepresentable constants but the
+outputs and tasks hold; PASS otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from toolkit.compare.advisor import advise, first_divergence
+from toolkit.compare.diagnosis import Diagnosis
+from toolkit.compare.layerwise import layer_table
+from toolkit.compare.tasks import run_tasks
+from toolkit.config import Config
+from toolkit.engine import Session, shapes_of
+from toolkit.env import environment
+from toolkit.ir.load import load_model
+from toolkit.runtime.reference import ReferenceRunner
+from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A model and feed ready to diagnose (see :func:`prepare`)."""
+
+    model: onnx.ModelProto
+    name: str
+    path: Path
+    zoo_name: str | None
+    feeds: dict
+    inputs_origin: str
+    seed: int | None
+
+
+def prepare(model_arg: str | None, inputs: str | None = None, seed: int = 0, val_range: str | None = None,
+            progress=_noop) -> Prepared:
+    src = resolve_model(model_arg)
+    progress(f"loading {src.path}")
+    model = load_model(src.path)
+    feed = prepare_inputs(model, src, inputs, seed, val_range)
+    progress(f"inputs: {feed.origin}")
+    zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
+    return Prepared(model, src.name, src.path, zname, feed.arrays, feed.origin, feed.seed)
+
+
+def _precision_frame(plan, model) -> pd.DataFrame:
+    op_of = {n.name: n.op_type for n in model.graph.node}
+    counts: dict[str, dict[str, int]] = {}
+    for k in plan.kernels:
+        if k.fusion == "cast":
+            counts.setdefault("Cast (inserted)", {"FP16": 0, "FP32": 0})["FP16" if k.precision == "fp16" else "FP32"] += 1
+            continue
+        for n in k.nodes:
+            c = counts.setdefault(op_of.get(n, k.op_type), {"FP16": 0, "FP32": 0})
+            c["FP16" if k.precision == "fp16" else "FP32"] += 1
+    return pd.DataFrame([{"OpType": t, **c} for t, c in sorted(counts.items())])
+
+
+def _kernel_times(plan, kernel_ms) -> pd.DataFrame:
+    rows = [{"Kernel": k.name, "OpType": k.op_type, "Precision": k.precision, "Nodes": len(k.nodes), "HostMs": ms}
+            for k, ms in zip(plan.kernels, kernel_ms)]
+    return pd.DataFrame(rows).sort_values("HostMs", ascending=False).reset_index(drop=True)
+
+
+def _passes_frame(compiled) -> pd.DataFrame:
+    return pd.DataFrame([{"Pass": p.name, "Ran": p.ran, "Reason": p.reason, "OpsBefore": p.ops_before,
+                          "OpsAfter": p.ops_after, "KernelsAfter": p.kernels_after, "Changes": p.changed,
+                          "Ms": round(p.ms, 2)} for p in compiled.passes])
+
+
+def triage(prep: Prepared, config: Config, golden: dict, thresholds) -> dict:
+    """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
+    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter."""
+    cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
+    sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds))
+    res = sess.run(prep.feeds, dump=True)
+    df = layer_table(prep.model, sess.plan, golden, res.dumps, thresholds, use_noise=False)
+    first = first_divergence(df)
+    return {"fp32_first_divergence": first, "fp32_abnormal_tensors": int(df["Abnormal"].sum()),
+            "fp32_table": df}
+
+
+def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
+    reasons = []
+    out_rows = df[df["TensorName"].isin(outputs)]
+    bad_out = out_rows[out_rows["Abnormal"] | out_rows["OverFlow"]]
+    for _, r in bad_out.iterrows():
+        reasons.append(f"output '{r['TensorName']}' is abnormal (CosineSimilarity {r.get('CosineSimilarity', float('nan')):.6g}, "
+                       f"RelativeEuclideanDistance {r.get('RelativeEuclideanDistance', float('nan')):.3g})")
+    for t in tasks:
+        if not t["passed"]:
+            reasons.append(f"task check {t['name']} failed: {t['detail']}")
+    if stage == "compile":
+        reasons.append("the compiled plan diverges even in force_fp32: a compile-stage fault")
+    if reasons:
+        return "FAIL", reasons
+    n_ab = int((df["Abnormal"] | df["OverFlow"]).sum())
+    if n_ab:
+        reasons.append(f"{n_ab} intermediate tensor(s) abnormal; outputs and task checks hold")
+    if any(f.kind == "fp16_constant" for f in findings):
+        reasons.append("constants not representable in FP16 (see findings)")
+    if reasons:
+        return "WARN", reasons
+    return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
+
+
+def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
+    """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"})."""
+    t = {}
+    t0 = time.perf_counter()
+    progress("compiling")
+    sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds))
+    t["compile_ms"] = sess.compiled.compile_ms
+    t["kernel_build_ms"] = sess.runtime.build_ms
+    progress(f"running the NPU plan ({len(sess.plan.kernels)} kernels)")
+    ts = time.perf_counter()
+    npu = sess.run(prep.feeds, dump=True)
+    t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3
+    progress("running the FP32 reference (onnxruntime)")
+    ts = time.perf_counter()
+    golden = ReferenceRunner(prep.model).run(prep.feeds)
+    golden.update(prep.feeds)
+    t["reference_run_ms"] = (time.perf_counter() - ts) * 1e3
+    progress("comparing tensors")
+    ts = time.perf_counter()
+    device = dict(npu.dumps)
+    device.update({k: v for k, v in prep.feeds.items()})
+    df = layer_table(prep.model, sess.plan, golden, device, thresholds)
+    findings = advise(df, sess.plan, sess.compiled.findings)
+    first = first_divergence(df)
+    t["compare_ms"] = (time.perf_counter() - ts) * 1e3
+    progress("stage triage: re-running the plan in force_fp32")
+    ts = time.perf_counter()
+    tri = triage(prep, config, golden, thresholds)
+    t["triage_ms"] = (time.perf_counter() - ts) * 1e3
+    fp32_first = tri["fp32_first_divergence"]
+    stage = "compile" if fp32_first else ("precision" if first else "none")
+    if stage == "compile":
+        from toolkit.compiler.pipeline import Finding
+        findings.insert(0, Finding("error", "compile_stage_fault", fp32_first["node"], fp32_first["evidence"],
+                                   f"the plan diverges from the reference even in force_fp32 at kernel "
+                                   f"'{fp32_first['kernel']}': a rewrite or fusion changed the math; switch that "
+                                   "fusion off (fusion_switch_file) and report it"))
+    outputs = [o.name for o in prep.model.graph.output]
+    tasks = run_tasks(prep.zoo_name, list(task_metrics),
+                      {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
+    verdict, reasons = _verdict(df, outputs, tasks, stage, findings)
+    origin = fp32_first if stage == "compile" else first
+    k_by_name = {k.name: k for k in sess.plan.kernels}
+    origin_nodes = []
+    if origin:
+        k = k_by_name.get(origin["kernel"])
+        origin_nodes = list(k.nodes) if k is not None and len(k.nodes) > 1 else [origin["node"]]
+    t["total_ms"] = (time.perf_counter() - t0) * 1e3
+    sha = hashlib.sha256(Path(prep.path).read_bytes()).hexdigest() if prep.path and Path(prep.path).is_file() else ""
+    summary = {
+        "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
+        "model_sha256": sha, "inputs": prep.inputs_origin, "seed": prep.seed, "config": config.to_dict(),
+        "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
+        "counts": {"tensors": int(len(df)), "compared": int((df["CompareFailReason"] == "").sum()),
+                   "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),
+                   "origins": int((df["Role"] == "origin").sum()),
+                   "propagated": int((df["Role"] == "propagated").sum()),
+                   "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
+    }
+    plan = sess.plan
+    diag = Diagnosis(
+        summary=summary, table=df, findings=findings, passes=_passes_frame(sess.compiled),
+        fusion_result=sess.compiled.fusion_result_json(), precision=_precision_frame(plan, prep.model),
+        memory={"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes,
+                "tensors_in_arena": sum(1 for x in plan.tensors.values() if x.storage == "arena"),
+                "tensors_outside": sum(1 for x in plan.tensors.values() if x.storage != "arena")},
+        kernel_times=_kernel_times(plan, npu.kernel_ms), tasks=tasks,
+        triage={"stage": stage, "fp32_first_divergence": fp32_first,
+                "fp32_abnormal_tensors": tri["fp32_abnormal_tensors"], "npu_first_divergence": first},
+        environment=environment())
+    return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
+                  "npu_outputs": npu.outputs}
