@@ -68,3 +68,56 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
         summary.append(f"output {name}: {arr.dtype}{list(arr.shape)}")
     summary.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
     return {"summary": summary, "out": folder, "files": files, "result": res}
+
+
+def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
+                     val_range: str | None = None, thresholds: str | None = None, task_metrics=(),
+                     out: str | None = None, html: bool = True, progress=_noop) -> dict:
+    """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
+
+    Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
+    fusion_result.json, plan.json, compile_findings.json and repro/ (when an origin was found).
+    """
+    from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.compare.repro import write_repro
+    from toolkit.diagnose import diagnose, prepare
+    from toolkit.report.csvjson import write_tables
+
+    lines = resolve_thresholds(thresholds) if thresholds else None
+    prep = prepare(model, inputs, seed, val_range, progress=progress)
+    diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
+    with output_dir(out, REPORTS_DIR, prep.name) as folder:
+        progress("writing the report")
+        files = {k: v.name for k, v in write_compile_artifacts(extra["compiled"], folder).items()}
+        if extra["origin_nodes"]:
+            try:
+                write_repro(prep.model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro")
+                files["repro"] = "repro/"
+                diag.summary["repro"] = "repro/model.onnx"
+            except KeyError as exc:
+                diag.summary["repro"] = f"not written: no reference value for {exc}"
+        diag.artifacts = dict(files)
+        diag.artifacts.update({"result": "result.csv", "summary": "summary.json", "findings": "findings.json",
+                               "kernel_times": "kernel_times.csv"})
+        if html:
+            diag.artifacts["report"] = "index.html"
+        written = write_tables(diag, folder)
+        files.update(written)
+        if html:
+            from toolkit.report.html import render_report
+            files["report"] = render_report(diag, folder).name
+    s = diag.summary
+    summary = [f"verdict: {s['verdict']}"] + [f"  - {r}" for r in s["reasons"]]
+    fd = s.get("first_divergence")
+    if s["stage"] == "compile":
+        summary.append(f"stage: compile (the plan diverges even in force_fp32)")
+    if fd:
+        summary.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, kernel {fd['kernel']}, "
+                       f"{fd['precision']}) [{fd['kind']}]")
+    for f in diag.findings[:5]:
+        summary.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
+    for t in diag.tasks:
+        summary.append(f"task {t['name']}: {'PASS' if t['passed'] else 'FAIL'} ({t['detail']})")
+    target = folder / ("index.html" if html else "summary.json")
+    summary.append(f"report: {target.resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": s["verdict"]}

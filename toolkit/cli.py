@@ -95,6 +95,54 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
         click.echo(line)
 
 
+def _diag_options(fn):
+    opts = [
+        click.option("--inputs", type=click.Path(), help="Input .npz, or a folder of .npz (the first is used). "
+                     "Default: the model's registered realistic input, else seeded random data."),
+        click.option("--seed", default=0, show_default=True, help="Seed for generated inputs (recorded)."),
+        click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".'),
+        click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
+                     "(defaults: the compare tool's)."),
+        click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function (repeatable)."),
+        click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
+          task_metrics, out, html):
+    from toolkit import api
+
+    cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    res = api.diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
+                               task_metrics=task_metrics, out=out, html=html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if res["verdict"] == "FAIL":
+        sys.exit(1)
+
+
+@cli.command("diagnose")
+@click.argument("model", required=False)
+@common
+@_diag_options
+def diagnose_cmd(**kw):
+    """Compile MODEL, run the FP32 reference and the NPU plan on the same inputs, compare every tensor and
+    write an HTML report (plus CSV/JSON). Exit code 1 when the verdict is FAIL."""
+    _diag(html=True, **kw)
+
+
+@cli.command("compare")
+@click.argument("model", required=False)
+@common
+@_diag_options
+def compare_cmd(**kw):
+    """Like diagnose, without HTML: result.csv, summary.json, findings.json for scripts and CI."""
+    _diag(html=False, **kw)
+
+
 def main(argv=None) -> None:
     """Console entry point: user mistakes print one line and exit 1/2; internal errors exit 3."""
     try:

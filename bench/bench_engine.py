@@ -1,0 +1,88 @@
+"""Engine speed against onnxruntime, measured side by side in one process.
+
+Prints, for PP-OCRv4 det (1x3x640x640) and rec (1x3x48x320):
+  - NPU-mode latency (force_fp16, fusion level 2; median of N runs) / onnxruntime FP32 latency (default
+    optimisations, same thread pool; median of N runs, interleaved with ours);
+  - cold compile time of det: load + compile + kernel build in a fresh process (no session cache), with the
+    import time of the toolkit shown separately.
+Targets (issue 2): ratio <= 1.5, cold compile <= 3 s on a 2-core machine.
+
+Usage: python bench/bench_engine.py [--runs 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+COLD = r"""
+import time, json, sys
+t0 = time.perf_counter()
+from toolkit.runtime.ort_env import enable_global_thread_pool
+enable_global_thread_pool()
+from toolkit.config import Config
+from toolkit.ir.load import load_model
+from toolkit.compiler.pipeline import compile_model
+from toolkit.runtime.npu import NpuRuntime
+t1 = time.perf_counter()
+m = load_model(sys.argv[1])
+t2 = time.perf_counter()
+cr = compile_model(m, Config(precision_mode="force_fp16", fusion_level=2), input_shapes={"x": (1, 3, 640, 640)})
+t3 = time.perf_counter()
+rt = NpuRuntime(cr)
+t4 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "compile_s": t3 - t2, "build_s": t4 - t3,
+                  "kernels": len(cr.plan.kernels)}))
+"""
+
+
+def cold_compile(path: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", COLD, path], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
+    enable_global_thread_pool()
+    import numpy as np
+    import onnxruntime as ort
+    from toolkit import zoo
+    from toolkit.config import Config
+    from toolkit.engine import Session
+    from toolkit.inputs import realistic_inputs
+
+    results = {}
+    for name in ("ppocr_det", "ppocr_rec"):
+        path = str(zoo.fetch(name))
+        feeds = realistic_inputs(name)
+        so = session_options()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        peer = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = Session(path, Config(precision_mode="force_fp16", fusion_level=2),
+                       input_shapes={k: v.shape for k, v in feeds.items()})
+        sess.run(feeds)
+        peer.run(None, feeds)
+        ours, theirs = [], []
+        for _ in range(args.runs):
+            t = time.perf_counter(); sess.run(feeds); ours.append(time.perf_counter() - t)
+            t = time.perf_counter(); peer.run(None, feeds); theirs.append(time.perf_counter() - t)
+        a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
+        results[name] = (a, b)
+        print(f"{name}: npuscope force_fp16 {a:.1f} ms, onnxruntime FP32 {b:.1f} ms, ratio {a / b:.2f} "
+              f"(target <= 1.5; median of {args.runs}; {len(sess.plan.kernels)} kernels)")
+    cold = cold_compile(str(zoo.fetch("ppocr_det")))
+    total = cold["load_s"] + cold["compile_s"] + cold["build_s"]
+    print(f"ppocr_det cold compile: {total:.2f} s (load {cold['load_s']:.2f} + compile {cold['compile_s']:.2f} "
+          f"+ kernel build {cold['build_s']:.2f}; {cold['kernels']} kernels; toolkit import {cold['import_s']:.2f} s "
+          "not counted) (target <= 3 s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Turn a :class:`~toolkit.compare.diagnosis.Diagnosis` into the plain data the report templates loop over.
+
+All formatting happens here; the templates only loop and branch over strings, lists and dicts. Nothing built
+here is marked safe: every model-derived string reaches the template as a plain ``str`` and is escaped by
+jinja2's autoescape. Generic shapes used throughout:
+
+- facts: list of ``{"key": str, "value": str}`` (a two-column key/value table);
+- grid: ``{"columns": [str], "rows": [{"css": str, "mark": str, "cells": [{"text": str, "sort": str}]}]}``
+  (``sort`` is the raw number for numeric cells, "" otherwise).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+
+from toolkit.compare.diagnosis import Diagnosis
+from toolkit.report.console import human_bytes
+
+#: Columns shown first in the per-tensor table; the rest follow in the DataFrame's order.
+LEADING_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "Role", "Abnormal",
+                   "AbnormalMetrics", "CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError",
+                   "MeanRelativeError", "KullbackLeiblerDivergence", "RootMeanSquareError", "OverFlow",
+                   "CompareFailReason"]
+KERNEL_TOP = 20
+VERDICT_CSS = {"PASS": "pass", "WARN": "warn", "FAIL": "fail"}
+SEVERITY_CSS = {"error": "fail", "warning": "warn", "info": "info"}
+STAGE_TEXT = {
+    "compile": ("Compile-stage fault",
+                "The plan diverges from the FP32 reference even when re-run in force_fp32: a rewrite, fusion or "
+                "memory plan changed the math. Precision settings will not fix it; look at the kernel named below."),
+    "precision": ("Precision",
+                  "The force_fp32 re-run of the same plan matches the reference, so the divergence comes from "
+                  "reduced precision (FP16 storage or FP16 accumulation). Keep the origin in FP32."),
+    "none": ("No divergence", "Every compared tensor stays within the abnormal lines in both runs."),
+}
+
+
+# ----------------------------------------------------------------------------------------------- formatting
+def is_missing(v) -> bool:
+    if v is None:
+        return True
+    if isinstance(v, (float, np.floating)):
+        return math.isnan(v)
+    return v is pd.NA or v is pd.NaT
+
+
+def fmt(v) -> str:
+    """A value as display text: floats to 6 significant digits, NaN/None → '', lists joined, dicts as JSON."""
+    if is_missing(v):
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return f"{float(v):.6g}"
+    if isinstance(v, (list, tuple, set, np.ndarray)):
+        return ", ".join(fmt(x) for x in v)
+    if isinstance(v, dict):
+        return json.dumps(v, default=str, sort_keys=True)
+    return str(v)
+
+
+def sort_key(v) -> str:
+    """The raw number as text for client-side numeric sorting ('' for non-numbers)."""
+    if isinstance(v, (bool, np.bool_)) or is_missing(v):
+        return ""
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return repr(float(v))
+    return ""
+
+
+def facts(mapping: dict | None, keys=None) -> list[dict]:
+    mapping = mapping or {}
+    keys = list(mapping) if keys is None else [k for k in keys if k in mapping]
+    return [{"key": str(k), "value": fmt(mapping[k])} for k in keys]
+
+
+def grid(df: pd.DataFrame | None, columns=None, row_css=None, row_mark=None) -> dict:
+    """A DataFrame as a grid (see module docstring); ``row_css``/``row_mark`` are per-row string lists."""
+    if df is None or df.empty:
+        return {"columns": [], "rows": []}
+    cols = [c for c in (columns or df.columns) if c in df.columns]
+    rows = []
+    for i, rec in enumerate(df[cols].itertuples(index=False, name=None)):
+        rows.append({"css": row_css[i] if row_css else "", "mark": row_mark[i] if row_mark else "",
+                     "cells": [{"text": fmt(v), "sort": sort_key(v)} for v in rec]})
+    return {"columns": [str(c) for c in cols], "rows": rows}
+
+
+# ------------------------------------------------------------------------------------------------- sections
+def origin_mask(diag: Diagnosis) -> pd.Series:
+    """Rows that are an origin: Role == "origin", or the tensor of the stage's first divergence."""
+    t = diag.table
+    role = t["Role"].astype(str) if "Role" in t.columns else pd.Series("", index=t.index)
+    mask = role == "origin"
+    tri = diag.triage or {}
+    first = (tri.get("fp32_first_divergence") if (diag.summary.get("stage") or tri.get("stage")) == "compile"
+             else diag.summary.get("first_divergence")) or {}
+    if first.get("tensor") and "TensorName" in t.columns:
+        mask = mask | (t["TensorName"].astype(str) == str(first["tensor"]))
+    return mask.fillna(False).astype(bool)
+
+
+def verdict_section(diag: Diagnosis) -> dict:
+    s = diag.summary
+    verdict = str(s.get("verdict", "UNKNOWN"))
+    counts = s.get("counts") or {}
+    keys = ["model", "model_sha256", "inputs", "seed", "stage"]
+    return {"label": verdict, "css": VERDICT_CSS.get(verdict, "info"),
+            "reasons": [fmt(r) for r in s.get("reasons") or []],
+            "facts": facts(s, keys) + facts(counts),
+            "timings": [{"key": k, "value": f"{v:.1f} ms" if isinstance(v, (int, float)) else fmt(v)}
+                        for k, v in (s.get("timings_ms") or {}).items()]}
+
+
+def _divergence_run(title: str, first: dict | None) -> dict:
+    if not first:
+        return {"title": title, "found": False, "facts": [], "evidence": []}
+    return {"title": title, "found": True,
+            "facts": facts(first, ["node", "op_type", "tensor", "kernel", "precision", "kind"]),
+            "evidence": facts(first.get("evidence") or {})}
+
+
+def triage_section(diag: Diagnosis) -> dict:
+    tri = diag.triage or {}
+    stage = str(tri.get("stage") or diag.summary.get("stage") or "none")
+    headline, explanation = STAGE_TEXT.get(stage, (stage, ""))
+    npu_first = tri.get("npu_first_divergence", diag.summary.get("first_divergence"))
+    extra = {k: v for k, v in tri.items()
+             if k not in ("stage", "fp32_first_divergence", "npu_first_divergence") and not isinstance(v, pd.DataFrame)}
+    if diag.summary.get("origin_nodes"):
+        extra["origin_nodes"] = diag.summary["origin_nodes"]
+    return {"stage": stage, "css": {"compile": "fail", "precision": "warn"}.get(stage, "pass"),
+            "headline": headline, "explanation": explanation,
+            "runs": [_divergence_run("NPU run (configured precision)", npu_first),
+                     _divergence_run("Re-run in force_fp32", tri.get("fp32_first_divergence"))],
+            "facts": facts(extra)}
+
+
+def findings_section(diag: Diagnosis) -> list[dict]:
+    out = []
+    for f in diag.findings:
+        d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
+        sev = str(d.get("severity", ""))
+        ev = d.get("evidence")
+        out.append({"severity": sev, "css": SEVERITY_CSS.get(sev, "info"), "kind": fmt(d.get("kind")),
+                    "subject": fmt(d.get("subject")),
+                    "evidence": facts(ev) if isinstance(ev, dict) else [{"key": "", "value": fmt(ev)}],
+                    "recommendation": fmt(d.get("recommendation"))})
+    return out
+
+
+def tasks_section(diag: Diagnosis) -> list[dict]:
+    return [{"name": fmt(t.get("name")), "passed": "pass" if t.get("passed") else "FAIL",
+             "css": "pass" if t.get("passed") else "fail", "value": fmt(t.get("value")),
+             "detail": fmt(t.get("detail"))} for t in diag.tasks]
+
+
+def table_section(diag: Diagnosis) -> dict:
+    t = diag.table
+    cols = [c for c in LEADING_COLUMNS if c in t.columns] + [c for c in t.columns if c not in LEADING_COLUMNS]
+    abnormal = (t["Abnormal"].fillna(False).astype(bool) if "Abnormal" in t.columns
+                else pd.Series(False, index=t.index)).tolist()
+    origin = origin_mask(diag).tolist()
+    css = [" ".join(c for c, on in (("abnormal", a), ("origin", o)) if on) for a, o in zip(abnormal, origin)]
+    mark = ["origin" if o else ("abnormal" if a else "") for a, o in zip(abnormal, origin)]
+    g = grid(t, cols, css, mark)
+    g.update(n_rows=len(t), n_abnormal=int(sum(abnormal)), n_origin=int(sum(origin)))
+    return g
+
+
+def fusion_section(diag: Diagnosis) -> dict:
+    rows = []
+    for graph_id, levels in (diag.fusion_result or {}).items():
+        for level, passes in (levels or {}).items():
+            for name, counts in (passes or {}).items():
+                rows.append({"Graph": graph_id, "Level": level, "Pass": name,
+                             "Matches": (counts or {}).get("match_times", ""),
+                             "Effects": (counts or {}).get("effect_times", "")})
+    return {"passes": grid(diag.passes), "fusions": grid(pd.DataFrame(rows))}
+
+
+def memory_section(diag: Diagnosis) -> list[dict]:
+    m = diag.memory or {}
+    out = []
+    arena, bound = m.get("arena_bytes"), m.get("lower_bound_bytes")
+    if arena is not None:
+        out.append({"key": "arena", "value": f"{human_bytes(arena)} ({int(arena):,} bytes)"})
+    if bound is not None:
+        out.append({"key": "lower bound (peak of live tensors)", "value": f"{human_bytes(bound)} ({int(bound):,} bytes)"})
+    if arena is not None and bound:
+        out.append({"key": "arena / lower bound", "value": f"{arena / bound:.3f}x"})
+    rest = {k: v for k, v in m.items() if k not in ("arena_bytes", "lower_bound_bytes")}
+    return out + facts(rest)
+
+
+def kernels_section(diag: Diagnosis) -> dict:
+    kt = diag.kernel_times
+    if kt is None or kt.empty:
+        return {"table": grid(None), "shown": 0, "total": 0, "total_ms": ""}
+    ms = pd.to_numeric(kt["HostMs"], errors="coerce") if "HostMs" in kt.columns else pd.Series(dtype=float)
+    top = kt.assign(HostMs=ms).sort_values("HostMs", ascending=False, na_position="last").head(KERNEL_TOP)
+    total = float(ms.sum())
+    if total > 0:
+        top = top.assign(Share=[f"{100 * v / total:.1f} %" if not is_missing(v) else "" for v in top["HostMs"]])
+    return {"table": grid(top), "shown": len(top), "total": len(kt), "total_ms": f"{total:.3f} ms"}
+
+
+def environment_section(diag: Diagnosis) -> list[dict]:
+    env = dict(diag.environment or {})
+    s = diag.summary
+    sections = []
+    if isinstance(env.get("packages"), dict):
+        sections.append({"title": "Package versions", "facts": facts(env.pop("packages"))})
+    env_vars = env.pop("env", None)
+    sections.append({"title": "Machine", "facts": facts(env)})
+    sections.append({"title": "Environment variables",
+                     "facts": facts(env_vars) if env_vars else [{"key": "(none of the relevant variables set)", "value": ""}]})
+    sections.append({"title": "Configuration", "facts": facts(s.get("config") or {})})
+    sections.append({"title": "Run", "facts": facts(s, ["seed", "inputs", "model", "model_sha256"])})
+    return sections
+
+
+def safe_href(name: str) -> str | None:
+    """A relative, percent-encoded link to a file next to the report; None for anything else (absolute paths,
+    schemes such as ``javascript:``, parent-directory escapes)."""
+    name = str(name).replace("\\", "/")
+    if not name or name.startswith("/") or ":" in name.split("/")[0] or ".." in name.split("/"):
+        return None
+    return quote(name, safe="/._-~")
+
+
+def artifacts_section(diag: Diagnosis, out_dir=None) -> list[dict]:
+    out = []
+    for label, name in (diag.artifacts or {}).items():
+        href = safe_href(name)
+        size = ""
+        if out_dir is not None and href is not None:
+            p = out_dir / str(name)
+            size = human_bytes(p.stat().st_size) if p.is_file() else ("folder" if p.is_dir() else "missing")
+        out.append({"label": fmt(label), "name": fmt(name), "href": href or "", "size": size})
+    return out
+
+
+def build_context(diag: Diagnosis, out_dir=None, figures: dict | None = None) -> dict:
+    """Everything the report template needs, as plain data (``figures``: {key: {"id", "json"}} from html.py)."""
+    s = diag.summary
+    title = s.get("model_name") or s.get("model") or "model"
+    return {
+        "title": f"npuscope diagnosis: {fmt(title)}",
+        "generated": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "verdict": verdict_section(diag),
+        "triage": triage_section(diag),
+        "findings": findings_section(diag),
+        "tasks": tasks_section(diag),
+        "table": table_section(diag),
+        "fusion": fusion_section(diag),
+        "precision": grid(diag.precision),
+        "memory": memory_section(diag),
+        "kernels": kernels_section(diag),
+        "environment": environment_section(diag),
+        "artifacts": artifacts_section(diag, out_dir),
+        "figures": figures or {},
+    }

@@ -1,0 +1,98 @@
+"""The HTML report: one self-contained file (plotly.js inlined, no CDN, opens offline).
+
+``render_report(diag, out_dir)`` builds the figures (toolkit.report.figures), turns the Diagnosis into plain
+data (toolkit.report.context) and renders the jinja2 templates of the top-level ``templates/`` folder
+(packaged as ``toolkit.templates``). Autoescape is on for every template: model-derived names are always
+escaped. The only strings marked safe are ours: the plotly.js bundle and figure JSON escaped for a
+``<script type="application/json">`` element (``<``, ``>`` and ``&`` become ``\\u003c``-style escapes, so no
+``</script>`` can end the element early).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from pathlib import Path
+
+import jinja2
+import plotly.graph_objects as go
+from markupsafe import Markup
+
+from toolkit.artifacts import write_text
+from toolkit.compare.diagnosis import Diagnosis
+from toolkit.report import context, figures
+
+TEMPLATE = "report.html.j2"
+_JSON_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
+                        0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def templates_dir() -> Path:
+    """The folder holding report.html.j2: the installed ``toolkit/templates`` package data, else the
+    top-level ``templates/`` of a source checkout. Raises FileNotFoundError naming both places."""
+    tried = []
+    try:
+        spec = importlib.util.find_spec("toolkit.templates")
+    except ModuleNotFoundError:
+        spec = None
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(loc) / TEMPLATE).is_file():
+            return Path(loc)
+        tried.append(str(loc))
+    source = Path(__file__).resolve().parents[2] / "templates"
+    if (source / TEMPLATE).is_file():
+        return source
+    tried.append(str(source))
+    raise FileNotFoundError(f"report template '{TEMPLATE}' not found in {' or '.join(tried)}; reinstall npuscope "
+                            "(pip install .) so the templates are packaged")
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The jinja2 environment: autoescape on for every template, undefined names raise."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+def script_json(text: str) -> Markup:
+    """JSON text made safe inside ``<script type="application/json">`` (still valid, equal JSON)."""
+    return Markup(text.translate(_JSON_SCRIPT_ESCAPES))
+
+
+@functools.lru_cache(maxsize=1)
+def plotly_js() -> Markup:
+    """The plotly.js bundle of the installed plotly package, for inlining once (about 4.6 MB)."""
+    from plotly.offline import get_plotlyjs
+
+    js = get_plotlyjs()
+    if "</script" in js.lower():  # would end the inline <script> early
+        js = js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    return Markup(js)
+
+
+def build_figures(diag: Diagnosis) -> dict[str, go.Figure]:
+    """{"layers", "precision", "kernels"} figures of a diagnosis."""
+    lines = diag.summary.get("thresholds") if isinstance(diag.summary.get("thresholds"), dict) else None
+    return {
+        "layers": figures.layer_error_figure(diag.table, origin=context.origin_mask(diag), lines=lines),
+        "precision": figures.precision_figure(diag.precision),
+        "kernels": figures.kernel_time_figure(diag.kernel_times, top=context.KERNEL_TOP),
+    }
+
+
+def render_html(diag: Diagnosis, out_dir: Path | None = None) -> str:
+    """The report as an HTML string (``out_dir`` is used to show artifact sizes)."""
+    figs = {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in build_figures(diag).items()}
+    ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs)
+    return environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js())
+
+
+def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") -> Path:
+    """Write the HTML report of ``diag`` to ``out_dir/filename`` (atomically) and return its path.
+
+    The folder is created if missing. Links in the artifacts section are relative to ``out_dir``; write the
+    CSV/JSON tables first (toolkit.report.csvjson.write_tables) and list them in ``diag.artifacts`` to link them.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_text(out_dir / filename, render_html(diag, out_dir))
