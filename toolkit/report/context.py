@@ -12,7 +12,6 @@ jinja2's autoescape. Generic shapes used throughout:
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 from urllib.parse import quote
 
@@ -51,7 +50,8 @@ def is_missing(v) -> bool:
 
 
 def fmt(v) -> str:
-    """A value as display text: floats to 6 significant digits, NaN/None → '', lists joined, dicts as JSON."""
+    """A value as display text: floats to 6 significant digits (10 when that would round to ±1), NaN/None → '',
+    booleans yes/no, lists joined with ', ', dicts as 'key: value; ...'."""
     if is_missing(v):
         return ""
     if isinstance(v, (bool, np.bool_)):
@@ -59,11 +59,14 @@ def fmt(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        return f"{float(v):.6g}"
+        text = f"{float(v):.6g}"
+        if text in ("1", "-1") and abs(v) != 1:  # a cosine of 0.99999994 is not 1
+            text = f"{float(v):.10g}"
+        return text
     if isinstance(v, (list, tuple, set, np.ndarray)):
         return ", ".join(fmt(x) for x in v)
     if isinstance(v, dict):
-        return json.dumps(v, default=str, sort_keys=True)
+        return "; ".join(f"{k}: {fmt(x)}" for k, x in v.items())
     return str(v)
 
 
@@ -116,7 +119,7 @@ def verdict_section(diag: Diagnosis) -> dict:
     return {"label": verdict, "css": VERDICT_CSS.get(verdict, "info"),
             "reasons": [fmt(r) for r in s.get("reasons") or []],
             "facts": facts(s, keys) + facts(counts),
-            "timings": [{"key": k, "value": f"{v:.1f} ms" if isinstance(v, (int, float)) else fmt(v)}
+            "timings": [{"key": k, "value": f"{v:.1f} ms" if isinstance(v, (int, float)) and not is_missing(v) else fmt(v)}
                         for k, v in (s.get("timings_ms") or {}).items()]}
 
 
@@ -144,7 +147,7 @@ def triage_section(diag: Diagnosis) -> dict:
             "facts": facts(extra)}
 
 
-def findings_section(diag: Diagnosis) -> list[dict]:
+def findings_section(diag: Diagnosis) -> dict:
     out = []
     for f in diag.findings:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
@@ -154,7 +157,7 @@ def findings_section(diag: Diagnosis) -> list[dict]:
                     "subject": fmt(d.get("subject")),
                     "evidence": facts(ev) if isinstance(ev, dict) else [{"key": "", "value": fmt(ev)}],
                     "recommendation": fmt(d.get("recommendation"))})
-    return out
+    return {"count": len(out), "rows": out}
 
 
 def tasks_section(diag: Diagnosis) -> list[dict]:

@@ -101,8 +101,8 @@ def layer_error_figure(table: pd.DataFrame, origin: pd.Series | None = None,
                                  legendgroup="line", showlegend=row == 1), row=row, col=1)
         fig.update_yaxes(type="log", exponentformat="power", row=row, col=1)
     fig.update_xaxes(title_text="tensor index (execution order)", row=2, col=1)
-    fig.update_layout(height=560, hovermode="closest", margin=dict(l=60, r=20, t=40, b=50),
-                      legend=dict(orientation="h", y=1.08, x=1, xanchor="right"))
+    fig.update_layout(height=600, hovermode="closest", margin=dict(l=60, r=20, t=90, b=50),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.06, yanchor="bottom"))
     return fig
 
 

@@ -18,9 +18,9 @@ import jinja2
 import plotly.graph_objects as go
 from markupsafe import Markup
 
-from toolkit.artifacts import write_text
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.report import context, figures
+from toolkit.report.csvjson import atomic_write_text
 
 TEMPLATE = "report.html.j2"
 _JSON_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
@@ -95,4 +95,6 @@ def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") 
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_text(out_dir / filename, render_html(diag, out_dir))
+    path = out_dir / filename
+    atomic_write_text(path, render_html(diag, out_dir))
+    return path
