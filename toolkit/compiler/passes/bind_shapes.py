@@ -7,6 +7,11 @@ import onnx
 from toolkit.errors import InputError, ModelError
 
 
+def _static(d) -> bool:
+    """A dim with a known size (exporters write unknown dims as dim_param, no value, or dim_value -1)."""
+    return d.HasField("dim_value") and d.dim_value >= 0
+
+
 def bind_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> None:
     """Set every graph input's dims from ``shapes`` (in place).
 
@@ -29,16 +34,16 @@ def bind_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
         if want is None:
             if not tt.HasField("shape"):
                 raise ModelError(f"input '{vi.name}' has no declared shape; give it with --input-shape {vi.name}:d0,d1,...")
-            dyn = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+            dyn = [d.dim_param or "?" for d in dims if not _static(d)]
             if dyn:
                 raise ModelError(f"input '{vi.name}' has dynamic dims {dyn}; bind them with --input-shape "
-                                 f"\"{vi.name}:{','.join(str(d.dim_value) if d.HasField('dim_value') else 'N' for d in dims)}\" "
+                                 f"\"{vi.name}:{','.join(str(d.dim_value) if _static(d) else 'N' for d in dims)}\" "
                                  "or pass inputs")
             continue
         if tt.HasField("shape") and len(dims) != len(want):
             raise InputError(f"input '{vi.name}' has rank {len(dims)} in the model but {len(want)} was given {tuple(want)}")
         for i, (d, w) in enumerate(zip(dims, want)):
-            if d.HasField("dim_value") and d.dim_value != w:
+            if _static(d) and d.dim_value != w:
                 raise InputError(f"input '{vi.name}' dim {i} is {d.dim_value} in the model but {w} was given; "
                                  f"the model expects shape {tuple(x.dim_value or x.dim_param for x in dims)}")
         tt.ClearField("shape")
