@@ -15,8 +15,15 @@ import click
 from toolkit.errors import UserError
 
 
+_VERBOSITY = {"progress": None}  # None: show progress when stderr is a terminal
+
+
 def _progress(msg: str) -> None:
-    click.echo(f"[npuscope {time.strftime('%H:%M:%S')}] {msg}", err=True)
+    show = _VERBOSITY["progress"]
+    if show is None:
+        show = sys.stderr.isatty()
+    if show:
+        click.echo(f"[npuscope {time.strftime('%H:%M:%S')}] {msg}", err=True)
 
 
 def _config(config_path, **overrides):
@@ -46,7 +53,9 @@ def common(fn):
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="npuscope")
-def cli():
+@click.option("-v", "--verbose", is_flag=True, help="Show progress even when stderr is not a terminal.")
+@click.option("-q", "--quiet", is_flag=True, help="Never show progress.")
+def cli(verbose, quiet):
     """npuscope: compile ONNX models for a simulated NPU, run them in mixed precision next to an FP32
     onnxruntime reference, and find where and why accuracy is lost.
 
@@ -54,6 +63,7 @@ def cli():
     (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on first use)."""
     from toolkit.runtime.ort_env import enable_global_thread_pool
 
+    _VERBOSITY["progress"] = False if quiet else (True if verbose else None)
     enable_global_thread_pool()
 
 
@@ -156,7 +166,8 @@ def main(argv=None) -> None:
         click.echo("npuscope: aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
-        exc.show()
+        msg = " ".join(exc.format_message().split())
+        click.echo(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("npuscope: interrupted", err=True)

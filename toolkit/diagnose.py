@@ -19,7 +19,7 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compare.layerwise import layer_table
+from toolkit.compare.layerwise import layer_table, refine_origins
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
@@ -140,6 +140,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     device = dict(npu.dumps)
     device.update({k: v for k, v in prep.feeds.items()})
     df = layer_table(prep.model, sess.plan, golden, device, thresholds)
+    df = refine_origins(df, sess.runtime, golden, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings)
     first = first_divergence(df)
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3

@@ -26,7 +26,9 @@ def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProt
 
 
 def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(np.shape(v)) for k, v in feeds.items()}
+    """{input name: shape} of the tensor feeds; sequence (list) and empty-optional (None) feeds have no shape
+    to bind and are left out (np.shape of a ragged list would raise)."""
+    return {k: tuple(np.shape(v)) for k, v in feeds.items() if isinstance(v, (np.ndarray, np.generic, int, float))}
 
 
 class Session:

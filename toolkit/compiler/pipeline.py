@@ -8,6 +8,8 @@ before/after go into the compile log.
 
 from __future__ import annotations
 
+import copy
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -90,6 +92,7 @@ class PassInfo:
     provides: tuple[str, ...]
     min_level: int
     switch: tuple[str, str] | None  # (level, converter pass name)
+    optional: bool = False  # an optimisation: if it raises, the compile goes on without it (logged)
 
 
 #: The ordered pass list; modules under toolkit.compiler.passes append to it on import, in PASS_ORDER.
@@ -98,11 +101,15 @@ PASS_ORDER = ("fold_constants", "infer_shapes", "fold_batchnorm", "graph_fusion"
               "assign_precision", "insert_casts", "check_constants", "plan_memory")
 
 
-def register_pass(name: str, *, requires=(), provides=(), min_level: int = 0, switch=None):
-    """Decorator registering a pass function under ``name`` (see module docstring)."""
+def register_pass(name: str, *, requires=(), provides=(), min_level: int = 0, switch=None, optional=False):
+    """Decorator registering a pass function under ``name`` (see module docstring).
+
+    ``optional=True`` marks an optimisation: when it raises, :func:`compile_model` restores the state from
+    before the pass, logs why, and goes on (a valid model must compile even if an optimisation cannot handle it).
+    """
 
     def deco(fn):
-        PASSES[name] = PassInfo(name, fn, tuple(requires), tuple(provides), min_level, switch)
+        PASSES[name] = PassInfo(name, fn, tuple(requires), tuple(provides), min_level, switch, optional)
         return fn
 
     return deco
@@ -151,6 +158,26 @@ def _load_passes() -> None:
     from toolkit.compiler import passes  # noqa: F401
 
 
+_SNAPSHOT_FIELDS = ("groups", "node_group", "kernels", "folded", "findings", "fusion_stats", "provenance", "absorbed")
+
+
+def _run_optional(info: PassInfo, ctx: CompileContext) -> PassResult:
+    """Run an optimisation pass; if it raises, put back the graph and context it started from and log why."""
+    snap_model = onnx.ModelProto()
+    snap_model.CopyFrom(ctx.graph.sync())
+    snap = {f: copy.deepcopy(getattr(ctx, f)) for f in _SNAPSHOT_FIELDS}
+    try:
+        return info.fn(ctx)
+    except Exception as exc:  # noqa: BLE001 - an optimisation must never fail the compile
+        msg = " ".join(str(exc).split())[:300] or type(exc).__name__
+        logging.getLogger("npuscope.compiler").warning("pass %s failed (%s: %s); compiling without it",
+                                                        info.name, type(exc).__name__, msg)
+        ctx.graph = Graph(snap_model)
+        for f, v in snap.items():
+            setattr(ctx, f, v)
+        return PassResult(0, [f"FAILED ({type(exc).__name__}: {msg}); state restored, compiling without this pass"])
+
+
 def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input_shapes=None,
                   model_path: str = "", disabled: tuple[str, ...] = ()) -> CompileResult:
     """Run the pass list over a copy of ``model``.
@@ -170,11 +197,15 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     """
     _load_passes()
     from toolkit.compiler.passes.bind_shapes import bind_input_shapes
+    from toolkit.ir.load import normalise_node_names
 
     config = config or Config()
     t0 = time.perf_counter()
     work = onnx.ModelProto()
     work.CopyFrom(model)
+    # kernels look nodes up by name: a ModelProto built in memory (not through load_model) may have empty or
+    # repeated node names, which would make different nodes collide; give them the loader's unique names
+    normalise_node_names(work)
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
     bind_input_shapes(work, shapes)
@@ -194,7 +225,12 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
         if not reason and missing:
             reason = f"requires {', '.join(missing)}"
         ts = time.perf_counter()
-        res = PassResult() if reason else info.fn(ctx)
+        if reason:
+            res = PassResult()
+        elif info.optional:
+            res = _run_optional(info, ctx)
+        else:
+            res = info.fn(ctx)
         ctx.provided.update(info.provides)
         logs.append(PassLog(name, not reason, reason, before, len(ctx.graph.nodes), len(ctx.kernels),
                             res.changed, (time.perf_counter() - ts) * 1e3, res.log))

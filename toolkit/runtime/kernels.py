@@ -54,7 +54,8 @@ def _vi(name, elem, shape):
 
 
 def _elem(dtype: str) -> int:
-    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype != "object" else TensorProto.UNDEFINED
+    """ONNX element type of a plan dtype name; ``object`` is a string tensor (host values never get here)."""
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype != "object" else TensorProto.STRING
 
 
 def _source(plan: Plan, tensor: str, cast_src: dict[str, str]) -> str:
@@ -141,7 +142,7 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
             g_outputs.append(_vi(t + "__h", TensorProto.FLOAT16, None))
             fetches.append((t + "__h", t))
         else:
-            g_outputs.append(_vi(t, _elem(tt.dtype) if tt.dtype != "object" else TensorProto.FLOAT, None))
+            g_outputs.append(_vi(t, _elem(tt.dtype), None))
             fetches.append((t, t))
     if overflow_mode == "saturation" and any(n.op_type == "Clip" and "__sat_lo" in n.input for n in post):
         inits += [numpy_helper.from_array(np.array(-FP16_MAX, np.float32), "__sat_lo"),

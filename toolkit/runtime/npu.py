@@ -57,8 +57,14 @@ class NpuRuntime:
             if t.storage == "arena":
                 raw = self.arena[t.offset:t.offset + t.nbytes]
                 self.views[t.name] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
-        types = {v.name: v.type.tensor_type.elem_type for v in compiled.model.graph.output}
         import onnx
+        from onnx import numpy_helper
+
+        # graph outputs the compiler computed at compile time (folded constants): no kernel writes them
+        outs = set(self.plan.graph_outputs)
+        self.const_outputs = {i.name: numpy_helper.to_array(i) for i in compiled.model.graph.initializer
+                              if i.name in outs}
+        types = {v.name: v.type.tensor_type.elem_type for v in compiled.model.graph.output}
         self.out_dtypes = {n: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(e)) for n, e in types.items() if e}
 
     # ------------------------------------------------------------------ storage
@@ -94,15 +100,20 @@ class NpuRuntime:
         for name in self.plan.graph_inputs:
             if name not in feeds:
                 raise InputError(f"input '{name}' is missing; the model needs {self.plan.graph_inputs}")
-            arr = np.asarray(feeds[name])
+            val = feeds[name]
             view = self.views.get(name)
-            if view is not None:
-                if arr.shape != view.shape:
-                    raise InputError(f"input '{name}' has shape {arr.shape} but the plan was compiled for "
-                                     f"{view.shape}; recompile with --input-shape or pass matching inputs")
-                np.copyto(view, arr.astype(view.dtype, copy=False))
-            else:
+            if val is None or isinstance(val, list):
+                # sequences (lists) and empty optionals (None) are host values: keep them as given
+                heap[name] = val
+                continue
+            arr = np.asarray(val)
+            if view is None:
                 heap[name] = arr
+                continue
+            if arr.shape != view.shape:
+                raise InputError(f"input '{name}' has shape {arr.shape} but the plan was compiled for "
+                                 f"{view.shape}; recompile with --input-shape or pass matching inputs")
+            np.copyto(view, arr.astype(view.dtype, copy=False))
         res = RunResult({})
         t_all = time.perf_counter()
         for i, ek in enumerate(self.kernels):
@@ -122,7 +133,15 @@ class NpuRuntime:
                 on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
         res.total_ms = (time.perf_counter() - t_all) * 1e3
         for name in self.plan.graph_outputs:
-            val = feeds[name] if name in self.plan.graph_inputs else self._read(name, heap)
+            if name in self.plan.graph_inputs:
+                val = feeds[name]
+            elif name in self.const_outputs:
+                val = self.const_outputs[name]
+            else:
+                val = self._read(name, heap)
+            if val is None or isinstance(val, list):  # optional / sequence values: no array conversion
+                res.outputs[name] = None if val is None else [np.array(v, copy=True) for v in val]
+                continue
             arr = np.array(val, copy=True)
             want = self.out_dtypes.get(name)
             if want is not None and arr.dtype != want and arr.dtype == np.float16:

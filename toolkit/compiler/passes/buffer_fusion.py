@@ -29,8 +29,15 @@ def _extend(ctx, pos, anchor):
     g = ctx.graph
     nodes, t = [anchor], anchor.output[0]
     while len(nodes) <= MAX_EPILOGUE:
-        nxt = g.only_consumer(t)
-        if nxt is None:
+        readers = g.consumers.get(t, [])
+        groups = {ctx.node_group.get(r.name) for r in readers}
+        if t in g.outputs or not readers:
+            break
+        if len(groups) == 1 and None not in groups:  # every reader is in one fused activation group
+            nxt = readers[0]
+        elif len(readers) == 1:
+            nxt = readers[0]
+        else:
             break
         gname = ctx.node_group.get(nxt.name)
         if gname is not None:
@@ -56,7 +63,7 @@ def _extend(ctx, pos, anchor):
     return nodes
 
 
-@register_pass("buffer_fusion", requires=("shapes",), min_level=1, switch=("UBFusion", RULE))
+@register_pass("buffer_fusion", requires=("shapes",), min_level=1, switch=("UBFusion", RULE), optional=True)
 def run(ctx) -> PassResult:
     g = ctx.graph
     pos = {n.name: i for i, n in enumerate(g.nodes)}

@@ -90,7 +90,7 @@ def try_fold(g, bn) -> tuple[str | None, str]:
     return prod.name, (wname, bname)
 
 
-@register_pass("fold_batchnorm", requires=("shapes",), min_level=1, switch=("GraphFusion", RULE))
+@register_pass("fold_batchnorm", requires=("shapes",), min_level=1, switch=("GraphFusion", RULE), optional=True)
 def run(ctx) -> PassResult:
     g = ctx.graph
     log, changed = [], 0

@@ -46,7 +46,7 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
     return n
 
 
-@register_pass("fold_constants", provides=("folded",))
+@register_pass("fold_constants", provides=("folded",), optional=True)
 def run(ctx) -> PassResult:
     from onnxscript import optimizer
 
@@ -54,19 +54,29 @@ def run(ctx) -> PassResult:
     before = {o for n in model.graph.node for o in n.output if o}
     outputs = [o.name for o in model.graph.output]
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
+    log = []
+    # fold a copy: a folder that fails half-way must not leave a half-rewritten graph behind
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
     try:
-        optimizer.fold_constants(model, onnx_shape_inference=True, output_size_limit=FOLD_OUTPUT_LIMIT)
+        optimizer.fold_constants(work, onnx_shape_inference=True, output_size_limit=FOLD_OUTPUT_LIMIT)
+        optimizer.remove_unused_nodes(work)
     except Exception as exc:  # the folder is an optimisation; never fail the compile on it
-        return PassResult(0, [f"constant folder failed ({type(exc).__name__}: {exc}); continuing unfolded"])
-    optimizer.remove_unused_nodes(model)
+        work = None
+        log.append(f"constant folder failed ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                   "continuing unfolded")
+    if work is not None and [o.name for o in work.graph.output] != outputs:
+        work = None  # graph outputs must keep their names; the folder renamed one
+        log.append("constant folder renamed a graph output; continuing unfolded")
+    if work is not None:
+        model = work
+    # Constant nodes become initializers even when folding failed (a kernel then reads them as constants)
     n_const = constants_to_initializers(model)
-    # the folder may rename graph outputs only by replacing producers; keep the output names stable
-    assert [o.name for o in model.graph.output] == outputs
     ctx.graph = Graph(model)
     after = {o for n in model.graph.node for o in n.output if o}
     folded = sorted(before - after)
     ctx.folded.extend(folded)
-    log = [f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made initializers"]
+    log.insert(0, f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made initializers")
     if folded:
         log.append("folded: " + ", ".join(folded[:12]) + (" ..." if len(folded) > 12 else ""))
     return PassResult(len(folded), log)

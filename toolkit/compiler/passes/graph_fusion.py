@@ -11,7 +11,7 @@ from toolkit.compiler.pipeline import Group, PassResult, register_pass
 from toolkit.compiler.rules import Match, Refused, load_rules
 
 
-@register_pass("graph_fusion", requires=("shapes",), min_level=2)
+@register_pass("graph_fusion", requires=("shapes",), min_level=2, optional=True)
 def run(ctx) -> PassResult:
     g = ctx.graph
     log, changed = [], 0

@@ -56,6 +56,11 @@ def run(ctx) -> PassResult:
     avail = set(g.inputs) | set(g.consts)
     for u in units:
         k = _kernel(ctx, *u[1:])
+        if not k.outputs:
+            # nothing reads its results and none is a graph output: dead code (ONNX ops have no side
+            # effects); onnxruntime refuses a kernel model without outputs, so it is dropped, not built
+            log.append(f"dropped {u[1]} ({u[3]}): none of its outputs is read")
+            continue
         if not all(i in avail for i in k.inputs) and len(u[2]) > 1:
             log.append(f"dissolved {u[4]} group {u[1]}: an input is produced after its first node")
             for n in u[2]:

@@ -20,7 +20,7 @@ def _spec(g, name, kernel, precision, cast_of=None):
     dtype = vt.np_dtype
     if precision == "fp16" and dtype == np.float32:
         dtype = np.dtype(np.float16)
-    if not vt.static:
+    if not vt.static or dtype == np.dtype(object):  # string tensors hold Python objects: never in the arena
         return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape else None, storage="dynamic", producer=kernel)
     nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize
     return TensorSpec(name, dtype.name, list(vt.shape), nbytes, "arena", producer=kernel)

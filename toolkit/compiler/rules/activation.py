@@ -33,16 +33,18 @@ def _runtime_inputs(g, node):
 
 
 def _candidates_x(g, anchor):
-    """Tensors upstream of the anchor along single-runtime-input nodes, closest first."""
-    out, node = [], anchor
+    """Runtime tensors up to MAX_BACK nodes upstream of the anchor (breadth first, closest first)."""
+    out, frontier = [], [anchor]
     for _ in range(MAX_BACK):
-        ins = _runtime_inputs(g, node)
-        if len(ins) != 1:
-            break
-        out.append(ins[0])
-        node = g.producer.get(ins[0])
-        if node is None or node.op_type not in ("Div", "Mul", "Add", "Pow", "Sub"):
-            break
+        nxt = []
+        for node in frontier:
+            for t in _runtime_inputs(g, node):
+                if t not in out:
+                    out.append(t)
+                    prod = g.producer.get(t)
+                    if prod is not None and prod.op_type in ("Div", "Mul", "Add", "Pow", "Sub"):
+                        nxt.append(prod)
+        frontier = nxt
     return out
 
 
@@ -72,31 +74,68 @@ def _probe(g, region, x, y):
         return None
 
 
+def _between(g, x, anchor):
+    """Nodes on paths from tensor x to the anchor (inclusive of the anchor)."""
+    keep, stack, seen = {anchor.name}, [anchor], set()
+    while stack:
+        node = stack.pop()
+        for t in _runtime_inputs(g, node):
+            if t == x:
+                continue
+            prod = g.producer.get(t)
+            if prod is not None and prod.name not in seen:
+                seen.add(prod.name)
+                stack.append(prod)
+                keep.add(prod.name)
+    return keep
+
+
 def _activation(g, anchor, target: str):
-    pos = {n.name: i for i, n in enumerate(g.nodes)}
+    """Match the activation around ``anchor``: Match, Refused (closed region computing something else) or None."""
     if not g.is_float32(anchor.output[0]):
         return None
+    pos = {n.name: i for i, n in enumerate(g.nodes)}
+    refused = None
     for x in _candidates_x(g, anchor):
+        core = _between(g, x, anchor)
+        if len(core) > MAX_REGION:
+            continue
+        region = sorted((g.by_name[n] for n in core), key=lambda n: pos[n.name])
+        if any(i != x and g.producer.get(i) is not None and g.producer[i].name not in core
+               for n in region for i in _runtime_inputs(g, n)):
+            continue  # the path from x to the anchor reads another runtime tensor: x is too close
+        outs = [o for n in region for o in n.output if o]
+        side: dict[str, object] = {}  # outputs of nodes reading only x: join only if the region uses them
         start = pos[g.producer[x].name] + 1 if x in g.producer else 0
-        region, outs = [], []
-        for node in g.nodes[start:start + 4 * MAX_REGION]:
-            ins = _runtime_inputs(g, node)
-            if not ins or any(i != x and i not in outs for i in ins):
-                continue
-            region.append(node)
-            outs.extend(o for o in node.output if o)
-            if len(region) > MAX_REGION:
-                break
+        for node in [None] + g.nodes[start:start + 4 * MAX_REGION]:
+            if node is not None:
+                if node.name in core:
+                    continue
+                ins = _runtime_inputs(g, node)
+                if ins and all(i == x for i in ins):
+                    side.update({o: node for o in node.output if o})
+                    continue
+                if not any(i in outs for i in ins) or any(i != x and i not in outs and i not in side for i in ins):
+                    continue
+                for i in ins:
+                    if i in side and side[i] not in region:
+                        region.append(side[i])
+                        outs.extend(o for o in side[i].output if o)
+                region.append(node)
+                outs.extend(o for o in node.output if o)
+                if len(region) > MAX_REGION:
+                    break
             y = _closed(g, region, outs)
-            if y is None or anchor not in region or x in g.outputs and False:
+            if y is None:
                 continue
-            got = _probe(g, region, x, y)
-            if got is None:
-                return Refused(f"{target} candidate around '{anchor.name}' has non-scalar constants", region)
+            got = _probe(g, sorted(region, key=lambda n: pos[n.name]), x, y)
             want = TARGETS[target](_PROBE.astype(np.float64))
-            if got.shape == want.shape and np.allclose(got, want, atol=1e-3, rtol=1e-3):
-                return Match(region, target)
-    return None
+            if got is not None and got.shape == want.shape and np.allclose(got, want, atol=1e-3, rtol=1e-3):
+                return Match(sorted(region, key=lambda n: pos[n.name]), target)
+            if refused is None:
+                refused = Refused(f"region from '{x}' to '{y}' does not compute {target} on the probe "
+                                  "(or has non-scalar constants)", list(region))
+    return refused
 
 
 @rule("GeluFusionPass", anchors={"Erf"})
