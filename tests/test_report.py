@@ -78,7 +78,7 @@ def synthetic_diagnosis() -> Diagnosis:
                                    "OpType": ["Conv"] * 25, "Precision": ["fp16", "fp32"] * 12 + ["fp16"],
                                    "Nodes": [1] * 25, "HostMs": [float(i) for i in range(24)] + [99.0]}),
         tasks=[{"name": "cls_argmax", "passed": False, "value": [1, 0], "detail": f"FP32 argmax [1], NPU {EVIL}"}],
-        triage={"stage": "precision", "fp32_first_divergence": None, "fp32_abnormal_tensors": 0,
+        triage={"stage": "precision", "fp32_first_divergence": None, "fp32_tensors_checked": 12,
                 "npu_first_divergence": first},
         environment={"packages": {"numpy": "2.0"}, "python": "3.11", "cpu": "test cpu", "cpu_count": 2,
                      "env": {"OMP_NUM_THREADS": "1"}},

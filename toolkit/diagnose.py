@@ -82,16 +82,52 @@ def _passes_frame(compiled) -> pd.DataFrame:
                           "Ms": round(p.ms, 2)} for p in compiled.passes])
 
 
+def _quick_close(d, g) -> bool:
+    """Cheap screen: same shape, same non-finite positions, max|d-g| <= 1e-3·max|g| + 1e-6."""
+    d, g = np.asarray(d), np.asarray(g)
+    if d.shape != g.shape:
+        return False
+    if d.dtype.kind not in "fc" or g.dtype.kind not in "fc":
+        return bool(np.array_equal(d, g))
+    d64, g64 = d.astype(np.float64), g.astype(np.float64)
+    fd, fg = np.isfinite(d64), np.isfinite(g64)
+    if not np.array_equal(fd, fg):
+        return False
+    if not fg.any():
+        return True
+    return bool(np.max(np.abs(d64[fg] - g64[fg])) <= 1e-3 * np.max(np.abs(g64[fg])) + 1e-6)
+
+
 def triage(prep: Prepared, config: Config, golden: dict, thresholds) -> dict:
     """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
-    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter."""
+    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter.
+
+    Tensors are screened cheaply in execution order; the first that fails the screen is compared with the
+    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence."""
+    from toolkit.compare.metrics import compare_tensors
+
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
     sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds))
     res = sess.run(prep.feeds, dump=True)
-    df = layer_table(prep.model, sess.plan, golden, res.dumps, thresholds, use_noise=False)
-    first = first_divergence(df)
-    return {"fp32_first_divergence": first, "fp32_abnormal_tensors": int(df["Abnormal"].sum()),
-            "fp32_table": df}
+    owner = sess.plan.kernel_of_tensor()
+    checked = 0
+    for node in prep.model.graph.node:
+        for t in node.output:
+            if not t or t not in res.dumps or t not in golden:
+                continue
+            checked += 1
+            if _quick_close(res.dumps[t], golden[t]):
+                continue
+            row = compare_tensors(res.dumps[t], golden[t], thresholds=thresholds)
+            if row["Abnormal"] or row["OverFlow"]:
+                k = owner.get(t)
+                ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
+                ev.update({"tensor": t, "kernel": k.name if k else ""})
+                return {"fp32_first_divergence": {"node": node.name, "op_type": node.op_type, "tensor": t,
+                                                  "kernel": k.name if k else "", "precision": "fp32",
+                                                  "kind": "compile_stage", "evidence": ev},
+                        "fp32_tensors_checked": checked}
+    return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
 
 
 def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
@@ -187,7 +223,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
                 "tensors_outside": sum(1 for x in plan.tensors.values() if x.storage != "arena")},
         kernel_times=_kernel_times(plan, npu.kernel_ms), tasks=tasks,
         triage={"stage": stage, "fp32_first_divergence": fp32_first,
-                "fp32_abnormal_tensors": tri["fp32_abnormal_tensors"], "npu_first_divergence": first},
+                "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
         environment=environment())
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
                   "npu_outputs": npu.outputs}
