@@ -127,7 +127,8 @@ def feeds_of(case: Case) -> dict:
 def compare(expected: list, actual: list, rtol: float, atol: float) -> str | None:
     """None when ``actual`` matches ``expected`` as onnx's backend runner judges it, else the first line why.
 
-    Uses ``Runner.assert_similar_outputs`` itself; an empty optional (None) matches only None.
+    Uses ``Runner.assert_similar_outputs`` itself for every tensor; an empty optional (None) matches only None;
+    a sequence matches a sequence of the same length whose tensors match one by one.
     """
     from onnx.backend.test.runner import Runner
 
@@ -139,8 +140,18 @@ def compare(expected: list, actual: list, rtol: float, atol: float) -> str | Non
                 return f"output {i}: {'None' if out is None else type(out).__name__}, expected " \
                        f"{'None' if ref is None else type(ref).__name__}"
             continue
-        if isinstance(ref, list) and not isinstance(out, list):
-            return f"output {i}: {type(out).__name__}, expected a sequence"
+        if isinstance(ref, list):
+            # sequences element by element, each as a one-output comparison: the runner's own recursion hands
+            # a bare array where it expects a list, and raises on a 0-d tensor inside a sequence
+            if not isinstance(out, list):
+                return f"output {i}: {type(out).__name__}, expected a sequence"
+            if len(out) != len(ref):
+                return f"output {i}: sequence of {len(out)}, expected {len(ref)}"
+            for j, (r, o) in enumerate(zip(ref, out)):
+                why = compare([r], [o], rtol, atol)
+                if why is not None:
+                    return f"output {i}[{j}]: {why}"
+            continue
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -118,6 +118,13 @@ class Graph:
         del g.initializer[:]
         used = {i for n in self.nodes for i in node_reads(n)} | set(self.outputs)
         g.initializer.extend(numpy_helper.from_array(a, name) for name, a in self.consts.items() if name in used)
+        # an unused initializer that is also listed as a graph input (IR < 4 "input with a default value")
+        # goes with its input entry; left alone it would turn into a required input that nobody feeds
+        dropped = {name for name in self.consts if name not in used}
+        if dropped and any(vi.name in dropped for vi in g.input):
+            keep = [vi for vi in g.input if vi.name not in dropped]
+            del g.input[:]
+            g.input.extend(keep)
         return self.model
 
     # ------------------------------------------------------------------ queries

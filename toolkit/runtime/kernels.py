@@ -99,7 +99,9 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
     for t in spec.inputs:
         orig = _source(plan, t, cast_src)
         tt = plan.tensors[t]
-        shape = tt.shape if tt.storage == "arena" else None
+        # dynamic tensors keep the rank and the dims shape inference knows (None = symbolic): ops such as
+        # Scan need their bodies' output shapes inferable from the kernel's input declarations
+        shape = tt.shape
         if tt.storage == "host":
             vi = onnx.ValueInfoProto()
             vi.name = orig

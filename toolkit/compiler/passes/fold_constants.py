@@ -46,6 +46,17 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
     return n
 
 
+def _drop_orphaned_default_inputs(before: onnx.ModelProto, after: onnx.ModelProto) -> None:
+    """Remove graph inputs that were initializers (IR < 4 "inputs with a default value") when the folder
+    removed their initializer as unused: left behind they would become required inputs nobody feeds."""
+    had_default = {i.name for i in before.graph.initializer}
+    still = {i.name for i in after.graph.initializer}
+    keep = [vi for vi in after.graph.input if not (vi.name in had_default and vi.name not in still)]
+    if len(keep) != len(after.graph.input):
+        del after.graph.input[:]
+        after.graph.input.extend(keep)
+
+
 @register_pass("fold_constants", provides=("folded",), optional=True)
 def run(ctx) -> PassResult:
     from onnxscript import optimizer
@@ -69,6 +80,7 @@ def run(ctx) -> PassResult:
         work = None  # graph outputs must keep their names; the folder renamed one
         log.append("constant folder renamed a graph output; continuing unfolded")
     if work is not None:
+        _drop_orphaned_default_inputs(model, work)
         model = work
     # Constant nodes become initializers even when folding failed (a kernel then reads them as constants)
     n_const = constants_to_initializers(model)

@@ -1,0 +1,130 @@
+"""Engine fixes found by the ONNX conformance sweep, one test per failure kind (force_fp32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from toolkit.compiler.pipeline import PASSES, _load_passes, compile_model
+from toolkit.config import Config
+from toolkit.engine import simulate
+
+FP32 = Config(precision_mode="force_fp32")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17, ir_version=None):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    if ir_version is not None:
+        model.ir_version = ir_version
+    return model
+
+
+def _vi(name, elem=TensorProto.FLOAT, shape=(2, 3)):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+X = np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5
+
+
+def test_in_memory_model_with_empty_node_names():
+    """Nodes without names (as onnx's test generator makes them) must not collide in the kernel table."""
+    m = _model([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])],
+               [_vi("x")], [_vi("y")])
+    np.testing.assert_array_equal(simulate(m, {"x": X}, FP32).outputs["y"], -np.maximum(X, 0))
+    assert m.graph.node[0].name == ""  # the caller's model is not modified
+
+
+def test_graph_output_computed_at_compile_time():
+    """Shape of a static input, and a Constant output, are folded: no kernel writes them."""
+    c = numpy_helper.from_array(np.float32([1, 2]), "c")
+    m = _model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Constant", [], ["k"], value=c)],
+               [_vi("x")], [_vi("s", TensorProto.INT64, (2,)), _vi("k", TensorProto.FLOAT, (2,))])
+    out = simulate(m, {"x": X}, FP32).outputs
+    np.testing.assert_array_equal(out["s"], [2, 3])
+    np.testing.assert_array_equal(out["k"], [1, 2])
+
+
+def test_sequence_inputs_and_outputs_stay_sequences():
+    seq = helper.make_tensor_sequence_value_info("seq", TensorProto.FLOAT, None)
+    out = helper.make_tensor_sequence_value_info("out", TensorProto.FLOAT, None)
+    m = _model([helper.make_node("SequenceInsert", ["seq", "x"], ["out"])], [seq, _vi("x")], [out], opset=17)
+    ragged = [np.ones((1, 3), np.float32), np.ones((4, 3), np.float32)]  # np.asarray would fail on this
+    res = simulate(m, {"seq": ragged, "x": X}, FP32).outputs["out"]
+    assert isinstance(res, list) and [a.shape for a in res] == [(1, 3), (4, 3), (2, 3)]
+    same = [np.ones((2, 3), np.float32)] * 2  # np.asarray would silently stack this one
+    res = simulate(m, {"seq": same, "x": X}, FP32).outputs["out"]
+    assert isinstance(res, list) and len(res) == 3
+
+
+def test_string_tensors_live_outside_the_arena():
+    m = _model([helper.make_node("StringConcat", ["a", "b"], ["y"])],
+               [_vi("a", TensorProto.STRING, (2,)), _vi("b", TensorProto.STRING, (2,))],
+               [_vi("y", TensorProto.STRING, (2,))], opset=20)
+    a, b = np.array(["x", "y"], dtype=object), np.array(["1", "2"], dtype=object)
+    sess_out = simulate(m, {"a": a, "b": b}, FP32).outputs["y"]
+    assert list(sess_out) == ["x1", "y2"]
+
+
+def test_unused_initializer_listed_as_input_is_not_required():
+    """IR 3 models list initializers as inputs (default values); an unused one must not become required."""
+    w = numpy_helper.from_array(np.ones((1, 1), np.float32), "unused")
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x"), _vi("unused", shape=(1, 1))], [_vi("y")],
+               inits=[w], opset=9, ir_version=3)
+    np.testing.assert_array_equal(simulate(m, {"x": X}, FP32).outputs["y"], np.maximum(X, 0))
+
+
+def test_dynamic_shape_tensors_run():
+    """NonZero's output shape depends on data: it and what reads it live in 'dynamic' storage."""
+    m = _model([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Transpose", ["nz"], ["y"])],
+               [_vi("x")], [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    res = compile_model(m, FP32, input_shapes={"x": (2, 3)})
+    assert res.plan.tensors["nz"].storage == "dynamic"
+    np.testing.assert_array_equal(simulate(m, {"x": X}, FP32).outputs["y"], np.argwhere(X))
+
+
+def test_dead_node_is_dropped_not_built():
+    c = numpy_helper.from_array(np.float32([1]), "c")
+    m = _model([helper.make_node("Constant", [], ["dead"], value=c), helper.make_node("Relu", ["x"], ["y"])],
+               [_vi("x")], [_vi("y")])
+    res = compile_model(m, FP32, input_shapes={"x": (2, 3)}, disabled=("fold_constants",))
+    assert [k.op_type for k in res.plan.kernels] == ["Relu"]
+
+
+@pytest.mark.parametrize("name", ["fold_constants", "fold_batchnorm", "graph_fusion", "buffer_fusion"])
+def test_failing_optimisation_degrades(monkeypatch, name):
+    """An optimisation that raises (even after editing the graph) is undone and logged; the compile goes on."""
+    _load_passes()
+    info = PASSES[name]
+
+    def broken(ctx, _fn=info.fn):
+        _fn(ctx)
+        ctx.graph.nodes.clear()  # leave a wrecked graph behind
+        raise RuntimeError("simulated failure")
+
+    monkeypatch.setattr(info, "fn", broken)
+    w = numpy_helper.from_array(np.ones((3, 3), np.float32), "w")
+    m = _model([helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+               [_vi("x")], [_vi("y")], inits=[w])
+    res = compile_model(m, FP32, input_shapes={"x": (2, 3)})
+    log = next(p for p in res.passes if p.name == name)
+    assert any("FAILED" in ln and "simulated failure" in ln for ln in log.log)
+    np.testing.assert_allclose(simulate(m, {"x": X}, FP32).outputs["y"], np.maximum(X @ np.ones((3, 3)), 0))
+
+
+def test_folder_failure_still_turns_constants_into_initializers(monkeypatch):
+    import onnxscript.optimizer
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("simulated folder failure")
+
+    monkeypatch.setattr(onnxscript.optimizer, "fold_constants", boom)
+    axes = numpy_helper.from_array(np.int64([-1]), "axes")
+    m = _model([helper.make_node("Constant", [], ["ax"], value=axes),
+                helper.make_node("Unsqueeze", ["x", "ax"], ["y"])], [_vi("x")], [_vi("y", shape=(2, 3, 1))])
+    res = compile_model(m, FP32, input_shapes={"x": (2, 3)})
+    assert "ax" in {i.name for i in res.model.graph.initializer}
+    assert any("constant folder failed" in ln for p in res.passes for ln in p.log)
+    np.testing.assert_array_equal(simulate(m, {"x": X}, FP32).outputs["y"], X[..., None])
