@@ -750,9 +750,7 @@ def test_saturation_applies_to_inputs_and_constants():
 
 @pytest.mark.parametrize("implmode", [
     "high_precision",
-    pytest.param("high_performance", marks=pytest.mark.xfail(strict=True, reason=(
-        "engine bug: runtime/kernels.py build_kernels numpy path (fp16_accum kernels) ignores overflow_mode: "
-        "no clamp to +-65504 on outputs (and constants are cast without the saturation clip)"))),
+    "high_performance",
 ])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # FP16 overflow is the point
 def test_saturation_in_reductions(implmode):
@@ -768,9 +766,7 @@ def test_saturation_in_reductions(implmode):
 
 @pytest.mark.parametrize("implmode", [
     "high_precision",
-    pytest.param("high_performance", marks=pytest.mark.xfail(strict=True, reason=(
-        "engine bug: runtime/kernels.py build_kernels numpy path casts constants with c.astype(float16), "
-        "not _round_const, so saturation mode turns a 1e5 LayerNorm scale into inf"))),
+    "high_performance",
 ])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_saturation_of_constants_in_reductions(implmode):

@@ -189,14 +189,20 @@ def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str =
             ek.input_order = [idx for idx, i in enumerate(node.input) if i and i not in consts]
             base = ek.numpy_fn
             round16 = spec.precision == "fp16"
+            saturate = overflow_mode == "saturation"
+            # constants are converted once, here, as the ONNX-session kernels do (saturation clamps them)
+            ek.const_inputs = [(idx, _round_const(c, overflow_mode).astype(np.float16)
+                                if round16 and c.dtype == np.float32 else c) for idx, c in ek.const_inputs]
 
-            def call(values, attrs, base=base, ek=ek, node=node, round16=round16):
+            def call(values, attrs, base=base, ek=ek, node=node, saturate=saturate):
                 full = [None] * len(node.input)
                 for idx, v in zip(ek.input_order, values):
                     full[idx] = v
                 for idx, c in ek.const_inputs:
-                    full[idx] = c.astype(np.float16) if round16 and c.dtype == np.float32 else c
-                return base(full, attrs)
+                    full[idx] = c
+                out = base(full, attrs)
+                # saturation mode clamps the kernel's FP16 result to +-65504 (NaN stays NaN)
+                return np.clip(out, -FP16_MAX, FP16_MAX).astype(out.dtype) if saturate else out
             ek.numpy_fn = call
         else:
             data = model.SerializeToString()
