@@ -15,7 +15,8 @@ RULE = "TbeCubeElemwiseFusionPass"
 EPILOGUE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip",
                           "HardSigmoid", "HardSwish", "Elu", "Selu", "Gelu", "Mish", "Softplus"})
 ACT_GROUP_RULES = frozenset({"GeluFusionPass", "GeluTanhFusionPass", "SwishFusionPass", "HardSwishFusionPass"})
-MAX_EPILOGUE = 4
+#: Longest epilogue taken into one cube kernel, in steps (an elementwise op or a whole fused activation).
+MAX_EPILOGUE = 6
 
 
 def _available_before(g, pos, tensor, anchor_pos):
@@ -27,8 +28,9 @@ def _available_before(g, pos, tensor, anchor_pos):
 
 def _extend(ctx, pos, anchor):
     g = ctx.graph
-    nodes, t = [anchor], anchor.output[0]
-    while len(nodes) <= MAX_EPILOGUE:
+    nodes, t, steps = [anchor], anchor.output[0], 0
+    while steps < MAX_EPILOGUE:
+        steps += 1
         readers = g.consumers.get(t, [])
         groups = {ctx.node_group.get(r.name) for r in readers}
         if t in g.outputs or not readers:
