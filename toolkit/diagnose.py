@@ -98,7 +98,7 @@ def _quick_close(d, g) -> bool:
     return bool(np.max(np.abs(d64[fg] - g64[fg])) <= 1e-3 * np.max(np.abs(g64[fg])) + 1e-6)
 
 
-def triage(prep: Prepared, config: Config, golden: dict, thresholds) -> dict:
+def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None) -> dict:
     """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
     fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter.
 
@@ -106,8 +106,11 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds) -> dict:
     full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence."""
     from toolkit.compare.metrics import compare_tensors
 
+    from toolkit.compiler.pipeline import recompile_precision
+
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
-    sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds))
+    again = recompile_precision(compiled, cfg) if compiled is not None else None
+    sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
     res = sess.run(prep.feeds, dump=True)
     owner = sess.plan.kernel_of_tensor()
     checked = 0
@@ -182,7 +185,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
     progress("stage triage: re-running the plan in force_fp32")
     ts = time.perf_counter()
-    tri = triage(prep, config, golden, thresholds)
+    tri = triage(prep, config, golden, thresholds, compiled=sess.compiled)
     t["triage_ms"] = (time.perf_counter() - ts) * 1e3
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")

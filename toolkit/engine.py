@@ -38,16 +38,19 @@ class Session:
         model: path to an ``.onnx`` file or a loaded ``onnx.ModelProto``.
         config: compile options (defaults: allow_mix_precision, fusion level 2).
         input_shapes: {input name: dims} binding dynamic dims (default: the model's static shapes).
+        compiled: an existing CompileResult of this model to run instead of compiling (e.g. from
+            toolkit.compiler.pipeline.recompile_precision).
 
     Raises:
         ModelError, ConfigError, InputError: see toolkit.errors.
     """
 
-    def __init__(self, model, config: Config | None = None, input_shapes=None, progress=None):
+    def __init__(self, model, config: Config | None = None, input_shapes=None, progress=None,
+                 compiled: CompileResult | None = None):
         self.model, self.path = as_model(model)
         self.config = config or Config()
-        self.compiled: CompileResult = compile_model(self.model, self.config, input_shapes=input_shapes,
-                                                     model_path=self.path)
+        self.compiled: CompileResult = compiled or compile_model(self.model, self.config, input_shapes=input_shapes,
+                                                                 model_path=self.path)
         self.runtime = NpuRuntime(self.compiled, progress=progress)
 
     @property

@@ -71,6 +71,8 @@ class CompileContext:
     provenance: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     #: tensor name -> node name that absorbed it (a rewrite removed the tensor)
     absorbed: dict[str, str] = field(default_factory=dict)
+    #: snapshot taken right after partition (see recompile_precision)
+    stage: object = None
 
     def add_group(self, group: Group) -> None:
         self.groups[group.name] = group
@@ -136,6 +138,8 @@ class CompileResult:
     findings: list[Finding]
     fusion_stats: dict
     compile_ms: float
+    #: the compile state after partition (kernels before precision), for :func:`recompile_precision`
+    stage: object = None
 
     def fusion_result_json(self, graph_id: str = "0_0") -> dict:
         """fusion_result.json in the converter's format (counts as strings)."""
@@ -210,8 +214,49 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     shapes.update(input_shapes or {})
     bind_input_shapes(work, shapes)
     ctx = CompileContext(Graph(work), config, model_path)
+    logs = _run_passes(ctx, config, PASS_ORDER, disabled)
+    ctx.graph.sync()
+    plan = ctx.plan
+    plan.model = model_path
+    return CompileResult(plan, ctx.graph.model, logs, ctx.findings, ctx.fusion_stats,
+                         (time.perf_counter() - t0) * 1e3, stage=ctx.stage)
+
+
+#: config fields the passes before precision assignment read: a change to any of them needs a full compile
+STRUCTURAL_FIELDS = ("fusion_level", "fusion_switch_file", "input_shape")
+_PRECISION_PASSES = PASS_ORDER[PASS_ORDER.index("assign_precision"):]
+
+
+def recompile_precision(compiled: CompileResult, config: Config) -> CompileResult:
+    """Re-run only the passes from ``assign_precision`` on (precision, casts, constant checks, memory) with a
+    new config, reusing the folded, fused and partitioned graph of ``compiled``. Used by stage triage and
+    tuning, where only precision options change.
+
+    Raises:
+        ValueError: ``config`` differs from the compiled one in a structural field (STRUCTURAL_FIELDS).
+    """
+    import copy
+    import dataclasses
+
+    old = compiled.plan.config
+    for f in STRUCTURAL_FIELDS:
+        if old.get(f) != getattr(config, f):
+            raise ValueError(f"config field {f} changed; compile again")
+    base = compiled.stage
+    t0 = time.perf_counter()
+    ctx = dataclasses.replace(base, config=config, kernels=copy.deepcopy(base.kernels), plan=None,
+                              findings=[f for f in base.findings], provided=set(base.provided))
+    logs = _run_passes(ctx, config, _PRECISION_PASSES, ())
+    plan = ctx.plan
+    plan.model = compiled.plan.model
+    prior = [p for p in compiled.passes if p.name not in _PRECISION_PASSES]
+    return CompileResult(plan, compiled.model, prior + logs, ctx.findings, compiled.fusion_stats,
+                         (time.perf_counter() - t0) * 1e3, stage=base)
+
+
+def _run_passes(ctx, config, names, disabled):
     logs = []
-    for name in PASS_ORDER:
+    for name in names:
         info = PASSES[name]
         before = len(ctx.graph.nodes)
         reason = ""
@@ -234,8 +279,11 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
         ctx.provided.update(info.provides)
         logs.append(PassLog(name, not reason, reason, before, len(ctx.graph.nodes), len(ctx.kernels),
                             res.changed, (time.perf_counter() - ts) * 1e3, res.log))
-    ctx.graph.sync()
-    plan = ctx.plan
-    plan.model = model_path
-    return CompileResult(plan, ctx.graph.model, logs, ctx.findings, ctx.fusion_stats,
-                         (time.perf_counter() - t0) * 1e3)
+        if name == "partition":
+            import copy
+            import dataclasses
+
+            ctx.graph.sync()
+            ctx.stage = dataclasses.replace(ctx, kernels=copy.deepcopy(ctx.kernels), findings=list(ctx.findings),
+                                            provided=set(ctx.provided), plan=None)
+    return logs
