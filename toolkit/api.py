@@ -38,17 +38,21 @@ def compile_command(model: str | None, config: Config, out: str | None = None, p
 
 def run_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                 val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
-                out: str | None = None, progress=_noop) -> dict:
-    """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps)."""
+                out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
+    """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
+    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio)."""
     from toolkit.engine import Session
 
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    feed = prepare_inputs(m, src, inputs, seed, val_range)
+    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
     progress(f"inputs: {feed.origin}")
     progress("compiling and building kernels")
-    sess = Session(m, config, input_shapes=shapes_of(feed.arrays))
+    if plan:
+        sess = _session_with_plan(m, plan, config, feed.arrays)
+    else:
+        sess = Session(m, config, input_shapes=shapes_of(feed.arrays))
     sess.path = str(src.path)
     progress(f"running {len(sess.plan.kernels)} kernels")
     res = sess.run(feed.arrays, dump=bool(dump_dir))
@@ -84,7 +88,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     from toolkit.report.csvjson import write_tables
 
     lines = resolve_thresholds(thresholds) if thresholds else None
-    prep = prepare(model, inputs, seed, val_range, progress=progress)
+    prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
@@ -121,3 +125,254 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": s["verdict"]}
+
+
+def signoff_command(model: str | None, policy_path: str, config: Config, *, config_path: str | None = None,
+                    inputs: str | None = None, thresholds: str | None = None, out: str | None = None,
+                    html: bool = True, progress=_noop) -> dict:
+    """Evaluate a signoff policy (toolkit.signoff) and write the folder: signoff.html (``html``), summary.json
+    (policy, model/config sha256, environment, every criterion with evidence), junit.xml (one testcase per
+    criterion), criteria.csv, result.csv (first input set), plan.json, compile.log, fusion_result.json."""
+    import pandas as pd
+
+    from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.report.csvjson import _csv_text, _dumps, atomic_write_text, json_safe
+    from toolkit.signoff.junit import junit_xml
+    from toolkit.signoff.policy import load_policy
+    from toolkit.signoff.run import run_signoff
+
+    policy = load_policy(policy_path)
+    lines = resolve_thresholds(thresholds) if thresholds else None
+    run = run_signoff(model, policy, config, inputs=inputs, config_path=config_path, thresholds=lines,
+                      progress=progress)
+    s = run.summary
+    with output_dir(out, REPORTS_DIR, f"{s['model_name']}-signoff") as folder:
+        progress("writing the signoff")
+        files = {k: v.name for k, v in write_compile_artifacts(run.compiled, folder).items()}
+        atomic_write_text(folder / "result.csv", _csv_text(run.first_table))
+        crit = pd.DataFrame([{k: v for k, v in c.items() if k != "evidence"} for c in s["criteria"]])
+        atomic_write_text(folder / "criteria.csv", _csv_text(crit))
+        props = {"model": s["model"], "model_sha256": s["model_sha256"], "policy_sha256": s["policy_sha256"],
+                 "config_sha256": s["config_sha256"]["resolved"]}
+        atomic_write_text(folder / "junit.xml", junit_xml(run.results, f"signoff.{s['model_name']}", props,
+                                                          sum(s["latency_ms"]) / 1e3))
+        files.update(result="result.csv", criteria="criteria.csv", junit="junit.xml", summary="summary.json")
+        if html:
+            from toolkit.report.signoff_html import render_signoff
+            files["report"] = render_signoff(json_safe(s), run.first_table, folder).name
+        s["artifacts"] = dict(files)
+        atomic_write_text(folder / "summary.json", _dumps(s))
+    summary = [f"signoff: {s['verdict']} ({s['counts']['passed']}/{s['counts']['criteria']} criteria pass, "
+               f"{s['counts']['input_sets']} input set(s))"]
+    summary += [f"  {r.status} {r.message}" for r in run.results]
+    summary.append(f"report: {(folder / ('signoff.html' if html else 'summary.json')).resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "verdict": s["verdict"], "run": run}
+
+
+def regress_command(baseline: str, new: str, *, tolerance: str | None = None, out: str | None = None,
+                    html: bool = True, progress=_noop) -> dict:
+    """Compare two report folders (toolkit.signoff.regress); write regress.json and regress.html into ``out``
+    (default reports/regress-<time>/)."""
+    from toolkit.report.csvjson import _dumps, atomic_write_text
+    from toolkit.signoff.regress import parse_tolerance, regress
+
+    rep = regress(baseline, new, parse_tolerance(tolerance))
+    with output_dir(out, REPORTS_DIR, "regress") as folder:
+        atomic_write_text(folder / "regress.json", _dumps(rep))
+        files = {"regress": "regress.json"}
+        if html:
+            from toolkit.report.signoff_html import render_regress
+            files["report"] = render_regress(rep, folder).name
+    summary = [f"regress: {rep['verdict']}"]
+    for c in rep["environment_changes"][:10]:
+        summary.append(f"  changed {c['key']}: {c['baseline']} -> {c['new']}")
+    summary += [f"  - {r}" for r in rep["reasons"][:20]]
+    if len(rep["reasons"]) > 20:
+        summary.append(f"  ... and {len(rep['reasons']) - 20} more (regress.json)")
+    n_dec = len(rep["decision_changes"])
+    if n_dec:
+        summary.append(f"  {n_dec} changed decision(s) (precision/placement/fusion), e.g. "
+                       + "; ".join(f"{d['node']} {d['what']} {d['baseline']}->{d['new']}" for d in rep["decision_changes"][:3]))
+    summary.append(f"report: {(folder / ('regress.html' if html else 'regress.json')).resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "regressed": rep["regressed"], "report": rep}
+
+
+def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
+    """Check the environment against the compatibility table (toolkit.signoff.doctor); with ``model``, also
+    its opset and IR version."""
+    import json
+
+    from toolkit.signoff.doctor import doctor
+
+    m, name = None, "model"
+    if model:
+        src = resolve_model(model)
+        m, name = load_model(src.path), src.name
+    rep = doctor(m, name)
+    if as_json:
+        from toolkit.report.csvjson import json_safe
+        lines = [json.dumps(json_safe(rep), indent=1)]
+    else:
+        env = rep["environment"]
+        lines = [f"python {env['python']} on {env['platform']}; CPU {env['cpu']} x{env['cpu_count']}"]
+        lines += [f"{'ok ' if c['passed'] else 'BAD'} {c['message']}" for c in rep["checks"]]
+        lines.append("environment variables: " + (", ".join(f"{k}={v}" for k, v in env["env"].items()) or "(none set)"))
+        lines.append("doctor: " + ("OK" if rep["ok"] else "MISMATCH (see BAD lines)"))
+    return {"summary": lines, "ok": rep["ok"], "report": rep}
+
+
+def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
+                 target: str | None = None, task_metrics=(), out: str | None = None, html: bool = True,
+                 progress=_noop) -> dict:
+    """Run :func:`toolkit.precision.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
+    line), tuned_config.json (accepted by compile/diagnose --config), summary.json, ranking.csv, ranges.csv and
+    tune.html. ``met`` in the result says whether the target holds on every input."""
+    import dataclasses
+
+    from toolkit.artifacts import write_json, write_text
+    from toolkit.compare.tasks import TASKS, load_task
+    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.precision.tune import DEFAULT_TARGET, tune
+    from toolkit.source import _zoo_name_of
+
+    src = resolve_model(model)
+    progress(f"loading {src.path}")
+    m = load_model(src.path)
+    feeds = load_feed_sets(m, src, inputs, seed)
+    progress(f"{len(feeds)} input set(s)")
+    zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
+    tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]
+    res = tune(m, feeds, config, target or DEFAULT_TARGET, tasks=tasks, progress=progress)
+    with output_dir(out, REPORTS_DIR, f"{src.name}-tune") as folder:
+        progress("writing keep_dtype.txt, tuned_config.json and the report")
+        files = {"keep_dtype": "keep_dtype.txt", "config": "tuned_config.json", "summary": "summary.json",
+                 "ranking": "ranking.csv", "ranges": "ranges.csv"}
+        entries = list(res.config.keep_dtype)
+        write_text(folder / files["keep_dtype"], "".join(f"{e}\n" for e in entries))
+        write_json(folder / files["config"], dataclasses.replace(res.config, keep_dtype=entries).to_dict())
+        summary = res.summary()
+        summary.update({"model": str(src.path), "model_name": src.name, "files": files})
+        write_json(folder / files["summary"], summary)
+        write_text(folder / files["ranking"], res.ranking.to_csv(index=False))
+        write_text(folder / files["ranges"], res.ranges.to_csv(index=False))
+        if html:
+            from toolkit.report.tune_html import render_tune_report
+
+            files["report"] = render_tune_report(res, folder, src.name, artifacts=dict(files)).name
+    c0, c1 = res.coverage_before, res.coverage_after
+    lines = [f"target {'MET' if res.met else 'NOT MET'} on {len(feeds)} input(s): "
+             + ", ".join(f"{mt}{o}{v:g}" for mt, o, v in res.target),
+             f"{len(res.chosen)} node(s) kept in FP32 ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
+    lines += [f"  - {e['node']} ({e['op_type']}): local RED {e['local_red']:.3g}"
+              + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")
+              + (f"; without it the target {e['without_it']}" if e["without_it"] not in ("met", "not tried") else "")
+              for e in res.evidence[:10]]
+    worst = res.after.sort_values("CosineSimilarity").head(1).to_dict("records") if len(res.after) else []
+    if worst:
+        w = worst[0]
+        lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity {w['CosineSimilarity']:.6g}, "
+                     f"MaxAbsoluteError {w['MaxAbsoluteError']:.3g}")
+    flops = (f"FLOPs {c0['flops_fp16_share']:.1%} -> {c1['flops_fp16_share']:.1%}" if c0["flops_total"]
+             else "no Conv/MatMul/Gemm FLOPs")
+    lines.append(f"FP16 coverage: ops {c0['ops_fp16_share']:.1%} -> {c1['ops_fp16_share']:.1%}, {flops}; "
+                 f"Casts added {res.cost['casts_added']}")
+    lines.append(f"wrote {folder / 'keep_dtype.txt'} and {folder / 'tuned_config.json'}")
+    lines.append(f"report: {(folder / ('tune.html' if html else 'summary.json')).resolve()}")
+    return {"summary": lines, "out": folder, "files": files, "result": res, "met": res.met}
+
+
+def plan_config(plan, where) -> Config:
+    """The Config a plan.json was compiled with."""
+    return Config.from_dict(plan.config, where=f"plan '{where}' config")
+
+
+def _session_with_plan(m, plan_path, config: Config | None, arrays):
+    """An engine Session whose runtime executes the loaded plan.json (config: the plan's own when None)."""
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import Session
+    from toolkit.memory.planio import attach_plan, load_plan
+    from toolkit.runtime.npu import NpuRuntime
+
+    plan = load_plan(plan_path) if isinstance(plan_path, (str, Path)) else plan_path
+    cfg = config if config is not None else plan_config(plan, plan_path)
+    sess = Session.__new__(Session)
+    sess.model, sess.path, sess.config = m, "", cfg
+    fresh = compile_model(m, cfg, input_shapes=shapes_of(arrays))
+    sess.compiled = attach_plan(fresh, plan, where=f"plan '{plan_path}'")
+    sess.runtime = NpuRuntime(sess.compiled)
+    return sess
+
+
+def memcheck_command(model: str | None, config: Config | None, *, plan: str | None = None,
+                     inputs: str | None = None, seed: int = 0, val_range: str | None = None,
+                     out: str | None = None, html: bool = True, progress=_noop) -> dict:
+    """Check a memory plan statically, dynamically and differentially; propose and verify a fix.
+
+    ``plan``: a plan.json to check (default: the plan the engine compiles with ``config``). ``config``: None
+    means the plan's own config (or the defaults). Files: conflicts.csv (toolkit.memory.memcheck.CONFLICT_COLUMNS),
+    memcheck.json (summary, conflicts, dynamic events, divergence, fix, per-policy totals), plan.json (the checked
+    plan), plan_fixed.json (when a fix was made) and memory.html. ``conflicts`` in the result: their count
+    (the CLI exits 1 when it is not 0).
+    """
+    from toolkit.artifacts import write_json
+    from toolkit.engine import Session
+    from toolkit.memory.memcheck import memcheck, policy_totals
+    from toolkit.memory.planio import relocate
+    from toolkit.report.csvjson import atomic_write_text
+
+    src = resolve_model(model)
+    progress(f"loading {src.path}")
+    m = load_model(src.path)
+    loaded = None
+    if plan:
+        from toolkit.memory.planio import load_plan
+        loaded = load_plan(plan)
+        config = config if config is not None else plan_config(loaded, plan)
+    config = config or Config()
+    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
+    progress("compiling")
+    if loaded is not None:
+        sess = _session_with_plan(m, loaded, config, feed.arrays)
+    else:
+        sess = Session(m, config or Config(), input_shapes=shapes_of(feed.arrays))
+    progress("checking: static, dynamic (poisoned run), differential (reuse off vs plan)")
+    res = memcheck(sess.compiled, sess.plan, feed.arrays)
+    totals = policy_totals(sess.plan)
+    chk = res.check
+    with output_dir(out, REPORTS_DIR, f"{src.name}-memcheck") as folder:
+        files = {"conflicts": "conflicts.csv", "json": "memcheck.json", "plan": "plan.json"}
+        atomic_write_text(folder / "conflicts.csv", res.conflicts_table().to_csv(index=False))
+        sess.plan.to_json(folder / "plan.json")
+        if res.fix:
+            relocate(sess.plan, res.fix["disable_reuse"]).to_json(folder / "plan_fixed.json")
+            files["plan_fixed"] = "plan_fixed.json"
+        if html:
+            files["report"] = "memory.html"
+        write_json(folder / "memcheck.json", {
+            "model": str(src.path), "inputs": feed.origin, "policy": sess.plan.config.get("memory_reuse"),
+            "arena_bytes": sess.plan.arena_bytes, "lower_bound_bytes": sess.plan.lower_bound_bytes,
+            "clean": chk.clean, "conflicts": [c.to_dict() for c in chk.conflicts],
+            "dynamic_events": [e.to_dict() for e in chk.events], "divergence": chk.divergence, "error": chk.error,
+            "fix": res.fix, "policies": totals, "files": files})
+        if html:
+            from toolkit.report.memory_html import render_memory_report
+            render_memory_report(src.name, res, totals, folder, files)
+    summary = [f"memory plan: policy {sess.plan.config.get('memory_reuse')}, arena {human_bytes(sess.plan.arena_bytes)}"
+               f" vs lower bound {human_bytes(sess.plan.lower_bound_bytes)}",
+               f"static conflicts: {len(chk.conflicts)}; dynamic events: {len(chk.events)}"]
+    for c in chk.conflicts[:10]:
+        summary.append(f"  CONFLICT {c.kind}: kernel '{c.writer}' (step {c.writer_step}) writes '{c.written}' over "
+                       f"'{c.victim}', still read by '{c.reader}' (step {c.reader_step})")
+    if chk.divergence:
+        d = chk.divergence
+        blame = (f"; explained by '{d['conflict']['writer']}' overwriting '{d['conflict']['victim']}'"
+                 if d.get("conflict") else "")
+        summary.append(f"first divergent tensor vs reuse off: '{d['tensor']}' (kernel '{d['kernel']}'){blame}")
+    if chk.error:
+        summary.append(f"kernel failure under poisoned memory: {chk.error}")
+    if res.fix:
+        summary.append(f"fix: disable_reuse = {res.fix['disable_reuse']} (verified by re-running: "
+                       f"{'yes, clean' if res.fix.get('verified') else 'NO'})")
+    summary.append(f"report: {(folder / ('memory.html' if html else 'memcheck.json')).resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "result": res,
+            "conflicts": len(chk.conflicts) + len(chk.events) + (chk.error is not None)}

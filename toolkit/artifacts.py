@@ -42,14 +42,21 @@ def new_run_dir(base: str | Path, stem: str) -> Path:
 @contextlib.contextmanager
 def output_dir(explicit: str | None, base: str | Path, stem: str):
     """Yield a new, empty output folder; remove it again if the body raises."""
+    if explicit is not None and not str(explicit).strip():
+        raise UsageError("--out is empty; give a new folder name")
     if explicit:
         path = Path(explicit)
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
+        if path.exists() and any(path.iterdir()):
             raise UsageError(f"output folder '{path}' already exists and is not empty; choose a new --out")
     else:
         path = new_run_dir(base, stem)
     created = not path.exists()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output folder '{path}' ({exc.strerror}); choose a writable --out") from None
     try:
         yield path
     except BaseException:
@@ -102,15 +109,25 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     """Write arrays to a new .npz (refuses to overwrite an existing file)."""
     if path.exists():
         raise UsageError(f"output file '{path}' already exists; choose another --output")
+    if not path.parent.is_dir():
+        raise UsageError(f"--output '{path}': folder '{path.parent}' does not exist; create it or choose another path")
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --output") from None
     return path
 
 
 def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
     """Every kernel output as ``<tensor>.npy`` (safe names) plus index.json {file: tensor, kernel, dtype}."""
-    folder.mkdir(parents=True, exist_ok=True)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--dump '{folder}' is an existing file; give a new folder name")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create dump folder '{folder}' ({exc.strerror}); choose a writable --dump") from None
     owner = plan.kernel_of_tensor()
     index, used = {}, set()
     for tensor, arr in dumps.items():

@@ -87,29 +87,60 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
 @common
 @click.option("--inputs", type=click.Path(), help="Input .npz (keys = model input names). Default: the model's "
               "registered realistic input, else seeded random data.")
-@click.option("--seed", default=0, show_default=True, help="Seed for generated inputs.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
 @click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".')
 @click.option("--dump", "dump_dir", type=click.Path(), help="Write every kernel output as <tensor>.npy into this new folder.")
 @click.option("--output", "output", type=click.Path(), help="Where to write the outputs .npz (must not exist). "
               "Default <out>/outputs.npz.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
+@click.option("--plan", "plan_path", type=click.Path(), help="Run this plan.json (e.g. edited by hand) instead of the "
+              "compiled memory plan; kernels and tensor layouts must match the model compiled with --config.")
 def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, dump_dir,
-            output, out):
+            output, out, plan_path):
     """Run MODEL in simulated NPU mode and write its outputs (npz) and, with --dump, every kernel output."""
     from toolkit import api
 
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
-                          output=output, out=out, progress=_progress)
+                          output=output, out=out, plan=plan_path, progress=_progress)
     for line in res["summary"]:
         click.echo(line)
+
+
+@cli.command("memcheck")
+@click.argument("model", required=False)
+@click.option("--plan", "plan_path", type=click.Path(), help="plan.json to check (default: compile MODEL).")
+@click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
+@click.option("--memory-reuse", type=click.Choice(["off", "conservative", "aggressive"]),
+              help="Overrides the config's memory_reuse (default aggressive).")
+@click.option("--inputs", type=click.Path(), help="Input .npz. Default: the model's realistic input, else random.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
+@click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1]".')
+@click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-memcheck-<time>/.")
+def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_range, no_html, out):
+    """Check MODEL's memory plan: static conflicts (writer, victim, late reader), a poisoned owner-tagged run,
+    reuse off vs the plan, and a verified disable_reuse fix. Writes memory.html, conflicts.csv, memcheck.json.
+    Exit code 1 when conflicts are found."""
+    from toolkit import api
+
+    cfg = None
+    if config_path or memory_reuse or not plan_path:
+        cfg = _config(config_path, memory_reuse=memory_reuse)
+    res = api.memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
+                               html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if res["conflicts"]:
+        sys.exit(1)
 
 
 def _diag_options(fn):
     opts = [
         click.option("--inputs", type=click.Path(), help="Input .npz, or a folder of .npz (the first is used). "
                      "Default: the model's registered realistic input, else seeded random data."),
-        click.option("--seed", default=0, show_default=True, help="Seed for generated inputs (recorded)."),
+        click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+                     help="Seed for generated inputs (recorded)."),
         click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".'),
         click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
                      "(defaults: the compare tool's)."),
@@ -153,10 +184,110 @@ def compare_cmd(**kw):
     _diag(html=False, **kw)
 
 
+@cli.command("signoff")
+@click.argument("model", required=False)
+@click.option("--policy", "policy_path", required=True, type=click.Path(),
+              help="TOML policy: [outputs], [layers], [tasks], [fp16_overflow], [memory], [latency], [placement].")
+@common
+@click.option("--inputs", type=click.Path(), help="A folder of .npz input sets (all are run), or one .npz. "
+              "Default: the model's registered realistic input, else seeded random data.")
+@click.option("--thresholds", help='Abnormal lines for the layer criteria, e.g. "CosineSimilarity<0.999" '
+              "(defaults: the compare tool's).")
+@click.option("--no-html", is_flag=True, help="Skip signoff.html (summary.json and junit.xml are always written).")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-signoff-<time>/.")
+def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, input_shape, inputs, thresholds,
+                no_html, out):
+    """Check MODEL against a written policy: every criterion PASS/FAIL with evidence, signoff.html,
+    summary.json and junit.xml. Exit code 0 only when every criterion passes, else 1."""
+    from toolkit import api
+
+    cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    res = api.signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
+                              out=out, html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if res["verdict"] != "PASS":
+        sys.exit(1)
+
+
+@cli.command("regress")
+@click.argument("baseline", type=click.Path())
+@click.argument("new", type=click.Path())
+@click.option("--tolerance", help='Allowed worsening per metric, e.g. "CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02" '
+              "(defaults: CosineSimilarity=1e-3, RelativeEuclideanDistance=1e-2).")
+@click.option("--no-html", is_flag=True, help="Skip regress.html (regress.json is always written).")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/regress-<time>/.")
+def regress_cmd(baseline, new, tolerance, no_html, out):
+    """Compare two report folders (diagnose, compare or signoff): environment changes first, per-layer metric
+    deltas, layers newly abnormal, changed fusion / precision / placement decisions. Exit code 1 on regression."""
+    from toolkit import api
+
+    res = api.regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if res["regressed"]:
+        sys.exit(1)
+
+
+@cli.command("doctor")
+@click.argument("model", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks and the environment baseline as JSON.")
+def doctor_cmd(model, as_json):
+    """Check the environment (package versions, CPU, threads, relevant variables) against the supported
+    ranges, and MODEL's opset / IR version when given. Exit code 1 on a mismatch."""
+    from toolkit import api
+
+    res = api.doctor_command(model, as_json=as_json)
+    for line in res["summary"]:
+        click.echo(line)
+    if not res["ok"]:
+        sys.exit(1)
+
+
+@cli.command("tune")
+@click.argument("model", required=False)
+@common
+@click.option("--inputs", type=click.Path(), help="Input .npz, a folder of .npz (all are used; the worst decides) or a "
+              "loader script file.py[:function] yielding feed dicts. Default: the model's registered realistic input, "
+              "else seeded random data.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
+@click.option("--target", help='Conditions every final output must meet on every input, e.g. '
+              '"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2" (the default).')
+@click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function that must pass "
+              "too (repeatable).")
+@click.option("--no-html", is_flag=True, help="Skip tune.html.")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-tune-<time>/.")
+def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, target, task_metrics,
+             no_html, out):
+    """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
+    keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
+    from toolkit import api
+
+    cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    res = api.tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
+                           html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if not res["met"]:
+        sys.exit(1)
+
+
+def _terminate(signum, frame):
+    # SIGTERM (timeout, kill): unwind like Ctrl-C so output folders being written are removed
+    raise KeyboardInterrupt
+
+
 def main(argv=None) -> None:
     """Console entry point: user mistakes print one line and exit 1/2; internal errors exit 3."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:
+        click.echo(cli.get_help(click.Context(cli, info_name="npuscope")))
+        sys.exit(0)
     try:
-        cli.main(args=argv, prog_name="npuscope", standalone_mode=False)
+        cli.main(args=args, prog_name="npuscope", standalone_mode=False)
     except UserError as exc:
         click.echo(f"npuscope: error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -22,7 +22,7 @@ from toolkit.errors import ConfigError
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 IMPL_MODES = ("high_precision", "high_performance")
 OVERFLOW_MODES = ("inf_nan", "saturation")
-REUSE_POLICIES = ("off", "greedy")
+REUSE_POLICIES = ("off", "conservative", "aggressive", "greedy")  # "greedy": older name of "aggressive"
 
 
 def suggest(word: str, choices) -> str:
@@ -51,8 +51,15 @@ class Config:
         fusion_level: 0 none, 1 BatchNorm folding + buffer fusion, 2 everything (default).
         fusion_switch_file: the converter's fusion switch JSON ({"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}).
         input_shape: converter syntax ``"x:1,3,640,640;mask:1,16"``; binds dynamic dims for compile.
-        memory_reuse: ``greedy`` (greedy-by-size best-fit offsets, default) or ``off``.
+        memory_reuse: ``aggressive`` (default: greedy-by-size best-fit offsets, in-place elementwise outputs,
+            views for Reshape/Flatten/Squeeze/Unsqueeze/Identity), ``conservative`` (a freed block is reused by
+            a tensor of the same size only) or ``off`` (every tensor its own range). ``greedy`` is accepted as
+            the older name of ``aggressive``.
         memory_alignment: arena offset alignment in bytes (default 512).
+        disable_reuse: tensor, node or kernel names whose tensors (a node's: its kernel's outputs) get
+            exclusive arena ranges: never shared, never in-place, never a view.
+        device_memory_bytes: device memory in bytes; a plan whose arena is larger is a compile error
+            (default ``None``: no limit).
     """
 
     precision_mode: str = "allow_mix_precision"
@@ -64,8 +71,10 @@ class Config:
     fusion_level: int = 2
     fusion_switch_file: dict = field(default_factory=dict)
     input_shape: str = ""
-    memory_reuse: str = "greedy"
+    memory_reuse: str = "aggressive"
     memory_alignment: int = 512
+    disable_reuse: list[str] = field(default_factory=list)
+    device_memory_bytes: int | None = None
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -85,9 +94,12 @@ class Config:
         if path is None:
             return cls()
         p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file '{p}' does not exist; check the --config path")
-        text = p.read_text(encoding="utf-8")
+        if not str(path).strip() or not p.is_file():
+            what = "is a folder" if str(path).strip() and p.is_dir() else "does not exist"
+            raise ConfigError(f"config file '{path}' {what}; pass a .json or .toml file to --config")
+        if p.suffix.lower() not in (".json", ".toml"):
+            raise ConfigError(f"config file '{p}' has suffix '{p.suffix}'; configs are .json or .toml")
+        text = _read_text(p, "config", "config")
         try:
             data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -101,7 +113,7 @@ class Config:
             self.keep_dtype = _read_lines(base / self.keep_dtype, "keep_dtype", where)
         if isinstance(self.modify_mixlist, str):
             self.modify_mixlist = _read_json(base / self.modify_mixlist, "modify_mixlist", where)
-        if isinstance(self.fusion_switch_file, str):
+        if isinstance(self.fusion_switch_file, str) and self.fusion_switch_file:
             self.fusion_switch_file = _read_json(base / self.fusion_switch_file, "fusion_switch_file", where)
         if isinstance(self.optypelist_for_implmode, str):
             self.optypelist_for_implmode = [s.strip() for s in self.optypelist_for_implmode.split(",") if s.strip()]
@@ -113,12 +125,43 @@ class Config:
             val = getattr(self, name)
             if val not in allowed:
                 raise ConfigError(f"{where}: {name} = '{val}' is not valid{suggest(str(val), allowed)}")
-        if self.fusion_level not in (0, 1, 2):
+        for name, typ, what in (("precision_mode", str, "a string"), ("op_select_implmode", str, "a string"),
+                                ("overflow_mode", str, "a string"), ("memory_reuse", str, "a string"),
+                                ("input_shape", str, 'a string like "x:1,3,224,224"'),
+                                ("modify_mixlist", dict, "an object (or a JSON file path)"),
+                                ("fusion_switch_file", dict, "an object (or a JSON file path)")):
+            if not isinstance(getattr(self, name), typ):
+                raise ConfigError(f"{where}: {name} = {getattr(self, name)!r}; expected {what}")
+        for name in ("keep_dtype", "optypelist_for_implmode"):
+            val = getattr(self, name)
+            if not isinstance(val, list) or not all(isinstance(x, str) for x in val):
+                raise ConfigError(f"{where}: {name} = {val!r}; expected a list of strings (or a file path)")
+        for key, edits in self.modify_mixlist.items():
+            if not isinstance(edits, dict) or not all(isinstance(v, list) and all(isinstance(o, str) for o in v)
+                                                      for v in edits.values()):
+                raise ConfigError(f"{where}: modify_mixlist['{key}'] must be {{\"to-add\": [op types], "
+                                  "\"to-remove\": [op types]}")
+            for ops in edits.values():
+                for op in ops:
+                    _check_op_type(op, f"{where}: modify_mixlist['{key}']")
+        for entry in self.keep_dtype:
+            if entry.startswith("OpType::"):
+                _check_op_type(entry[len("OpType::"):], f"{where}: keep_dtype entry '{entry}'")
+        for op in self.optypelist_for_implmode:
+            _check_op_type(op, f"{where}: optypelist_for_implmode")
+        if isinstance(self.fusion_level, bool) or self.fusion_level not in (0, 1, 2):
             raise ConfigError(f"{where}: fusion_level = {self.fusion_level!r}; expected 0 (none), 1 (BN folding + "
                               "buffer fusion) or 2 (all)")
-        if not isinstance(self.memory_alignment, int) or self.memory_alignment <= 0 or \
+        if isinstance(self.memory_alignment, bool) or not isinstance(self.memory_alignment, int) or \
+                self.memory_alignment <= 0 or \
                 self.memory_alignment & (self.memory_alignment - 1):
             raise ConfigError(f"{where}: memory_alignment = {self.memory_alignment!r}; expected a power of two in bytes, e.g. 512")
+        if not isinstance(self.disable_reuse, list) or not all(isinstance(x, str) for x in self.disable_reuse):
+            raise ConfigError(f"{where}: disable_reuse must be a list of tensor, node or kernel names")
+        if self.device_memory_bytes is not None and (not isinstance(self.device_memory_bytes, int)
+                                                     or self.device_memory_bytes <= 0):
+            raise ConfigError(f"{where}: device_memory_bytes = {self.device_memory_bytes!r}; expected a positive "
+                              "number of bytes, e.g. 8589934592, or null for no limit")
         if not isinstance(self.keep_dtype, list):
             raise ConfigError(f"{where}: keep_dtype must be a list of node names / 'OpType::X' or a file path")
         for key in self.modify_mixlist:
@@ -134,7 +177,11 @@ class Config:
             for level, passes in sw["Switch"].items():
                 if level not in ("GraphFusion", "UBFusion"):
                     raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, ['GraphFusion', 'UBFusion'])}")
+                known = fusion_pass_names(level)
                 for pname, state in passes.items():
+                    if pname != "ALL" and pname not in known:
+                        raise ConfigError(f"{where}: fusion switch names an unknown {level} pass '{pname}'"
+                                          f"{suggest(pname, known)}")
                     if state not in ("on", "off"):
                         raise ConfigError(f"{where}: fusion switch '{pname}' = '{state}'; expected 'on' or 'off'")
         self.input_shapes()  # validates the syntax
@@ -146,11 +193,14 @@ class Config:
         for part in filter(None, (s.strip() for s in self.input_shape.split(";"))):
             name, sep, dims = part.rpartition(":")
             try:
-                if not sep or not name:
+                if not sep or not name or not dims.strip():
                     raise ValueError
-                out[name] = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+                out[name] = tuple(int(d) for d in dims.split(","))
+                if any(d < 1 for d in out[name]):
+                    raise ValueError
             except ValueError:
-                raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...'; e.g. \"x:1,3,640,640\"") from None
+                raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...' with sizes >= 1; "
+                                  "e.g. \"x:1,3,640,640\"") from None
         return out
 
     def switch(self, level: str, pass_name: str) -> bool:
@@ -162,17 +212,46 @@ class Config:
         return dataclasses.asdict(self)
 
 
+def _check_op_type(op: str, where: str) -> None:
+    """Refuse an op type that is not an ONNX op (case matters: 'MatMul', not 'matmul')."""
+    import onnx
+
+    known = {s.name for s in onnx.defs.get_all_schemas()}
+    if op not in known:
+        raise ConfigError(f"{where}: '{op}' is not an ONNX op type{suggest(op, known)}")
+
+
+def fusion_pass_names(level: str) -> list[str]:
+    """Pass names the fusion switch file may name at ``level`` (GraphFusion or UBFusion)."""
+    from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
+    from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
+    from toolkit.compiler.rules import load_rules
+
+    if level == "UBFusion":
+        return [UB_RULE]
+    return [BN_RULE] + [r.name for r in load_rules()]
+
+
+def _read_text(p: Path, what: str, where: str) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: {what} file '{p}' is not UTF-8 text; save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: {what} file '{p}' cannot be read ({exc.strerror})") from None
+
+
 def _read_lines(p: Path, what: str, where: str) -> list[str]:
     if not p.is_file():
         raise ConfigError(f"{where}: {what} file '{p}' does not exist")
-    return [ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+    return [ln.strip() for ln in _read_text(p, what, where).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def _read_json(p: Path, what: str, where: str) -> dict:
     if not p.is_file():
         raise ConfigError(f"{where}: {what} file '{p}' does not exist")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(_read_text(p, what, where))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: {what} file '{p}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -47,11 +47,11 @@ class Prepared:
 
 
 def prepare(model_arg: str | None, inputs: str | None = None, seed: int = 0, val_range: str | None = None,
-            progress=_noop) -> Prepared:
+            progress=_noop, input_shapes: dict | None = None) -> Prepared:
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
-    feed = prepare_inputs(model, src, inputs, seed, val_range)
+    feed = prepare_inputs(model, src, inputs, seed, val_range, input_shapes)
     progress(f"inputs: {feed.origin}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     return Prepared(model, src.name, src.path, zname, feed.arrays, feed.origin, feed.seed)
@@ -73,6 +73,8 @@ def _precision_frame(plan, model) -> pd.DataFrame:
 def _kernel_times(plan, kernel_ms) -> pd.DataFrame:
     rows = [{"Kernel": k.name, "OpType": k.op_type, "Precision": k.precision, "Nodes": len(k.nodes), "HostMs": ms}
             for k, ms in zip(plan.kernels, kernel_ms)]
+    if not rows:  # a model with no kernels (outputs are inputs or constants)
+        return pd.DataFrame(columns=["Kernel", "OpType", "Precision", "Nodes", "HostMs"])
     return pd.DataFrame(rows).sort_values("HostMs", ascending=False).reset_index(drop=True)
 
 
@@ -138,8 +140,12 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     out_rows = df[df["TensorName"].isin(outputs)]
     bad_out = out_rows[out_rows["Abnormal"] | out_rows["OverFlow"]]
     for _, r in bad_out.iterrows():
-        reasons.append(f"output '{r['TensorName']}' is abnormal (CosineSimilarity {r.get('CosineSimilarity', float('nan')):.6g}, "
-                       f"RelativeEuclideanDistance {r.get('RelativeEuclideanDistance', float('nan')):.3g})")
+        crossed = r.get("AbnormalMetrics")
+        crossed = list(crossed) if isinstance(crossed, (list, tuple)) else []
+        shown = {m: r.get(m) for m in (crossed or ["CosineSimilarity", "RelativeEuclideanDistance"])
+                 if m in r and r.get(m) == r.get(m)}
+        evidence = ", ".join(f"{m} {v:.6g}" if isinstance(v, float) else f"{m} {v}" for m, v in shown.items())
+        reasons.append(f"output '{r['TensorName']}' is abnormal ({evidence or 'not comparable: ' + str(r.get('CompareFailReason', ''))})")
     for t in tasks:
         if not t["passed"]:
             reasons.append(f"task check {t['name']} failed: {t['detail']}")
@@ -181,6 +187,14 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     df = layer_table(prep.model, sess.plan, golden, device, thresholds)
     df = refine_origins(df, sess.runtime, golden, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings)
+    from toolkit.compiler.pipeline import Finding
+    for name, arr in prep.feeds.items():
+        a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
+        if a is not None and a.dtype.kind == "f" and not np.isfinite(a).all():
+            findings.insert(0, Finding("warning", "nonfinite_input", name,
+                                       {"nan": int(np.isnan(a).sum()), "inf": int(np.isinf(a).sum()), "size": int(a.size)},
+                                       f"input '{name}' holds NaN/Inf values; metrics cover only positions where both "
+                                       "runs are finite: check the input data"))
     first = first_divergence(df)
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
     progress("stage triage: re-running the plan in force_fp32")

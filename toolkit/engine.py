@@ -25,6 +25,28 @@ def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProt
     return load_model(model), str(model)
 
 
+def host_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (0 if unknown)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_host_memory(plan) -> None:
+    """Refuse, before allocating, a simulated arena that cannot fit in this machine's memory (ModelError)."""
+    from toolkit.errors import ModelError
+    from toolkit.report.console import human_bytes
+
+    total = host_memory_bytes()
+    if total and plan.arena_bytes > 0.8 * total:
+        big = sorted((t for t in plan.tensors.values() if t.storage == "arena"), key=lambda t: -t.nbytes)[:3]
+        raise ModelError(f"the planned device arena needs {human_bytes(plan.arena_bytes)}, more than 80% of this "
+                         f"machine's {human_bytes(total)}; largest tensors: "
+                         + ", ".join(f"'{t.name}' {t.shape} ({human_bytes(t.nbytes)})" for t in big)
+                         + "; use smaller input shapes (--input-shape)")
+
+
 def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
     """{input name: shape} of the tensor feeds; sequence (list) and empty-optional (None) feeds have no shape
     to bind and are left out (np.shape of a ragged list would raise)."""
@@ -51,6 +73,7 @@ class Session:
         self.config = config or Config()
         self.compiled: CompileResult = compiled or compile_model(self.model, self.config, input_shapes=input_shapes,
                                                                  model_path=self.path)
+        check_host_memory(self.compiled.plan)
         self.runtime = NpuRuntime(self.compiled, progress=progress)
 
     @property

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from toolkit import samples, zoo
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UserError
 from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
 
 
@@ -37,7 +37,10 @@ def resolve_model(arg: str | None) -> ModelSource:
         return ModelSource(samples.sample_path(arg), arg, "sample")
     if arg in zoo.MODELS:
         return ModelSource(zoo.fetch(arg), arg, "zoo")
-    path = zoo.resolve(arg)
+    try:
+        path = zoo.resolve(arg)
+    except UserError as exc:
+        raise UserError(f"{exc}; bundled samples: {', '.join(samples.SAMPLES)}") from None
     return ModelSource(path, path.stem, _zoo_name_of(path) and "zoo" or "file")
 
 
@@ -60,10 +63,70 @@ class Feed:
     seed: int | None = None
 
 
+#: Largest generated input, in bytes (declared sizes are checked before anything is allocated).
+MAX_GENERATED_BYTES = 4 * 2**30
+
+
+def _check_shapes(feed: dict, specs, input_shapes: dict, origin: str) -> None:
+    for name, want in (input_shapes or {}).items():
+        if name in feed and tuple(np.shape(feed[name])) != tuple(want):
+            raise InputError(f"input '{name}' from {origin} has shape {tuple(np.shape(feed[name]))} but "
+                             f"--input-shape / input_shape says {tuple(want)}; make them agree or drop one")
+
+
+def _generated_dims(specs, input_shapes: dict) -> dict:
+    """{input name: full shape} for generated data; dynamic dims must be bound by input_shape."""
+    dims = {}
+    for spec in specs:
+        if spec.name in input_shapes:
+            dims[spec.name] = tuple(input_shapes[spec.name])
+            continue
+        shape = spec.shape or ()
+        if spec.shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
+            example = ",".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in shape)
+            raise InputError(f"input '{spec.name}' has dynamic dims {list(shape) if shape else '(unknown rank)'}; "
+                             f"give its shape with --input-shape \"{spec.name}:{example}\" (replace the 1s with your "
+                             "sizes) or pass --inputs")
+        dims[spec.name] = tuple(shape)
+    for name, shape in dims.items():
+        nbytes = int(np.prod(shape, dtype=np.float64)) * 8
+        if nbytes > MAX_GENERATED_BYTES:
+            raise InputError(f"input '{name}' of shape {shape} would need {nbytes / 2**30:.1f} GiB of generated "
+                             f"data (limit {MAX_GENERATED_BYTES // 2**30} GiB); give a smaller --input-shape")
+    return dims
+
+
 def prepare_inputs(model: onnx.ModelProto, src: ModelSource, inputs: str | None = None, seed: int = 0,
-                   val_range: str | None = None) -> Feed:
-    """The feed for one run (see module docstring). Raises InputError."""
+                   val_range: str | None = None, input_shapes: dict | None = None) -> Feed:
+    """The feed for one run (see module docstring). ``input_shapes`` ({name: dims}, the converter's
+    input_shape) sets the shapes of generated data and must agree with given data. Raises InputError."""
+    feed = _prepare(model, src, inputs, seed, val_range, input_shapes or {})
+    feed.arrays = {k: (np.asarray(v) if v is not None and not isinstance(v, list) else v)
+                   for k, v in feed.arrays.items()}
+    _check_shapes(feed.arrays, None, input_shapes or {}, feed.origin)
+    return feed
+
+
+def _val_ranges(text: str) -> dict:
+    """parse_val_range with usage-error semantics and finite float32 bounds."""
+    from toolkit.errors import UsageError
+
+    try:
+        ranges = parse_val_range(text)
+    except InputError as exc:
+        raise UsageError(f"--val-range: {exc}") from None
+    big = float(np.finfo(np.float32).max)
+    for name, (lo, hi) in ranges.items():
+        if not (np.isfinite(lo) and np.isfinite(hi)) or max(abs(lo), abs(hi)) > big:
+            raise UsageError(f"--val-range for '{name}' is [{lo}, {hi}]; bounds must be finite and within the "
+                             f"float32 range (|x| <= {big:.3g})")
+    return ranges
+
+
+def _prepare(model, src, inputs, seed, val_range, input_shapes) -> Feed:
     specs = input_specs(model)
+    if inputs is not None and not str(inputs).strip():
+        raise InputError("--inputs is empty; give an .npz file or a folder of .npz files")
     if inputs:
         p = Path(inputs)
         if p.is_dir():
@@ -73,9 +136,11 @@ def prepare_inputs(model: onnx.ModelProto, src: ModelSource, inputs: str | None 
             p = files[0]
         return Feed(load_npz(p, specs), f"file {p}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
-    if zname and not val_range:
+    if zname and not val_range and not input_shapes:
         return Feed(realistic_inputs(zname), f"rendered text image ({zname})")
-    if src.kind == "sample" and not val_range:
+    if src.kind == "sample" and not val_range and not input_shapes:
         return Feed(samples.sample(src.name).make_inputs(seed), f"sample generator seed={seed}", seed)
-    ranges = parse_val_range(val_range) if val_range else None
-    return Feed(random_inputs(specs, seed=seed, val_ranges=ranges), f"random seed={seed} range={val_range or '[0,1)'}", seed)
+    ranges = _val_ranges(val_range) if val_range else None
+    dims = _generated_dims(specs, input_shapes)
+    return Feed(random_inputs(specs, seed=seed, val_ranges=ranges, dim_values=dims),
+                f"random seed={seed} range={val_range or '[0,1)'}", seed)

@@ -56,8 +56,10 @@ def load_task(spec: str) -> Callable:
         raise UsageError(f"--task-metric '{spec}' is not 'module:function'")
     try:
         obj = getattr(importlib.import_module(mod), fn)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--task-metric '{spec}' cannot be loaded ({exc}); check the module is importable") from None
+    except Exception as exc:  # ImportError, AttributeError, SyntaxError in the user's module, ...
+        msg = " ".join(str(exc).split())
+        raise UsageError(f"--task-metric '{spec}' cannot be loaded ({type(exc).__name__}: {msg}); the module must "
+                         "be importable (set PYTHONPATH to its folder) and define the function") from None
     if not callable(obj):
         raise UsageError(f"--task-metric '{spec}' is not callable")
     return obj
@@ -73,6 +75,8 @@ def run_tasks(zoo_name: str | None, extra: list[str], golden: dict, npu: dict, m
             res = {"name": getattr(fn, "__name__", str(fn)), "passed": False, "value": None,
                    "detail": f"task check raised {type(exc).__name__}: {exc}"}
         res.setdefault("name", getattr(fn, "__name__", "task"))
+        res.setdefault("value", None)
+        res.setdefault("detail", "")
         res["passed"] = bool(res.get("passed"))
         out.append(res)
     return out

@@ -11,11 +11,17 @@ plan.json format (version 1)::
                   "nodes": [original node names], "inputs": [...], "outputs": [...], "internal": [...],
                   "cast_of": tensor or null}],
      "tensors": [{"name", "dtype", "shape", "nbytes", "storage": "arena"|"dynamic"|"host"|"input",
-                  "offset", "first", "last", "producer"}],
+                  "offset", "first", "last", "producer", "stream": "npu"|"cpu", "alias_of": tensor or null}],
      "folded": [tensor names computed at compile time], "graph_inputs": [...], "graph_outputs": [...]}
 
 ``first``/``last`` are kernel indices (0-based; -1 = before the first kernel, i.e. a graph input);
-``offset``/``nbytes`` are bytes into the one device arena.
+``offset``/``nbytes`` are bytes into the one device arena. ``first`` is the step that writes the tensor,
+``last`` the last step whose read of it may still be in flight (stream-aware: a CPU-placed reader holds it
+until the NPU stream synchronises with it, toolkit.memory.lifetimes; graph outputs: ``len(kernels)``).
+``stream`` is the stream of its writer; ``alias_of`` names the tensor whose bytes it shares on purpose (a view
+or an in-place output; the ``aggressive`` policy). Fields missing from a hand-written plan take these defaults:
+stream "npu", alias_of null. ``npuscope memcheck --plan`` and ``npuscope run --plan`` load this format
+(:func:`load_plan`); offsets and lifetimes may be edited by hand, kernels and tensor layouts may not.
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ class TensorSpec:
     first: int = -1
     last: int = -1
     producer: str | None = None
+    stream: str = "npu"
+    alias_of: str | None = None
 
 
 @dataclass

@@ -91,7 +91,10 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
     for t in ext:
         info = ExternalDataInfo(t)
         loc = info.location or ""
-        if not loc or os.path.isabs(loc) or loc.startswith(("/", "\\")):
+        if not loc:
+            raise ModelError(f"tensor '{t.name}' in '{src}' is marked as external data but names no file; "
+                             "re-save the model's external data")
+        if os.path.isabs(loc) or loc.startswith(("/", "\\")):
             raise ModelError(f"tensor '{t.name}' in '{src}' points to external data '{loc}', an absolute path; "
                              "external data must be a relative path inside the model's folder")
         target = (base / loc).resolve()
@@ -106,8 +109,12 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
         for d in t.dims:
             numel *= d
         need = numel * itemsize
-        offset = int(info.offset or 0)
-        length = int(info.length) if info.length is not None else fsize - offset
+        try:
+            offset = int(info.offset or 0)
+            length = int(info.length) if info.length is not None else fsize - offset
+        except (TypeError, ValueError):
+            raise ModelError(f"tensor '{t.name}' in '{src}': external data offset/length are not integers; "
+                             "re-save the model's external data") from None
         if offset < 0 or length < 0 or offset + length > fsize or (t.data_type != onnx.TensorProto.STRING and length < need):
             raise ModelError(f"tensor '{t.name}' in '{src}': external data '{loc}' declares offset {offset} and "
                              f"length {length} bytes, needs {need} bytes, file has {fsize}; the data file is "

@@ -57,6 +57,47 @@ def plan_no_reuse(blocks: list[Block]) -> int:
     return cursor
 
 
+def plan_conservative(blocks: list[Block]) -> int:
+    """Reuse a freed block only by a tensor of exactly the same (aligned) size, first-come first-served in
+    order of first use (the classic "same-size free list"); returns the arena size in bytes."""
+    free: dict[int, list[tuple[int, int]]] = {}  # size -> [(free from step, offset)]
+    cursor = 0
+    for blk in sorted(blocks, key=lambda b: (b.first, b.name)):
+        cands = [c for c in free.get(blk.size, []) if c[0] <= blk.first]
+        if cands:
+            pick = min(cands, key=lambda c: (c[1], c[0]))
+            free[blk.size].remove(pick)
+            blk.offset = pick[1]
+        else:
+            blk.offset, cursor = cursor, cursor + blk.size
+        free.setdefault(blk.size, []).append((blk.last + 1, blk.offset))
+    return cursor
+
+
+def place_exclusive(blocks: list[Block], start: int) -> int:
+    """Give each block its own range from ``start`` on (disable_reuse); returns the new arena end."""
+    cursor = start
+    for blk in sorted(blocks, key=lambda b: (b.first, b.name)):
+        blk.offset, cursor = cursor, cursor + blk.size
+    return cursor
+
+
+POLICIES = {"off": plan_no_reuse, "conservative": plan_conservative, "aggressive": plan_greedy_by_size}
+
+
+def live_bytes(blocks: list[Block]) -> dict[int, int]:
+    """{step: bytes live at that step} over the steps where something starts or ends."""
+    events: dict[int, int] = {}
+    for b in blocks:
+        events[b.first] = events.get(b.first, 0) + b.size
+        events[b.last + 1] = events.get(b.last + 1, 0) - b.size
+    out, live = {}, 0
+    for step in sorted(events):
+        live += events[step]
+        out[step] = live
+    return out
+
+
 def lower_bound(blocks: list[Block]) -> int:
     """max over steps of the bytes live at that step."""
     if not blocks:

@@ -110,13 +110,17 @@ class NpuRuntime:
         return view if view is not None else heap[name]
 
     # ------------------------------------------------------------------ run
-    def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None) -> RunResult:
+    def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None,
+            before_kernel=None) -> RunResult:
         """Execute the plan once.
 
         Args:
             feeds: {graph input name: array} with the planned shapes and declared dtypes.
             dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``.
             on_kernel: optional callable(index, kernel_spec, outputs dict) after each kernel.
+            before_kernel: optional callable(index, kernel_spec) before each kernel reads its inputs
+                (toolkit.memory.dynamic: ownership checks), and once with (len(kernels), None) before the
+                graph outputs are read back.
 
         Raises:
             InputError: a missing input or one whose shape differs from the compiled shape.
@@ -143,6 +147,8 @@ class NpuRuntime:
         res = RunResult({})
         t_all = time.perf_counter()
         for i, ek in enumerate(self.kernels):
+            if before_kernel is not None:
+                before_kernel(i, ek.spec)
             io = self.bindings.get(i)
             values = [] if io is not None else [self._read(t, heap) for _, t in ek.feeds]
             t0 = time.perf_counter()
@@ -164,6 +170,8 @@ class NpuRuntime:
             if on_kernel is not None:
                 on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
         res.total_ms = (time.perf_counter() - t_all) * 1e3
+        if before_kernel is not None:
+            before_kernel(len(self.kernels), None)
         for name in self.plan.graph_outputs:
             if name in self.plan.graph_inputs:
                 val = feeds[name]

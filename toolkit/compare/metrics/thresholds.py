@@ -77,8 +77,20 @@ def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict
         if op != operator_for(name):
             raise UsageError(f"{context}: {name} is {METRICS[name].direction.replace('_', '-')}, so its abnormal "
                              f"line is written '{name}{operator_for(name)}{raw}'")
-        lines[name] = _number(raw, context)
+        lines[name] = _in_range(name, _number(raw, context), context)
     return lines
+
+
+#: Values a line can take: CosineSimilarity and ExactMatchRate within [-1, 1] / [0, 1]; errors are >= 0.
+_RANGES = {"CosineSimilarity": (-1.0, 1.0), "ExactMatchRate": (0.0, 1.0)}
+
+
+def _in_range(name: str, value: float, context: str) -> float:
+    lo, hi = _RANGES.get(name, (0.0, float("inf")))
+    if not lo <= value <= hi:
+        raise UsageError(f"{context}: {name} takes values in [{lo:g}, {hi:g}], so a line at {value:g} can never "
+                         "(or always) be crossed; choose a value in range")
+    return value
 
 
 def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> dict[str, float]:
@@ -95,7 +107,7 @@ def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> dict[str
     for name, value in thresholds.items():
         context = f"thresholds[{name!r}]"
         check_metric_name(name, context)
-        lines[name] = _number(value, context)
+        lines[name] = _in_range(name, _number(value, context), context)
     return lines
 
 

@@ -2,6 +2,12 @@
 
 Tensors with static shapes live in the arena; tensors whose shape depends on data (NonMaxSuppression,
 NonZero, ...) are ``dynamic`` (allocated when produced); non-tensor values (sequences) are ``host``.
+
+Lifetimes are stream-aware (toolkit.memory.lifetimes). The policy (``Config.memory_reuse``) places them:
+``off`` every tensor its own range; ``conservative`` same-size free-list reuse; ``aggressive`` (default;
+``greedy`` is an alias) greedy-by-size best fit over alias groups (views and in-place outputs share their
+input's bytes, toolkit.memory.aliases). ``disable_reuse`` tensors (or the outputs of named nodes/kernels)
+get exclusive ranges after everything else. A plan larger than ``device_memory_bytes`` is a compile error.
 """
 
 from __future__ import annotations
@@ -10,7 +16,10 @@ import numpy as np
 
 from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.compiler.plan import Plan, TensorSpec
-from toolkit.memory.planner import Block, align, lower_bound, plan_greedy_by_size, plan_no_reuse
+from toolkit.memory.aliases import find_aliases
+from toolkit.memory.capacity import check_capacity
+from toolkit.memory.lifetimes import lifetimes
+from toolkit.memory.planner import POLICIES, Block, align, lower_bound, place_exclusive
 
 
 def _spec(g, name, kernel, precision, cast_of=None):
@@ -26,37 +35,85 @@ def _spec(g, name, kernel, precision, cast_of=None):
     return TensorSpec(name, dtype.name, list(vt.shape), nbytes, "arena", producer=kernel)
 
 
+def exclusive_tensors(names, kernels, tensors) -> tuple[set[str], list[str]]:
+    """(tensor names that get exclusive ranges, unknown names) for a ``disable_reuse`` list of tensor, node or
+    kernel names (a node or kernel name selects the outputs of its kernel)."""
+    wanted, out = set(names or ()), set()
+    for k in kernels:
+        hit = wanted.intersection([k.name, *k.nodes])
+        if hit:
+            out.update(k.outputs)
+            wanted -= hit
+    hit = wanted.intersection(tensors)
+    out.update(hit)
+    return out, sorted(wanted - hit)
+
+
+def place(tensors: dict[str, TensorSpec], kernels, graph_inputs, graph_outputs, policy: str, alignment: int,
+          disable_reuse=()) -> tuple[int, int, list[str]]:
+    """Fill first/last/offset/stream/alias_of of ``tensors`` (in place); returns (arena bytes, lower bound
+    bytes, log lines). See the module docstring for the policies. The lower bound is the peak of live bytes
+    over the plan's distinct buffers (an alias group counts once, over the union of its lifetimes): with
+    no aliases (off, conservative) it is the classic per-tensor bound."""
+    policy = "aggressive" if policy == "greedy" else policy
+    life = lifetimes(kernels, graph_inputs, graph_outputs)
+    for name, t in tensors.items():
+        lt = life.get(name)
+        if lt is not None:
+            t.first, t.last, t.stream = lt.first, lt.last, lt.stream
+        t.alias_of = None
+    exclusive, unknown = exclusive_tensors(disable_reuse, kernels, tensors)
+    log = [f"disable_reuse: {len(exclusive)} tensor(s) with exclusive ranges"] if disable_reuse else []
+    if unknown:
+        log.append(f"disable_reuse: no tensor, node or kernel named {', '.join(unknown[:8])} (ignored)")
+    arena_t = {n: t for n, t in tensors.items() if t.storage == "arena"}
+    aliases = find_aliases(kernels, arena_t, life, exclusive) if policy == "aggressive" else {}
+    root = {}
+    for n in arena_t:
+        r = n
+        while r in aliases:
+            r = aliases[r][0]
+        root[n] = r
+    groups: dict[str, Block] = {}
+    for n, t in arena_t.items():
+        size = align(max(t.nbytes, 1), alignment)
+        b = groups.get(root[n])
+        if b is None:
+            groups[root[n]] = Block(root[n], size, t.first, t.last)
+        else:
+            b.size, b.first, b.last = max(b.size, size), min(b.first, t.first), max(b.last, t.last)
+    shared = [b for r, b in groups.items() if r not in exclusive]
+    arena = POLICIES[policy](shared) if shared else 0
+    arena = place_exclusive([b for r, b in groups.items() if r in exclusive], arena)
+    for n, t in arena_t.items():
+        t.offset = groups[root[n]].offset
+        if n in aliases:
+            t.alias_of = aliases[n][0]
+    nv = sum(1 for a in aliases.values() if a[1] == "view")
+    if policy == "aggressive":
+        log.append(f"aliases: {nv} view(s), {len(aliases) - nv} in-place output(s)")
+    return arena, lower_bound(list(groups.values())), log
+
+
 @register_pass("plan_memory", requires=("casts",), provides=("plan",))
 def run(ctx) -> PassResult:
     g, cfg = ctx.graph, ctx.config
     tensors: dict[str, TensorSpec] = {}
     for t in g.inputs:
         tensors[t] = _spec(g, t, None, "fp32")
-        tensors[t].first = -1
-    for i, k in enumerate(ctx.kernels):
+    for k in ctx.kernels:
         for t in k.outputs:
-            spec = _spec(g, t, k.name, k.precision, k.cast_of)
-            spec.first = spec.last = i
-            tensors[t] = spec
-        for t in k.inputs:
-            if t in tensors:
-                tensors[t].last = max(tensors[t].last, i)
-    end = len(ctx.kernels)
-    for t in g.outputs:
-        if t in tensors:
-            tensors[t].last = end
-    blocks = [Block(t.name, align(max(t.nbytes, 1), cfg.memory_alignment), t.first, t.last)
-              for t in tensors.values() if t.storage == "arena"]
-    arena = plan_greedy_by_size(blocks) if cfg.memory_reuse == "greedy" else plan_no_reuse(blocks)
-    for b in blocks:
-        tensors[b.name].offset = b.offset
-    lb = lower_bound(blocks)
+            tensors[t] = _spec(g, t, k.name, k.precision, k.cast_of)
+    arena, lb, log = place(tensors, ctx.kernels, g.inputs, g.outputs, cfg.memory_reuse, cfg.memory_alignment,
+                           cfg.disable_reuse)
     ctx.plan = Plan(model=ctx.model_path, config=cfg.to_dict(), kernels=ctx.kernels, tensors=tensors,
                     graph_inputs=list(g.inputs), graph_outputs=list(g.outputs), folded=list(ctx.folded),
                     arena_bytes=arena, lower_bound_bytes=lb, alignment=cfg.memory_alignment)
+    check_capacity(ctx.plan, cfg.device_memory_bytes)
+    n_arena = sum(1 for t in tensors.values() if t.storage == "arena")
     dyn = [t.name for t in tensors.values() if t.storage != "arena"]
-    log = [f"arena {arena} bytes for {len(blocks)} tensors; lower bound {lb} bytes "
-           f"({arena / lb if lb else 1:.3f}x)"]
+    log.insert(0, f"policy {cfg.memory_reuse}: arena {arena} bytes for {n_arena} tensors; lower bound {lb} bytes "
+                  f"({arena / lb if lb else 1:.3f}x)")
     if dyn:
         log.append(f"{len(dyn)} tensors outside the arena (dynamic shape or non-tensor): {', '.join(dyn[:8])}")
-    return PassResult(len(blocks), log)
+    return PassResult(n_arena, log)

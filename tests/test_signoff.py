@@ -1,0 +1,236 @@
+"""``npuscope signoff``: a policy that passes, one that fails on each criterion kind (the failure names the
+criterion and its evidence), policy validation, and the JUnit XML read back with junitparser."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.config import Config
+from toolkit.errors import ConfigError
+from toolkit.signoff.criteria import arena_conflicts, check_memory
+from toolkit.signoff.policy import load_policy, policy_from_dict
+
+junitparser = pytest.importorskip("junitparser")
+
+C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")
+KEEP = {"precision_mode": "force_fp16", "keep_dtype": ["exp", "add_one", "log"]}
+NO_KEEP = {"precision_mode": "force_fp16"}
+PASSING = """
+[policy]
+name = "c08 passes"
+[outputs."*"]
+CosineSimilarity = 0.999
+RelativeEuclideanDistance = 0.01
+[layers]
+max_abnormal = 0
+min_cosine = 0.99
+[fp16_overflow]
+[memory]
+max_arena_bytes = 1_000_000
+[latency]
+max_ms = 60_000
+[placement]
+allowed_cpu_ops = []
+"""
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.skipif(not C08.is_dir(), reason="shared case c08 not available")]
+
+
+def always_fails(golden, npu, model):
+    """A task check (module:function) that never passes."""
+    return {"name": "always_fails", "passed": False, "value": 0, "detail": "planted failing task"}
+
+
+def always_passes(golden, npu, model):
+    return {"name": "always_passes", "passed": True, "value": 1, "detail": "ok"}
+
+
+def write(tmp: Path, name: str, text: str) -> Path:
+    p = tmp / name
+    p.write_text(text, encoding="utf-8")
+    return p
+
+
+def signoff(tmp: Path, policy_text: str, cfg: dict, model=None, inputs=None, out="out"):
+    from toolkit import api
+
+    pol = write(tmp, f"{out}.toml", policy_text)
+    model = model or str(C08 / "model.onnx")
+    inputs = inputs if inputs is not None else (str(C08 / "inputs.npz") if model.endswith(".onnx") else None)
+    return api.signoff_command(model, str(pol), Config.from_dict(cfg), inputs=inputs, out=str(tmp / out), html=False)
+
+
+def junit_cases(path: Path) -> dict:
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    cases = {}
+    for suite in xml:
+        for case in suite:
+            cases[case.name] = case
+    return cases
+
+
+def test_passing_policy_writes_summary_and_junit(tmp_path):
+    from toolkit import api
+
+    pol = write(tmp_path, "p.toml", PASSING)
+    res = api.signoff_command(str(C08 / "model.onnx"), str(pol), Config.from_dict(KEEP), inputs=str(C08),
+                              out=str(tmp_path / "o"))
+    assert res["verdict"] == "PASS", res["summary"]
+    out = tmp_path / "o"
+    for f in ("signoff.html", "summary.json", "junit.xml", "result.csv", "plan.json", "fusion_result.json"):
+        assert (out / f).is_file(), f
+    s = json.loads((out / "summary.json").read_text())
+    assert s["policy"]["layers"]["max_abnormal"] == 0 and len(s["policy_sha256"]) == 64
+    assert len(s["model_sha256"]) == 64 and len(s["config_sha256"]["resolved"]) == 64
+    assert s["environment"]["packages"]["onnxruntime"] and s["counts"]["failed"] == 0
+    cases = junit_cases(out / "junit.xml")
+    assert set(cases) == {c["name"] for c in s["criteria"]}
+    assert all(c.is_passed for c in cases.values())
+    assert "latency" in cases and "host-measured" in (cases["latency"].system_out or "")
+    assert "<script" in (out / "signoff.html").read_text()[:10_000_000]
+
+
+FAILING = {
+    "outputs": ('[outputs.y]\nRelativeEuclideanDistance = 1e-9\n', NO_KEEP, "outputs.y.RelativeEuclideanDistance",
+                "with FP16 overflow"),
+    "layers_abnormal": ("[layers]\nmax_abnormal = 0\n", NO_KEEP, "layers.max_abnormal", "e, e1, y"),
+    "layers_cosine": ("[layers]\nmin_cosine = 1.0\nignore = ['exp']\n", NO_KEEP, "layers.min_cosine", "lowest CosineSimilarity"),
+    "tasks": ("[tasks]\nrequired_pass_rate = 1.0\nmetrics = ['test_signoff:always_fails']\n", KEEP,
+              "tasks.pass_rate", "0/1 input set(s) pass"),
+    "fp16_overflow": ("[fp16_overflow]\nallow = ['y']\n", NO_KEEP, "fp16_overflow", "e, e1"),
+    "memory_budget": ("[memory]\nmax_arena_bytes = 16\n", KEEP, "memory.peak_arena_bytes", "(budget 16)"),
+    "latency": ("[latency]\nmax_ms = 1e-9\nstatistic = 'max'\n", KEEP, "latency", "budget 1e-09 ms"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILING))
+def test_failing_policy_names_criterion_and_evidence(tmp_path, kind):
+    text, cfg, crit, evidence = FAILING[kind]
+    res = signoff(tmp_path, text, cfg)
+    assert res["verdict"] == "FAIL"
+    cases = junit_cases(res["out"] / "junit.xml")
+    failed = {n: c for n, c in cases.items() if not c.is_passed}
+    assert crit in failed, (crit, list(cases))
+    msg = failed[crit].result[0].message
+    assert crit in msg and evidence in msg, msg
+    s = json.loads((res["out"] / "summary.json").read_text())
+    assert any(crit in r for r in s["reasons"])
+
+
+def test_task_pass_rate_passes_with_passing_check(tmp_path):
+    res = signoff(tmp_path, "[tasks]\nrequired_pass_rate = 1.0\nmetrics = ['test_signoff:always_passes']\n", KEEP)
+    assert res["verdict"] == "PASS", res["summary"]
+
+
+def test_placement_pass_and_fail(tmp_path):
+    ok = signoff(tmp_path, "[placement]\nallowed_cpu_ops = ['NonMaxSuppression']\n", {}, model="detector_head", out="a")
+    assert ok["verdict"] == "PASS", ok["summary"]
+    bad = signoff(tmp_path, "[placement]\nallowed_cpu_ops = ['Loop']\n", {}, model="detector_head", out="b")
+    assert bad["verdict"] == "FAIL"
+    r = next(r for r in bad["run"].results if r.name == "placement.cpu_ops")
+    assert "nms (NonMaxSuppression)" in r.message and r.evidence["not_allowed"] == ["nms"]
+
+
+def test_memory_conflict_is_detected(tmp_path):
+    res = signoff(tmp_path, "[memory]\nallow_conflicts = false\n", {"precision_mode": "force_fp32", "memory_reuse": "off"})
+    assert res["verdict"] == "PASS", res["summary"]
+    ev = res["run"].evidence
+    arena = [t for t in ev.plan.tensors.values() if t.storage == "arena"]
+    assert not arena_conflicts(ev.plan)
+    arena[1].offset = arena[0].offset  # plant: two tensors live at once at the same bytes
+    arena[1].first, arena[1].last = min(arena[0].first, arena[1].first), max(arena[0].last, arena[1].last)
+    arena[1].alias_of = None
+    (r,) = check_memory({"allow_conflicts": False}, ev)
+    assert not r.passed and r.name == "memory.no_conflicts" and arena[0].name in r.message
+    assert [arena[0].name, arena[1].name] in r.evidence["conflicts"] or [arena[1].name, arena[0].name] in r.evidence["conflicts"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[layer]\nmax_abnormal = 1\n", ["unknown section [layer]", "did you mean 'layers'"]),
+    ("[layers]\nmax_abnormals = 1\n", ["unknown key 'max_abnormals'", "did you mean 'max_abnormal'"]),
+    ("[layers]\nmin_cosine = 2\n", ["min_cosine = 2", "0..1"]),
+    ("[outputs.y]\nCosine = 0.9\n", ["unknown metric 'Cosine'", "did you mean 'CosineSimilarity'"]),
+    ("[latency]\nstatistic = 'p50'\n", ["needs max_ms"]),
+    ("[latency]\nmax_ms = 5\nstatistic = 'p5'\n", ["statistic = 'p5'"]),
+    ("[memory]\nallow_conflicts = 1\n", ["allow_conflicts = 1", "true/false"]),
+    ("[policy]\nname = 'x'\n", ["no criteria"]),
+    ("[layers\n", ["not valid TOML"]),
+])
+def test_policy_validation_one_line_errors(tmp_path, text, words):
+    p = write(tmp_path, "bad.toml", text)
+    with pytest.raises(ConfigError) as exc:
+        load_policy(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_policy_from_dict_accepts_the_documented_example():
+    import toolkit.signoff.policy as mod
+    import tomllib
+
+    doc = mod.__doc__.split("Example::", 1)[1]
+    pol = policy_from_dict(tomllib.loads("\n".join(line[4:] for line in doc.splitlines())))
+    assert set(pol.sections) == {"outputs", "layers", "tasks", "fp16_overflow", "memory", "latency", "placement"}
+
+
+def test_cli_exit_codes(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    pol = write(tmp_path, "p.toml", PASSING)
+    cfg = write(tmp_path, "keep.json", json.dumps({"keep_dtype": ["exp", "add_one", "log"]}))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "toolkit", "signoff", str(C08 / "model.onnx"), "--inputs",
+                               str(C08 / "inputs.npz"), "--no-html", *map(str, args)], capture_output=True, text=True,
+                              env=env, timeout=300, cwd=tmp_path)
+
+    ok = run("--policy", pol, "--config", cfg, "--precision-mode", "force_fp16", "--out", tmp_path / "a")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = run("--policy", pol, "--precision-mode", "force_fp16", "--out", tmp_path / "b")
+    assert bad.returncode == 1 and "FAIL fp16_overflow" in bad.stdout
+    usage = run("--policy", write(tmp_path, "x.toml", "[latncy]\nmax_ms=1\n"), "--out", tmp_path / "c")
+    assert usage.returncode == 2 and "did you mean 'latency'" in usage.stderr
+
+
+# ------------------------------------------------------------------ the worked example (docs/signoff-example.md)
+DOC = Path(__file__).resolve().parents[1] / "docs" / "signoff-example.md"
+
+
+def doc_policy(index: int) -> str:
+    import re
+
+    return re.findall(r"```toml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)[index]
+
+
+def test_doc_policies_are_valid():
+    import tomllib
+
+    for i in range(3):
+        policy_from_dict(tomllib.loads(doc_policy(i)))
+
+
+@pytest.mark.slow
+def test_ppocr_rec_signoff_over_20_rendered_lines(tmp_path):
+    """The worked-example policy passes on PP-OCRv4 rec over 20 rendered lines, and fails naming `latency`
+    (only) when the policy asks for a latency the run cannot meet."""
+    import numpy as np
+
+    from toolkit.inputs import realistic_inputs
+
+    inputs = tmp_path / "rec"
+    inputs.mkdir()
+    for i in range(20):
+        np.savez(inputs / f"{i:02d}.npz", **realistic_inputs("ppocr_rec", text=f"invoice {i:03d} total {17 * i + 3}.50"))
+    ok = signoff(tmp_path, doc_policy(0), {}, model="ppocr_rec", inputs=str(inputs), out="ok")
+    assert ok["verdict"] == "PASS", ok["summary"]
+    assert ok["run"].summary["counts"]["input_sets"] == 20
+    tight = doc_policy(0).replace("max_ms = 2000", "max_ms = 0.001")
+    bad = signoff(tmp_path, tight, {}, model="ppocr_rec", inputs=str(inputs), out="bad")
+    failed = [r.name for r in bad["run"].results if not r.passed]
+    assert failed == ["latency"], bad["summary"]

@@ -1,0 +1,72 @@
+"""Several input sets for one model: an ``.npz``, a folder of ``.npz`` files, or a data-loader script.
+
+A loader script is a Python file defining ``inputs()`` (or the function named after a colon:
+``loader.py:make_feeds``) that returns or yields feed dicts {input name: array}. Every feed is checked
+against the model's inputs (toolkit.inputs.check_feed). Without ``--inputs`` the model's default input
+(realistic / sample generator / seeded random, as for diagnose) is the one set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from toolkit.errors import InputError
+from toolkit.inputs import check_feed, input_specs, load_npz
+
+MAX_SETS = 64
+
+
+def _from_script(spec_text: str, specs) -> list[tuple[str, dict]]:
+    path_text, _, fn_name = spec_text.partition(".py:")
+    path = Path(path_text + ".py" if fn_name or not path_text.endswith(".py") else path_text)
+    fn_name = fn_name or "inputs"
+    if not path.is_file():
+        raise InputError(f"--inputs loader script '{path}' does not exist")
+    mod_spec = importlib.util.spec_from_file_location(f"_npuscope_loader_{path.stem}", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    try:
+        mod_spec.loader.exec_module(mod)
+    except Exception as exc:
+        raise InputError(f"--inputs loader script '{path}' raised {type(exc).__name__}: {exc}") from None
+    fn = getattr(mod, fn_name, None)
+    if not callable(fn):
+        raise InputError(f"--inputs loader script '{path}' defines no function '{fn_name}()' returning feed dicts")
+    out = []
+    for i, feed in enumerate(fn()):
+        if i >= MAX_SETS:
+            break
+        if not isinstance(feed, dict):
+            raise InputError(f"--inputs loader '{path}:{fn_name}' gave a {type(feed).__name__} as set {i}; "
+                             "yield dicts {input name: array}")
+        feed = {k: np.asarray(v) for k, v in feed.items()}
+        check_feed(feed, specs, f"loader '{path.name}' set {i}")
+        out.append((f"{path.name}[{i}]", feed))
+    return out
+
+
+def load_feed_sets(model: onnx.ModelProto, src, inputs: str | None, seed: int = 0) -> list[tuple[str, dict]]:
+    """[(label, feed)] for ``--inputs`` (see module docstring); at most :data:`MAX_SETS`. Raises InputError."""
+    from toolkit.source import prepare_inputs
+
+    specs = input_specs(model)
+    if not inputs:
+        feed = prepare_inputs(model, src, None, seed)
+        return [(feed.origin, feed.arrays)]
+    if ".py" in inputs and (inputs.endswith(".py") or ".py:" in inputs):
+        sets = _from_script(inputs, specs)
+    else:
+        p = Path(inputs)
+        if p.is_dir():
+            files = sorted(p.glob("*.npz"))[:MAX_SETS]
+            if not files:
+                raise InputError(f"--inputs directory '{p}' holds no .npz files; write one per input set")
+            sets = [(f.name, load_npz(f, specs)) for f in files]
+        else:
+            sets = [(p.name, load_npz(p, specs))]
+    if not sets:
+        raise InputError(f"--inputs '{inputs}' gave no input sets")
+    return sets

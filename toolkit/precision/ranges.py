@@ -1,0 +1,155 @@
+"""Range analysis of the FP32 reference: which tensors FP16 storage cannot hold, over every input given.
+
+:class:`RangeStats` accumulates, per float tensor of the reference run, over all inputs:
+
+=================  =====================================================================================
+column             meaning
+=================  =====================================================================================
+Tensor, Node,      the tensor, the node producing it (graph inputs: ``Node`` = the input name,
+OpType             ``OpType`` = ``Input``)
+Min, Max, AbsMax   over the finite values of every input
+P999Abs            99.9th percentile of |x| (worst case over the inputs: the largest per-input value)
+OverflowShare      share of elements with |x| > 65504 (FP16 max; they become inf, or ±65504 in saturation)
+SubnormalShare     share of the NON-ZERO values with |x| < 6.1e-5 (the smallest normal FP16, 2**-14)
+FlushShare         share of the non-zero values with |x| < 6e-8 (below half the smallest subnormal, 2**-24:
+                   they round to zero in FP16)
+IntegerValued      every finite value is an integer (counts, indices, positions carried as floats)
+IntegerInexact     integer-valued and |x| passes 2048, where FP16 can no longer hold every integer
+Elements, Inputs   elements seen in total, number of inputs
+=================  =====================================================================================
+
+Shares are exact over all inputs (counts are summed). :func:`range_findings` turns rows into Findings
+that name the node and the value. Static findings for constants (initializers) come from the compiler's
+``check_constants`` pass, not from here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from toolkit.compiler.pipeline import Finding
+
+FP16_MAX = 65504.0
+#: smallest normal FP16 (2**-14 = 6.1035e-5): smaller non-zero values are subnormal (lose precision)
+FP16_MIN_NORMAL = 6.1e-5
+#: values below this (about 2**-24 = 5.96e-8) round to zero in FP16
+FP16_FLUSH = 6e-8
+#: above this FP16 cannot represent every integer (11-bit significand)
+FP16_INT_EXACT = 2048.0
+#: a tensor gets a subnormal / flush-to-zero finding when at least this share of its non-zero values is affected
+SHARE_LINE = 0.01
+
+COLUMNS = ["Tensor", "Node", "OpType", "Min", "Max", "AbsMax", "P999Abs", "OverflowShare", "SubnormalShare",
+           "FlushShare", "IntegerValued", "IntegerInexact", "Elements", "Inputs"]
+
+
+def producers(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """{tensor: (node name, op type)} of every node output and graph input (("x", "Input"))."""
+    out = {i.name: (i.name, "Input") for i in model.graph.input}
+    for n in model.graph.node:
+        for o in n.output:
+            if o:
+                out[o] = (n.name, n.op_type)
+    return out
+
+
+class RangeStats:
+    """Accumulates per-tensor ranges over several reference runs (see module docstring).
+
+    Args:
+        model: the original model (names the producing node of each tensor).
+    """
+
+    def __init__(self, model: onnx.ModelProto):
+        self.prod = producers(model)
+        self.order = list(self.prod)
+        self.acc: dict[str, dict] = {}
+
+    def add(self, values: dict[str, np.ndarray]) -> None:
+        """Fold one reference run {tensor: array} in (non-float and empty tensors are skipped)."""
+        for name, v in values.items():
+            a = np.asarray(v) if not isinstance(v, list) else None
+            if a is None or a.dtype.kind != "f" or a.size == 0:
+                continue
+            self._add_one(name, a)
+
+    def _add_one(self, name: str, a: np.ndarray) -> None:
+        f = np.abs(a.astype(np.float32, copy=False).reshape(-1))
+        fin = np.isfinite(f)
+        s = self.acc.setdefault(name, {"min": np.inf, "max": -np.inf, "absmax": 0.0, "p999": 0.0, "over": 0,
+                                       "sub": 0, "flush": 0, "nonzero": 0, "n": 0, "int": True, "inputs": 0})
+        s["n"] += a.size
+        s["inputs"] += 1
+        s["over"] += int(np.count_nonzero(f[fin] > FP16_MAX)) + int(np.count_nonzero(np.isinf(f)))
+        if fin.any():
+            af = f[fin] if not fin.all() else f
+            raw = a.reshape(-1)[fin] if not fin.all() else a.reshape(-1)
+            s["min"] = min(s["min"], float(raw.min()))
+            s["max"] = max(s["max"], float(raw.max()))
+            s["absmax"] = max(s["absmax"], float(af.max()))
+            s["p999"] = max(s["p999"], float(np.percentile(af, 99.9)))
+            nz = af > 0
+            s["nonzero"] += int(np.count_nonzero(nz))
+            s["sub"] += int(np.count_nonzero(nz & (af < FP16_MIN_NORMAL)))
+            s["flush"] += int(np.count_nonzero(nz & (af < FP16_FLUSH)))
+            if s["int"]:
+                s["int"] = bool(np.all(raw == np.round(raw)))
+
+    def frame(self) -> pd.DataFrame:
+        """One row per float tensor seen, in graph order (columns: :data:`COLUMNS`)."""
+        rows = []
+        for name in [t for t in self.order if t in self.acc] + [t for t in self.acc if t not in self.prod]:
+            s = self.acc[name]
+            node, op = self.prod.get(name, (name, ""))
+            nz = max(s["nonzero"], 1)
+            finite = s["max"] >= s["min"]
+            rows.append({"Tensor": name, "Node": node, "OpType": op,
+                         "Min": s["min"] if finite else np.nan, "Max": s["max"] if finite else np.nan,
+                         "AbsMax": s["absmax"], "P999Abs": s["p999"], "OverflowShare": s["over"] / s["n"],
+                         "SubnormalShare": s["sub"] / nz, "FlushShare": s["flush"] / nz,
+                         "IntegerValued": bool(s["int"] and finite), "IntegerInexact": bool(s["int"] and finite
+                                                                                          and s["absmax"] > FP16_INT_EXACT),
+                         "Elements": s["n"], "Inputs": s["inputs"]})
+        return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def analyse_ranges(model: onnx.ModelProto, runs) -> pd.DataFrame:
+    """Range table (see module docstring) over an iterable of reference runs ({tensor: array} each)."""
+    stats = RangeStats(model)
+    for values in runs:
+        stats.add(values)
+    return stats.frame()
+
+
+def _ev(r, *keys) -> dict:
+    ev = {"tensor": r["Tensor"]}
+    ev.update({k: float(r[k]) for k in keys})
+    return ev
+
+
+def range_findings(df: pd.DataFrame) -> list[Finding]:
+    """Findings, overflow first: ``fp16_range_overflow`` (error: values pass 65504), ``fp16_integer_inexact``
+    (warning), ``fp16_flush_to_zero`` and ``fp16_subnormal`` (warning/info when at least :data:`SHARE_LINE` of
+    the non-zero values are affected). Each names the node, the tensor and the value."""
+    out: list[Finding] = []
+    for _, r in df[df["OverflowShare"] > 0].iterrows():
+        out.append(Finding("error", "fp16_range_overflow", r["Node"], _ev(r, "AbsMax", "P999Abs", "OverflowShare"),
+                           f"'{r['Tensor']}' reaches |x| = {r['AbsMax']:.4g} (> {FP16_MAX:.0f}, "
+                           f"{r['OverflowShare']:.2%} of values): FP16 storage turns it into inf; keep "
+                           f"'{r['Node']}' in FP32 or rescale before it"))
+    for _, r in df[df["IntegerInexact"]].iterrows():
+        out.append(Finding("warning", "fp16_integer_inexact", r["Node"], _ev(r, "AbsMax"),
+                           f"'{r['Tensor']}' holds integers up to {r['AbsMax']:.6g} (> {FP16_INT_EXACT:.0f}): FP16 "
+                           f"cannot hold them exactly; keep '{r['Node']}' in FP32"))
+    for _, r in df[(df["FlushShare"] >= SHARE_LINE)].iterrows():
+        out.append(Finding("warning", "fp16_flush_to_zero", r["Node"], _ev(r, "FlushShare", "AbsMax"),
+                           f"{r['FlushShare']:.2%} of the non-zero values of '{r['Tensor']}' are below "
+                           f"{FP16_FLUSH:g} and become 0 in FP16; a later division or log of it may give inf/NaN"))
+    sub = df[(df["SubnormalShare"] >= SHARE_LINE) & (df["FlushShare"] < SHARE_LINE)]
+    for _, r in sub.iterrows():
+        out.append(Finding("info", "fp16_subnormal", r["Node"], _ev(r, "SubnormalShare", "AbsMax"),
+                           f"{r['SubnormalShare']:.2%} of the non-zero values of '{r['Tensor']}' are below "
+                           f"{FP16_MIN_NORMAL:g} (FP16 subnormal: reduced precision)"))
+    return out

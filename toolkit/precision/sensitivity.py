@@ -1,0 +1,129 @@
+"""Per-kernel FP16 sensitivity: local error (single-kernel isolation) next to accumulated error, and a ranking.
+
+For every FP16 kernel of a built plan, :func:`kernel_sensitivity` re-runs the kernel alone on the FP32
+reference's values of its inputs, converted to the storage dtype the kernel reads them in
+(toolkit.compare.isolate), and compares the result with the reference: that is the kernel's LOCAL error.
+The ACCUMULATED error is the same tensor from the full NPU run (every upstream kernel's error included), as
+diagnose measures it. :func:`rank_kernels` orders the kernels for the FP32-fallback search.
+
+Columns of the sensitivity DataFrame (one row per FP16 kernel, Cast kernels excluded):
+
+==========================  =================================================================================
+Kernel, KeepName, OpType    kernel name, the node name a keep-dtype entry uses for it, anchor op type
+Nodes                       original nodes it executes (';'-joined)
+LocalCosine, LocalRED,      worst over the kernel's float outputs of CosineSimilarity,
+LocalMaxAbs                 RelativeEuclideanDistance, MaxAbsoluteError of the isolated run (NaN: no finite pair)
+LocalOverflow               the isolated run gives NaN/inf where the reference is finite
+RangeOverflow               a reference input or output of the kernel passes 65504 (FP16 cannot store it)
+AccCosine, AccRED           the same metrics of the full NPU run (accumulated error)
+OutputShare                 share of the final-output error removed by keeping only this kernel in FP32
+                            (measured by one trial run for the top candidates; NaN when not measured)
+Rank                        0 = most sensitive
+==========================  =================================================================================
+
+Ranking: kernels with overflow evidence (local NaN/inf or reference values beyond FP16) first, in graph
+order; then by measured OutputShare (top candidates only), then by LocalRED (NaN counts as worst).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from toolkit.compare.isolate import isolate
+from toolkit.compare.metrics import compare_tensors
+from toolkit.precision.ranges import FP16_MAX
+
+COLUMNS = ["Rank", "Kernel", "KeepName", "OpType", "Nodes", "LocalCosine", "LocalRED", "LocalMaxAbs",
+           "LocalOverflow", "RangeOverflow", "AccCosine", "AccRED", "OutputShare"]
+
+
+def keep_name(kernel) -> str:
+    """The node name to write in keep_dtype for ``kernel`` (its anchor node when it has one)."""
+    return kernel.name if kernel.name in kernel.nodes else kernel.nodes[0]
+
+
+def _worst(rows: list[dict]) -> tuple[float, float, float, bool]:
+    """(min cosine, max RED, max MaxAbs, any overflow) over compare rows; NaN RED counts as inf."""
+    if not rows:
+        return math.nan, math.nan, math.nan, False
+    def val(r, k, bad):
+        v = r.get(k)
+        return bad if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+    cos = min(val(r, "CosineSimilarity", -math.inf) for r in rows)
+    red = max(val(r, "RelativeEuclideanDistance", math.inf) for r in rows)
+    mae = max(val(r, "MaxAbsoluteError", math.inf) for r in rows)
+    return cos, red, mae, any(bool(r["OverFlow"]) for r in rows)
+
+
+def _beyond_fp16(a) -> bool:
+    a = np.asarray(a)
+    return a.dtype.kind == "f" and a.size > 0 and bool(np.nanmax(np.abs(a.astype(np.float32))) > FP16_MAX)
+
+
+def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
+    """Local and accumulated error of every FP16 kernel (see module docstring; OutputShare NaN, Rank unset).
+
+    Args:
+        runtime: the NpuRuntime of the plan under test (its kernels are re-used, nothing is rebuilt).
+        golden: FP32 reference {tensor: array} of ONE input, graph inputs included.
+        dumps: the NPU run's dumps of the same input (RunResult.dumps).
+    """
+    from toolkit.compare.layerwise import kernel_inputs
+
+    ins = kernel_inputs(runtime.plan)
+    rows = []
+    for k in runtime.plan.kernels:
+        if k.fusion == "cast" or k.precision != "fp16":
+            continue
+        outs = [t for t in k.outputs if t in golden and np.asarray(golden[t]).dtype.kind == "f"]
+        local = isolate(runtime, k.name, golden) or {}
+        lrows = [compare_tensors(local[t], golden[t], thresholds={}) for t in outs if t in local]
+        arows = [compare_tensors(dumps[t], golden[t], thresholds={}) for t in outs if t in dumps]
+        lc, lr, lm, lo = _worst(lrows)
+        ac, ar, _, _ = _worst(arows)
+        rng = any(_beyond_fp16(golden[t]) for t in outs + [i for i in ins.get(k.name, []) if i in golden])
+        rows.append({"Kernel": k.name, "KeepName": keep_name(k), "OpType": k.op_type, "Nodes": ";".join(k.nodes),
+                     "LocalCosine": lc, "LocalRED": lr, "LocalMaxAbs": lm, "LocalOverflow": lo,
+                     "RangeOverflow": rng, "AccCosine": ac, "AccRED": ar, "OutputShare": math.nan})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _red_key(v) -> float:
+    return math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+def rank_kernels(df: pd.DataFrame, output_error: Callable[[list[str]], float] | None = None,
+                 base_error: float | None = None, top_k: int = 8) -> pd.DataFrame:
+    """Sort ``df`` into the search order and fill ``Rank`` (and ``OutputShare`` for the top candidates).
+
+    Args:
+        df: :func:`kernel_sensitivity` output.
+        output_error: optional ``fn([keep names]) -> error`` of the final outputs (worst over inputs; inf for
+            NaN/inf outputs); used to measure OutputShare of the ``top_k`` non-overflow kernels by local error.
+        base_error: ``output_error([])``.
+    """
+    df = df.copy()
+    if df.empty:
+        return df
+    df["_order"] = range(len(df))
+    df["_over"] = df["LocalOverflow"].astype(bool) | df["RangeOverflow"].astype(bool)
+    df["_red"] = [_red_key(v) for v in df["LocalRED"]]
+    rest = df[~df["_over"]].sort_values("_red", ascending=False, kind="stable")
+    if output_error is not None and base_error is not None and base_error > 0:
+        for i in rest.index[:top_k]:
+            err = output_error([df.at[i, "KeepName"]])
+            if math.isinf(base_error):
+                share = 0.0 if math.isinf(err) else 1.0
+            else:
+                share = max(0.0, 1.0 - err / base_error)
+            df.at[i, "OutputShare"] = share
+    df["_share"] = df["OutputShare"].fillna(-1.0)
+    over = df[df["_over"]].sort_values("_order")
+    rest = df[~df["_over"]].sort_values(["_share", "_red"], ascending=False, kind="stable")
+    out = pd.concat([over, rest]).drop(columns=["_order", "_over", "_red", "_share"]).reset_index(drop=True)
+    out["Rank"] = range(len(out))
+    return out

@@ -1,0 +1,390 @@
+"""`tune`: find a small set of nodes to keep in FP32 so that every input meets an accuracy target.
+
+The loop (all on one compiled graph; only the precision passes re-run per try, see
+toolkit.compiler.pipeline.recompile_precision, and only kernels whose precision changed are rebuilt, since
+kernel sessions are cached by model digest):
+
+1. FP32 reference of every input: final outputs (the target is on them) and a range analysis
+   (toolkit.precision.ranges).
+2. The plan in the given config (default allow_mix_precision) on every input: if the target holds, the set
+   is empty.
+3. Sensitivity (toolkit.precision.sensitivity) on the worst input: single-kernel isolation for every FP16
+   kernel, ranked by overflow evidence, measured share of the output error and local error.
+4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
+   (about 2·log2(p) tries instead of p); then each chosen node is dropped again if the target still holds
+   without it (least sensitive first).
+5. Verification: the tuned config compiled from scratch and run on every input.
+
+A try "meets the target" when, on every input, every float graph output satisfies every target condition
+(no NaN/inf where the reference is finite) and every task check passes. Inputs are tried worst first and a
+try stops at the first failing input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import pandas as pd
+
+from toolkit.compare.metrics import METRICS, compare_tensors
+from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+from toolkit.compare.metrics.thresholds import check_metric_name
+from toolkit.compiler.pipeline import compile_model, recompile_precision
+from toolkit.config import Config
+from toolkit.engine import Session, shapes_of
+from toolkit.errors import InputError, UsageError
+from toolkit.precision import coverage as cov
+from toolkit.precision.ranges import RangeStats, range_findings
+from toolkit.precision.sensitivity import kernel_sensitivity, rank_kernels
+from toolkit.runtime.npu import NpuRuntime
+from toolkit.runtime.reference import ReferenceRunner
+
+DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
+_OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v <= t, "<": lambda v, t: v < t}
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+def parse_target(text: str) -> list[tuple[str, str, float]]:
+    """``"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"`` → [(metric, op, value)]: the conditions an output
+    must SATISFY (unlike --thresholds, which name abnormal lines). Raises UsageError naming the bad item."""
+    out = []
+    for item in filter(str.strip, (text or "").split(",")):
+        op = next((o for o in (">=", "<=", ">", "<") if o in item), None)
+        if op is None:
+            raise UsageError(f"target '{item.strip()}': expected NAME>=VALUE or NAME<=VALUE, e.g. 'CosineSimilarity>=0.9999'")
+        name, raw = (s.strip() for s in item.split(op, 1))
+        check_metric_name(name, f"target '{item.strip()}'")
+        higher = METRICS[name].direction == HIGHER_IS_BETTER
+        if higher != op.startswith(">"):
+            good = ">=" if higher else "<="
+            raise UsageError(f"target '{item.strip()}': {name} is {'higher' if higher else 'lower'}-is-better; "
+                             f"write {name}{good}{raw}")
+        try:
+            out.append((name, op, float(raw)))
+        except ValueError:
+            raise UsageError(f"target '{item.strip()}': '{raw}' is not a number") from None
+    if not out:
+        raise UsageError(f"target '{text}' has no condition; e.g. '{DEFAULT_TARGET}'")
+    return out
+
+
+def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], float]:
+    """(met, rows, error): per float output a compare row with ``Met`` and the failing ``Failed`` conditions;
+    ``error`` = worst RelativeEuclideanDistance over outputs (inf when NaN/inf appear)."""
+    rows, err, met = [], 0.0, True
+    for name, g in golden.items():
+        g = np.asarray(g)
+        if g.dtype.kind != "f" or name not in npu:
+            continue
+        r = compare_tensors(npu[name], g, thresholds={})
+        bad = [f"{m}{op}{v:g}" for m, op, v in target if not (not math.isnan(r[m]) and _OPS[op](r[m], v))]
+        nonfinite = r["OverFlow"] or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
+        if nonfinite:
+            bad.append("finite outputs")
+        red = r["RelativeEuclideanDistance"]
+        err = max(err, math.inf if nonfinite or math.isnan(red) else red)
+        rows.append({"Output": name, **{m: r[m] for m in ("CosineSimilarity", "MaxAbsoluteError",
+                                                           "RelativeEuclideanDistance", "MeanRelativeError")},
+                     "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Met": not bad, "Failed": ", ".join(bad)})
+        met &= not bad
+    return met, rows, err
+
+
+@dataclass
+class Trial:
+    keep: tuple[str, ...]
+    met: bool
+    error: float  # worst output RED over the inputs tried
+    rows: list[dict]
+    inputs_tried: int
+
+
+@dataclass
+class TuneResult:
+    """Everything tune found (plain data; see toolkit.report.tune_html and api.tune_command for the files)."""
+
+    met: bool
+    chosen: list[str]
+    config: Config
+    target: list
+    before: pd.DataFrame
+    after: pd.DataFrame
+    ranking: pd.DataFrame
+    ranges: pd.DataFrame
+    findings: list
+    evidence: list[dict]
+    coverage_before: dict
+    coverage_after: dict
+    cost: dict
+    tasks_before: list[dict]
+    tasks_after: list[dict]
+    log: list[str]
+    trials: int  # precision configs built and run (search tries + share measurements)
+    timings_ms: dict
+    inputs: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        return {"met": self.met, "keep_dtype": self.chosen, "target": [f"{m}{o}{v:g}" for m, o, v in self.target],
+                "trials": self.trials, "inputs": self.inputs, "timings_ms": self.timings_ms,
+                "coverage_before": self.coverage_before, "coverage_after": self.coverage_after, "cost": self.cost,
+                "tasks_before": self.tasks_before, "tasks_after": self.tasks_after, "evidence": self.evidence,
+                "before": self.before.to_dict("records"), "after": self.after.to_dict("records"),
+                "search_log": self.log, "config": self.config.to_dict()}
+
+
+class Tuner:
+    """Evaluates keep-sets against the target on every input, reusing one compiled graph (see module doc).
+
+    Args:
+        model: the loaded model. feeds: [(label, feed)] of one shape. config: the starting config.
+        target: :func:`parse_target` output. tasks: task checks fn(golden, npu, model) -> dict.
+    """
+
+    def __init__(self, model: onnx.ModelProto, feeds, config: Config, target, tasks=(), progress=_noop):
+        shapes = {shapes_of(f).__repr__() for _, f in feeds}
+        if len(shapes) > 1:
+            raise InputError(f"tune compiles one plan, but the input sets have different shapes ({len(shapes)} "
+                             "kinds); give sets of one shape (one --inputs folder per shape)")
+        self.model, self.feeds, self.config, self.target, self.tasks = model, feeds, config, target, list(tasks)
+        self.progress = progress
+        self.base = compile_model(model, config, input_shapes=shapes_of(feeds[0][1]))
+        self.outputs = [o.name for o in model.graph.output]
+        self.golden_out: list[dict] = []
+        self.order = list(range(len(feeds)))
+        self.cache: dict[tuple, Trial] = {}
+        self.runs = 0  # plan runs
+        self.builds = 0  # configs compiled (precision passes) and built
+        self.ref: ReferenceRunner | None = None
+
+    def config_for(self, keep) -> Config:
+        extra = [k for k in keep if k not in self.config.keep_dtype]
+        return dataclasses.replace(self.config, keep_dtype=list(self.config.keep_dtype) + extra)
+
+    def runtime_for(self, keep) -> NpuRuntime:
+        self.builds += 1
+        return NpuRuntime(recompile_precision(self.base, self.config_for(keep)))
+
+    def check_one(self, rt, i: int) -> tuple[bool, list[dict], float, list[dict], object]:
+        res = rt.run(self.feeds[i][1])
+        self.runs += 1
+        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target)
+        tasks = self.run_tasks(i, res.outputs)
+        for r in rows:
+            r["Input"] = self.feeds[i][0]
+        return met and all(t["passed"] for t in tasks), rows, err, tasks, res
+
+    def run_tasks(self, i: int, npu: dict) -> list[dict]:
+        """Every task check on input ``i`` (a check that raises counts as failed, as in diagnose)."""
+        out = []
+        for fn in self.tasks:
+            try:
+                res = dict(fn(self.golden_out[i], npu, self.model))
+            except Exception as exc:  # noqa: BLE001 - a user's check must not end the search
+                res = {"passed": False, "value": None, "detail": f"task check raised {type(exc).__name__}: {exc}"}
+            res.setdefault("name", getattr(fn, "__name__", "task"))
+            res["passed"] = bool(res.get("passed"))
+            res["input"] = self.feeds[i][0]
+            out.append(res)
+        return out
+
+    def trial(self, keep, all_inputs: bool = False) -> Trial:
+        key = tuple(sorted(keep))
+        if key in self.cache and (not all_inputs or self.cache[key].inputs_tried == len(self.feeds)):
+            return self.cache[key]
+        rt = self.runtime_for(list(keep))
+        met, rows, err, n = True, [], 0.0, 0
+        for i in self.order:
+            ok, r, e, _, _ = self.check_one(rt, i)
+            rows += r
+            err, n = max(err, e), n + 1
+            if not ok:
+                met = False
+                if not all_inputs:
+                    break
+        t = Trial(key, met, err, rows, n)
+        self.cache[key] = t
+        return t
+
+
+def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:
+    """Shortest meeting prefix of ``ranked`` by doubling + bisection, then drop-one pruning (module doc)."""
+    if meets([]):
+        return [], True
+    lo, hi, n = 0, 1, len(ranked)
+    while True:
+        hi = min(hi, n)
+        if meets(ranked[:hi]):
+            break
+        log.append(f"first {hi} of {n} ranked kernels in FP32: target not met")
+        if hi == n:
+            return list(ranked), False
+        lo, hi = hi, hi * 2
+    log.append(f"first {hi} ranked kernels in FP32: target met")
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok = meets(ranked[:mid])
+        log.append(f"bisection: first {mid}: {'met' if ok else 'not met'}")
+        lo, hi = (lo, mid) if ok else (mid, hi)
+    chosen = list(ranked[:hi])
+    for name in reversed(list(chosen)):
+        trial = [c for c in chosen if c != name]
+        if meets(trial):
+            chosen = trial
+            log.append(f"dropped '{name}': target still met without it")
+        else:
+            log.append(f"kept '{name}': the target fails without it")
+    return chosen, True
+
+
+def _golden_pass(tuner: Tuner, ranges: RangeStats, progress) -> ReferenceRunner:
+    ref = tuner.ref = ReferenceRunner(tuner.model)
+    for i, (label, feed) in enumerate(tuner.feeds):
+        progress(f"FP32 reference of input {i + 1}/{len(tuner.feeds)} ({label})")
+        g = ref.run(feed)
+        g.update(feed)
+        ranges.add(g)
+        tuner.golden_out.append({o: g[o] for o in tuner.outputs if o in g})
+    return ref
+
+
+def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
+    by = {r["KeepName"]: r for r in ranking.to_dict("records")} if len(ranking) else {}
+    kernels = {k.name: k for k in tuner.base.plan.kernels}
+    out = []
+    for name in chosen:
+        r = by.get(name, {})
+        nodes = kernels[r["Kernel"]].nodes if r.get("Kernel") in kernels else [name]
+        without = tuner.cache.get(tuple(sorted(c for c in chosen if c != name)))
+        fails = sorted({x["Failed"] for x in without.rows if x["Failed"]}) if without else []
+        out.append({"node": name, "kernel": r.get("Kernel", ""), "op_type": r.get("OpType", ""),
+                    "rank": r.get("Rank"), "local_cosine": r.get("LocalCosine"), "local_red": r.get("LocalRED"),
+                    "local_overflow": bool(r.get("LocalOverflow", False)),
+                    "range_overflow": bool(r.get("RangeOverflow", False)), "acc_red": r.get("AccRED"),
+                    "output_share": r.get("OutputShare"),
+                    "without_it": "fails " + "; ".join(fails) if fails else ("not tried" if without is None else "met"),
+                    "range_findings": [f.kind for f in findings if f.subject in nodes]})
+    return out
+
+
+def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=DEFAULT_TARGET, tasks=(),
+         top_k: int = 8, progress=_noop) -> TuneResult:
+    """Run the whole loop (module docstring) and return a :class:`TuneResult` (FP16 overflow warnings of the
+    simulated kernels are silenced: overflow is what is being searched for).
+
+    Args:
+        model: loaded model. feeds: [(label, {input: array})], all of one shape. config: start config
+            (default allow_mix_precision). target: text (:func:`parse_target`) or parsed list.
+        tasks: task checks fn(golden_outputs, npu_outputs, model) -> {"passed", ...}, or "module:function" specs.
+        top_k: candidates whose share of the output error is measured by a trial run.
+
+    Raises:
+        UsageError (bad target / task), InputError (input sets of different shapes), ModelError.
+    """
+    with np.errstate(all="ignore"):
+        return _tune(model, feeds, config, target, tasks, top_k, progress)
+
+
+def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
+    from toolkit.compare.tasks import load_task
+
+    t0 = time.perf_counter()
+    config = config or Config()
+    target = parse_target(target) if isinstance(target, str) else list(target)
+    tasks = [load_task(t) if isinstance(t, str) else t for t in tasks]
+    tm: dict[str, float] = {}
+    progress("compiling")
+    tuner = Tuner(model, feeds, config, target, tasks, progress)
+    ranges = RangeStats(model)
+    _golden_pass(tuner, ranges, progress)
+    range_df = ranges.frame()
+    findings = range_findings(range_df)
+    tm["reference_ms"] = (time.perf_counter() - t0) * 1e3
+    progress(f"baseline ({config.precision_mode}) on {len(feeds)} input(s)")
+    base_rt = NpuRuntime(tuner.base)
+    before_rows, errs, tasks_before, met0 = [], [], [], True
+    for i in range(len(feeds)):
+        ok, rows, err, tk, _ = tuner.check_one(base_rt, i)
+        before_rows += rows
+        errs.append(err)
+        tasks_before += tk
+        met0 &= ok
+    tuner.order = sorted(range(len(feeds)), key=lambda i: -errs[i])
+    tuner.cache[()] = Trial((), met0, max(errs), before_rows, len(feeds))
+    ranking = pd.DataFrame()
+    log: list[str] = []
+    if not met0:
+        ranking = _rank(tuner, base_rt, tuner.order[0], top_k, progress)
+        tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
+        progress(f"searching over {len(ranking)} ranked kernels")
+        meets = lambda keep: tuner.trial(keep).met  # noqa: E731
+        chosen, _ = search(list(ranking["KeepName"]), meets, log)
+    else:
+        chosen = []
+        log.append("the target holds in the given config: nothing to keep in FP32")
+    tm["search_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
+    progress("verifying the tuned config from scratch on every input")
+    tuned_cfg = tuner.config_for(chosen)
+    sess = Session(model, tuned_cfg, input_shapes=shapes_of(feeds[0][1]))
+    after_rows, tasks_after, met = [], [], True
+    host_after = 0.0
+    for i in range(len(feeds)):
+        ok, rows, _, tk, res = tuner.check_one(sess.runtime, i)
+        after_rows += rows
+        tasks_after += tk
+        met &= ok
+        host_after += res.total_ms if i == 0 else 0.0
+    host_before = base_rt.run(feeds[0][1]).total_ms
+    tm["verify_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
+    flops = cov.node_flops(model, _shapes_of_reference(model, feeds[0][1]))
+    c0, c1 = cov.coverage(tuner.base.plan, flops), cov.coverage(sess.plan, flops)
+    tm["total_ms"] = (time.perf_counter() - t0) * 1e3
+    return TuneResult(met=met, chosen=chosen, config=tuned_cfg, target=target, before=pd.DataFrame(before_rows),
+                      after=pd.DataFrame(after_rows), ranking=ranking, ranges=range_df, findings=findings,
+                      evidence=_evidence(chosen, ranking, tuner, findings), coverage_before=c0, coverage_after=c1,
+                      cost=cov.fallback_cost(c0, c1, host_before, host_after), tasks_before=tasks_before,
+                      tasks_after=tasks_after, log=log, trials=tuner.builds, timings_ms=tm,
+                      inputs=[lbl for lbl, _ in feeds])
+
+
+def _shapes_of_reference(model, feed) -> dict:
+    """{tensor: shape} from shape inference with the feed's shapes bound (no extra reference run)."""
+    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    bind_input_shapes(m, shapes_of(feed))
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:
+        pass
+    out = {}
+    for v in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
+        dims = v.type.tensor_type.shape.dim
+        if v.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in dims):
+            out[v.name] = tuple(d.dim_value for d in dims)
+    return out
+
+
+def _rank(tuner: Tuner, base_rt, worst: int, top_k: int, progress) -> pd.DataFrame:
+    progress(f"sensitivity: isolating every FP16 kernel on input {tuner.feeds[worst][0]}")
+    feed = tuner.feeds[worst][1]
+    golden = tuner.ref.run(feed)
+    golden.update(feed)
+    dumps = base_rt.run(feed, dump=True).dumps
+    df = kernel_sensitivity(base_rt, golden, dumps)
+    del golden, dumps
+    base_err = tuner.cache[()].error
+
+    def out_err(keep):
+        rt = tuner.runtime_for(keep)
+        return check_outputs(rt.run(feed).outputs, tuner.golden_out[worst], tuner.target)[2]
+
+    return rank_kernels(df, out_err, base_err, top_k=top_k)

@@ -1,0 +1,246 @@
+"""Signoff criteria: one small registered unit per policy section.
+
+A criterion kind is ``check(section: dict, ev: Evidence) -> list[Result]`` registered under its policy section
+name in :data:`CRITERIA`. Each :class:`Result` is PASS or FAIL with its evidence (plain JSON-able data) and a
+one-line message naming the criterion, the measured value and the limit.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import pandas as pd
+
+from toolkit.memory.planner import Block, find_conflicts
+from toolkit.signoff.policy import bound_of
+
+FP16_MAX = 65504.0
+LATENCY_SOURCE = "host-measured simulated NPU run time (wall clock of NpuRuntime.run; no device schedule yet)"
+
+
+@dataclass
+class Result:
+    """One criterion's outcome. ``name`` is unique in a signoff (e.g. ``outputs.y.CosineSimilarity``)."""
+
+    name: str
+    kind: str
+    passed: bool
+    message: str
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "status": self.status}
+
+
+@dataclass
+class Evidence:
+    """What the signoff run measured, over all input sets.
+
+    Attributes:
+        outputs: graph output names.
+        output_rows: {output: [compare_tensors row per input set]}.
+        layers: worst case per tensor over the input sets: NodeName, TensorName, OpType, Kernel, Precision,
+            NPUDump (storage dtype), CosineSimilarity (min), Abnormal (any), OverFlow (any),
+            GoldenAbsMax (max), DeviceInf/DeviceNaN (any), CompareFailReason.
+        tasks: per input set, the list of task results ({"name", "passed", "value", "detail"}).
+        plan: the compiled Plan (toolkit.compiler.plan).
+        run_ms: NPU run wall time per input set, ms.
+        inputs: the input set labels (file names or a description).
+    """
+
+    outputs: list[str]
+    output_rows: dict[str, list[dict]]
+    layers: pd.DataFrame
+    tasks: list[list[dict]]
+    plan: object
+    run_ms: list[float]
+    inputs: list[str]
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _worst(values: list, bound: str):
+    """(worst value, index of the input set) for a 'min' (take the smallest) or 'max' bound; NaN counts worst."""
+    worst, at = None, -1
+    for i, v in enumerate(values):
+        f = _num(v)
+        if f is None:
+            return float("nan"), i
+        if worst is None or (f < worst if bound == "min" else f > worst):
+            worst, at = f, i
+    return worst, at
+
+
+# ------------------------------------------------------------------------------------------------ criteria
+def check_outputs(section: dict, ev: Evidence) -> list[Result]:
+    out = []
+    for target, limits in section.items():
+        names = ev.outputs if target == "*" else [target]
+        for name in names:
+            for metric, limit in limits.items():
+                crit = f"outputs.{name}.{metric}"
+                rows = ev.output_rows.get(name)
+                if rows is None:
+                    out.append(Result(crit, "outputs", False, f"{crit}: the model has no output '{name}' "
+                                      f"(outputs: {', '.join(ev.outputs)})", {"outputs": ev.outputs}))
+                    continue
+                bound = bound_of(metric)
+                worst, at = _worst([r.get(metric) for r in rows], bound)
+                ok = worst is not None and not math.isnan(worst) and (worst >= limit if bound == "min" else worst <= limit)
+                ok = ok and not any(bool(r.get("OverFlow")) for r in rows)
+                evid = {"metric": metric, "bound": bound, "limit": limit, "worst": worst,
+                        "worst_input": ev.inputs[at] if 0 <= at < len(ev.inputs) else "",
+                        "values": [_num(r.get(metric)) for r in rows],
+                        "overflow": any(bool(r.get("OverFlow")) for r in rows)}
+                op = ">=" if bound == "min" else "<="
+                out.append(Result(crit, "outputs", ok, f"{crit}: worst {worst:.6g} over {len(rows)} input set(s) "
+                                  f"(needs {op} {limit:g}){' with FP16 overflow' if evid['overflow'] else ''}", evid))
+    return out
+
+
+def _layer_rows(section: dict, ev: Evidence) -> pd.DataFrame:
+    df = ev.layers
+    ignore = set(section.get("ignore", []))
+    return df[~df["NodeName"].isin(ignore)] if ignore else df
+
+
+def check_layers(section: dict, ev: Evidence) -> list[Result]:
+    df = _layer_rows(section, ev)
+    out = []
+    if "max_abnormal" in section:
+        bad = df[df["Abnormal"] | df["OverFlow"]]
+        lim = section["max_abnormal"]
+        names = bad["TensorName"].astype(str).tolist()
+        out.append(Result("layers.max_abnormal", "layers", len(bad) <= lim,
+                          f"layers.max_abnormal: {len(bad)} abnormal tensor(s) (allowed {lim})"
+                          + (f": {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}" if names else ""),
+                          {"abnormal": len(bad), "limit": lim, "tensors": names}))
+    if "min_cosine" in section:
+        cos = pd.to_numeric(df["CosineSimilarity"], errors="coerce")
+        lim = section["min_cosine"]
+        below = df[cos < lim]
+        worst = float(cos.min()) if cos.notna().any() else float("nan")
+        at = str(df.loc[cos.idxmin(), "TensorName"]) if cos.notna().any() else ""
+        out.append(Result("layers.min_cosine", "layers", below.empty,
+                          f"layers.min_cosine: lowest CosineSimilarity {worst:.6g} at '{at}' (needs >= {lim:g}); "
+                          f"{len(below)} tensor(s) below", {"worst": worst, "tensor": at, "limit": lim,
+                                                            "below": below["TensorName"].astype(str).tolist()}))
+    return out
+
+
+def check_tasks(section: dict, ev: Evidence) -> list[Result]:
+    need = section.get("required_pass_rate", 1.0)
+    per_input = [all(t["passed"] for t in ts) for ts in ev.tasks if ts]
+    if not per_input:
+        return [Result("tasks.pass_rate", "tasks", False, "tasks.pass_rate: no task check ran; the model is not a zoo "
+                       "model with a built-in check and [tasks] metrics is empty", {"limit": need})]
+    rate = sum(per_input) / len(per_input)
+    failed = [{"input": ev.inputs[i], "checks": [t for t in ts if not t["passed"]]}
+              for i, ts in enumerate(ev.tasks) if ts and not all(t["passed"] for t in ts)]
+    return [Result("tasks.pass_rate", "tasks", rate >= need,
+                   f"tasks.pass_rate: {sum(per_input)}/{len(per_input)} input set(s) pass = {rate:.3f} (needs >= {need:g})",
+                   {"pass_rate": rate, "limit": need, "passed": sum(per_input), "total": len(per_input),
+                    "failed": failed[:20]})]
+
+
+def check_fp16_overflow(section: dict, ev: Evidence) -> list[Result]:
+    allow = set(section.get("allow", []))
+    df = ev.layers
+    fp16 = df[df["NPUDump"].astype(str) == "float16"]
+    absmax = pd.to_numeric(fp16.get("GoldenAbsMax", pd.Series(dtype=float)), errors="coerce").fillna(0)
+    hit = fp16[(fp16["OverFlow"] | fp16["DeviceInf"] | (absmax > FP16_MAX)) & ~fp16["TensorName"].isin(allow)]
+    names = hit["TensorName"].astype(str).tolist()
+    evid = {"fp16_tensors": int(len(fp16)), "overflowing": names, "allowed": sorted(allow),
+            "golden_absmax": {str(t): _num(v) for t, v in zip(hit["TensorName"], hit.get("GoldenAbsMax", []))}}
+    msg = (f"fp16_overflow: {len(names)} FP16-stored tensor(s) overflow (|x| > {FP16_MAX:g} or inf): {', '.join(names[:8])}"
+           if names else f"fp16_overflow: none of {len(fp16)} FP16-stored tensor(s) overflow")
+    return [Result("fp16_overflow", "fp16_overflow", not names, msg, evid)]
+
+
+def arena_conflicts(plan) -> list[tuple[str, str]]:
+    """Overlapping live arena byte ranges of ``plan`` (toolkit.memory.planner.find_conflicts). Tensors the
+    planner made share storage on purpose (``alias_of`` chains: views and in-place outputs) form one block
+    spanning their joint lifetime, as the planner placed them."""
+    arena = {n: t for n, t in plan.tensors.items() if t.storage == "arena" and t.nbytes > 0 and t.offset >= 0}
+    groups: dict[str, Block] = {}
+    for n, t in arena.items():
+        root, seen = n, set()
+        while getattr(arena.get(root), "alias_of", None) in arena and root not in seen:
+            seen.add(root)
+            root = arena[root].alias_of
+        b = groups.get(root)
+        if b is None:
+            groups[root] = Block(root, int(t.nbytes), int(t.first), int(t.last), int(t.offset))
+        else:
+            b.first, b.last = min(b.first, int(t.first)), max(b.last, int(t.last))
+            b.size = max(b.size, int(t.nbytes) + int(t.offset) - b.offset)
+    return find_conflicts(list(groups.values()))
+
+
+def check_memory(section: dict, ev: Evidence) -> list[Result]:
+    out = []
+    plan = ev.plan
+    if "max_arena_bytes" in section:
+        lim = section["max_arena_bytes"]
+        out.append(Result("memory.peak_arena_bytes", "memory", plan.arena_bytes <= lim,
+                          f"memory.peak_arena_bytes: arena {plan.arena_bytes} bytes (budget {lim})",
+                          {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes, "limit": lim}))
+    if not section.get("allow_conflicts", False):
+        pairs = arena_conflicts(plan)
+        out.append(Result("memory.no_conflicts", "memory", not pairs,
+                          f"memory.no_conflicts: {len(pairs)} pair(s) of live tensors share arena bytes"
+                          + (f": {pairs[0][0]} / {pairs[0][1]}" if pairs else ""),
+                          {"conflicts": [list(p) for p in pairs[:50]], "source": "toolkit.memory.planner.find_conflicts"}))
+    return out
+
+
+def check_latency(section: dict, ev: Evidence) -> list[Result]:
+    stat = section.get("statistic", "p50")
+    ms = ev.run_ms
+    value = {"p50": statistics.median, "mean": statistics.fmean, "max": max}[stat](ms) if ms else float("nan")
+    lim = section["max_ms"] if "max_ms" in section else float("inf")
+    return [Result("latency", "latency", bool(ms) and value <= lim,
+                   f"latency: {stat} {value:.2f} ms per input set (budget {lim:g} ms; {LATENCY_SOURCE})",
+                   {"statistic": stat, "value_ms": value, "limit_ms": lim, "runs_ms": ms, "source": LATENCY_SOURCE})]
+
+
+def check_placement(section: dict, ev: Evidence) -> list[Result]:
+    allowed = set(section.get("allowed_cpu_ops", []))
+    cpu = [k for k in ev.plan.kernels if k.placement == "CPU"]
+    bad = [k for k in cpu if k.op_type not in allowed]
+    return [Result("placement.cpu_ops", "placement", not bad,
+                   f"placement.cpu_ops: {len(bad)} CPU-placed kernel(s) not allowed"
+                   + (": " + ", ".join(f"{k.name} ({k.op_type})" for k in bad[:8]) if bad else
+                      f" ({len(cpu)} CPU kernel(s), all allowed)"),
+                   {"cpu_kernels": [{"kernel": k.name, "op_type": k.op_type} for k in cpu],
+                    "not_allowed": [k.name for k in bad], "allowed": sorted(allowed)})]
+
+
+#: {policy section: check}; evaluated in this order.
+CRITERIA: dict[str, Callable[[dict, Evidence], list[Result]]] = {
+    "outputs": check_outputs, "layers": check_layers, "tasks": check_tasks, "fp16_overflow": check_fp16_overflow,
+    "memory": check_memory, "latency": check_latency, "placement": check_placement,
+}
+
+
+def evaluate(policy, ev: Evidence) -> list[Result]:
+    """Every criterion of ``policy`` (toolkit.signoff.policy.Policy) against ``ev``, in CRITERIA order."""
+    out: list[Result] = []
+    for sec, check in CRITERIA.items():
+        body = policy.section(sec)
+        if body is not None:
+            out.extend(check(body, ev))
+    return out

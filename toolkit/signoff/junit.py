@@ -1,0 +1,44 @@
+"""JUnit XML for CI systems: one ``<testcase>`` per signoff criterion.
+
+Format: the common JUnit schema (as Jenkins, GitLab and GitHub Actions read it)::
+
+    <testsuites name="npuscope signoff" tests="N" failures="F" errors="0" time="T">
+      <testsuite name="signoff.<model>" tests="N" failures="F" errors="0" skipped="0" time="T" timestamp="...">
+        <properties><property name="model_sha256" value="..."/>...</properties>
+        <testcase classname="signoff.<kind>" name="<criterion>" time="0">
+          <failure message="<one line>" type="<kind>">evidence as JSON</failure>   (FAIL only)
+          <system-out>evidence as JSON</system-out>
+        </testcase>
+      </testsuite>
+    </testsuites>
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import xml.etree.ElementTree as ET
+
+from toolkit.report.csvjson import json_safe
+
+
+def junit_xml(results, suite: str, properties: dict | None = None, time_s: float = 0.0) -> str:
+    """The JUnit XML text for ``results`` (toolkit.signoff.criteria.Result list)."""
+    n, f = len(results), sum(not r.passed for r in results)
+    counts = {"tests": str(n), "failures": str(f), "errors": "0"}
+    root = ET.Element("testsuites", {"name": "npuscope signoff", **counts, "time": f"{time_s:.3f}"})
+    ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "skipped": "0", "time": f"{time_s:.3f}",
+                                           "timestamp": _dt.datetime.now().isoformat(timespec="seconds")})
+    if properties:
+        props = ET.SubElement(ts, "properties")
+        for k, v in properties.items():
+            ET.SubElement(props, "property", {"name": str(k), "value": str(v)})
+    for r in results:
+        tc = ET.SubElement(ts, "testcase", {"classname": f"signoff.{r.kind}", "name": r.name, "time": "0"})
+        evidence = json.dumps(json_safe(r.evidence), indent=1)
+        if not r.passed:
+            fail = ET.SubElement(tc, "failure", {"message": r.message, "type": r.kind})
+            fail.text = evidence
+        ET.SubElement(tc, "system-out").text = r.message + "\n" + evidence
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,166 @@
+"""The signoff policy: a TOML file of written criteria a model must meet before it ships.
+
+Every section is optional; a section that is present adds its criteria. Unknown sections and keys are refused
+with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid name. Example::
+
+    [policy]
+    name = "resnet_small mixed precision"   # free text, shown in the report
+
+    [outputs."*"]                          # every graph output ("*"), or one table per output name
+    CosineSimilarity = 0.999               # a metric of toolkit.compare.metrics.METRICS: the limit is a minimum
+    RelativeEuclideanDistance = 0.01       # for higher-is-better metrics and a maximum for lower-is-better ones
+
+    [layers]
+    max_abnormal = 5                       # tensors abnormal or overflowing (worst input), at most
+    min_cosine = 0.99                      # every compared tensor's CosineSimilarity, at least
+    ignore = ["some_node"]                 # node names excluded from the layer criteria
+
+    [tasks]
+    required_pass_rate = 0.95              # share of input sets whose task checks all pass (0..1)
+    metrics = ["mypkg.checks:my_check"]    # extra task checks (module:function), added to the zoo's own
+
+    [fp16_overflow]
+    allow = []                             # FP16-stored tensors allowed to overflow (default: none)
+
+    [memory]
+    max_arena_bytes = 8_000_000            # plan.arena_bytes, at most
+    allow_conflicts = false                # default false: overlapping live tensors fail
+
+    [latency]
+    max_ms = 50.0                          # NPU run time per input set, ms
+    statistic = "p50"                      # p50 (default) | mean | max
+
+    [placement]
+    allowed_cpu_ops = ["NonMaxSuppression"]  # op types allowed on CPU (AI_CPU); others fail
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
+from toolkit.config import suggest
+from toolkit.errors import ConfigError
+
+#: {section: {key: (python types accepted, description)}}; "outputs" is special (a table per output name).
+SCHEMA: dict[str, dict[str, tuple]] = {
+    "policy": {"name": ((str,), "free text"), "description": ((str,), "free text")},
+    "layers": {"max_abnormal": ((int,), "count >= 0"), "min_cosine": ((int, float), "0..1"),
+               "ignore": ((list,), "list of node names")},
+    "tasks": {"required_pass_rate": ((int, float), "0..1"), "metrics": ((list,), "list of module:function")},
+    "fp16_overflow": {"allow": ((list,), "list of tensor names")},
+    "memory": {"max_arena_bytes": ((int,), "bytes >= 0"), "allow_conflicts": ((bool,), "true/false")},
+    "latency": {"max_ms": ((int, float), "ms > 0"), "statistic": ((str,), "p50 | mean | max")},
+    "placement": {"allowed_cpu_ops": ((list,), "list of op types")},
+}
+SECTIONS = ("outputs",) + tuple(SCHEMA)
+LATENCY_STATISTICS = ("p50", "mean", "max")
+#: Metrics a policy may bound (those with a direction).
+BOUNDABLE = tuple(n for n, s in METRICS.items() if s.direction in (HIGHER_IS_BETTER, LOWER_IS_BETTER))
+
+
+@dataclass
+class Policy:
+    """A parsed, validated policy.
+
+    Attributes:
+        data: the policy as read (sections → keys → values), embedded verbatim in summary.json.
+        path: the file it came from ("" for a dict).
+        sha256: sha256 of the file bytes (of the canonical TOML-less repr for a dict).
+    """
+
+    data: dict
+    path: str = ""
+    sha256: str = ""
+    sections: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return str(self.data.get("policy", {}).get("name", Path(self.path).stem if self.path else "policy"))
+
+    def section(self, name: str) -> dict | None:
+        return self.data.get(name)
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a TOML policy. Raises ConfigError (one line) for a missing/invalid file or key."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"policy file '{p}' does not exist; check the --policy path")
+    raw = p.read_bytes()
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
+    pol = policy_from_dict(data, where=f"policy '{p}'")
+    pol.path, pol.sha256 = str(p), hashlib.sha256(raw).hexdigest()
+    return pol
+
+
+def policy_from_dict(data: dict, where: str = "policy") -> Policy:
+    """Validate ``data`` (see module docstring) and wrap it. Raises ConfigError."""
+    for sec, body in data.items():
+        if sec not in SECTIONS:
+            raise ConfigError(f"{where}: unknown section [{sec}]{suggest(sec, SECTIONS)}")
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: [{sec}] must be a table, got {type(body).__name__}")
+        if sec == "outputs":
+            _check_outputs(body, where)
+        else:
+            _check_section(sec, body, where)
+    criteria_sections = [s for s in data if s != "policy"]
+    if not criteria_sections:
+        raise ConfigError(f"{where}: no criteria; add at least one of {', '.join('[' + s + ']' for s in SECTIONS[:-1] if s != 'policy')}")
+    digest = hashlib.sha256(repr(sorted(data.items())).encode()).hexdigest()
+    return Policy(data=data, sha256=digest, sections=criteria_sections)
+
+
+def _check_section(sec: str, body: dict, where: str) -> None:
+    keys = SCHEMA[sec]
+    for key, val in body.items():
+        if key not in keys:
+            raise ConfigError(f"{where}: unknown key '{key}' in [{sec}]{suggest(key, keys)}")
+        types, desc = keys[key]
+        if isinstance(val, bool) and bool not in types or not isinstance(val, types):
+            raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected {desc}")
+    _check_ranges(sec, body, where)
+
+
+def _check_ranges(sec: str, body: dict, where: str) -> None:
+    bad = None
+    if sec == "layers" and body.get("max_abnormal", 0) < 0:
+        bad = ("max_abnormal", "count >= 0")
+    if sec == "layers" and not 0 <= body.get("min_cosine", 0) <= 1:
+        bad = ("min_cosine", "0..1")
+    if sec == "tasks" and not 0 <= body.get("required_pass_rate", 1) <= 1:
+        bad = ("required_pass_rate", "a share 0..1, e.g. 0.95")
+    if sec == "memory" and body.get("max_arena_bytes", 0) < 0:
+        bad = ("max_arena_bytes", "bytes >= 0")
+    if sec == "latency" and "max_ms" not in body:
+        raise ConfigError(f"{where}: [latency] needs max_ms (the budget per input set in ms), e.g. max_ms = 50.0")
+    if sec == "latency" and body.get("max_ms", 1) <= 0:
+        bad = ("max_ms", "ms > 0")
+    if sec == "latency" and body.get("statistic", "p50") not in LATENCY_STATISTICS:
+        st = body["statistic"]
+        raise ConfigError(f"{where}: [latency] statistic = '{st}' is not valid{suggest(st, LATENCY_STATISTICS)}")
+    if bad:
+        raise ConfigError(f"{where}: [{sec}] {bad[0]} = {body[bad[0]]!r}; expected {bad[1]}")
+
+
+def _check_outputs(body: dict, where: str) -> None:
+    for out, limits in body.items():
+        if not isinstance(limits, dict) or not limits:
+            raise ConfigError(f"{where}: [outputs.\"{out}\"] must be a table of metric = limit, e.g. CosineSimilarity = 0.999")
+        for metric, limit in limits.items():
+            if metric not in BOUNDABLE:
+                raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{suggest(metric, BOUNDABLE)}")
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+                raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r}; expected a number")
+
+
+def bound_of(metric: str) -> str:
+    """'min' for higher-is-better metrics, 'max' for lower-is-better ones."""
+    return "min" if METRICS[metric].direction == HIGHER_IS_BETTER else "max"

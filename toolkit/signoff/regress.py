@@ -1,0 +1,196 @@
+"""``regress``: what changed between two report folders (diagnose, compare or signoff), and is it worse?
+
+Reads from each folder: summary.json (required: verdict, environment, config, signoff criteria), result.csv
+(per-tensor metrics), plan.json (per-node kernel, precision, placement, fusion rule) and fusion_result.json.
+
+A regression is any of: a verdict that got worse (PASS < WARN < FAIL), a signoff criterion that passed and now
+fails, a tensor abnormal (or overflowing) now that was not before, or a tolerance metric that got worse by more
+than its tolerance (absolute change in the metric's bad direction; defaults :data:`DEFAULT_TOLERANCE`).
+Environment and config changes, decision changes (precision, placement, fusion) and fusion statistics are
+reported, not counted as regressions: they explain them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
+from toolkit.config import suggest
+from toolkit.errors import InputError, UsageError
+from toolkit.signoff.policy import BOUNDABLE
+
+#: Allowed absolute worsening per metric (CosineSimilarity may drop by 1e-3, RED may grow by 0.01).
+DEFAULT_TOLERANCE = {"CosineSimilarity": 1e-3, "RelativeEuclideanDistance": 1e-2}
+VERDICT_RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
+DECISION_KEYS = ("kernel", "precision", "placement", "rule", "fusion", "implmode")
+
+
+def parse_tolerance(text: str | None) -> dict[str, float]:
+    """``"CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02"`` → dict (merged over the defaults).
+    Raises UsageError naming the bad entry."""
+    tol = dict(DEFAULT_TOLERANCE)
+    for part in filter(None, (p.strip() for p in (text or "").split(","))):
+        name, sep, val = part.partition("=")
+        name = name.strip()
+        if name not in BOUNDABLE:
+            raise UsageError(f"--tolerance: unknown metric '{name}'{suggest(name, BOUNDABLE)}")
+        try:
+            tol[name] = float(val)
+            if not sep or tol[name] < 0:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--tolerance entry '{part}' is not 'Metric=value >= 0', e.g. CosineSimilarity=1e-4") from None
+    return tol
+
+
+def _read_json(folder: Path, name: str, required: bool = False):
+    p = folder / name
+    if not p.is_file():
+        if required:
+            raise InputError(f"'{folder}' has no {name}; pass a report folder written by diagnose, compare or signoff")
+        return None
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"'{p}' is not valid JSON ({exc}); re-run the command that wrote it") from None
+
+
+def load_run(folder: str | Path) -> dict:
+    """{"summary", "table" (DataFrame or None), "plan", "fusion"} of a report folder. Raises InputError."""
+    f = Path(folder)
+    if not f.is_dir():
+        raise InputError(f"report folder '{f}' does not exist")
+    table = pd.read_csv(f / "result.csv") if (f / "result.csv").is_file() else None
+    return {"summary": _read_json(f, "summary.json", required=True), "table": table,
+            "plan": _read_json(f, "plan.json"), "fusion": _read_json(f, "fusion_result.json")}
+
+
+def _flatten(d, prefix="") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def dict_changes(a: dict, b: dict, prefix: str) -> list[dict]:
+    fa, fb = _flatten(a, prefix), _flatten(b, prefix)
+    return [{"key": k, "baseline": fa.get(k), "new": fb.get(k)} for k in sorted(set(fa) | set(fb))
+            if fa.get(k) != fb.get(k)]
+
+
+def verdict_changes(sa: dict, sb: dict) -> list[dict]:
+    out = []
+    va, vb = sa.get("verdict"), sb.get("verdict")
+    if va != vb:
+        out.append({"what": "verdict", "baseline": va, "new": vb,
+                    "regression": VERDICT_RANK.get(vb, 0) > VERDICT_RANK.get(va, 0)})
+    ca = {c["name"]: c for c in sa.get("criteria") or []}
+    for c in sb.get("criteria") or []:
+        old = ca.get(c["name"])
+        if old is None or old["status"] != c["status"]:
+            out.append({"what": f"criterion {c['name']}", "baseline": old["status"] if old else "(absent)",
+                        "new": c["status"], "regression": c["status"] == "FAIL" and bool(old) and old["status"] == "PASS"})
+    return out
+
+
+def _bad(t: pd.DataFrame) -> pd.Series:
+    ab = t.get("Abnormal", pd.Series(False, index=t.index)).fillna(False).astype(bool)
+    ov = t.get("OverFlow", pd.Series(False, index=t.index)).fillna(False).astype(bool)
+    return ab | ov
+
+
+def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -> dict:
+    """{"newly_abnormal": [...], "layer_deltas": [...], "tensor_changes": [...]} by TensorName."""
+    if ta is None or tb is None:
+        return {"newly_abnormal": [], "layer_deltas": [], "tensor_changes": []}
+    a, b = ta.drop_duplicates("TensorName").set_index("TensorName"), tb.drop_duplicates("TensorName").set_index("TensorName")
+    bad_a, bad_b = _bad(a), _bad(b)
+    common = [t for t in b.index if t in a.index]
+    newly = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "OpType": b.at[t, "OpType"],
+              "metrics": str(b.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in b.columns else ""}
+             for t in common if bad_b[t] and not bad_a[t]]
+    deltas = []
+    for metric, limit in tol.items():
+        if metric not in a.columns or metric not in b.columns:
+            continue
+        sign = -1.0 if METRICS[metric].direction == HIGHER_IS_BETTER else 1.0
+        for t in common:
+            va, vb = pd.to_numeric(a.at[t, metric], errors="coerce"), pd.to_numeric(b.at[t, metric], errors="coerce")
+            if math.isnan(va) and math.isnan(vb):
+                continue
+            worse = sign * (vb - va) if not (math.isnan(va) or math.isnan(vb)) else math.inf
+            if worse > limit:
+                deltas.append({"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": metric, "baseline": va,
+                               "new": vb, "delta": vb - va, "regression": True})
+    changes = [{"TensorName": t, "change": "only in baseline"} for t in a.index if t not in b.index]
+    changes += [{"TensorName": t, "change": "only in new"} for t in b.index if t not in a.index]
+    return {"newly_abnormal": newly, "layer_deltas": deltas, "tensor_changes": changes}
+
+
+def node_decisions(plan: dict | None) -> dict[str, dict]:
+    """{original node: {kernel, precision, placement, rule, fusion, implmode}} from plan.json."""
+    out = {}
+    for k in (plan or {}).get("kernels", []):
+        if k.get("fusion") == "cast":
+            continue
+        for n in k.get("nodes", []):
+            out[n] = {"kernel": k["name"], "precision": k.get("precision"), "placement": k.get("placement", "NPU"),
+                      "rule": k.get("rule") or "", "fusion": k.get("fusion"), "implmode": k.get("implmode")}
+    return out
+
+
+def decision_changes(pa: dict | None, pb: dict | None) -> list[dict]:
+    da, db = node_decisions(pa), node_decisions(pb)
+    out = []
+    for node in list(db) + [n for n in da if n not in db]:
+        a, b = da.get(node, {}), db.get(node, {})
+        for key in DECISION_KEYS:
+            if a.get(key) != b.get(key):
+                out.append({"node": node, "what": key, "baseline": a.get(key, "(absent)"), "new": b.get(key, "(absent)")})
+    return out
+
+
+def fusion_changes(fa: dict | None, fb: dict | None) -> list[dict]:
+    def counts(f):
+        out = {}
+        for graph in (f or {}).values():
+            for level, passes in (graph or {}).items():
+                for name, c in (passes or {}).items():
+                    out[(name, level)] = f"{c.get('match_times', '0')}/{c.get('effect_times', '0')}"
+        return out
+
+    ca, cb = counts(fa), counts(fb)
+    return [{"pass": p, "level": lv, "baseline": ca.get((p, lv), "-"), "new": cb.get((p, lv), "-")}
+            for p, lv in sorted(set(ca) | set(cb)) if ca.get((p, lv)) != cb.get((p, lv))]
+
+
+def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None) -> dict:
+    """The regress report (regress.json content; see module docstring). Raises InputError."""
+    tol = dict(DEFAULT_TOLERANCE if tolerance is None else tolerance)
+    ra, rb = load_run(baseline), load_run(new)
+    sa, sb = ra["summary"], rb["summary"]
+    env = dict_changes(sa.get("environment"), sb.get("environment"), "environment.")
+    env += dict_changes(sa.get("config"), sb.get("config"), "config.")
+    if sa.get("model_sha256") != sb.get("model_sha256"):
+        env.insert(0, {"key": "model_sha256", "baseline": sa.get("model_sha256"), "new": sb.get("model_sha256")})
+    verdicts = verdict_changes(sa, sb)
+    layers = layer_changes(ra["table"], rb["table"], tol)
+    reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
+    reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
+                for r in layers["newly_abnormal"]]
+    reasons += [f"tensor '{d['TensorName']}': {d['metric']} {d['baseline']:.6g} -> {d['new']:.6g} (tolerance {tol[d['metric']]:g})"
+                for d in layers["layer_deltas"]]
+    regressed = bool(reasons)
+    return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
+            "baseline": str(baseline), "new": str(new), "tolerance": tol, "environment_changes": env,
+            "verdict_changes": verdicts, **layers,
+            "decision_changes": decision_changes(ra["plan"], rb["plan"]),
+            "fusion_changes": fusion_changes(ra["fusion"], rb["fusion"])}

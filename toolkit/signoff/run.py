@@ -1,0 +1,139 @@
+"""Run a model over every input set, gather the :class:`~toolkit.signoff.criteria.Evidence` a policy needs,
+and evaluate the policy.
+
+One NPU Session per distinct input shape (compiled once), one FP32 ReferenceRunner. Per input set: a timed NPU
+run without dumps (latency, outputs, tasks), then — for the first set, and for every set when the policy has
+``[layers]`` or ``[fp16_overflow]`` — a run with dumps compared tensor by tensor (toolkit.compare.layerwise).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from toolkit.compare.layerwise import layer_table
+from toolkit.compare.metrics import compare_tensors
+from toolkit.compare.tasks import run_tasks
+from toolkit.config import Config
+from toolkit.engine import Session, shapes_of
+from toolkit.env import environment
+from toolkit.errors import InputError
+from toolkit.inputs import input_specs, load_npz
+from toolkit.runtime.reference import ReferenceRunner
+from toolkit.signoff.criteria import Evidence, Result, evaluate
+from toolkit.signoff.policy import Policy
+from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+from toolkit.ir.load import load_model
+
+AGG = {"CosineSimilarity": "min", "Abnormal": "max", "OverFlow": "max", "DeviceInf": "max", "DeviceNaN": "max",
+       "GoldenAbsMax": "max"}
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+@dataclass
+class SignoffRun:
+    """The outcome: results per criterion plus what a report needs."""
+
+    results: list[Result]
+    evidence: Evidence
+    first_table: pd.DataFrame
+    compiled: object
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+
+def input_sets(model, src, inputs: str | None) -> list[tuple[str, dict]]:
+    """[(label, feeds)]: every .npz of a folder (sorted), one .npz file, or the model's default input."""
+    if inputs and Path(inputs).is_dir():
+        files = sorted(Path(inputs).glob("*.npz"))
+        if not files:
+            raise InputError(f"--inputs directory '{inputs}' holds no .npz files; write one per input set")
+        specs = input_specs(model)
+        return [(f.name, load_npz(f, specs)) for f in files]
+    feed = prepare_inputs(model, src, inputs)
+    return [(feed.origin, feed.arrays)]
+
+
+def config_sha256(config: Config, config_path: str | None) -> dict:
+    """{"resolved": sha256 of the canonical JSON of the resolved config, "file": sha256 of the file or ""}."""
+    canon = json.dumps(config.to_dict(), sort_keys=True, default=str).encode()
+    file_sha = hashlib.sha256(Path(config_path).read_bytes()).hexdigest() if config_path else ""
+    return {"resolved": hashlib.sha256(canon).hexdigest(), "file": file_sha}
+
+
+def _worst_case(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    df = pd.concat(tables, ignore_index=True)
+    for col in ("DeviceInf", "DeviceNaN"):
+        df[col] = pd.to_numeric(df.get(col, 0), errors="coerce").fillna(0) > 0
+    for col in ("CosineSimilarity", "GoldenAbsMax"):
+        df[col] = pd.to_numeric(df.get(col, np.nan), errors="coerce")
+    agg = {c: AGG.get(c, "first") for c in df.columns if c != "TensorName"}
+    out = df.groupby("TensorName", sort=False).agg(agg).reset_index()
+    for col in ("Abnormal", "OverFlow", "DeviceInf", "DeviceNaN"):
+        out[col] = out[col].astype(bool)
+    return out
+
+
+def _session(cache: dict, model, config: Config, feeds: dict) -> Session:
+    key = tuple(sorted(shapes_of(feeds).items()))
+    if key not in cache:
+        cache[key] = Session(model, config, input_shapes=dict(key))
+    return cache[key]
+
+
+def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs: str | None = None,
+                config_path: str | None = None, thresholds=None, progress=_noop) -> SignoffRun:
+    """Run ``model_arg`` over the input sets and evaluate ``policy``. Raises UserError for bad input."""
+    src = resolve_model(model_arg)
+    progress(f"loading {src.path}")
+    model = load_model(src.path)
+    sets = input_sets(model, src, inputs)
+    zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
+    task_specs = list((policy.section("tasks") or {}).get("metrics", []))
+    all_layers = policy.section("layers") is not None or policy.section("fp16_overflow") is not None
+    outputs = [o.name for o in model.graph.output]
+    ref, sessions = ReferenceRunner(model), {}
+    tables, rows, tasks, run_ms = [], {o: [] for o in outputs}, [], []
+    for i, (label, feeds) in enumerate(sets):
+        progress(f"input set {i + 1}/{len(sets)}: {label}")
+        sess = _session(sessions, model, config, feeds)
+        res = sess.run(feeds)
+        run_ms.append(res.total_ms)
+        golden = ref.run(feeds)
+        golden.update(feeds)
+        for o in outputs:
+            rows[o].append(compare_tensors(res.outputs[o], golden[o]) if o in golden and o in res.outputs else {})
+        tasks.append(run_tasks(zname, task_specs, {o: golden[o] for o in outputs if o in golden}, res.outputs, model))
+        if i == 0 or all_layers:
+            dumped = sess.run(feeds, dump=True)
+            device = {**dumped.dumps, **feeds}
+            tables.append(layer_table(model, sess.plan, golden, device, thresholds))
+    first = next(iter(sessions.values()))
+    ev = Evidence(outputs=outputs, output_rows=rows, layers=_worst_case(tables), tasks=tasks, plan=first.plan,
+                  run_ms=run_ms, inputs=[s[0] for s in sets])
+    results = evaluate(policy, ev)
+    sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
+    n_fail = sum(not r.passed for r in results)
+    summary = {
+        "verdict": "FAIL" if n_fail else "PASS", "reasons": [r.message for r in results if not r.passed],
+        "model": str(src.path), "model_name": src.name, "model_sha256": sha,
+        "config": config.to_dict(), "config_path": config_path or "", "config_sha256": config_sha256(config, config_path),
+        "policy": policy.data, "policy_path": policy.path, "policy_sha256": policy.sha256,
+        "inputs": ev.inputs, "counts": {"criteria": len(results), "passed": len(results) - n_fail, "failed": n_fail,
+                                        "input_sets": len(sets), "kernels": len(first.plan.kernels)},
+        "criteria": [r.to_dict() for r in results],
+        "memory": {"arena_bytes": first.plan.arena_bytes, "lower_bound_bytes": first.plan.lower_bound_bytes},
+        "latency_ms": run_ms, "environment": environment(),
+    }
+    return SignoffRun(results, ev, tables[0], first.compiled, summary)
