@@ -113,7 +113,15 @@ def run(ctx) -> PassResult:
         ctx.absorbed[x] = prod.name
         rule, orig = ctx.provenance.get(prod.name, (RULE, [prod.name]))
         ctx.provenance[prod.name] = (RULE, orig + [bn.name])
-        g.reindex()
+        # keep the index current without a full rebuild (a reindex per fold is quadratic on big models)
+        g.producer.pop(x, None)
+        g.producer[bn.output[0]] = prod
+        g.consumers.pop(x, None)
+        g.by_name.pop(bn.name, None)
+        for t in (wname, bname):
+            g.consumers.setdefault(t, []).append(prod)
         changed += 1
         log.append(f"folded {bn.name} into {prod.name}")
+    if changed:
+        g.reindex()
     return PassResult(changed, log)
