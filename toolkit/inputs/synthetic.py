@@ -81,7 +81,7 @@ def resolve_shape(spec: InputSpec, dim_values: DimValues | None = None) -> tuple
         shape = tuple(int(d) for d in full)
         if spec.shape is not None and not _fits(shape, spec.shape):
             raise InputError(
-                f"dim_values gives input {spec.name!r} shape {shape} but the model declares {spec.describe()}; "
+                f"--input-shape gives input {spec.name!r} shape {shape} but the model declares {spec.describe()}; "
                 "keep the rank and the static dims, change only dynamic ones"
             )
         return _positive(shape, spec.name)
@@ -108,7 +108,7 @@ def _fits(shape: tuple[int, ...], declared: tuple) -> bool:
 def _positive(shape: tuple[int, ...], name: str) -> tuple[int, ...]:
     if any(d <= 0 for d in shape):
         raise InputError(
-            f"input {name!r}: resolved shape {shape} has a non-positive dim; pass sizes >= 1 in dim_values"
+            f"input {name!r}: resolved shape {shape} has a non-positive dim; give sizes >= 1 with --input-shape (the model declares a zero-size dim)"
         )
     return shape
 
