@@ -212,7 +212,7 @@ def test_doc_policies_are_valid():
     import tomllib
 
     for i in range(3):
-        policy_from_dict(tomllib.loads(doc_policy(i)))
+        assert policy_from_dict(tomllib.loads(doc_policy(i))) is not None
 
 
 @pytest.mark.slow
