@@ -51,7 +51,6 @@ def main() -> None:
     args = ap.parse_args()
     from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
     enable_global_thread_pool()
-    import numpy as np
     import onnxruntime as ort
     from toolkit import zoo
     from toolkit.config import Config

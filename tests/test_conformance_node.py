@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

@@ -25,8 +25,9 @@ import math
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
+from graphs import make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 
@@ -36,15 +37,6 @@ LANES = 16  # documented in toolkit/runtime/fp16_accum.py
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-def make_model(nodes, inputs, outputs, inits=(), opset=17):
-    """inputs: [(name, shape[, elem])]; outputs: [name or (name, elem)]; inits: {name: array}."""
-    ins = [helper.make_tensor_value_info(i[0], i[2] if len(i) > 2 else TensorProto.FLOAT, i[1]) for i in inputs]
-    outs = [helper.make_tensor_value_info(*((o, TensorProto.FLOAT) if isinstance(o, str) else o), None)
-            for o in outputs]
-    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()]
-    graph = helper.make_graph(nodes, "contract", ins, outs, init)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return model
 
 
 def node(op, ins, outs, name=None, **attrs):

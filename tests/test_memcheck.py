@@ -9,8 +9,8 @@ import copy
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from graphs import N, make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 from toolkit.memory.dynamic_check import OwnerMap, dynamic_check
@@ -22,16 +22,8 @@ from toolkit.runtime.npu import NpuRuntime
 POLICIES = ("off", "conservative", "aggressive")
 
 
-def N(op, ins, outs, name, **attrs):
-    return helper.make_node(op, ins, outs, name=name, **attrs)
 
 
-def make_model(nodes, inputs, outputs, inits=()):
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
-    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()]
-    return helper.make_model(helper.make_graph(nodes, "mc", ins, outs, init),
-                             opset_imports=[helper.make_opsetid("", 17)])
 
 
 FP32 = dict(precision_mode="force_fp32", fusion_level=0)

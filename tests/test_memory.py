@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from graphs import N, make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 from toolkit.errors import ConfigError
@@ -50,16 +50,8 @@ def random_blocks(r, n, steps, alignment=ALIGN):
     return blocks
 
 
-def make_model(nodes, inputs, outputs, inits=(), opset=17):
-    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs]
-    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
-    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()]
-    return helper.make_model(helper.make_graph(nodes, "mem", ins, outs, init),
-                             opset_imports=[helper.make_opsetid("", opset)])
 
 
-def N(op, ins, outs, name, **attrs):
-    return helper.make_node(op, ins, outs, name=name, **attrs)
 
 
 def alias_root(plan, name):

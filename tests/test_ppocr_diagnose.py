@@ -39,12 +39,12 @@ def test_diagnose_ppocr_default_mixed_precision(name, tmp_path):
     # task checks agree in the default mixed precision, recomputed here from the saved outputs
     tasks = {t["name"]: t for t in summary["tasks"]}
     assert tasks and all(t["passed"] for t in tasks.values()), tasks
-    path = zoo.fetch(name)
-    golden = _ort_outputs(path, realistic_inputs(name))
-    npu = res["diagnosis"] and None
+    # recomputed independently of the report: plain onnxruntime vs a fresh NPU-mode session
     from toolkit.engine import Session
-    out = Session(path, Config(), input_shapes={k: v.shape for k, v in realistic_inputs(name).items()}).run(
-        realistic_inputs(name)).outputs
+
+    path, feeds = zoo.fetch(name), realistic_inputs(name)
+    golden = _ort_outputs(path, feeds)
+    out = Session(path, Config(), input_shapes={k: v.shape for k, v in feeds.items()}).run(feeds).outputs
     g, d = next(iter(golden.values())), next(iter(out.values()))
     if name == "ppocr_det":
         assert binarize_iou(g, d, thr=0.3) >= 0.95

@@ -67,7 +67,7 @@ class Feed:
 MAX_GENERATED_BYTES = 4 * 2**30
 
 
-def _check_shapes(feed: dict, specs, input_shapes: dict, origin: str) -> None:
+def _check_shapes(feed: dict, input_shapes: dict, origin: str) -> None:
     for name, want in (input_shapes or {}).items():
         if name in feed and tuple(np.shape(feed[name])) != tuple(want):
             raise InputError(f"input '{name}' from {origin} has shape {tuple(np.shape(feed[name]))} but "
@@ -103,7 +103,7 @@ def prepare_inputs(model: onnx.ModelProto, src: ModelSource, inputs: str | None 
     feed = _prepare(model, src, inputs, seed, val_range, input_shapes or {})
     feed.arrays = {k: (np.asarray(v) if v is not None and not isinstance(v, list) else v)
                    for k, v in feed.arrays.items()}
-    _check_shapes(feed.arrays, None, input_shapes or {}, feed.origin)
+    _check_shapes(feed.arrays, input_shapes or {}, feed.origin)
     return feed
 
 

@@ -22,7 +22,6 @@ def isolate(runtime, kernel_name: str, golden: dict) -> dict[str, np.ndarray] | 
     """{output tensor: array} of ``kernel_name`` run on reference inputs; None if an input has no
     reference value."""
     plan = runtime.plan
-    specs = {k.name: k for k in plan.kernels}
     casts = {k.outputs[0]: k for k in plan.kernels if k.fusion == "cast"}
     ek = next((e for e in runtime.kernels if e.spec.name == kernel_name), None)
     if ek is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from toolkit.artifacts import write_json, write_text
 from toolkit.ir.graph import node_reads

@@ -283,7 +283,6 @@ def _run_passes(ctx, config, names, disabled):
             import copy
             import dataclasses
 
-            ctx.graph.sync()
             ctx.stage = dataclasses.replace(ctx, kernels=copy.deepcopy(ctx.kernels), findings=list(ctx.findings),
                                             provided=set(ctx.provided), plan=None)
     return logs

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 from dataclasses import asdict, dataclass
 
-import numpy as np
 
 from toolkit.memory.aliases import is_view
 from toolkit.memory.lifetimes import lifetimes

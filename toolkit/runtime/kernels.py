@@ -213,73 +213,82 @@ def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
     return fn, _attrs(node)
 
 
+def _cached_session(data: bytes, optimize) -> object:
+    key = hashlib.sha256(data).hexdigest()
+    sess = _SESSIONS.get(key)
+    if sess is None:
+        sess = _SESSIONS[key] = make_session(data, optimize=optimize)
+    return sess
+
+
+def _numpy_exec(spec, by_name, consts, opset, overflow_mode) -> ExecKernel | None:
+    """The FP16-accumulating numpy kernel (high_performance reductions), or None if it does not apply."""
+    npk = _numpy_kernel(spec, by_name, consts, opset)
+    if npk is None:
+        return None
+    base, attrs = npk
+    node = by_name[spec.exec_nodes[0]]
+    input_order = [idx for idx, i in enumerate(node.input) if i and i not in consts]
+    # constants (axes, scale, bias) are converted once, here, as the ONNX-session kernels do (saturation
+    # clamps them); they fill the node's constant input slots at every call
+    const_inputs = [(idx, _round_const(consts[i], overflow_mode).astype(np.float16)
+                     if spec.precision == "fp16" and consts[i].dtype == np.float32 else consts[i])
+                    for idx, i in enumerate(node.input) if i in consts]
+    saturate = overflow_mode == "saturation"
+
+    def call(values, attrs):
+        full = [None] * len(node.input)
+        for idx, v in zip(input_order, values):
+            full[idx] = v
+        for idx, c in const_inputs:
+            full[idx] = c
+        out = base(full, attrs)
+        # saturation mode clamps the kernel's FP16 result to +-65504 (NaN stays NaN)
+        return np.clip(out, -FP16_MAX, FP16_MAX).astype(out.dtype) if saturate else out
+
+    return ExecKernel(spec, [(t, t) for t in spec.inputs], [(t, t) for t in spec.outputs], numpy_fn=call,
+                      attrs=attrs)
+
+
+def _native_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode) -> ExecKernel | None:
+    """The kernel on FP16 data without boundary Casts (see NATIVE_FP16_*), or None if it does not apply."""
+    nodes = [by_name[n] for n in spec.exec_nodes]
+    if not _native_fp16_ok(spec, nodes, plan, types, cast_src, overflow_mode):
+        return None
+    model, feeds, fetches = _native_fp16_model(spec, nodes, plan, graph_model, consts, cast_src, overflow_mode)
+    try:
+        sess = _cached_session(model.SerializeToString(), "all")
+    except Exception:  # no FP16 kernel for these attributes: the Cast version is used instead
+        return None
+    return ExecKernel(spec, feeds, fetches, session=sess, native_fp16=True)
+
+
+def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode) -> ExecKernel:
+    """The kernel as its ONNX subgraph with FP16 Casts at its edges (module docstring). Raises ModelError."""
+    model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
+                                               overflow_mode)
+    data = model.SerializeToString()
+    # FP16 kernels: ORT_ENABLE_ALL (NCHWc); FP32 kernels: basic (the reference's summation order); graph-fused
+    # kernels: none (onnxruntime's own norm fusions match across our FP16 Casts and break typing)
+    level = False if spec.fusion == "graph" else ("all" if spec.precision == "fp16" else "basic")
+    try:
+        sess = _cached_session(data, level)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
+                         f"by onnxruntime: {msg}; the op or its attributes are not supported") from None
+    return ExecKernel(spec, feeds, fetches, session=sess, digest=hashlib.sha256(data).hexdigest())
+
+
 def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan") -> list[ExecKernel]:
-    """Executable kernels for every KernelSpec of ``plan`` (sessions cached by model digest)."""
+    """Executable kernels for every KernelSpec of ``plan`` (sessions cached by model digest): the numpy
+    FP16-accumulation kernel where it applies, else the native-FP16 session, else the Cast-bounded session."""
     by_name = {n.name: n for n in graph_model.graph.node}
     consts = {i.name: numpy_helper.to_array(i) for i in graph_model.graph.initializer}
     types = {v.name: v.type for v in list(graph_model.graph.input) + list(graph_model.graph.value_info)
              + list(graph_model.graph.output)}
     cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.fusion == "cast"}
     opset = next((o.version for o in graph_model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    out = []
-    for spec in plan.kernels:
-        model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
-                                                   overflow_mode)
-        ek = ExecKernel(spec, feeds, fetches)
-        npk = _numpy_kernel(spec, by_name, consts, opset)
-        if npk is not None:
-            ek.numpy_fn, ek.attrs = npk
-            # constant inputs (axes, scale, bias) are passed as extra values after the runtime inputs
-            node = by_name[spec.exec_nodes[0]]
-            ek.const_inputs = [(idx, consts[i]) for idx, i in enumerate(node.input) if i in consts]
-            ek.input_order = [idx for idx, i in enumerate(node.input) if i and i not in consts]
-            base = ek.numpy_fn
-            round16 = spec.precision == "fp16"
-            saturate = overflow_mode == "saturation"
-            # constants are converted once, here, as the ONNX-session kernels do (saturation clamps them)
-            ek.const_inputs = [(idx, _round_const(c, overflow_mode).astype(np.float16)
-                                if round16 and c.dtype == np.float32 else c) for idx, c in ek.const_inputs]
-
-            def call(values, attrs, base=base, ek=ek, node=node, saturate=saturate):
-                full = [None] * len(node.input)
-                for idx, v in zip(ek.input_order, values):
-                    full[idx] = v
-                for idx, c in ek.const_inputs:
-                    full[idx] = c
-                out = base(full, attrs)
-                # saturation mode clamps the kernel's FP16 result to +-65504 (NaN stays NaN)
-                return np.clip(out, -FP16_MAX, FP16_MAX).astype(out.dtype) if saturate else out
-            ek.numpy_fn = call
-        else:
-            nodes = [by_name[n] for n in spec.exec_nodes]
-            if _native_fp16_ok(spec, nodes, plan, types, cast_src, overflow_mode):
-                nmodel, nfeeds, nfetches = _native_fp16_model(spec, nodes, plan, graph_model, consts, cast_src,
-                                                              overflow_mode)
-                data = nmodel.SerializeToString()
-                sess = _SESSIONS.get(hashlib.sha256(data).hexdigest())
-                if sess is None:
-                    try:
-                        sess = make_session(data, optimize="all")
-                        _SESSIONS[hashlib.sha256(data).hexdigest()] = sess
-                    except Exception:  # no FP16 kernel for these attributes: the Cast version below
-                        sess = None
-                if sess is not None:
-                    ek.session, ek.feeds, ek.fetches, ek.native_fp16 = sess, nfeeds, nfetches, True
-                    out.append(ek)
-                    continue
-            data = model.SerializeToString()
-            ek.digest = hashlib.sha256(data).hexdigest()
-            sess = _SESSIONS.get(ek.digest)
-            if sess is None:
-                try:
-                    # onnxruntime's own norm fusions match across our FP16 Casts and break typing
-                    level = "all" if spec.precision == "fp16" else "basic"
-                    sess = make_session(data, optimize=level if spec.fusion != "graph" else False)
-                except Exception as exc:
-                    msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-                    raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
-                                     f"by onnxruntime: {msg}; the op or its attributes are not supported") from None
-                _SESSIONS[ek.digest] = sess
-            ek.session = sess
-        out.append(ek)
-    return out
+    args = (plan, graph_model, by_name, consts, types, cast_src, overflow_mode)
+    return [_numpy_exec(spec, by_name, consts, opset, overflow_mode) or _native_exec(spec, *args)
+            or _session_exec(spec, *args) for spec in plan.kernels]

@@ -1,0 +1,22 @@
+"""Tiny ONNX graph builders shared by the tests (not a test module)."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17, name="test"):
+    """inputs: [(name, shape[, elem type])] (float32 by default); outputs: [name or (name, elem type)];
+    inits: {name: array}. Output shapes are left to inference."""
+    ins = [helper.make_tensor_value_info(i[0], i[2] if len(i) > 2 else TensorProto.FLOAT, i[1]) for i in inputs]
+    outs = [helper.make_tensor_value_info(*((o, TensorProto.FLOAT) if isinstance(o, str) else o), None)
+            for o in outputs]
+    init = [numpy_helper.from_array(np.asarray(v), k) for k, v in dict(inits).items()]
+    return helper.make_model(helper.make_graph(nodes, name, ins, outs, init),
+                             opset_imports=[helper.make_opsetid("", opset)])
+
+
+def N(op, ins, outs, name, **attrs):
+    """A node with an explicit name."""
+    return helper.make_node(op, ins, outs, name=name, **attrs)
