@@ -1,0 +1,70 @@
+"""The per-op table every profiling source is brought to, in the real profiler's column names.
+
+Both ``npuscope profile`` (simulated device time from the cost model and schedule) and ``npuscope parse-log``
+(profiles and logs from real devices, onnxruntime profiling JSON, Chrome traces) produce an *op summary*: one
+row per executed task (a kernel launch, a copy, a CPU op), with the columns of the device profiler's
+op_summary CSV (GUIDE §4), and derive the *op statistic* (one row per op type) from it with
+:func:`op_statistic`.
+
+op_summary columns (:data:`OP_SUMMARY_COLUMNS`): Model Name, Task ID, Stream ID, Op Name, OP Type, Task Type
+(AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV; ours add HOST_CPU for measured host work and MEMCPY for
+host-device copies), Task Start Time(us), Task Duration(us), Task Wait Time(us), Block Dim, Input Shapes,
+Input Data Types, Input Formats, Output Shapes, Output Data Types, Output Formats, and two of ours:
+Time Kind (``simulated`` for cost-model device time, ``measured`` for wall time measured on this host,
+``device`` for times read from a real device's profile) and Source (the file or run the row comes from).
+Times are in microseconds. Columns a source does not know are empty strings (text) or NaN (numbers).
+
+op_statistic columns (:data:`OP_STATISTIC_COLUMNS`): OP Type, Core Type, Count, Total Time(us), Avg Time(us),
+Min Time(us), Max Time(us), Ratio(%) — Ratio(%) is the op type's share of the summed Task Duration(us).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+OP_SUMMARY_COLUMNS = [
+    "Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type", "Task Start Time(us)",
+    "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Input Shapes", "Input Data Types", "Input Formats",
+    "Output Shapes", "Output Data Types", "Output Formats", "Time Kind", "Source",
+]
+NUMERIC_COLUMNS = ["Task ID", "Stream ID", "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)",
+                   "Block Dim"]
+OP_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)",
+                        "Max Time(us)", "Ratio(%)"]
+TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "HOST_CPU", "MEMCPY")
+TIME_KINDS = ("simulated", "measured", "device")
+
+
+def op_summary_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """An op summary with exactly :data:`OP_SUMMARY_COLUMNS`, in that order: missing text columns become "",
+    missing numeric ones NaN; numeric columns are converted to float (unparseable values become NaN).
+
+    Raises:
+        ValueError: a row has no "Op Name" or no "Task Duration(us)" column at all.
+    """
+    df = pd.DataFrame(rows) if not isinstance(rows, pd.DataFrame) else rows.copy()
+    if len(df) and ("Op Name" not in df.columns or "Task Duration(us)" not in df.columns):
+        raise ValueError("an op summary needs the columns 'Op Name' and 'Task Duration(us)'")
+    for col in OP_SUMMARY_COLUMNS:
+        if col not in df.columns:
+            df[col] = float("nan") if col in NUMERIC_COLUMNS else ""
+    for col in NUMERIC_COLUMNS:
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
+    return df[OP_SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def op_statistic(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (OP Type, Core Type) totals of an op summary, largest Total Time(us) first.
+
+    Core Type is the row's Task Type. Rows with a NaN duration are left out. Ratio(%) sums to 100 over the
+    table (0 for every row when the total is 0).
+    """
+    df = summary.dropna(subset=["Task Duration(us)"])
+    if df.empty:
+        return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
+    g = df.groupby(["OP Type", "Task Type"], sort=False)["Task Duration(us)"]
+    out = g.agg(["count", "sum", "mean", "min", "max"]).reset_index()
+    out.columns = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)", "Max Time(us)"]
+    total = out["Total Time(us)"].sum()
+    out["Ratio(%)"] = out["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
+    return out.sort_values("Total Time(us)", ascending=False, kind="stable").reset_index(drop=True)
