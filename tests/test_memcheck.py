@@ -96,8 +96,9 @@ def test_view_outliving_its_base():
 
 
 def cpu_model():
-    """e = exp(x) is read by an RNN, a CPU-placed (AI_CPU) op; its read lasts until the NPU stream syncs with
-    it (at 'use', its first consumer), while 'neg' and 'abs' run on the NPU stream in between."""
+    """e = exp(x) is read by an RNN, a CPU-placed (AI_CPU) op, through a MemcpyD2H copy (CPU stream); the copy's
+    read of 'e' lasts until the NPU stream syncs with the CPU stream (at MemcpyH2D_h, which brings the RNN's
+    result to 'use'), while 'neg' and 'abs' run on the NPU stream in between."""
     r = np.random.default_rng(5)
     return make_model([N("Exp", ["x"], ["e"], "exp"), N("RNN", ["e", "W", "R"], ["Y", "h"], "rnn", hidden_size=8),
                        N("Neg", ["x"], ["n"], "neg"), N("Abs", ["n"], ["ab"], "abs"),
@@ -113,14 +114,15 @@ def test_cpu_read_in_flight_while_npu_reuses_the_block():
     sess = Session(cpu_model(), Config(**FP32))
     plan = sess.plan
     assert plan.kernels[step_of(plan, "rnn")].placement == "CPU"
-    assert plan.tensors["e"].last == step_of(plan, "use")  # stream-aware lifetime
+    assert plan.tensors["e"].last == step_of(plan, "MemcpyH2D_h")  # stream-aware lifetime
     assert static_conflicts(plan) == []
     bad = copy.deepcopy(plan)  # what a planner using kernel order only may do: n takes e's bytes after rnn
     bad.tensors["n"].offset = bad.tensors["e"].offset
     static = static_conflicts(bad)
-    assert ("neg", "e", "rnn", "stream_read_in_flight") in {(c.writer, c.victim, c.reader, c.kind) for c in static}
+    assert ("neg", "e", "MemcpyD2H_e", "stream_read_in_flight") in {(c.writer, c.victim, c.reader, c.kind)
+                                                                     for c in static}
     _, events = dynamic_check(NpuRuntime(attach_plan(sess.compiled, bad)), {"x": XR})
-    assert ("neg", "e", "rnn") in {(e.writer, e.tensor, e.reader) for e in events}
+    assert ("neg", "e", "MemcpyD2H_e") in {(e.writer, e.tensor, e.reader) for e in events}
 
 
 def test_kernel_order_lifetimes_miss_the_cpu_read():
@@ -129,7 +131,7 @@ def test_kernel_order_lifetimes_miss_the_cpu_read():
     plan = Session(cpu_model(), Config(**FP32)).plan
     aware = lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs)
     naive = lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs, stream_aware=False)
-    assert naive["e"].last == step_of(plan, "rnn") < aware["e"].last == step_of(plan, "use")
+    assert naive["e"].last == step_of(plan, "MemcpyD2H_e") < aware["e"].last == step_of(plan, "MemcpyH2D_h")
 
 
 # ------------------------------------------------------------------------------------------- clean plans

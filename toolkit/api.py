@@ -23,9 +23,14 @@ def _noop(msg: str) -> None:
 
 
 def compile_command(model: str | None, config: Config, out: str | None = None, progress=_noop) -> dict:
-    """Compile and write plan.json, compile.log, fusion_result.json, compile_findings.json."""
+    """Compile and write plan.json, compile.log, fusion_result.json, compile_findings.json. With gears in the
+    config (dynamic_batch_size / dynamic_dims): one plan per gear (toolkit.gears.workflow.compile_gears_command)."""
     from toolkit.compiler.pipeline import compile_model
+    from toolkit.gears.spec import has_gears
 
+    if has_gears(config):
+        from toolkit.gears.workflow import compile_gears_command
+        return compile_gears_command(model, config, out, progress=progress)
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -40,9 +45,15 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
                 val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
                 out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
-    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio)."""
+    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio).
+    With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command)."""
     from toolkit.engine import Session
+    from toolkit.gears.spec import has_gears
 
+    if has_gears(config):
+        from toolkit.gears.workflow import run_gears_command
+        return run_gears_command(model, config, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
+                                 output=output, out=out, plan=plan, progress=progress)
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -76,45 +87,78 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
 
 def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                      val_range: str | None = None, thresholds: str | None = None, task_metrics=(),
-                     out: str | None = None, html: bool = True, progress=_noop) -> dict:
+                     out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
+                     percentiles: str | None = None, progress=_noop) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
     fusion_result.json, plan.json, compile_findings.json and repro/ (when an origin was found).
+    ``inputs`` a folder of .npz: a dataset run (toolkit.dataset.workflow.diagnose_dataset; ``jobs``, ``ray``,
+    ``percentiles`` apply only there).
     """
     from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.compare.repro import write_repro
     from toolkit.diagnose import diagnose, prepare
-    from toolkit.report.csvjson import write_tables
 
+    if inputs and Path(inputs).is_dir():
+        from toolkit.dataset.workflow import diagnose_dataset
+        return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
+                                out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
+    _single_input_only(jobs, ray, percentiles)
     lines = resolve_thresholds(thresholds) if thresholds else None
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
-        files = {k: v.name for k, v in write_compile_artifacts(extra["compiled"], folder).items()}
-        if extra["origin_nodes"]:
-            try:
-                write_repro(prep.model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro")
-                files["repro"] = "repro/"
-                diag.summary["repro"] = "repro/model.onnx"
-            except KeyError as exc:
-                diag.summary["repro"] = f"not written: no reference value for {exc}"
-        diag.artifacts = dict(files)
-        diag.artifacts.update({"result": "result.csv", "summary": "summary.json", "findings": "findings.json",
-                               "kernel_times": "kernel_times.csv"})
-        if html:
-            diag.artifacts["report"] = "index.html"
-        written = write_tables(diag, folder)
-        files.update(written)
-        if html:
-            from toolkit.report.html import render_report
-            files["report"] = render_report(diag, folder).name
+        files = write_diagnosis(prep.model, diag, extra, config, folder, html)
+    summary = diagnosis_lines(diag)
+    target = folder / ("index.html" if html else "summary.json")
+    summary.append(f"report: {target.resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}
+
+
+def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
+    from toolkit.errors import UsageError
+
+    given = [o for o, on in (("--jobs", jobs != 1), ("--ray", bool(ray)), ("--percentiles", percentiles is not None)) if on]
+    if given:
+        raise UsageError(f"{', '.join(given)} apply to dataset runs only; pass --inputs FOLDER (a folder of .npz files)")
+
+
+def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html: bool, render=None) -> dict:
+    """Write one diagnosis into ``folder``: compile artifacts, repro/ (when an origin was found), result.csv,
+    summary.json, findings.json, kernel_times.csv and, with ``html``, index.html (``render(diag, folder)``,
+    default toolkit.report.html.render_report). Returns {label: file name}."""
+    from toolkit.compare.repro import write_repro
+    from toolkit.report.csvjson import write_tables
+
+    files = {k: v.name for k, v in write_compile_artifacts(extra["compiled"], folder).items()}
+    if extra["origin_nodes"]:
+        try:
+            write_repro(model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro")
+            files["repro"] = "repro/"
+            diag.summary["repro"] = "repro/model.onnx"
+        except KeyError as exc:
+            diag.summary["repro"] = f"not written: no reference value for {exc}"
+    diag.artifacts = {**diag.artifacts, **files}
+    diag.artifacts.update({"result": "result.csv", "summary": "summary.json", "findings": "findings.json",
+                           "kernel_times": "kernel_times.csv"})
+    if html:
+        diag.artifacts["report"] = "index.html"
+    files.update(write_tables(diag, folder))
+    if html:
+        if render is None:
+            from toolkit.report.html import render_report as render
+        files["report"] = render(diag, folder).name
+    return files
+
+
+def diagnosis_lines(diag) -> list[str]:
+    """The terminal lines of a diagnosis: verdict, reasons, stage, first divergence, top findings, tasks."""
     s = diag.summary
     summary = [f"verdict: {s['verdict']}"] + [f"  - {r}" for r in s["reasons"]]
     fd = s.get("first_divergence")
     if s["stage"] == "compile":
-        summary.append(f"stage: compile (the plan diverges even in force_fp32)")
+        summary.append("stage: compile (the plan diverges even in force_fp32)")
     if fd:
         summary.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, kernel {fd['kernel']}, "
                        f"{fd['precision']}) [{fd['kind']}]")
@@ -122,51 +166,72 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
         summary.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
     for t in diag.tasks:
         summary.append(f"task {t['name']}: {'PASS' if t['passed'] else 'FAIL'} ({t['detail']})")
-    target = folder / ("index.html" if html else "summary.json")
-    summary.append(f"report: {target.resolve()}")
-    return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": s["verdict"]}
+    return summary
 
 
 def signoff_command(model: str | None, policy_path: str, config: Config, *, config_path: str | None = None,
                     inputs: str | None = None, thresholds: str | None = None, out: str | None = None,
-                    html: bool = True, progress=_noop) -> dict:
+                    html: bool = True, jobs: int = 1, ray: str | None = None, percentiles: str | None = None,
+                    progress=_noop) -> dict:
     """Evaluate a signoff policy (toolkit.signoff) and write the folder: signoff.html (``html``), summary.json
     (policy, model/config sha256, environment, every criterion with evidence), junit.xml (one testcase per
-    criterion), criteria.csv, result.csv (first input set), plan.json, compile.log, fusion_result.json."""
-    import pandas as pd
-
+    criterion), criteria.csv, result.csv (first input set), plan.json, compile.log, fusion_result.json.
+    ``inputs`` a folder of .npz: a dataset run (toolkit.dataset.workflow.signoff_dataset: streamed, ``jobs``
+    processes or a Ray cluster, resumable; adds dataset.csv and inputs.csv)."""
     from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.report.csvjson import _csv_text, _dumps, atomic_write_text, json_safe
-    from toolkit.signoff.junit import junit_xml
     from toolkit.signoff.policy import load_policy
     from toolkit.signoff.run import run_signoff
 
     policy = load_policy(policy_path)
+    if inputs and Path(inputs).is_dir():
+        from toolkit.dataset.workflow import signoff_dataset
+        return signoff_dataset(model, policy, config, config_path=config_path, inputs=inputs, thresholds=thresholds,
+                               out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
+    _single_input_only(jobs, ray, percentiles)
     lines = resolve_thresholds(thresholds) if thresholds else None
     run = run_signoff(model, policy, config, inputs=inputs, config_path=config_path, thresholds=lines,
                       progress=progress)
-    s = run.summary
-    with output_dir(out, REPORTS_DIR, f"{s['model_name']}-signoff") as folder:
+    with output_dir(out, REPORTS_DIR, f"{run.summary['model_name']}-signoff") as folder:
         progress("writing the signoff")
-        files = {k: v.name for k, v in write_compile_artifacts(run.compiled, folder).items()}
-        atomic_write_text(folder / "result.csv", _csv_text(run.first_table))
-        crit = pd.DataFrame([{k: v for k, v in c.items() if k != "evidence"} for c in s["criteria"]])
-        atomic_write_text(folder / "criteria.csv", _csv_text(crit))
-        props = {"model": s["model"], "model_sha256": s["model_sha256"], "policy_sha256": s["policy_sha256"],
-                 "config_sha256": s["config_sha256"]["resolved"]}
-        atomic_write_text(folder / "junit.xml", junit_xml(run.results, f"signoff.{s['model_name']}", props,
-                                                          sum(s["latency_ms"]) / 1e3))
-        files.update(result="result.csv", criteria="criteria.csv", junit="junit.xml", summary="summary.json")
-        if html:
-            from toolkit.report.signoff_html import render_signoff
-            files["report"] = render_signoff(json_safe(s), run.first_table, folder).name
-        s["artifacts"] = dict(files)
-        atomic_write_text(folder / "summary.json", _dumps(s))
+        files = write_signoff(run, folder, html)
+    return {"summary": signoff_lines(run, folder, html), "out": folder, "files": files,
+            "verdict": run.summary["verdict"], "run": run}
+
+
+def write_signoff(run, folder: Path, html: bool, extra_files: dict | None = None) -> dict:
+    """Write a SignoffRun into ``folder`` (files of :func:`signoff_command`; ``extra_files`` already written
+    there are listed in summary.json too). Returns {label: file name}."""
+    import pandas as pd
+
+    from toolkit.report.csvjson import _csv_text, _dumps, atomic_write_text, json_safe
+    from toolkit.signoff.junit import junit_xml
+
+    s = run.summary
+    files = {k: v.name for k, v in write_compile_artifacts(run.compiled, folder).items()}
+    atomic_write_text(folder / "result.csv", _csv_text(run.first_table))
+    crit = pd.DataFrame([{k: v for k, v in c.items() if k != "evidence"} for c in s["criteria"]])
+    atomic_write_text(folder / "criteria.csv", _csv_text(crit))
+    props = {"model": s["model"], "model_sha256": s["model_sha256"], "policy_sha256": s["policy_sha256"],
+             "config_sha256": s["config_sha256"]["resolved"]}
+    atomic_write_text(folder / "junit.xml", junit_xml(run.results, f"signoff.{s['model_name']}", props,
+                                                      sum(s["latency_ms"]) / 1e3))
+    files.update(result="result.csv", criteria="criteria.csv", junit="junit.xml", summary="summary.json")
+    files.update(extra_files or {})
+    if html:
+        from toolkit.report.signoff_html import render_signoff
+        files["report"] = render_signoff(json_safe(s), run.first_table, folder).name
+    s["artifacts"] = dict(files)
+    atomic_write_text(folder / "summary.json", _dumps(s))
+    return files
+
+
+def signoff_lines(run, folder: Path, html: bool) -> list[str]:
+    s = run.summary
     summary = [f"signoff: {s['verdict']} ({s['counts']['passed']}/{s['counts']['criteria']} criteria pass, "
                f"{s['counts']['input_sets']} input set(s))"]
     summary += [f"  {r.status} {r.message}" for r in run.results]
     summary.append(f"report: {(folder / ('signoff.html' if html else 'summary.json')).resolve()}")
-    return {"summary": summary, "out": folder, "files": files, "verdict": s["verdict"], "run": run}
+    return summary
 
 
 def regress_command(baseline: str, new: str, *, tolerance: str | None = None, out: str | None = None,

@@ -62,7 +62,10 @@ def cli(verbose, quiet):
     (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on first use)."""
     from toolkit.runtime.ort_env import enable_global_thread_pool
 
+    from toolkit.logs.plog import setup_logging
+
     _VERBOSITY["progress"] = False if quiet else (True if verbose else None)
+    setup_logging()
     enable_global_thread_pool()
 
 
@@ -134,9 +137,19 @@ def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_
         sys.exit(1)
 
 
+DATASET_OPTIONS = [
+    click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+                 help="Dataset runs: evaluate inputs in N processes (NPUSCOPE_THREADS threads each; default cores/N)."),
+    click.option("--ray", "ray_address", metavar="ADDRESS", help="Dataset runs: run on a Ray cluster ('auto', "
+                 "'local' or host:port; pip install 'npuscope[ray]')."),
+    click.option("--percentiles", help='Dataset runs: per-layer percentiles over inputs, e.g. "50,90,99" (the default).'),
+]
+
+
 def _diag_options(fn):
     opts = [
-        click.option("--inputs", type=click.Path(), help="Input .npz, or a folder of .npz (the first is used). "
+        click.option("--inputs", type=click.Path(), help="Input .npz, or a folder of .npz: a dataset run (every input "
+                     "streamed, aggregated per layer; the worst input fully diagnosed; resumable with the same --out). "
                      "Default: the model's registered realistic input, else seeded random data."),
         click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
                      help="Seed for generated inputs (recorded)."),
@@ -145,19 +158,20 @@ def _diag_options(fn):
                      "(defaults: the compare tool's)."),
         click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function (repeatable)."),
         click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
-    ]
+    ] + DATASET_OPTIONS
     for opt in reversed(opts):
         fn = opt(fn)
     return fn
 
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
-          task_metrics, out, html):
+          task_metrics, out, jobs, ray_address, percentiles, html):
     from toolkit import api
 
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
-                               task_metrics=task_metrics, out=out, html=html, progress=_progress)
+                               task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
+                               percentiles=percentiles, progress=_progress)
     for line in res["summary"]:
         click.echo(line)
     if res["verdict"] == "FAIL":
@@ -188,21 +202,26 @@ def compare_cmd(**kw):
 @click.option("--policy", "policy_path", required=True, type=click.Path(),
               help="TOML policy: [outputs], [layers], [tasks], [fp16_overflow], [memory], [latency], [placement].")
 @common
-@click.option("--inputs", type=click.Path(), help="A folder of .npz input sets (all are run), or one .npz. "
+@click.option("--inputs", type=click.Path(), help="A folder of .npz input sets (all are run, streamed; resumable with "
+              "the same --out), or one .npz. "
               "Default: the model's registered realistic input, else seeded random data.")
 @click.option("--thresholds", help='Abnormal lines for the layer criteria, e.g. "CosineSimilarity<0.999" '
               "(defaults: the compare tool's).")
 @click.option("--no-html", is_flag=True, help="Skip signoff.html (summary.json and junit.xml are always written).")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-signoff-<time>/.")
+@DATASET_OPTIONS[0]
+@DATASET_OPTIONS[1]
+@DATASET_OPTIONS[2]
 def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, input_shape, inputs, thresholds,
-                no_html, out):
+                no_html, out, jobs, ray_address, percentiles):
     """Check MODEL against a written policy: every criterion PASS/FAIL with evidence, signoff.html,
     summary.json and junit.xml. Exit code 0 only when every criterion passes, else 1."""
     from toolkit import api
 
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
-                              out=out, html=not no_html, progress=_progress)
+                              out=out, html=not no_html, jobs=jobs, ray=ray_address, percentiles=percentiles,
+                              progress=_progress)
     for line in res["summary"]:
         click.echo(line)
     if res["verdict"] != "PASS":
@@ -269,6 +288,122 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
         click.echo(line)
     if not res["met"]:
         sys.exit(1)
+
+
+@cli.command("gears")
+@click.option("--lengths", "lengths", required=True, type=click.Path(),
+              help="Observed lengths: one integer per line, or a CSV (with --column).")
+@click.option("-k", "k", required=True, type=click.IntRange(min=1), help="Number of gears (plans) to choose.")
+@click.option("--column", help="CSV column holding the lengths (the file has a header row).")
+@click.option("--dim", default="seq", show_default=True, help="Name of the padded dim (labels; 'batch' gives "
+              "dynamic_batch_size).")
+@click.option("--cost", type=click.Choice(["linear", "quadratic"]), default="linear", show_default=True,
+              help="Work per input as a function of its gear: g (per-token ops) or g^2 (attention scores).")
+@click.option("--no-html", is_flag=True, help="Write gears.csv and gears.json only.")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/gears-<dim>-<time>/.")
+def gears_cmd(lengths, k, column, dim, cost, no_html, out):
+    """Choose the K gears that minimise expected padded work for the observed lengths (exact dynamic
+    programming) and compare them with power-of-two gears; write gears.csv, gears.json and gears.html."""
+    from toolkit.gears.workflow import gears_command
+
+    res = gears_command(lengths, k, column=column, dim=dim, cost=cost, out=out, html=not no_html,
+                        progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+
+
+_DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"])
+
+
+@cli.command("compare-dumps")
+@click.argument("golden", type=click.Path())
+@click.argument("target", type=click.Path())
+@click.option("--mapping", type=click.Path(), help='JSON {"fused_device_op": ["orig_node", ...]}: the op\'s output is '
+              "compared with the LAST original's; the others read 'fused into <op>'.")
+@click.option("--model", help="ONNX model (file, sample or zoo name): row order = its topological order, op outputs "
+              "matched to tensor names. Default: golden timestamps.")
+@click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
+              "(defaults: the compare tool's).")
+@click.option("--golden-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read GOLDEN.")
+@click.option("--target-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read TARGET.")
+@click.option("--golden-runner", help="Polygraphy JSON runner for GOLDEN: name, unique prefix or index (default first).")
+@click.option("--target-runner", help="Polygraphy JSON runner for TARGET: name, unique prefix or index (default first).")
+@click.option("--golden-iteration", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Polygraphy JSON iteration for GOLDEN.")
+@click.option("--target-iteration", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Polygraphy JSON iteration for TARGET.")
+@click.option("--no-html", is_flag=True, help="Write result.csv, summary.json, findings.json only.")
+@click.option("--out", help="Report folder (must be new or empty). Default reports/compare-dumps-<time>/.")
+def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format, target_format, golden_runner,
+                      target_runner, golden_iteration, target_iteration, no_html, out):
+    """Compare two sets of dumps (folders of .npy: ONNX golden {node}.{output_index}.{timestamp}.npy, device
+    {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy, npuscope run --dump; or a Polygraphy
+    --save-outputs JSON) with compare's metrics, advisor and report. Exit code 1 when the verdict is FAIL."""
+    from toolkit.dumps import compare_dumps_command
+
+    res = compare_dumps_command(golden, target, mapping=mapping, model=model, thresholds=thresholds, out=out,
+                                html=not no_html, golden_format=golden_format, target_format=target_format,
+                                golden_runner=golden_runner, golden_iteration=golden_iteration,
+                                target_runner=target_runner, target_iteration=target_iteration, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+    if res["verdict"] == "FAIL":
+        sys.exit(1)
+
+
+@cli.command("profile")
+@click.argument("model", required=False)
+@common
+@click.option("--device", help="Device profile: a built-in name (atlas300i_pro [default], ascend910) or a .json file.")
+@click.option("--pre", help="Pre-processing file.py:function(request) -> feed dict (or one array); timed for real.")
+@click.option("--post", help="Post-processing file.py:function(outputs dict); timed for real.")
+@click.option("--requests", default=20, show_default=True, type=click.IntRange(1, 10000),
+              help="Requests in the serial and pipelined end-to-end schedules.")
+@click.option("--advise/--no-advise", default=True, show_default=True, help="Run the placement advisor.")
+@click.option("--inputs", type=click.Path(), help="Input .npz when --pre is not given. Default: the model's "
+              "realistic input, else seeded random data.")
+@click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
+@click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-profile-<time>/.")
+def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, device, pre, post, requests, advise,
+                inputs, no_html, out):
+    """Where the time of one inference goes: simulated device time (cost model on a device profile) next to
+    measured host time, real pre/post-processing, serial vs pipelined latency and throughput, which short ops
+    to move to the CPU. Writes profile.html, op_summary.csv, op_statistic.csv, trace.json (Perfetto) and more."""
+    from toolkit.profile.workflow import profile_command
+
+    cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
+                          inputs=inputs, out=out, html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+
+
+@cli.command("parse-log")
+@click.argument("files", nargs=-1, required=True)
+@click.option("--out", help="Output folder (must be new or empty). Default reports/<first file>-parse-log-<time>/.")
+@click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
+def parse_log_cmd(files, out, no_html):
+    """Read logs and profiles into one per-op table: plog lines, compile.log, fusion_result.json, profiler
+    op_summary / op_statistic CSVs, kernel_times.csv, onnxruntime profiling JSON and Chrome-trace JSON (FILE
+    may be a folder: its files). Writes op_summary.csv, op_statistic.csv, parse_summary.json and profile.html.
+    Malformed lines are counted and skipped. Exit code 1 when nothing could be parsed."""
+    from toolkit.logs.workflow import parse_log_command
+
+    res = parse_log_command(list(files), out=out, html=not no_html, progress=_progress)
+    for line in res["summary"]:
+        click.echo(line)
+
+
+@cli.command("cache")
+@click.argument("action", type=click.Choice(["info", "clear"]), default="info")
+@click.option("--dir", "folder", type=click.Path(file_okay=False), help="Cache folder (default: $NPUSCOPE_COMPILE_CACHE, "
+              "else ~/.cache/npuscope/compile under $XDG_CACHE_HOME when set).")
+def cache_cmd(action, folder):
+    """Show the compile cache (folder, entries, bytes) or clear it. See docs/compile-cache.md."""
+    from toolkit.cache.workflow import cache_command
+
+    for line in cache_command(action, folder)["summary"]:
+        click.echo(line)
 
 
 def _terminate(signum, frame):

@@ -33,6 +33,12 @@ def suggest(word: str, choices) -> str:
     return f" (valid: {', '.join(sorted(choices))})"
 
 
+def _cache_mode_default() -> str:
+    from toolkit.cache.settings import default_mode
+
+    return default_mode()
+
+
 @dataclass
 class Config:
     """Every option the compiler and runtimes read.
@@ -60,6 +66,22 @@ class Config:
             exclusive arena ranges: never shared, never in-place, never a view.
         device_memory_bytes: device memory in bytes; a plan whose arena is larger is a compile error
             (default ``None``: no limit).
+        dynamic_batch_size: batch gears, converter syntax ``"1,2,4,8"``; ``input_shape`` marks the batch dim
+            (dim 0) of every batched input with -1. One plan per gear (toolkit.gears).
+        dynamic_dims: dims gears, converter syntax ``"128;256;512"``: one ';'-separated group per gear, each
+            giving ','-separated values for all -1 dims of ``input_shape`` in order (``"128,128;256,256"`` for
+            two). Not together with ``dynamic_batch_size``.
+        pad_value: value padded inputs are filled with, per input: ``"mask:0;x:0"`` (or a {name: value} dict);
+            inputs not named get 0 (default ``""``: all 0).
+        op_placement: ``{op type or node name: "CPU" | "NPU"}`` (default empty: every op the simulated NPU
+            supports on the NPU). CPU-placed ops run in FP32 on the host with ``MemcpyD2H``/``MemcpyH2D``
+            kernels around them; a node-name entry wins over an op-type entry; ops the NPU does not support
+            (toolkit.precision.support) go to the CPU whatever is asked. Keys are checked against the model at
+            compile time (ConfigError). See docs/placement.md.
+        op_compiler_cache_mode: the compile cache: ``enable`` (default, or ``$NPUSCOPE_COMPILE_CACHE_MODE``
+            when set), ``disable``, or ``force`` (rebuild and overwrite entries). See docs/compile-cache.md.
+        op_compiler_cache_dir: the cache folder (default ``$NPUSCOPE_COMPILE_CACHE``, else
+            ``$XDG_CACHE_HOME/npuscope/compile`` or ``~/.cache/npuscope/compile``).
     """
 
     precision_mode: str = "allow_mix_precision"
@@ -75,6 +97,12 @@ class Config:
     memory_alignment: int = 512
     disable_reuse: list[str] = field(default_factory=list)
     device_memory_bytes: int | None = None
+    op_placement: dict[str, str] = field(default_factory=dict)
+    dynamic_batch_size: str = ""
+    dynamic_dims: str = ""
+    pad_value: str | dict = ""
+    op_compiler_cache_mode: str = field(default_factory=lambda: _cache_mode_default())
+    op_compiler_cache_dir: str = ""
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -164,6 +192,12 @@ class Config:
                               "number of bytes, e.g. 8589934592, or null for no limit")
         if not isinstance(self.keep_dtype, list):
             raise ConfigError(f"{where}: keep_dtype must be a list of node names / 'OpType::X' or a file path")
+        _check_placement(self.op_placement, where)
+        if self.op_compiler_cache_mode not in ("enable", "disable", "force"):
+            raise ConfigError(f"{where}: op_compiler_cache_mode = {self.op_compiler_cache_mode!r} is not valid"
+                              f"{suggest(str(self.op_compiler_cache_mode), ['enable', 'disable', 'force'])}")
+        if not isinstance(self.op_compiler_cache_dir, str):
+            raise ConfigError(f"{where}: op_compiler_cache_dir = {self.op_compiler_cache_dir!r}; expected a folder path")
         for key in self.modify_mixlist:
             if key not in ("black-list", "white-list", "gray-list"):
                 raise ConfigError(f"{where}: modify_mixlist key '{key}'{suggest(key, ['black-list', 'white-list', 'gray-list'])}")
@@ -184,23 +218,31 @@ class Config:
                                           f"{suggest(pname, known)}")
                     if state not in ("on", "off"):
                         raise ConfigError(f"{where}: fusion switch '{pname}' = '{state}'; expected 'on' or 'off'")
-        self.input_shapes()  # validates the syntax
+        self.input_shapes(dynamic=True)  # validates the syntax
+        from toolkit.gears.spec import validate_gears
+
+        validate_gears(self, where)
 
     # ---------------------------------------------------------------- derived
-    def input_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Parse ``input_shape`` ("x:1,3,224,224;y:1,16") into {name: dims}. Raises ConfigError."""
+    def input_shapes(self, dynamic: bool = False) -> dict[str, tuple[int, ...]]:
+        """Parse ``input_shape`` ("x:1,3,224,224;y:1,16") into {name: dims}. ``dynamic=True`` keeps the -1 dims
+        that gears bind (toolkit.gears); otherwise a -1 is refused. Raises ConfigError."""
         out: dict[str, tuple[int, ...]] = {}
+        if not dynamic and any(d == -1 for dims in self.input_shapes(dynamic=True).values() for d in dims):
+            raise ConfigError(f"input_shape '{self.input_shape}' has -1 dims bound by gears (dynamic_batch_size / "
+                              "dynamic_dims); only 'compile' and 'run' choose a gear: give concrete sizes with "
+                              "--input-shape for this command")
         for part in filter(None, (s.strip() for s in self.input_shape.split(";"))):
             name, sep, dims = part.rpartition(":")
             try:
                 if not sep or not name or not dims.strip():
                     raise ValueError
                 out[name] = tuple(int(d) for d in dims.split(","))
-                if any(d < 1 for d in out[name]):
+                if any(d < 1 and not (dynamic and d == -1) for d in out[name]):
                     raise ValueError
             except ValueError:
-                raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...' with sizes >= 1; "
-                                  "e.g. \"x:1,3,640,640\"") from None
+                raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...' with sizes >= 1 (or -1 for "
+                                  "a gear dim); e.g. \"x:1,3,640,640\"") from None
         return out
 
     def switch(self, level: str, pass_name: str) -> bool:
@@ -210,6 +252,24 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+#: Values of ``op_placement``.
+PLACEMENTS = ("CPU", "NPU")
+
+
+def _check_placement(table, where: str) -> None:
+    """Refuse an ``op_placement`` that is not {non-empty name: "CPU" | "NPU"} (names are checked at compile time,
+    against the model, by the place_ops pass)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: op_placement = {table!r}; expected an object {{op type or node name: "
+                          "\"CPU\" | \"NPU\"}, e.g. {\"NonZero\": \"CPU\"}")
+    for key, val in table.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ConfigError(f"{where}: op_placement key {key!r}; expected an op type or a node name")
+        if val not in PLACEMENTS:
+            hint = f" (did you mean '{val.upper()}'?)" if isinstance(val, str) and val.upper() in PLACEMENTS else ""
+            raise ConfigError(f"{where}: op_placement['{key}'] = {val!r}; expected 'CPU' or 'NPU'{hint}")
 
 
 def _check_op_type(op: str, where: str) -> None:

@@ -61,6 +61,8 @@ def _precision_frame(plan, model) -> pd.DataFrame:
     op_of = {n.name: n.op_type for n in model.graph.node}
     counts: dict[str, dict[str, int]] = {}
     for k in plan.kernels:
+        if k.fusion == "copy":  # host-device copies: no precision of their own
+            continue
         if k.fusion == "cast":
             counts.setdefault("Cast (inserted)", {"FP16": 0, "FP32": 0})["FP16" if k.precision == "fp16" else "FP32"] += 1
             continue

@@ -1,6 +1,6 @@
 """Small built-in sample models (written by us, seeded and deterministic) and their realistic inputs.
 
-Three models cover the patterns the compiler and the precision analyses care about:
+These models cover the patterns the compiler and the precision analyses care about:
 
 - ``resnet_small``: residual CNN, Conv-BatchNormalization-Relu blocks with non-trivial BN statistics
   (BN folding, Conv+Relu buffer fusion), GlobalAveragePool, Flatten, Gemm -> 10 logits. Input "x" 1x3x32x32.
@@ -9,6 +9,10 @@ Three models cover the patterns the compiler and the precision analyses care abo
   the variance and the mask bias). Inputs "x" 1x16x64 and "mask" 1x16 (0/1 float).
 - ``detector_head``: conv head on a 1x16x20x20 feature map, anchor box decoding (Exp, Mul, Add), Sigmoid
   scores, TopK, NonMaxSuppression and Gather of the kept boxes (data-dependent output size).
+- ``transformer_seq`` / ``transformer_seq_masked``: the encoder block over a dynamic sequence length
+  ``seq`` (x 1x``seq``x64; the masked variant adds mask 1x``seq`` and the ``(1 - mask) * -10000`` key bias),
+  for shape gears (toolkit.gears): the unmasked attention Softmax reads padded keys, the masked one does not.
+  Generated inputs have 24 tokens.
 
 The canonical files live in :data:`SAMPLES_DIR` (``toolkit/data/``, shipped in the wheel);
 ``sample_models/build.py`` rebuilds them there and copies them to ``sample_models/``. Weights come from
@@ -289,6 +293,72 @@ def detector_head_inputs(seed: int = SEED) -> dict[str, np.ndarray]:
     return {"feat": feat.astype(np.float32)}
 
 
+# ---------------------------------------------------------------- transformer_seq (dynamic sequence length)
+
+#: Sequence length of the generated inputs of the ``transformer_seq`` samples (the model's "seq" is dynamic).
+SEQ_SAMPLE_LENGTH = 24
+
+
+def _heads_seq(b: _GraphBuilder, p: str, x: str, perm: list[int]) -> str:
+    """[1, seq, 64] -> heads; Reshape to [0, 0, 4, 16] (0 copies batch and seq), so seq stays dynamic."""
+    head_shape = b.const(f"{p}.head_shape", [0, 0, _HEADS, _DIM // _HEADS])
+    return b.node("Transpose", [b.node("Reshape", [x, head_shape], f"{p}_reshape")], f"{p}_transpose", perm=perm)
+
+
+def _attention_seq(b: _GraphBuilder, x: str, masked: bool) -> str:
+    """4-head attention over a dynamic sequence; ``masked``: additive ``(1 - mask) * -10000`` bias on the keys."""
+    q = _heads_seq(b, "attn_q", _linear(b, "attn_q", x, _DIM, _DIM), [0, 2, 1, 3])
+    k = _heads_seq(b, "attn_k", _linear(b, "attn_k", x, _DIM, _DIM), [0, 2, 3, 1])
+    v = _heads_seq(b, "attn_v", _linear(b, "attn_v", x, _DIM, _DIM), [0, 2, 1, 3])
+    scores = b.node("MatMul", [q, k], "attn_scores_matmul")
+    scores = b.node("Mul", [scores, b.const("attn.scale", np.float32(1.0 / np.sqrt(_DIM // _HEADS)))],
+                    "attn_scale_mul")
+    if masked:
+        inverted = b.node("Sub", [b.const("mask.one", np.float32(1.0)), "mask"], "mask_invert_sub")
+        bias = b.node("Mul", [inverted, b.const("mask.neg_big", np.float32(-10000.0))], "mask_bias_mul")
+        bias = b.node("Unsqueeze", [bias, b.const("mask.unsqueeze_axes", [1, 2])], "mask_bias_unsqueeze")
+        scores = b.node("Add", [scores, bias], "attn_mask_add")
+    probs = b.node("Softmax", [scores], "attn_softmax", axis=-1)
+    context = b.node("MatMul", [probs, v], "attn_context_matmul")
+    context = b.node("Transpose", [context], "attn_context_transpose", perm=[0, 2, 1, 3])
+    context = b.node("Reshape", [context, b.const("attn.merge_shape", [0, 0, _DIM])], "attn_context_reshape")
+    return _linear(b, "attn_out", context, _DIM, _DIM)
+
+
+def build_transformer_seq(seed: int = SEED, masked: bool = False) -> onnx.ModelProto:
+    """Pre-LN encoder block over a dynamic sequence: x float32[1,seq,64] (+ mask float32[1,seq], 1 = token,
+    0 = padding, when ``masked``) -> y float32[1,seq,64]. Unmasked, its attention Softmax reads every key,
+    so padding the sequence changes the valid tokens' outputs (the padding-sensitivity case)."""
+    b = _GraphBuilder(seed)
+    h = b.node("Add", ["x", _attention_seq(b, _layernorm(b, "ln1", "x"), masked)], "attn_residual_add")
+    up = _gelu(b, _linear(b, "ffn_up", _layernorm(b, "ln2", h), _DIM, _FFN))
+    b.node_n("Add", [h, _linear(b, "ffn_down", up, _FFN, _DIM)], "ffn_residual_add", ["y"])
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "seq", _DIM])]
+    if masked:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, "seq"]))
+    name = "transformer_seq_masked" if masked else "transformer_seq"
+    return b.model(name, f"transformer encoder block with a dynamic sequence{' and a key mask' if masked else ''} "
+                   "sample (npuscope)", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "seq", _DIM])])
+
+
+def build_transformer_seq_masked(seed: int = SEED) -> onnx.ModelProto:
+    """:func:`build_transformer_seq` with ``masked=True`` (inputs x float32[1,seq,64], mask float32[1,seq])."""
+    return build_transformer_seq(seed, masked=True)
+
+
+def transformer_seq_inputs(seed: int = SEED, length: int = SEQ_SAMPLE_LENGTH) -> dict[str, np.ndarray]:
+    """Token embeddings as :func:`transformer_block_inputs` draws them: x float32[1,length,64]."""
+    rs = np.random.RandomState(seed + 4000)
+    offset, scale = rs.normal(0, 0.5, _DIM), rs.uniform(0.5, 2.0, _DIM)
+    return {"x": (rs.standard_normal((1, length, _DIM)) * scale + offset).astype(np.float32)}
+
+
+def transformer_seq_masked_inputs(seed: int = SEED, length: int = SEQ_SAMPLE_LENGTH) -> dict[str, np.ndarray]:
+    """:func:`transformer_seq_inputs` plus mask float32[1,length] of ones (every given token is valid; gear
+    padding adds the zeros)."""
+    return dict(transformer_seq_inputs(seed, length), mask=np.ones((1, length), np.float32))
+
+
 # ---------------------------------------------------------------- registry
 
 
@@ -310,6 +380,12 @@ SAMPLES: dict[str, SampleSpec] = {
                                     "pre-LN encoder block, decomposed LayerNorm, masked 4-head attention, erf-GELU"),
     "detector_head": SampleSpec(SAMPLES_DIR / "detector_head.onnx", detector_head_inputs, build_detector_head,
                                 "anchor box decoding, TopK, NonMaxSuppression on a 16x20x20 feature map"),
+    "transformer_seq": SampleSpec(SAMPLES_DIR / "transformer_seq.onnx", transformer_seq_inputs, build_transformer_seq,
+                                  "encoder block over a dynamic sequence 'seq', unmasked attention Softmax "
+                                  "(padding-sensitive)"),
+    "transformer_seq_masked": SampleSpec(SAMPLES_DIR / "transformer_seq_masked.onnx", transformer_seq_masked_inputs,
+                                         build_transformer_seq_masked,
+                                         "encoder block over a dynamic sequence 'seq' with a key mask input"),
 }
 
 

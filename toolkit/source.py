@@ -2,7 +2,8 @@
 
 A model argument is: nothing (the default sample), a sample name (toolkit.samples), a zoo name
 (toolkit.zoo, fetched and verified), or a path. Inputs are: an ``.npz`` file (checked against the model),
-a directory of ``.npz`` files (the first is used by single-run commands), or — without ``--inputs`` — the
+a directory of ``.npz`` files (diagnose / compare / signoff run all of them as a dataset run, see
+toolkit.dataset; other single-run commands use the first), or — without ``--inputs`` — the
 model's registered realistic input (rendered text for the OCR models, the sample's own generator), else
 seeded random data whose range is set per input with ``--val-range``.
 """

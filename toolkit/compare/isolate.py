@@ -22,7 +22,7 @@ def isolate(runtime, kernel_name: str, golden: dict) -> dict[str, np.ndarray] | 
     """{output tensor: array} of ``kernel_name`` run on reference inputs; None if an input has no
     reference value."""
     plan = runtime.plan
-    casts = {k.outputs[0]: k for k in plan.kernels if k.fusion == "cast"}
+    casts = {k.outputs[0]: k for k in plan.kernels if k.cast_of}  # Casts and host-device copies
     ek = next((e for e in runtime.kernels if e.spec.name == kernel_name), None)
     if ek is None:
         return None

@@ -151,8 +151,8 @@ def fp16_affected_kernels(plan) -> set[str]:
 
 
 def kernel_inputs(plan) -> dict[str, list[str]]:
-    """{kernel name: ONNX tensors it reads}, Cast kernels resolved to the tensors they convert."""
-    cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.fusion == "cast"}
+    """{kernel name: ONNX tensors it reads}, Cast and copy kernels resolved to the ONNX tensors they carry."""
+    cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.cast_of}
     return {k.name: [cast_src.get(t, t) for t in k.inputs] for k in plan.kernels}
 
 

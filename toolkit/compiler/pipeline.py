@@ -100,7 +100,7 @@ class PassInfo:
 #: The ordered pass list; modules under toolkit.compiler.passes append to it on import, in PASS_ORDER.
 PASSES: dict[str, PassInfo] = {}
 PASS_ORDER = ("fold_constants", "infer_shapes", "fold_batchnorm", "graph_fusion", "buffer_fusion", "partition",
-              "assign_precision", "insert_casts", "check_constants", "plan_memory")
+              "place_ops", "assign_precision", "insert_casts", "insert_copies", "check_constants", "plan_memory")
 
 
 def register_pass(name: str, *, requires=(), provides=(), min_level: int = 0, switch=None, optional=False):
@@ -140,6 +140,9 @@ class CompileResult:
     compile_ms: float
     #: the compile state after partition (kernels before precision), for :func:`recompile_precision`
     stage: object = None
+    #: the compile cache's record (toolkit.cache.compile_cache): key, status hit/miss/patched, kernel hit and
+    #: miss counts, log lines; None when the cache is disabled
+    cache: dict | None = None
 
     def fusion_result_json(self, graph_id: str = "0_0") -> dict:
         """fusion_result.json in the converter's format (counts as strings)."""
@@ -213,24 +216,34 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
     bind_input_shapes(work, shapes)
+    from toolkit.cache import compile_cache  # the compile cache (docs/compile-cache.md); None when disabled
+
+    cached = compile_cache.begin(work, config, disabled, model_path, t0)
+    if cached is not None and cached.result is not None:
+        return cached.result
+    ops_before = len(work.graph.node)
     ctx = CompileContext(Graph(work), config, model_path)
     logs = _run_passes(ctx, config, PASS_ORDER, disabled)
     ctx.graph.sync()
     plan = ctx.plan
     plan.model = model_path
-    return CompileResult(plan, ctx.graph.model, logs, ctx.findings, ctx.fusion_stats,
-                         (time.perf_counter() - t0) * 1e3, stage=ctx.stage)
+    result = CompileResult(plan, ctx.graph.model, logs, ctx.findings, ctx.fusion_stats,
+                           (time.perf_counter() - t0) * 1e3, stage=ctx.stage)
+    if cached is not None:
+        cached.finish(result, ops_before)
+    return result
 
 
 #: config fields the passes before precision assignment read: a change to any of them needs a full compile
 STRUCTURAL_FIELDS = ("fusion_level", "fusion_switch_file", "input_shape")
-_PRECISION_PASSES = PASS_ORDER[PASS_ORDER.index("assign_precision"):]
+#: re-run by recompile_precision: placement (``op_placement`` is not structural) and everything after it
+_PRECISION_PASSES = PASS_ORDER[PASS_ORDER.index("place_ops"):]
 
 
 def recompile_precision(compiled: CompileResult, config: Config) -> CompileResult:
-    """Re-run only the passes from ``assign_precision`` on (precision, casts, constant checks, memory) with a
-    new config, reusing the folded, fused and partitioned graph of ``compiled``. Used by stage triage and
-    tuning, where only precision options change.
+    """Re-run only the passes from ``place_ops`` on (placement, precision, casts, copies, constant checks,
+    memory) with a new config, reusing the folded, fused and partitioned graph of ``compiled``. Used by stage
+    triage, tuning and placement advice, where only precision or placement options (``op_placement``) change.
 
     Raises:
         ValueError: ``config`` differs from the compiled one in a structural field (STRUCTURAL_FIELDS).

@@ -9,8 +9,8 @@ plan.json format (version 1)::
      "alignment": int,
      "kernels": [{"name", "op_type", "op_class", "precision", "implmode", "rule", "fusion",
                   "nodes": [original node names], "inputs": [...], "outputs": [...], "internal": [...],
-                  "cast_of": tensor or null}],
-     "tensors": [{"name", "dtype", "shape", "nbytes", "storage": "arena"|"dynamic"|"host"|"input",
+                  "cast_of": tensor or null, "placement": "NPU"|"CPU", "exec_nodes": [...]}],
+     "tensors": [{"name", "dtype", "shape", "nbytes", "storage": "arena"|"dynamic"|"host",
                   "offset", "first", "last", "producer", "stream": "npu"|"cpu", "alias_of": tensor or null}],
      "folded": [tensor names computed at compile time], "graph_inputs": [...], "graph_outputs": [...]}
 
@@ -20,7 +20,18 @@ plan.json format (version 1)::
 until the NPU stream synchronises with it, toolkit.memory.lifetimes; graph outputs: ``len(kernels)``).
 ``stream`` is the stream of its writer; ``alias_of`` names the tensor whose bytes it shares on purpose (a view
 or an in-place output; the ``aggressive`` policy). Fields missing from a hand-written plan take these defaults:
-stream "npu", alias_of null. ``npuscope memcheck --plan`` and ``npuscope run --plan`` load this format
+stream "npu", alias_of null.
+
+``storage``: ``arena`` (device, at ``offset``), ``dynamic`` (device, data-dependent shape, allocated when
+produced), ``host`` (host memory: outputs of CPU-placed kernels, string and non-tensor values; never in the
+arena). Placement: a kernel with ``placement`` "CPU" runs on the host (AI_CPU) in FP32. Host-device copies are
+kernels of their own with ``fusion`` "copy": ``op_type`` "MemcpyD2H" (placement "CPU") writes
+``<tensor>::d2h`` in host memory for CPU readers of a device tensor; "MemcpyH2D" (placement "NPU") writes
+``<tensor>::h2d`` on the device for NPU readers of a host tensor (``#2``, ``#3`` appended if the model already
+has that name). A copy's (and a Cast's) ``cast_of`` is the ONNX tensor whose value it carries, so every
+derived name maps back to one ONNX name; ONNX tensors keep their own names wherever they are stored.
+
+``npuscope memcheck --plan`` and ``npuscope run --plan`` load this format
 (:func:`load_plan`); offsets and lifetimes may be edited by hand, kernels and tensor layouts may not.
 """
 
@@ -40,13 +51,14 @@ class KernelSpec:
         op_class: numerics-contract class (toolkit.precision.contract).
         nodes: original ONNX node names executed by this kernel (provenance), in order.
         rule: the fusion rule that created it, or ``None``.
-        fusion: ``none`` | ``graph`` | ``ub`` (buffer fusion) | ``cast``.
+        fusion: ``none`` | ``graph`` | ``ub`` (buffer fusion) | ``cast`` | ``copy`` (host-device copy).
         inputs / outputs: tensor names read / written (outputs are visible outside the kernel).
         internal: ONNX tensors the fusion kept on chip (never written to the arena).
         precision: ``fp16`` or ``fp32`` (storage dtype of its float32 outputs and compute dtype of its inputs).
         implmode: ``high_precision`` | ``high_performance``.
-        cast_of: for inserted Cast kernels, the tensor they convert.
-        placement: ``NPU`` or ``CPU`` (AI_CPU: control flow, sequences; always FP32).
+        cast_of: for inserted Cast and copy kernels, the ONNX tensor whose value they carry.
+        placement: ``NPU`` or ``CPU`` (AI_CPU: ops the NPU does not support or ``op_placement`` puts there,
+            and ``MemcpyD2H`` copies; always FP32). A copy's placement is its destination side.
     """
 
     name: str
@@ -122,8 +134,18 @@ class Plan:
         return out
 
     def precision_counts(self) -> dict[str, int]:
+        """{"fp16": n, "fp32": n, "cast": n, "copy": n} kernel counts (Casts and copies counted apart)."""
         counts: dict[str, int] = {}
         for k in self.kernels:
-            key = "cast" if k.fusion == "cast" else k.precision
+            key = k.fusion if k.fusion in ("cast", "copy") else k.precision
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def placement_counts(self) -> dict[str, int]:
+        """{"NPU": n, "CPU": n, "MemcpyH2D": n, "MemcpyD2H": n}: compute kernels per placement (Casts count as
+        NPU kernels), and copy kernels per direction."""
+        counts = {"NPU": 0, "CPU": 0, "MemcpyH2D": 0, "MemcpyD2H": 0}
+        for k in self.kernels:
+            key = k.op_type if k.fusion == "copy" else k.placement
             counts[key] = counts.get(key, 0) + 1
         return counts

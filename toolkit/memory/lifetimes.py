@@ -5,9 +5,9 @@ copies the feeds in) and *read* at every step whose kernel lists it as an input 
 step ``len(kernels)``, when the results are read back).
 
 Streams: NPU-placed kernels run in order on the NPU stream. A CPU-placed kernel (AI_CPU: control flow,
-NonMaxSuppression, ...) is launched at its step on the ``cpu`` stream and runs asynchronously; the NPU
-stream only waits for it (an event) at the first later kernel that reads one of its outputs (or at the end
-of the graph). So a tensor read by a CPU kernel at step ``s`` stays live until that synchronising step, not
+NonMaxSuppression, ``MemcpyD2H`` copies, ...) is launched at its step on the ``cpu`` stream and runs
+asynchronously; the NPU stream only waits for it (an event) at the first later NPU kernel that reads one of
+its outputs or an output of a later CPU kernel (:func:`sync_step`; or at the end of the graph). So a tensor read by a CPU kernel at step ``s`` stays live until that synchronising step, not
 until ``s``: a planner that uses kernel order only frees it too early and the NPU stream can re-use its
 bytes while the CPU op still reads them.
 """
@@ -31,11 +31,16 @@ class Lifetime:
 
 
 def sync_step(kernels, s: int) -> int:
-    """The step at which the NPU stream waits for CPU kernel ``s``: first later reader of one of its outputs,
-    else ``len(kernels)`` (end of graph)."""
+    """The step at which the NPU stream knows CPU kernel ``s`` has finished: the first later NPU kernel that
+    reads an output of ``s`` or of a CPU kernel launched after it (the CPU stream runs in order, so waiting for
+    a later CPU kernel waits for ``s`` too), else ``len(kernels)`` (end of graph). With host-device copies the
+    NPU reader is the ``MemcpyH2D`` of a CPU result."""
     outs = set(kernels[s].outputs)
     for j in range(s + 1, len(kernels)):
-        if outs.intersection(kernels[j].inputs):
+        k = kernels[j]
+        if k.placement == "CPU":
+            outs.update(k.outputs)
+        elif outs.intersection(k.inputs):
             return j
     return len(kernels)
 

@@ -58,6 +58,8 @@ def coverage(plan, flops: dict[str, float]) -> dict:
         if k.fusion == "cast":
             casts += 1
             continue
+        if k.fusion == "copy":  # host-device copies (placement) compute nothing
+            continue
         half = k.precision == "fp16"
         k16 += half
         k32 += not half

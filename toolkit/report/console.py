@@ -27,12 +27,15 @@ def compile_summary(compiled) -> list[str]:
     counts = plan.precision_counts()
     lines.append(f"precision ({plan.config.get('precision_mode')}): {counts.get('fp16', 0)} FP16, "
                  f"{counts.get('fp32', 0)} FP32 kernels, {counts.get('cast', 0)} Casts")
+    place = plan.placement_counts()
+    lines.append(f"placement: {place['NPU']} NPU, {place['CPU']} CPU kernels; copies: {place['MemcpyH2D']} "
+                 f"MemcpyH2D, {place['MemcpyD2H']} MemcpyD2H")
     ratio = plan.arena_bytes / plan.lower_bound_bytes if plan.lower_bound_bytes else 1.0
     lines.append(f"memory: arena {human_bytes(plan.arena_bytes)} vs lower bound "
                  f"{human_bytes(plan.lower_bound_bytes)} ({ratio:.3f}x)")
     dyn = [t.name for t in plan.tensors.values() if t.storage != "arena"]
     if dyn:
-        lines.append(f"  {len(dyn)} tensor(s) outside the arena (data-dependent shape or non-tensor)")
+        lines.append(f"  {len(dyn)} tensor(s) outside the arena (data-dependent shape, host memory or non-tensor)")
     for f in compiled.findings:
         lines.append(f"{f.severity.upper()}: {f.kind} '{f.subject}': {f.recommendation}")
     return lines

@@ -10,7 +10,10 @@ boundary — run by a cached onnxruntime session, which realises the numerics co
 - its float32 constants are rounded to FP16 at build time (parameters such as Resize scales excepted);
 - in ``high_performance`` mode a single-node FP16 reduction/normalisation runs the FP16-accumulating numpy
   kernel of toolkit.runtime.fp16_accum instead;
-- FP32 kernels run the original nodes unchanged.
+- FP32 kernels run the original nodes unchanged (CPU-placed kernels are always FP32, reading and writing
+  host memory);
+- host-device copy kernels (MemcpyH2D / MemcpyD2H, ``fusion == "copy"``) are numpy copies between host
+  storage and the arena (:func:`_copy_exec`).
 """
 
 from __future__ import annotations
@@ -214,10 +217,20 @@ def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
 
 
 def _cached_session(data: bytes, optimize) -> object:
+    """The session of kernel model ``data``: from this process' sessions, else from the compile cache's
+    kernel entry (toolkit.cache.kernel_entries, when a build has one active), else built."""
+    from toolkit.cache.kernel_entries import current
+
     key = hashlib.sha256(data).hexdigest()
     sess = _SESSIONS.get(key)
+    kc = current()
     if sess is None:
-        sess = _SESSIONS[key] = make_session(data, optimize=optimize)
+        sess = kc.session(data, key, optimize) if kc is not None else make_session(data, optimize=optimize)
+        _SESSIONS[key] = sess
+    elif kc is not None:
+        kc.in_memory += 1
+    if kc is not None:
+        kc.note(sess, key, optimize)
     return sess
 
 
@@ -263,6 +276,27 @@ def _native_exec(spec, plan, graph_model, by_name, consts, types, cast_src, over
     return ExecKernel(spec, feeds, fetches, session=sess, native_fp16=True)
 
 
+def _copy_exec(spec: KernelSpec, plan: Plan) -> ExecKernel | None:
+    """A host-device copy kernel (``fusion == "copy"``, MemcpyH2D / MemcpyD2H), or None for other kernels.
+
+    It returns its input as a new buffer: the runtime then stores it in the destination (an arena view: the
+    runtime's write is the copy; host or dynamic storage: this fresh copy, never a view of the source).
+    Sequences (lists) are copied element by element; an empty optional (None) stays None."""
+    if spec.fusion != "copy":
+        return None
+    dst = plan.tensors.get(spec.outputs[0])
+    into_arena = dst is not None and dst.storage == "arena"
+
+    def copy(values, attrs):
+        x = values[0]
+        if x is None or isinstance(x, list):
+            return None if x is None else [np.array(v, copy=True) for v in x]
+        return np.asarray(x) if into_arena else np.array(x, copy=True)
+
+    return ExecKernel(spec, [(spec.inputs[0], spec.inputs[0])], [(spec.outputs[0], spec.outputs[0])],
+                      numpy_fn=copy)
+
+
 def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode) -> ExecKernel:
     """The kernel as its ONNX subgraph with FP16 Casts at its edges (module docstring). Raises ModelError."""
     model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
@@ -280,15 +314,43 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
     return ExecKernel(spec, feeds, fetches, session=sess, digest=hashlib.sha256(data).hexdigest())
 
 
-def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan") -> list[ExecKernel]:
+def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan",
+                  cache: dict | None = None) -> list[ExecKernel]:
     """Executable kernels for every KernelSpec of ``plan`` (sessions cached by model digest): the numpy
-    FP16-accumulation kernel where it applies, else the native-FP16 session, else the Cast-bounded session."""
-    by_name = {n.name: n for n in graph_model.graph.node}
-    consts = {i.name: numpy_helper.to_array(i) for i in graph_model.graph.initializer}
-    types = {v.name: v.type for v in list(graph_model.graph.input) + list(graph_model.graph.value_info)
-             + list(graph_model.graph.output)}
-    cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.fusion == "cast"}
-    opset = next((o.version for o in graph_model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    args = (plan, graph_model, by_name, consts, types, cast_src, overflow_mode)
-    return [_numpy_exec(spec, by_name, consts, opset, overflow_mode) or _native_exec(spec, *args)
-            or _session_exec(spec, *args) for spec in plan.kernels]
+    FP16-accumulation kernel where it applies, else the native-FP16 session, else the Cast-bounded session.
+
+    ``cache``: the compile's record (CompileResult.cache) when ``graph_model`` is that compile's graph; its
+    kernel recipes then give each session kernel without building its ONNX model. Hit and miss counts of the
+    compile cache's kernel entries go into it (see toolkit.cache.kernel_entries)."""
+    import functools
+
+    from toolkit.cache.kernel_entries import begin_build, end_build
+
+    @functools.cache
+    def prep():
+        by_name = {n.name: n for n in graph_model.graph.node}
+        consts = {i.name: numpy_helper.to_array(i) for i in graph_model.graph.initializer}
+        types = {v.name: v.type for v in list(graph_model.graph.input) + list(graph_model.graph.value_info)
+                 + list(graph_model.graph.output)}
+        cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.cast_of}  # Casts and copies: ONNX names
+        opset = next((o.version for o in graph_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        return (plan, graph_model, by_name, consts, types, cast_src, overflow_mode), opset
+
+    def make(i, spec):
+        got = build.from_recipe(i, spec, _SESSIONS) if build is not None else None
+        if got is not None:
+            sess, feeds, fetches, native, digest = got
+            return ExecKernel(spec, feeds, fetches, session=sess, digest="" if native else digest, native_fp16=native)
+        args, opset = prep()
+        return (_copy_exec(spec, plan) or _numpy_exec(spec, args[2], args[3], opset, overflow_mode)
+                or _native_exec(spec, *args) or _session_exec(spec, *args))
+
+    info = cache if cache is not None and cache.get("model") is graph_model else None
+    build, token = begin_build(plan, info, overflow_mode)
+    try:
+        kernels = [make(i, spec) for i, spec in enumerate(plan.kernels)]
+        if build is not None:
+            build.finish(kernels)
+    finally:
+        end_build(token)
+    return kernels

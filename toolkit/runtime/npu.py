@@ -1,8 +1,10 @@
 """NpuRuntime: execute a compiled Plan kernel by kernel over one preallocated device arena.
 
 Every arena tensor is a numpy view at its planned byte offset in a single ``uint8`` buffer, so a wrong memory
-plan really corrupts data. Tensors with data-dependent shapes live outside the arena (``dynamic``), as do
-non-tensor values (``host``). Float32 graph outputs stored in FP16 are returned converted (exactly) to
+plan really corrupts data. Tensors with data-dependent shapes live outside the arena (``dynamic``), as do host
+values (``host``: outputs of CPU-placed kernels, which run in FP32 through their onnxruntime sessions, and
+non-tensor or string values). Host-device copy kernels (MemcpyH2D / MemcpyD2H) really copy between host
+storage and the arena; they are dumped under their own names (``<tensor>::h2d`` / ``::d2h``). Float32 graph outputs stored in FP16 are returned converted (exactly) to
 float32.
 """
 
@@ -49,7 +51,7 @@ class NpuRuntime:
         self.plan = compiled.plan
         overflow = self.plan.config.get("overflow_mode", "inf_nan")
         t0 = time.perf_counter()
-        self.kernels = build_kernels(self.plan, compiled.model, overflow)
+        self.kernels = build_kernels(self.plan, compiled.model, overflow, cache=getattr(compiled, "cache", None))
         self.build_ms = (time.perf_counter() - t0) * 1e3
         self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {}

@@ -219,7 +219,7 @@ def check_latency(section: dict, ev: Evidence) -> list[Result]:
 
 def check_placement(section: dict, ev: Evidence) -> list[Result]:
     allowed = set(section.get("allowed_cpu_ops", []))
-    cpu = [k for k in ev.plan.kernels if k.placement == "CPU"]
+    cpu = [k for k in ev.plan.kernels if k.placement == "CPU" and k.fusion != "copy"]  # not MemcpyD2H copies
     bad = [k for k in cpu if k.op_type not in allowed]
     return [Result("placement.cpu_ops", "placement", not bad,
                    f"placement.cpu_ops: {len(bad)} CPU-placed kernel(s) not allowed"

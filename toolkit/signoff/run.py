@@ -1,6 +1,10 @@
 """Run a model over every input set, gather the :class:`~toolkit.signoff.criteria.Evidence` a policy needs,
 and evaluate the policy.
 
+A folder of ``.npz`` inputs is a dataset run (toolkit.dataset.workflow.signoff_dataset): streamed, parallel,
+resumable, its Evidence built by :func:`dataset_evidence` / :func:`worst_case_table` from the stored per-input
+records. :func:`run_signoff` below holds its (few) input sets in memory.
+
 One NPU Session per distinct input shape (compiled once), one FP32 ReferenceRunner. Per input set: a timed NPU
 run without dumps (latency, outputs, tasks), then — for the first set, and for every set when the policy has
 ``[layers]`` or ``[fp16_overflow]`` — a run with dumps compared tensor by tensor (toolkit.compare.layerwise).
@@ -122,7 +126,14 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
     first = next(iter(sessions.values()))
     ev = Evidence(outputs=outputs, output_rows=rows, layers=_worst_case(tables), tasks=tasks, plan=first.plan,
                   run_ms=run_ms, inputs=[s[0] for s in sets])
-    results = evaluate(policy, ev)
+    return conclude(src, policy, config, config_path, ev, first.compiled, tables[0])
+
+
+def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: Evidence, compiled,
+             first_table: pd.DataFrame, extra_results: list[Result] = ()) -> SignoffRun:
+    """Evaluate ``policy`` on ``ev`` (plus ``extra_results``, e.g. inputs that could not be evaluated) and
+    build the SignoffRun with its summary (summary.json content)."""
+    results = evaluate(policy, ev) + list(extra_results)
     sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
     n_fail = sum(not r.passed for r in results)
     summary = {
@@ -131,9 +142,42 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
         "config": config.to_dict(), "config_path": config_path or "", "config_sha256": config_sha256(config, config_path),
         "policy": policy.data, "policy_path": policy.path, "policy_sha256": policy.sha256,
         "inputs": ev.inputs, "counts": {"criteria": len(results), "passed": len(results) - n_fail, "failed": n_fail,
-                                        "input_sets": len(sets), "kernels": len(first.plan.kernels)},
+                                        "input_sets": len(ev.inputs), "kernels": len(ev.plan.kernels)},
         "criteria": [r.to_dict() for r in results],
-        "memory": {"arena_bytes": first.plan.arena_bytes, "lower_bound_bytes": first.plan.lower_bound_bytes},
-        "latency_ms": run_ms, "environment": environment(),
+        "memory": {"arena_bytes": ev.plan.arena_bytes, "lower_bound_bytes": ev.plan.lower_bound_bytes},
+        "latency_ms": ev.run_ms, "environment": environment(),
     }
-    return SignoffRun(results, ev, tables[0], first.compiled, summary)
+    return SignoffRun(results, ev, first_table, compiled, summary)
+
+
+def dataset_evidence(outputs: list[str], metas, layers: pd.DataFrame, plan) -> Evidence:
+    """Evidence of a dataset run (toolkit.dataset): ``metas`` are the stored per-input records' meta dicts of
+    the inputs that were evaluated (output rows, task results, host run time; a few scalars per input), and
+    ``layers`` is the worst case per tensor over all inputs (:func:`worst_case_table`)."""
+    rows, tasks, run_ms, names = {o: [] for o in outputs}, [], [], []
+    for m in metas:
+        names.append(m["input"])
+        for o in outputs:
+            rows[o].append(m["outputs"].get(o, {}))
+        tasks.append(m["tasks"])
+        run_ms.append(float(m["run_ms"]))
+    return Evidence(outputs=outputs, output_rows=rows, layers=layers, tasks=tasks, plan=plan, run_ms=run_ms,
+                    inputs=names)
+
+
+def worst_case_table(info: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+    """The Evidence.layers table of a dataset run: the info columns of one input's layer table (``info``:
+    NodeName, TensorName, OpType, Kernel, Precision, NPUDump, CompareFailReason) joined by TensorName with the
+    dataset aggregate (toolkit.dataset.aggregate): CosineSimilarity = worst, Abnormal / OverFlow / DeviceInf /
+    DeviceNaN = set on any input, GoldenAbsMax = max."""
+    keep = [c for c in ("Index", "NodeName", "TensorName", "OpType", "Kernel", "Precision", "NPUDump",
+                        "CompareFailReason") if c in info.columns]
+    a = agg.set_index("TensorName")
+    out = info[keep].copy()
+    t = out["TensorName"]
+    out["CosineSimilarity"] = t.map(a["CosineSimilarity_worst"]).astype(float)
+    out["GoldenAbsMax"] = t.map(a["GoldenAbsMax"]).astype(float)
+    for col, src in (("Abnormal", "AbnormalInputs"), ("OverFlow", "OverFlowInputs"), ("DeviceInf", "DeviceInfInputs"),
+                     ("DeviceNaN", "DeviceNaNInputs")):
+        out[col] = t.map(a[src]).fillna(0).astype(float) > 0
+    return out.reset_index(drop=True)

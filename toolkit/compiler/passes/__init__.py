@@ -7,8 +7,10 @@ from toolkit.compiler.passes import (  # noqa: F401
     graph_fusion,
     buffer_fusion,
     partition,
+    place_ops,
     assign_precision,
     insert_casts,
+    insert_copies,
     check_constants,
     plan_memory,
 )

@@ -1,7 +1,9 @@
 """Pass ``plan_memory``: storage dtype, shape and lifetime of every runtime tensor, then arena offsets.
 
-Tensors with static shapes live in the arena; tensors whose shape depends on data (NonMaxSuppression,
-NonZero, ...) are ``dynamic`` (allocated when produced); non-tensor values (sequences) are ``host``.
+Device tensors with static shapes live in the arena; device tensors whose shape depends on data are
+``dynamic`` (allocated when produced). Outputs of CPU-placed kernels (AI_CPU ops, ``MemcpyD2H`` copies),
+string tensors and non-tensor values (sequences) are ``host`` (host memory, never in the arena; ``nbytes`` is
+their size when the shape is static, else 0).
 
 Lifetimes are stream-aware (toolkit.memory.lifetimes). The policy (``Config.memory_reuse``) places them:
 ``off`` every tensor its own range; ``conservative`` same-size free-list reuse; ``aggressive`` (default;
@@ -22,14 +24,18 @@ from toolkit.memory.lifetimes import lifetimes
 from toolkit.memory.planner import POLICIES, Block, align, lower_bound, place_exclusive
 
 
-def _spec(g, name, kernel, precision, cast_of=None):
+def _spec(g, name, kernel, precision, cast_of=None, placement="NPU"):
     vt = g.vtype(cast_of or name)
     if vt is None:
         return TensorSpec(name, "object", None, storage="host", producer=kernel)
     dtype = vt.np_dtype
     if precision == "fp16" and dtype == np.float32:
         dtype = np.dtype(np.float16)
-    if not vt.static or dtype == np.dtype(object):  # string tensors hold Python objects: never in the arena
+    if placement == "CPU" or dtype == np.dtype(object):  # host memory; string tensors hold Python objects
+        nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize if vt.static and dtype.kind != "O" else 0
+        return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape is not None else None, nbytes, "host",
+                          producer=kernel)
+    if not vt.static:
         return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape else None, storage="dynamic", producer=kernel)
     nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize
     return TensorSpec(name, dtype.name, list(vt.shape), nbytes, "arena", producer=kernel)
@@ -103,7 +109,7 @@ def run(ctx) -> PassResult:
         tensors[t] = _spec(g, t, None, "fp32")
     for k in ctx.kernels:
         for t in k.outputs:
-            tensors[t] = _spec(g, t, k.name, k.precision, k.cast_of)
+            tensors[t] = _spec(g, t, k.name, k.precision, k.cast_of, k.placement)
     arena, lb, log = place(tensors, ctx.kernels, g.inputs, g.outputs, cfg.memory_reuse, cfg.memory_alignment,
                            cfg.disable_reuse)
     ctx.plan = Plan(model=ctx.model_path, config=cfg.to_dict(), kernels=ctx.kernels, tensors=tensors,
@@ -111,9 +117,12 @@ def run(ctx) -> PassResult:
                     arena_bytes=arena, lower_bound_bytes=lb, alignment=cfg.memory_alignment)
     check_capacity(ctx.plan, cfg.device_memory_bytes)
     n_arena = sum(1 for t in tensors.values() if t.storage == "arena")
-    dyn = [t.name for t in tensors.values() if t.storage != "arena"]
+    dyn = [t.name for t in tensors.values() if t.storage == "dynamic"]
+    host = [t.name for t in tensors.values() if t.storage == "host"]
     log.insert(0, f"policy {cfg.memory_reuse}: arena {arena} bytes for {n_arena} tensors; lower bound {lb} bytes "
                   f"({arena / lb if lb else 1:.3f}x)")
     if dyn:
-        log.append(f"{len(dyn)} tensors outside the arena (dynamic shape or non-tensor): {', '.join(dyn[:8])}")
+        log.append(f"{len(dyn)} dynamic device tensors (data-dependent shape): {', '.join(dyn[:8])}")
+    if host:
+        log.append(f"{len(host)} host tensors (CPU-placed kernels, non-tensor or string values): {', '.join(host[:8])}")
     return PassResult(n_arena, log)

@@ -1,0 +1,158 @@
+"""parse-log throughput against pandas.read_csv and json.load, measured side by side on the same data.
+
+Generates in a temporary folder (deleted afterwards):
+  - a plog file of N lines (default 1,000,000) in npuscope's line format (toolkit.logs.plog), levels and modules
+    mixed, 1 line in 10,000 malformed; the same records as a CSV (Level, Module, PID, Process, Time, File,
+    Line, Message);
+  - an onnxruntime-profile-shaped JSON of about M MB (default 200): one event per line, node events named
+    <node>_kernel_time with onnxruntime's args (op_name, provider, shapes, thread_scheduling_stats, ...) and
+    model_run session events.
+Timed (best of R runs each, interleaved):
+  - toolkit.logs.parsers.plog_lines.parse(log)  vs  pandas.read_csv(csv of the same records)
+    (and pandas.read_csv of the log itself as one text column, a lower bound on just splitting lines);
+  - toolkit.logs.parsers.ort_profile.parse(json) vs json.load(json) (the load alone, no table).
+Prints MB/s of each and the ratio ours / peer in throughput (> 1: ours is faster).
+
+Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+LEVELS = ["DEBUG", "INFO", "INFO", "INFO", "WARNING", "ERROR"]
+MODULES = ["COMPILER", "RUNTIME", "PROFILE", "LOGS", "MEMORY"]
+OPS = ["Conv", "Relu", "MatMul", "Add", "Softmax", "Cast", "LayerNormalization", "Reshape"]
+
+
+def write_log(folder: Path, n: int) -> tuple[Path, Path]:
+    from toolkit.logs.plog import plog_time
+
+    rng = random.Random(0)
+    log, table = folder / "big.log", folder / "big.csv"
+    t0 = 1.7e9
+    with open(log, "w") as fl, open(table, "w", newline="") as fc:
+        w = csv.writer(fc)
+        w.writerow(["Level", "Module", "PID", "Process", "Time", "File", "Line", "Message"])
+        for i in range(n):
+            if i % 10_000 == 9_999:
+                fl.write("this line is not a plog record\n")
+                continue
+            rec = [rng.choice(LEVELS), rng.choice(MODULES), 4242, "npuscope", plog_time(t0 + i * 1e-4),
+                   "pipeline.py", rng.randrange(1, 400),
+                   f"kernel k_{rng.randrange(1000)} ({rng.choice(OPS)}) ran in {rng.random():.4f} ms"]
+            fl.write(f"[{rec[0]}] {rec[1]}({rec[2]},{rec[3]}):{rec[4]} [{rec[5]}:{rec[6]}]{rec[7]}\n")
+            w.writerow(rec)
+    return log, table
+
+
+def _node_event(i: int, rng: random.Random, ts: int) -> dict:
+    op = rng.choice(OPS)
+    return {"cat": "Node", "pid": 4242, "tid": 4242, "dur": rng.randrange(1, 500), "ts": ts, "ph": "X",
+            "name": f"node_{i % 5000}_kernel_time",
+            "args": {"op_name": op, "provider": "CPUExecutionProvider", "node_index": str(i % 5000),
+                     "activation_size": "1024", "parameter_size": "0", "output_size": "65536",
+                     "input_type_shape": [{"float": [1, 64, 56, 56]}, {"float": [64, 64, 3, 3]}],
+                     "output_type_shape": [{"float": [1, 64, 56, 56]}],
+                     "thread_scheduling_stats": {"main_thread": {"thread_pool_name": "session-1-intra-op",
+                                                                 "thread_id": "140068153506688", "block_size": [],
+                                                                 "core": -1, "Distribution": 0, "Run": 0}},
+                     "mem_bytes_in_use": "17408", "mem_arena_held": "1064960"}}
+
+
+def write_profile(folder: Path, mb: int) -> Path:
+    rng = random.Random(1)
+    path, target, size, i, ts = folder / "ort_profile.json", mb * 1024 * 1024, 0, 0, 0
+    with open(path, "w") as fh:
+        fh.write("[\n")
+        first = True
+        while size < target:
+            if i % 200 == 199:
+                ev = {"cat": "Session", "pid": 4242, "tid": 4242, "dur": 20_000, "ts": ts, "ph": "X",
+                      "name": "model_run", "args": {}}
+            else:
+                ev = _node_event(i, rng, ts)
+            line = ("" if first else ",\n") + json.dumps(ev, separators=(",", " :"))
+            fh.write(line)
+            size += len(line)
+            first, i, ts = False, i + 1, ts + 100
+        fh.write("\n]\n")
+    return path
+
+
+def duel(ours, peer, runs: int) -> tuple[float, object, float, object]:
+    """Best-of-``runs`` seconds of ``ours`` and ``peer``, runs interleaved (ours, peer, ours, ...); the previous
+    result is freed before each timed call, so neither pays for the other's deallocation."""
+    t_ours, t_peer, out_ours, out_peer = [], [], None, None
+    for _ in range(runs):
+        out_ours = None
+        t = time.perf_counter()
+        out_ours = ours()
+        t_ours.append(time.perf_counter() - t)
+        out_peer = None
+        t = time.perf_counter()
+        out_peer = peer()
+        t_peer.append(time.perf_counter() - t)
+    return min(t_ours), out_ours, min(t_peer), out_peer
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    import pandas as pd
+
+    from toolkit.logs.parsers import ort_profile, plog_lines
+
+    with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
+        folder = Path(tmp)
+        t = time.perf_counter()
+        log, table = write_log(folder, args.lines)
+        prof = write_profile(folder, args.mb)
+        print(f"generated in {time.perf_counter() - t:.1f} s: {log.name} {log.stat().st_size / 2**20:.1f} MiB "
+              f"({args.lines:,} lines), {table.name} {table.stat().st_size / 2**20:.1f} MiB, "
+              f"{prof.name} {prof.stat().st_size / 2**20:.1f} MiB")
+        rows = []
+        ours, res, peer, df = duel(lambda: plog_lines.parse(log), lambda: pd.read_csv(table), args.runs)
+        _, _, lines_only, _ = duel(lambda: None, lambda: pd.read_csv(log, sep="\x01", header=None,
+                                                                     quoting=csv.QUOTE_NONE), args.runs)
+        assert res.records == len(df), (res.records, len(df))
+        del df
+        rows.append(("plog log", log, ours, "pandas.read_csv(same records as CSV)", table, peer))
+        rows.append(("plog log", log, ours, "pandas.read_csv(log, one text column)", log, lines_only))
+        print(f"plog: {res.records:,} records, {res.malformed:,} malformed")
+
+        def load():
+            with open(prof) as fh:
+                return json.load(fh)
+
+        ours, res, peer, events = duel(lambda: ort_profile.parse(prof), load, args.runs)
+        n_nodes = sum(1 for e in events if e["cat"] == "Node")
+        assert len(res.op_summary) == n_nodes, (len(res.op_summary), n_nodes)
+        del events
+        rows.append(("onnxruntime profile", prof, ours, "json.load(same file)", prof, peer))
+        print(f"ort profile: {len(res.op_summary):,} node events, {res.malformed} malformed")
+        print(f"\n{'input':<22}{'ours s':>8}{'ours MB/s':>11}  {'peer':<40}{'peer s':>8}{'peer MB/s':>11}{'ratio':>8}")
+        for name, f_ours, t_ours, peer_name, f_peer, t_peer in rows:
+            mb_ours, mb_peer = f_ours.stat().st_size / 1e6 / t_ours, f_peer.stat().st_size / 1e6 / t_peer
+            print(f"{name:<22}{t_ours:>8.2f}{mb_ours:>11.1f}  {peer_name:<40}{t_peer:>8.2f}{mb_peer:>11.1f}"
+                  f"{mb_ours / mb_peer:>8.2f}")
+        print(f"\nratio = our MB/s / peer MB/s (> 1: ours faster). Peak RSS "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()

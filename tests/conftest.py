@@ -1,0 +1,13 @@
+"""Suite-wide settings. The compile cache (toolkit.cache) is off for the suite: tests that compile one model
+several times with monkeypatched passes must not see each other's entries. tests/test_cache.py turns it on
+per test with its own folder; any other use lands in a temporary folder, never in the home directory."""
+
+import atexit
+import os
+import shutil
+import tempfile
+
+_CACHE = tempfile.mkdtemp(prefix="npuscope-test-cache-")
+os.environ.setdefault("NPUSCOPE_COMPILE_CACHE_MODE", "disable")
+os.environ.setdefault("NPUSCOPE_COMPILE_CACHE", _CACHE)
+atexit.register(shutil.rmtree, _CACHE, True)

@@ -1,0 +1,361 @@
+"""The compile cache (toolkit.cache): hits give what a fresh compile gives, every key ingredient invalidates,
+corrupted entries are rebuilt with a warning, two processes can share one folder, LRU eviction, modes, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from toolkit.cache import keys, store
+from toolkit.cache.settings import default_dir, from_config
+from toolkit.cache.store import EntryStore, unpack
+from toolkit.compiler.pipeline import compile_model, recompile_precision
+from toolkit.config import Config
+from toolkit.errors import ConfigError
+from toolkit.runtime import kernels
+from toolkit.runtime.npu import NpuRuntime
+
+RNG = np.random.default_rng(7)
+W1 = RNG.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+B1 = RNG.normal(0, 0.1, (4,)).astype(np.float32)
+W2 = RNG.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32)
+X = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+
+
+def make_model(w1=W1, w2=W2, alpha=0.2, dil2=(1, 1)) -> onnx.ModelProto:
+    """x -> Conv(w1 initializer, pads 1) -> Relu -> Conv(w2 from a Constant node, 1x1) -> HardSigmoid -> y."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Constant", [], ["w2"], name="w2_const", value=numpy_helper.from_array(w2, "w2")),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", dilations=list(dil2)),
+             helper.make_node("HardSigmoid", ["c2"], ["y"], name="hsig", alpha=alpha)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(B1, "b1")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cfg(folder, **kw) -> Config:
+    base = {"precision_mode": "force_fp16", "op_compiler_cache_mode": "enable", "op_compiler_cache_dir": str(folder)}
+    base.update(kw)
+    return Config(**base)
+
+
+def build(model, config, shape=(1, 3, 8, 8)):
+    """(CompileResult, NpuRuntime) as a new process would get them (in-memory kernel sessions dropped)."""
+    kernels._SESSIONS.clear()
+    cr = compile_model(model, config, input_shapes={"x": shape})
+    rt = NpuRuntime(cr)
+    store.flush()
+    return cr, rt
+
+
+def n_sessions(rt) -> int:
+    return sum(1 for ek in rt.kernels if ek.session is not None)
+
+
+def plan_dict(cr) -> dict:
+    d = cr.plan.to_dict()
+    d["config"] = {k: v for k, v in d["config"].items() if k not in keys.NON_CODE_FIELDS}
+    return d
+
+
+def run(rt, shape=(1, 3, 8, 8)):
+    x = np.resize(X, shape).astype(np.float32)
+    return rt.run({"x": x}).outputs["y"]
+
+
+def fresh(model, config, shape=(1, 3, 8, 8)):
+    """A compile with the cache disabled (what every cached result must equal)."""
+    return build(model, dataclasses.replace(config, op_compiler_cache_mode="disable"), shape)
+
+
+# ---------------------------------------------------------------------------------------------- hits
+def test_warm_compile_hits_and_equals_a_fresh_compile(tmp_path):
+    c = cfg(tmp_path)
+    cold, rt_cold = build(make_model(), c)
+    assert cold.cache["status"] == "miss"
+    assert cold.cache["kernel_misses"] == n_sessions(rt_cold) > 0
+    warm, rt_warm = build(make_model(), c)
+    assert warm.cache["status"] == "hit" and warm.cache["key"] == cold.cache["key"]
+    assert (warm.cache["kernel_hits"], warm.cache["kernel_misses"]) == (n_sessions(rt_warm), 0)
+    ref, rt_ref = fresh(make_model(), c)
+    assert plan_dict(warm) == plan_dict(ref)
+    assert onnx.load_from_string(warm.model.SerializeToString()) == onnx.load_from_string(ref.model.SerializeToString())
+    np.testing.assert_array_equal(run(rt_warm), run(rt_ref))
+    assert any("compile entry hit" in ln for ln in warm.log_lines())
+    assert any(f"kernels: {n_sessions(rt_warm)} hits, 0 misses" in ln for ln in warm.log_lines())
+
+
+def test_fp32_hit_matches_onnxruntime(tmp_path):
+    """The numbers of a cached compile, against onnxruntime on the original model (independent)."""
+    c = cfg(tmp_path, precision_mode="force_fp32")
+    build(make_model(), c)
+    warm, rt = build(make_model(), c)
+    assert warm.cache["status"] == "hit"
+    want = ort.InferenceSession(make_model().SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": X})[0]
+    np.testing.assert_allclose(run(rt), want, rtol=1e-5, atol=1e-6)
+
+
+def test_stage_of_a_hit_serves_recompile_precision(tmp_path):
+    c = cfg(tmp_path)
+    build(make_model(), c)
+    warm, _ = build(make_model(), c)
+    fp32 = dataclasses.replace(c, precision_mode="force_fp32")
+    again = recompile_precision(warm, fp32)
+    ref = recompile_precision(fresh(make_model(), c)[0], fp32)
+    assert [k.precision for k in again.plan.kernels] == [k.precision for k in ref.plan.kernels] == \
+        ["fp32"] * len(ref.plan.kernels)
+    np.testing.assert_array_equal(run(NpuRuntime(again)), run(NpuRuntime(ref)))
+
+
+def test_cache_settings_are_not_key_ingredients(tmp_path):
+    c = cfg(tmp_path)
+    cold, _ = build(make_model(), c)
+    other_path = compile_model(make_model(), c, input_shapes={"x": (1, 3, 8, 8)}, model_path="elsewhere.onnx")
+    assert other_path.cache["status"] == "hit" and other_path.plan.model == "elsewhere.onnx"
+
+
+# ---------------------------------------------------------------------------------------------- key ingredients
+def _orig_versions():
+    return dict(keys._versions())
+
+
+INGREDIENTS = {
+    "weights": lambda: (make_model(w1=W1 * 1.5), {}, (1, 3, 8, 8), None),
+    "attribute": lambda: (make_model(alpha=0.25), {}, (1, 3, 8, 8), None),
+    "shape": lambda: (make_model(), {}, (1, 3, 16, 16), None),
+    "precision_mode": lambda: (make_model(), {"precision_mode": "force_fp32"}, (1, 3, 8, 8), None),
+    "op_select_implmode": lambda: (make_model(), {"op_select_implmode": "high_precision"}, (1, 3, 8, 8), None),
+    "overflow_mode": lambda: (make_model(), {"overflow_mode": "saturation"}, (1, 3, 8, 8), None),
+    "fusion_level": lambda: (make_model(), {"fusion_level": 0}, (1, 3, 8, 8), None),
+    "fusion_switch_file": lambda: (make_model(), {"fusion_switch_file": {"Switch": {"UBFusion": {
+        "TbeCubeElemwiseFusionPass": "off"}}}}, (1, 3, 8, 8), None),
+    "toolkit_version": lambda: (make_model(), {}, (1, 3, 8, 8), {"npuscope": "9.9.9+other"}),
+    "onnxruntime_version": lambda: (make_model(), {}, (1, 3, 8, 8), {"onnxruntime": "0.0.1"}),
+}
+
+
+@pytest.mark.parametrize("ingredient", sorted(INGREDIENTS))
+def test_each_key_ingredient_invalidates(tmp_path, monkeypatch, ingredient):
+    c = cfg(tmp_path)
+    base, _ = build(make_model(), c)
+    model, overrides, shape, versions = INGREDIENTS[ingredient]()
+    if versions:
+        monkeypatch.setattr(keys, "versions", lambda: {**_orig_versions(), **versions})
+    c2 = dataclasses.replace(c, **overrides)
+    got, rt = build(model, c2, shape)
+    assert got.cache["key"] != base.cache["key"]
+    assert got.cache["status"] in ("miss", "patched")
+    if versions:  # kernel entries are keyed by the versions too
+        assert got.cache["kernel_misses"] == n_sessions(rt)
+    ref, rt_ref = fresh(model, c2, shape)
+    assert plan_dict(got) == plan_dict(ref)
+    np.testing.assert_array_equal(run(rt, shape), run(rt_ref, shape))
+
+
+@pytest.mark.parametrize("change", ["rule_registered", "pass_replaced"])
+def test_rules_and_passes_changed_at_run_time_invalidate(tmp_path, monkeypatch, change):
+    """A fusion rule registered (or a pass replaced) in this process after import, as a test or a plugin
+    does, must not be served an entry compiled without it: the registry is a key ingredient."""
+    from toolkit.compiler import pipeline, rules
+
+    c = cfg(tmp_path)
+    base, _ = build(make_model(), c)
+    if change == "rule_registered":
+        rules.load_rules()
+        monkeypatch.setattr(rules, "RULES", rules.RULES + [rules.Rule("TestOnlyFusionPass", frozenset({"Relu"}),
+                                                                      lambda g, n: None)])
+    else:
+        info = pipeline.PASSES["check_constants"]
+        monkeypatch.setitem(pipeline.PASSES, "check_constants",
+                            dataclasses.replace(info, fn=lambda ctx: pipeline.PassResult(0, ["replaced"])))
+    got, _ = build(make_model(), c)
+    assert got.cache["key"] != base.cache["key"]
+    assert got.cache["status"] == "miss"
+
+
+# ---------------------------------------------------------------------------------------------- one-node edits
+@pytest.mark.parametrize("edit", ["initializer", "constant_node", "conv_attribute"])
+def test_value_edit_is_patched_and_rebuilds_one_kernel(tmp_path, edit):
+    c = cfg(tmp_path)
+    build(make_model(), c)
+    model = {"initializer": lambda: make_model(w1=W1 * 1.01), "constant_node": lambda: make_model(w2=W2 * 1.01),
+             "conv_attribute": lambda: make_model(dil2=(2, 2))}[edit]()  # 1x1 kernel: dilation keeps shapes
+    got, rt = build(model, c)
+    assert got.cache["status"] == "patched"
+    assert (got.cache["kernel_hits"], got.cache["kernel_misses"]) == (n_sessions(rt) - 1, 1)
+    ref, rt_ref = fresh(model, c)
+    assert plan_dict(got) == plan_dict(ref)
+    assert [f.to_dict() for f in got.findings] == [f.to_dict() for f in ref.findings]
+    assert onnx.load_from_string(got.model.SerializeToString()) == onnx.load_from_string(ref.model.SerializeToString())
+    np.testing.assert_array_equal(run(rt), run(rt_ref))
+    again, _ = build(model, c)  # the patched compile is an entry of its own
+    assert again.cache["status"] == "hit"
+
+
+def test_edit_outside_patchable_ops_recompiles_and_reuses_kernels(tmp_path):
+    c = cfg(tmp_path)
+    build(make_model(), c)
+    got, rt = build(make_model(alpha=0.3), c)
+    assert got.cache["status"] == "miss"
+    assert got.cache["kernel_hits"] == n_sessions(rt) - 1 and got.cache["kernel_misses"] == 1
+    np.testing.assert_array_equal(run(rt), run(fresh(make_model(alpha=0.3), c)[1]))
+
+
+# ---------------------------------------------------------------------------------------------- corruption
+def _entry(tmp_path, ns) -> list:
+    return sorted((tmp_path / "v1" / ns).iterdir())
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+@pytest.mark.parametrize("ns", ["compile", "bundle"])
+def test_corrupted_entry_is_warned_rebuilt_and_rewritten(tmp_path, caplog, damage, ns):
+    c = cfg(tmp_path)
+    _, rt_cold = build(make_model(), c)
+    path = _entry(tmp_path, ns)[0]
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate"
+                     else data[:-7] + bytes([data[-7] ^ 0x40]) + data[-6:])
+    with pytest.raises(store.CorruptEntry):
+        unpack(path.read_bytes())
+    with caplog.at_level(logging.WARNING, logger="npuscope.cache"):
+        got, rt = build(make_model(), c)
+    assert any("corrupted" in r.getMessage() and path.name in r.getMessage() for r in caplog.records)
+    assert got.cache["status"] == ("miss" if ns == "compile" else "hit")
+    np.testing.assert_array_equal(run(rt), run(rt_cold))
+    meta, _ = unpack(path.read_bytes())  # rebuilt and written again, whole
+    assert meta
+
+
+def test_corrupted_kernel_entry_is_rebuilt(tmp_path, caplog):
+    c = cfg(tmp_path)
+    _, rt_cold = build(make_model(), c)
+    for p in _entry(tmp_path, "bundle") + _entry(tmp_path, "kernel"):
+        p.write_bytes(p.read_bytes()[:40])
+    with caplog.at_level(logging.WARNING, logger="npuscope.cache"):
+        got, rt = build(make_model(), c)
+    assert sum("corrupted" in r.getMessage() for r in caplog.records) == 1 + n_sessions(rt)
+    assert got.cache["kernel_misses"] == n_sessions(rt)
+    np.testing.assert_array_equal(run(rt), run(rt_cold))
+
+
+# ---------------------------------------------------------------------------------------------- concurrency
+WORKER = textwrap.dedent("""
+    import hashlib, json, sys
+    import numpy as np, onnx
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.config import Config
+    from toolkit.runtime.npu import NpuRuntime
+    model = onnx.load(sys.argv[1])
+    c = Config(precision_mode="force_fp16", op_compiler_cache_mode="enable", op_compiler_cache_dir=sys.argv[2])
+    x = np.load(sys.argv[3])
+    outs = []
+    for _ in range(3):
+        cr = compile_model(model, c, input_shapes={"x": x.shape})
+        y = NpuRuntime(cr).run({"x": x}).outputs["y"]
+        outs.append(hashlib.sha256(y.tobytes()).hexdigest())
+    print(json.dumps({"status": cr.cache["status"], "out": outs}))
+""")
+
+
+def test_two_processes_compile_into_one_cache(tmp_path):
+    folder = tmp_path / "cache"
+    onnx.save(make_model(), tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", X)
+    cmd = [sys.executable, "-c", WORKER, str(tmp_path / "m.onnx"), str(folder), str(tmp_path / "x.npy")]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    for ns in ("compile", "bundle", "kernel", "family"):
+        for f in _entry(folder, ns):
+            assert not f.name.startswith(".tmp-")
+            unpack(f.read_bytes())  # every entry whole and valid
+    c = cfg(folder)
+    got, rt = build(make_model(), c)
+    assert got.cache["status"] == "hit"
+    import hashlib
+
+    want = hashlib.sha256(run(fresh(make_model(), c)[1]).tobytes()).hexdigest()
+    assert hashlib.sha256(run(rt).tobytes()).hexdigest() == want
+    assert all(o == want for r in results for o in r["out"])
+
+
+# ---------------------------------------------------------------------------------------------- store, modes
+def test_lru_eviction_keeps_recently_used_entries(tmp_path):
+    s = EntryStore(tmp_path, limit=10**9)
+    for i, key in enumerate(("a", "b", "c")):
+        s.put("kernel", key, {"i": i}, bytes(1000))
+    store.flush()
+    for i, key in enumerate(("a", "b", "c")):
+        os.utime(s.path("kernel", key), (1000 + i, 1000 + i))
+    assert s.get("kernel", "a")[0] == {"i": 0}  # a hit makes "a" the most recently used
+    size = s.path("kernel", "a").stat().st_size
+    s.limit = 2 * size
+    assert s.evict() == 1
+    assert not s.path("kernel", "b").exists() and s.path("kernel", "a").exists() and s.path("kernel", "c").exists()
+
+
+def test_cache_size_limit_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES", "20000")
+    build(make_model(), cfg(tmp_path))
+    total = sum(f.stat().st_size for f in (tmp_path / "v1").rglob("*") if f.is_file())
+    assert total <= 20000
+
+
+def test_force_rebuilds_and_disable_touches_nothing(tmp_path):
+    c = cfg(tmp_path)
+    build(make_model(), c)
+    forced, rt = build(make_model(), dataclasses.replace(c, op_compiler_cache_mode="force"))
+    assert forced.cache["status"] == "miss" and forced.cache["kernel_misses"] == n_sessions(rt)
+    empty = tmp_path / "off"
+    off, _ = build(make_model(), cfg(empty, op_compiler_cache_mode="disable"))
+    assert off.cache is None and not empty.exists()
+    assert "compile_cache" not in [p.name for p in off.passes]
+
+
+def test_settings_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv("NPUSCOPE_COMPILE_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_dir() == tmp_path / "xdg" / "npuscope" / "compile"
+    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE", str(tmp_path / "moved"))
+    assert default_dir() == tmp_path / "moved"
+    assert from_config(Config(op_compiler_cache_dir=str(tmp_path / "cfg"))).root == tmp_path / "cfg"
+    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MODE", "force")
+    assert Config().op_compiler_cache_mode == "force"
+
+
+def test_bad_cache_options_are_clear_errors(monkeypatch):
+    with pytest.raises(ConfigError, match="op_compiler_cache_mode = 'enabled'.*did you mean 'enable'"):
+        Config.from_dict({"op_compiler_cache_mode": "enabled"})
+    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES", "lots")
+    with pytest.raises(ConfigError, match="NPUSCOPE_COMPILE_CACHE_MAX_BYTES = 'lots'"):
+        from_config(Config())
+
+
+def test_cli_cache_info_and_clear(tmp_path):
+    build(make_model(), cfg(tmp_path))
+    env = dict(os.environ, NPUSCOPE_COMPILE_CACHE=str(tmp_path))
+    info = subprocess.run([sys.executable, "-m", "toolkit", "cache", "info"], capture_output=True, text=True, env=env)
+    assert info.returncode == 0, info.stderr
+    assert str(tmp_path) in info.stdout and "1 compile" in info.stdout
+    clear = subprocess.run([sys.executable, "-m", "toolkit", "cache", "clear"], capture_output=True, text=True, env=env)
+    assert clear.returncode == 0 and "no entries; 0 B" in clear.stdout
+    assert not (tmp_path / "v1").exists()
+    bad = subprocess.run([sys.executable, "-m", "toolkit", "cache", "purge"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2

@@ -1,0 +1,211 @@
+"""Cache keys: sha256 over everything that changes what the compiler or a kernel build produces.
+
+- :func:`versions`: npuscope's version plus a digest of its own source files (code changes between releases
+  invalidate entries too), onnxruntime, onnx, onnxscript, numpy and Python versions.
+- :func:`machine`: CPU architecture and instruction-set flags; part of kernel keys only, because onnxruntime's
+  optimised kernel models (NCHWc layouts) are specific to the CPU they were optimised on.
+- :class:`Manifest`: per-node and per-initializer digests of the model to compile (after input shapes are
+  bound): ``full`` digests cover values (weights by digest, attribute values), ``struct`` digests only names,
+  op types, wiring, attribute names, tensor dtypes and dims. The family key hashes the structural ones, so
+  a model that differs from a cached one only in some values finds it (toolkit.cache.patch). The compile
+  key hashes the full digests, the config fields that change code, skipped passes and the versions.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+#: Config fields that choose where/whether to cache, not what is compiled: left out of every key.
+NON_CODE_FIELDS = frozenset({"op_compiler_cache_mode", "op_compiler_cache_dir"})
+
+
+class Uncacheable(ValueError):
+    """The model cannot be keyed (e.g. a tensor still refers to external data)."""
+
+
+def _sha(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode("utf-8") if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+@functools.cache
+def _source_digest() -> str:
+    """sha256 over the path and bytes of every .py file of the installed toolkit package."""
+    import toolkit
+
+    root = Path(toolkit.__file__).parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.py")):
+        if "__pycache__" in p.parts:
+            continue
+        h.update(str(p.relative_to(root)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
+    from importlib import metadata
+
+    import numpy
+    import onnxruntime
+
+    import toolkit
+
+    try:
+        folder = metadata.version("onnxscript")  # the constant folder; not imported just to read its version
+    except metadata.PackageNotFoundError:
+        folder = "?"
+    return (("npuscope", f"{toolkit.__version__}+{_source_digest()}"), ("onnxruntime", onnxruntime.__version__),
+            ("onnx", onnx.__version__), ("onnxscript", folder), ("numpy", numpy.__version__),
+            ("python", platform.python_version()))
+
+
+def _code_digest(fn) -> str:
+    """Module, qualified name and bytecode/constants of a function (a pass or rule replaced at run time, e.g.
+    by a test or a plugin, changes it even though no source file changed)."""
+    code = getattr(fn, "__code__", None)
+    body = _code_text(code) if code is not None else type(fn).__qualname__
+    return _sha(getattr(fn, "__module__", "") or "", getattr(fn, "__qualname__", "") or "", body)[:16]
+
+
+def _code_text(code) -> str:
+    """A process-independent text of a code object: bytecode, names and constants, nested code objects
+    (lambdas, comprehensions) by their own text, never by repr (which holds a memory address)."""
+    consts = [_code_text(c) if hasattr(c, "co_code") else repr(c) for c in code.co_consts]
+    return repr((code.co_code.hex(), code.co_names, consts))
+
+
+def registry_digest() -> str:
+    """sha256 over the registered compiler passes and graph-fusion rules as they are now (names, order,
+    functions): part of every compile key, so a pass or rule registered or replaced in this process after
+    import cannot be served an entry compiled without it. Not cached: registries may change at run time."""
+    from toolkit.compiler.pipeline import PASSES, _load_passes
+    from toolkit.compiler.rules import load_rules
+
+    _load_passes()
+    parts = [f"pass:{n}:{p.min_level}:{p.switch}:{_code_digest(p.fn)}" for n, p in PASSES.items()]
+    parts += [f"rule:{r.name}:{r.level}:{sorted(r.anchors)}:{_code_digest(r.match)}" for r in load_rules()]
+    return _sha(*parts)
+
+
+def versions() -> dict[str, str]:
+    """{package: version} that every key includes (see module docstring)."""
+    return dict(_versions())
+
+
+@functools.cache
+def machine() -> str:
+    """CPU architecture plus a digest of the CPU's feature flags (from /proc/cpuinfo where available)."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                break
+    except OSError:
+        flags = platform.processor()
+    return f"{platform.machine()}:{_sha(flags)[:16]}"
+
+
+def code_config(config) -> dict:
+    """The config fields that change compiled code (all but NON_CODE_FIELDS), as a plain dict."""
+    d = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    return {k: v for k, v in d.items() if k not in NON_CODE_FIELDS}
+
+
+# ---------------------------------------------------------------------- model manifest
+def _rest_digest(model: onnx.ModelProto) -> str:
+    """Digest of the model without its nodes and initializers (IR version, opsets, functions, graph inputs,
+    outputs, value infos, sparse initializers, metadata)."""
+    g = _copy_fields(model.graph, onnx.GraphProto(), skip=("node", "initializer"))
+    top = _copy_fields(model, onnx.ModelProto(), skip=("graph",))
+    return _sha(top.SerializeToString(deterministic=True), g.SerializeToString(deterministic=True))
+
+
+def _copy_fields(src, dst, skip):
+    """``dst`` with every set field of protobuf message ``src`` copied except those named in ``skip``."""
+    for fd, val in src.ListFields():
+        if fd.name in skip:
+            continue
+        if isinstance(val, (int, float, str, bytes)):
+            setattr(dst, fd.name, val)
+        elif hasattr(val, "extend"):
+            getattr(dst, fd.name).extend(val)
+        else:
+            getattr(dst, fd.name).CopyFrom(val)
+    return dst
+
+
+def _node_struct(node: onnx.NodeProto) -> str:
+    attrs = []
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            attrs.append([a.name, a.type, _sha(a.SerializeToString(deterministic=True))])  # bodies are structure
+        elif a.type == onnx.AttributeProto.TENSOR:
+            attrs.append([a.name, a.type, a.t.data_type, list(a.t.dims)])
+        else:
+            attrs.append([a.name, a.type])
+    return repr((node.name, node.op_type, node.domain, tuple(node.input), tuple(node.output), attrs))
+
+
+@dataclass
+class Manifest:
+    """Digests of a model to compile; ``nodes``: [name, full, struct] in graph order; ``inits``:
+    {name: [full, struct]}; ``rest``: digest of everything else."""
+
+    rest: str
+    nodes: list
+    inits: dict
+
+    @classmethod
+    def of(cls, model: onnx.ModelProto) -> "Manifest":
+        """Raises Uncacheable when a tensor's data is not inside the model (external data)."""
+        nodes = [[n.name, _sha(n.SerializeToString(deterministic=True)), _sha(_node_struct(n))]
+                 for n in model.graph.node]
+        inits = {}
+        for t in model.graph.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                raise Uncacheable(f"initializer '{t.name}' refers to external data")
+            inits[t.name] = [_sha(t.SerializeToString(deterministic=True)),
+                             _sha(json.dumps([t.name, t.data_type, list(t.dims)]))]
+        return cls(_rest_digest(model), nodes, inits)
+
+    def to_dict(self) -> dict:
+        return {"rest": self.rest, "nodes": self.nodes, "inits": self.inits}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Manifest":
+        return cls(d["rest"], d["nodes"], d["inits"])
+
+    def _key(self, which: int, config, disabled) -> str:
+        body = {"rest": self.rest, "nodes": [n[which] for n in self.nodes],
+                "inits": sorted((k, v[which - 1]) for k, v in self.inits.items()),
+                "config": code_config(config), "disabled": sorted(disabled), "versions": versions(),
+                "registry": registry_digest()}
+        return _sha("compile" if which == 1 else "family", json.dumps(body, sort_keys=True, default=str))
+
+    def compile_key(self, config, disabled=()) -> str:
+        """Key of a compile entry: every node and weight by digest, the graph's inputs (shapes as bound),
+        outputs and opsets, the config fields that change code, the passes skipped, the versions."""
+        return self._key(1, config, disabled)
+
+    def family_key(self, config, disabled=()) -> str:
+        """Key shared by models that differ from this one only in attribute values and weight values."""
+        return self._key(2, config, disabled)
+
+
+def kernel_key(model_digest: str, level) -> str:
+    """Key of a kernel entry: the kernel model's sha256 (its subgraph, constants included), onnxruntime's
+    optimisation level, the versions and the machine (optimised models are CPU-specific)."""
+    return _sha("kernel", model_digest, str(level), json.dumps(versions(), sort_keys=True), machine())

@@ -1,0 +1,84 @@
+"""Where the compile cache lives, whether it is used, and how big it may grow.
+
+Resolution (first that is set wins):
+
+- mode: ``Config.op_compiler_cache_mode`` (the converter's option name) — ``enable`` (read and write entries,
+  default), ``disable`` (neither), ``force`` (never read, always rebuild and overwrite). A config that does
+  not set it takes ``$NPUSCOPE_COMPILE_CACHE_MODE`` (the test suite sets ``disable``), else ``enable``.
+- directory: ``Config.op_compiler_cache_dir``, else ``$NPUSCOPE_COMPILE_CACHE``, else
+  ``$XDG_CACHE_HOME/npuscope/compile``, else ``~/.cache/npuscope/compile``.
+- size limit: ``$NPUSCOPE_COMPILE_CACHE_MAX_BYTES`` in bytes (default 2 GiB); least-recently-used entries
+  are evicted when a write takes the cache above it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.errors import ConfigError
+
+MODES = ("enable", "disable", "force")
+DEFAULT_MAX_BYTES = 2 << 30
+ENV_DIR = "NPUSCOPE_COMPILE_CACHE"
+ENV_MODE = "NPUSCOPE_COMPILE_CACHE_MODE"
+ENV_MAX = "NPUSCOPE_COMPILE_CACHE_MAX_BYTES"
+
+
+def default_mode() -> str:
+    """``$NPUSCOPE_COMPILE_CACHE_MODE`` or ``enable`` (the converter's default); read when a Config is made."""
+    return os.environ.get(ENV_MODE, "").strip() or "enable"
+
+
+def default_dir() -> Path:
+    """``$NPUSCOPE_COMPILE_CACHE``, else ``$XDG_CACHE_HOME/npuscope/compile``, else ``~/.cache/npuscope/compile``."""
+    env = os.environ.get(ENV_DIR, "").strip()
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(base).expanduser() if base else Path.home() / ".cache"
+    return root / "npuscope" / "compile"
+
+
+def max_bytes() -> int:
+    """The size limit in bytes (``$NPUSCOPE_COMPILE_CACHE_MAX_BYTES``, default 2 GiB). Raises ConfigError."""
+    raw = os.environ.get(ENV_MAX, "").strip()
+    if not raw:
+        return DEFAULT_MAX_BYTES
+    try:
+        val = int(raw)
+        if val < 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"{ENV_MAX} = '{raw}'; expected a size in bytes >= 0, e.g. 2147483648") from None
+    return val
+
+
+@dataclass(frozen=True)
+class Settings:
+    """mode (one of MODES), root directory, size limit in bytes."""
+
+    mode: str
+    root: Path
+    limit: int
+
+    @property
+    def reads(self) -> bool:
+        return self.mode == "enable"
+
+    @property
+    def writes(self) -> bool:
+        return self.mode in ("enable", "force")
+
+
+def from_config(cfg: dict | object | None) -> Settings:
+    """Settings from a Config, a plan's config dict (plan.json) or None (defaults). Raises ConfigError."""
+    get = (cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))) if cfg is not None \
+        else (lambda k, d=None: d)
+    mode = get("op_compiler_cache_mode", None) or default_mode()
+    if mode not in MODES:
+        raise ConfigError(f"op_compiler_cache_mode = '{mode}' is not valid; expected one of {', '.join(MODES)}")
+    where = get("op_compiler_cache_dir", "") or ""
+    root = Path(where).expanduser() if where else default_dir()
+    return Settings(mode, root, max_bytes())

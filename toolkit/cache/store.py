@@ -1,0 +1,246 @@
+"""A directory of content-addressed entries: ``<root>/v1/<namespace>/<key>``.
+
+Entry file format (little-endian)::
+
+    magic b"NPUSCC1\\n" (8 bytes) | sha256 of meta+payload (32 bytes) | len(meta) u32 | len(payload) u64 |
+    meta (UTF-8 JSON object) | payload (bytes)
+
+- Writes are atomic: a temporary file in the same folder, then ``os.replace`` (readers never see a partial
+  entry; two writers of one key leave one whole entry, both being the same content). They run on one
+  background thread, off the compile's critical path (on PP-OCRv4 det a compile writes ~10 MB); until an
+  entry is on disk this process reads it from memory, :func:`flush` waits for all of them, and the
+  interpreter waits for them at exit.
+- Every read checks the size and the checksum before the meta JSON is parsed; a truncated or altered entry is
+  logged as a warning on logger ``npuscope.cache``, deleted and reported as a miss (the caller rebuilds it).
+- A hit sets the file's modification time to now: eviction removes the least-recently-used entries (oldest
+  mtime first) until the store is under its size limit, tolerating files that other processes remove.
+No locks: readers only ever open whole files, and a file removed under a reader is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import struct
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+LOG = logging.getLogger("npuscope.cache")
+MAGIC = b"NPUSCC1\n"
+_HEAD = struct.Struct("<8s32sIQ")
+LAYOUT = "v1"
+#: temporary files older than this (seconds) belong to a writer that died; eviction removes them
+STALE_TMP_S = 3600.0
+
+
+_WRITER: dict = {"pool": None, "pending": {}, "futures": []}
+_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    with _LOCK:
+        if _WRITER["pool"] is None:
+            _WRITER["pool"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="npuscope-cache-writer")
+        return _WRITER["pool"]
+
+
+def flush() -> None:
+    """Wait until every entry this process queued is written (or failed)."""
+    while True:
+        with _LOCK:
+            futures, _WRITER["futures"] = _WRITER["futures"], []
+        if not futures:
+            return
+        for f in futures:
+            f.result()
+
+
+class CorruptEntry(ValueError):
+    """An entry file whose size, magic or checksum is wrong."""
+
+
+def encode_meta(meta: dict) -> bytes:
+    return json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def pack(meta: dict | bytes, payload: bytes = b"") -> bytes:
+    """The entry file bytes for ``meta`` (JSON-serialisable dict, or its encode_meta bytes) and ``payload``."""
+    mb = meta if isinstance(meta, bytes) else encode_meta(meta)
+    h = hashlib.sha256(mb)
+    h.update(payload)
+    return b"".join((_HEAD.pack(MAGIC, h.digest(), len(mb), len(payload)), mb, payload))
+
+
+def unpack(data: bytes) -> tuple[dict, bytes]:
+    """(meta, payload) of entry file bytes. Raises CorruptEntry (what is wrong, one line)."""
+    if len(data) < _HEAD.size:
+        raise CorruptEntry(f"{len(data)} bytes, shorter than the {_HEAD.size}-byte header (truncated)")
+    magic, digest, n_meta, n_pay = _HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise CorruptEntry("bad magic (not an npuscope cache entry)")
+    if len(data) != _HEAD.size + n_meta + n_pay:
+        raise CorruptEntry(f"{len(data)} bytes but the header says {_HEAD.size + n_meta + n_pay} (truncated)")
+    body = memoryview(data)[_HEAD.size:]
+    if hashlib.sha256(body).digest() != digest:
+        raise CorruptEntry("checksum mismatch (altered bytes)")
+    try:
+        meta = json.loads(bytes(body[:n_meta]))
+    except ValueError:
+        raise CorruptEntry("meta is not JSON") from None
+    return meta, bytes(body[n_meta:])
+
+
+class EntryStore:
+    """Entries under ``root`` (see module docstring); ``limit`` is the size limit in bytes."""
+
+    def __init__(self, root: Path, limit: int):
+        self.root = Path(root)
+        self.base = self.root / LAYOUT
+        self.limit = limit
+        self._write_failed = False
+
+    def path(self, ns: str, key: str) -> Path:
+        return self.base / ns / key
+
+    # ------------------------------------------------------------------ read
+    def get(self, ns: str, key: str) -> tuple[dict, bytes] | None:
+        """(meta, payload) of entry ``ns/key``, or None if absent or corrupted (then deleted, warned)."""
+        p = self.path(ns, key)
+        with _LOCK:
+            queued = _WRITER["pending"].get(p)
+        if queued is not None:
+            return json.loads(queued[0]), queued[1]
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            LOG.warning("compile cache entry %s cannot be read (%s); rebuilding it", p, exc.strerror)
+            return None
+        try:
+            meta, payload = unpack(data)
+        except CorruptEntry as exc:
+            LOG.warning("compile cache entry %s is corrupted (%s); deleting and rebuilding it", p, exc)
+            self._unlink(p)
+            return None
+        try:
+            os.utime(p)  # least-recently-used order: a hit is a use
+        except OSError:
+            pass
+        return meta, payload
+
+    # ------------------------------------------------------------------ write
+    def put(self, ns: str, key: str, meta: dict, payload: bytes = b"", evict: bool = False) -> None:
+        """Queue entry ``ns/key`` for an atomic write on the writer thread (then evict when ``evict``); a
+        folder that is not writable is warned about once per store and the compile goes on."""
+        p = self.path(ns, key)
+        try:
+            mb = encode_meta(meta)  # now: the objects ``meta`` refers to may change after this call
+        except (TypeError, ValueError) as exc:
+            LOG.warning("compile cache entry %s/%s not stored: %s", ns, key[:16], exc)
+            return
+        with _LOCK:
+            _WRITER["pending"][p] = (mb, payload)
+        future = _pool().submit(self._write, p, mb, payload, evict)
+        with _LOCK:
+            _WRITER["futures"].append(future)
+
+    def evict_later(self) -> None:
+        """Queue :meth:`evict` on the writer thread (after the writes queued before it)."""
+        future = _pool().submit(self.evict)
+        with _LOCK:
+            _WRITER["futures"].append(future)
+
+    def _write(self, p: Path, meta: bytes, payload: bytes, evict: bool) -> None:
+        try:
+            data = pack(meta, payload)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=p.parent)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                os.replace(tmp, p)
+            except BaseException:
+                self._unlink(Path(tmp))
+                raise
+        except (OSError, ValueError, TypeError) as exc:
+            if not self._write_failed:
+                LOG.warning("compile cache %s is not writable (%s); compiling without storing entries",
+                            self.root, getattr(exc, "strerror", None) or exc)
+                self._write_failed = True
+        finally:
+            with _LOCK:
+                if _WRITER["pending"].get(p, (None, None))[0] is meta:
+                    del _WRITER["pending"][p]
+        if evict:
+            self.evict()
+
+    @staticmethod
+    def _unlink(p: Path) -> None:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------ size
+    def _files(self):
+        """(path, size, mtime, is_tmp) of every file in the store; files vanishing meanwhile are skipped."""
+        if not self.base.is_dir():
+            return
+        for ns in os.scandir(self.base):
+            if not ns.is_dir(follow_symlinks=False):
+                continue
+            for f in os.scandir(ns.path):
+                try:
+                    st = f.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                yield Path(f.path), st.st_size, st.st_mtime, f.name.startswith(".tmp-")
+
+    def evict(self) -> int:
+        """Remove stale temporary files, then least-recently-used entries until the total is at most the
+        limit; returns the number of entries removed."""
+        now, files, total = time.time(), [], 0
+        for p, size, mtime, is_tmp in self._files():
+            if is_tmp:
+                if now - mtime > STALE_TMP_S:
+                    self._unlink(p)
+                else:
+                    total += size
+                continue
+            files.append((mtime, size, p))
+            total += size
+        removed = 0
+        for mtime, size, p in sorted(files):
+            if total <= self.limit:
+                break
+            self._unlink(p)
+            total -= size
+            removed += 1
+        if removed:
+            LOG.info("compile cache over %d bytes: evicted %d least-recently-used entries", self.limit, removed)
+        return removed
+
+    def info(self) -> dict:
+        """{"dir", "entries": {namespace: count}, "bytes", "limit_bytes"} of the store."""
+        flush()
+        entries, total = {}, 0
+        for p, size, _, is_tmp in self._files():
+            total += size
+            if not is_tmp:
+                entries[p.parent.name] = entries.get(p.parent.name, 0) + 1
+        return {"dir": str(self.root), "entries": entries, "bytes": total, "limit_bytes": self.limit}
+
+    def clear(self) -> int:
+        """Delete every entry; returns the number of bytes freed."""
+        flush()
+        freed = sum(size for _, size, _, _ in self._files())
+        shutil.rmtree(self.base, ignore_errors=True)
+        return freed

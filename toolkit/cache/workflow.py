@@ -1,0 +1,39 @@
+"""``npuscope cache info|clear``: show or empty the compile cache (the CLI only parses arguments)."""
+
+from __future__ import annotations
+
+from toolkit.cache.settings import from_config
+from toolkit.cache.store import EntryStore
+from toolkit.errors import UsageError
+
+ACTIONS = ("info", "clear")
+
+
+def _human(n: int) -> str:
+    from toolkit.report.console import human_bytes
+
+    return human_bytes(n)
+
+
+def cache_command(action: str, folder: str | None = None) -> dict:
+    """Run ``action`` on the compile cache in ``folder`` (default: the configured folder, see
+    toolkit.cache.settings). Returns {"summary": [lines], "info": {dir, entries, bytes, limit_bytes},
+    "freed_bytes": int (clear only)}. Raises UsageError for an unknown action, ConfigError for a bad size
+    limit variable."""
+    if action not in ACTIONS:
+        raise UsageError(f"cache action '{action}' is unknown; use one of {', '.join(ACTIONS)}")
+    settings = from_config({"op_compiler_cache_dir": folder or "", "op_compiler_cache_mode": "enable"})
+    store = EntryStore(settings.root, settings.limit)
+    out: dict = {}
+    if action == "clear":
+        out["freed_bytes"] = store.clear()
+    info = store.info()
+    out["info"] = info
+    counts = ", ".join(f"{n} {ns}" for ns, n in sorted(info["entries"].items())) or "no entries"
+    lines = [f"compile cache: {info['dir']}",
+             f"entries: {counts}; {_human(info['bytes'])} of {_human(info['limit_bytes'])} "
+             "(NPUSCOPE_COMPILE_CACHE_MAX_BYTES)"]
+    if action == "clear":
+        lines.insert(1, f"cleared {_human(out['freed_bytes'])}")
+    out["summary"] = lines
+    return out

@@ -1,0 +1,111 @@
+"""One dumped tensor (:class:`DumpEntry`), one side of a comparison (:class:`DumpSet`) and the safe .npy reader.
+
+Arrays are loaded lazily, one pair at a time, so a comparison never holds more than two dumps in memory
+(a Polygraphy JSON is the exception: polygraphy parses the whole file).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+NODE, TENSOR = "node", "tensor"
+
+
+class DumpReadError(Exception):
+    """A dump that cannot be read (truncated, not .npy, object dtype, ...): becomes a row's CompareFailReason."""
+
+
+@dataclass(frozen=True)
+class DumpEntry:
+    """One dumped tensor.
+
+    Attributes:
+        name: ONNX node / device op name (``keyed_by == "node"``) or tensor name (``"tensor"``).
+        index: output index of the node/op (0 for tensor-keyed dumps).
+        keyed_by: ``"node"`` (name + output index) or ``"tensor"`` (tensor name).
+        source: where it came from, for the report: a file name, or ``runner[iteration]:tensor``.
+        load: () -> np.ndarray; raises :class:`DumpReadError`.
+        op_type: device op type ("" when unknown).
+        timestamp: the file name's timestamp (None when the format has none).
+        kernel: the npuscope kernel that wrote it (npuscope dump folders), else "".
+        order: position in the side's listing (file order / JSON order), for stable sorting.
+    """
+
+    name: str
+    index: int
+    keyed_by: str
+    source: str
+    load: Callable[[], np.ndarray] = field(compare=False, repr=False)
+    op_type: str = ""
+    timestamp: int | None = None
+    kernel: str = ""
+    order: int = 0
+
+
+@dataclass
+class DumpSet:
+    """One side (golden or target) as read from disk.
+
+    Attributes:
+        path: the folder or JSON file given.
+        format: "npuscope", "onnx", "device" or "polygraphy".
+        keyed_by: ``"node"`` or ``"tensor"`` (every entry of a side is keyed the same way).
+        entries: one per (name, index); when a name was dumped several times, the latest timestamp.
+        ignored: files that are not dumps of the chosen format (file names).
+        input_dumps: device ``.input.{i}`` files skipped.
+        superseded: older dumps of the same (name, index) skipped in favour of the latest.
+        detail: a line for the report (runner and iteration of a Polygraphy JSON, the counts per convention).
+    """
+
+    path: Path
+    format: str
+    keyed_by: str
+    entries: list[DumpEntry]
+    ignored: list[str] = field(default_factory=list)
+    input_dumps: int = 0
+    superseded: int = 0
+    detail: str = ""
+
+
+def _declared_bytes(fh) -> int | None:
+    """Bytes of data the .npy header declares (None for format versions without a public header reader)."""
+    version = np.lib.format.read_magic(fh)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    if version not in readers:
+        return None
+    shape, _fortran, dtype = readers[version](fh)
+    if dtype.hasobject:
+        raise DumpReadError("object (pickled) arrays are not read; save numeric arrays")
+    return math.prod(shape) * dtype.itemsize
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """Load one ``.npy`` file (NumPy format v1–v3, no pickles) and return its array.
+
+    The header's declared size is checked against the file size first, so a truncated file is reported
+    without allocating the declared array. Raises :class:`DumpReadError` with a short reason.
+    """
+    try:
+        with open(path, "rb") as fh:
+            declared = _declared_bytes(fh)
+            if declared is not None:
+                held = Path(path).stat().st_size - fh.tell()
+                if held < declared:
+                    raise DumpReadError(f"truncated: header declares {declared} data bytes, file holds {held}")
+            fh.seek(0)
+            arr = np.lib.format.read_array(fh, allow_pickle=False)
+    except DumpReadError:
+        raise
+    except (OSError, ValueError, EOFError, MemoryError, SyntaxError) as exc:
+        raise DumpReadError(f"not a readable .npy file ({type(exc).__name__}: {_one_line(exc)})") from None
+    return arr
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -1,0 +1,233 @@
+"""Read one side of a dump comparison: a folder of .npy dumps or a Polygraphy RunResults JSON → :class:`DumpSet`.
+
+Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
+
+``polygraphy`` a file: Polygraphy's RunResults JSON (``polygraphy run model.onnx --onnxrt --save-outputs
+               out.json``, with ``--onnx-outputs mark all`` for every tensor), read with polygraphy's own
+               loader ``polygraphy.comparator.RunResults.load`` (optional dependency: ``pip install
+               'npuscope[dumps]'``). Tensor-keyed. One runner and one iteration are used: the first of each
+               unless ``runner`` (exact name, unique prefix, or 0-based index) / ``iteration`` say otherwise.
+``npuscope``   a folder with ``index.json`` (written by ``npuscope run --dump``): ``{file: {"tensor", "kernel",
+               ...}}``; tensor-keyed, in index order. Files the index lists but that are missing become
+               unreadable dumps (reported rows), not errors.
+``onnx`` / ``device``  a folder of ``.npy`` files named by one convention of :mod:`toolkit.dumps.names`
+               (chosen per folder by :func:`~toolkit.dumps.names.choose_convention`); node-keyed. Files of no
+               convention are listed in ``DumpSet.ignored``; device ``.input.{i}`` dumps are skipped (counted);
+               a (name, output index) dumped several times is taken at its latest timestamp (later file name
+               on equal timestamps).
+
+Every user mistake (missing/empty folder, nothing recognised, bad JSON, unknown runner) raises
+:class:`toolkit.errors.InputError`, one line; polygraphy missing raises :class:`toolkit.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.errors import InputError, UsageError, UserError
+
+from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
+from .names import CONVENTIONS, choose_convention, looks_like_raw_device_dump
+
+FORMATS = ("auto", "npuscope", "onnx", "device", "polygraphy")
+INDEX_FILE = "index.json"
+_PREFER = {"golden": "onnx", "target": "device"}
+_EXPECTED = ("expected {node}.{output_index}.{timestamp}.npy (ONNX golden), "
+             "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy (device), "
+             "an `npuscope run --dump` folder (index.json) or a Polygraphy RunResults JSON")
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """How to read one side. ``role``: "golden" or "target" (names the side in errors, breaks ties)."""
+
+    path: str
+    role: str
+    format: str = "auto"
+    runner: str | None = None
+    iteration: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.role.upper()} '{self.path}'"
+
+
+def read_side(spec: SideSpec) -> DumpSet:
+    """Read ``spec`` into a :class:`DumpSet` (see module docstring). Raises InputError / UsageError / UserError."""
+    if spec.format not in FORMATS:
+        raise UsageError(f"{spec.role} format '{spec.format}': expected one of {', '.join(FORMATS)}")
+    path = Path(spec.path)
+    if not path.exists():
+        raise InputError(f"{spec.label} does not exist; give a folder of .npy dumps or a Polygraphy RunResults JSON")
+    if path.is_file():
+        if spec.format not in ("auto", "polygraphy"):
+            raise InputError(f"{spec.label} is a file but --{spec.role}-format is {spec.format}; give the dump folder")
+        return read_polygraphy(path, spec)
+    if spec.format == "polygraphy":
+        raise InputError(f"{spec.label} is a folder; --{spec.role}-format polygraphy needs the RunResults JSON file")
+    files = sorted(p.name for p in path.iterdir() if p.is_file())
+    if not files:
+        raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
+    if spec.format == "npuscope" or (spec.format == "auto" and INDEX_FILE in files):
+        return read_npuscope(path, spec, files)
+    return read_named(path, spec, files)
+
+
+# ------------------------------------------------------------------------------------------ named .npy files
+def read_named(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
+    """A folder of ``.npy`` dumps named by the ONNX golden or the device convention."""
+    npy = [f for f in files if f.endswith(".npy")]
+    if not npy:
+        raw = sum(looks_like_raw_device_dump(f) for f in files)
+        hint = (f"; it holds {raw} unconverted device dump(s): convert them first with "
+                f"`msaccucmp.py convert -d {path} -out <folder>`" if raw else f"; {_EXPECTED}")
+        raise InputError(f"{spec.label} holds no .npy file{hint}")
+    if spec.format == "auto":
+        convention, counts = choose_convention(npy, _PREFER.get(spec.role, "onnx"))
+    else:
+        convention = spec.format
+        counts = {convention: sum(CONVENTIONS[convention](f) is not None for f in npy)}
+    if convention is None or counts.get(convention, 0) == 0:
+        raise InputError(f"{spec.label}: no dump recognised among {len(npy)} .npy file(s) (e.g. '{npy[0]}'); "
+                         f"{_EXPECTED}")
+    return _named_set(path, spec, files, convention, counts)
+
+
+def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, counts: dict) -> DumpSet:
+    parse = CONVENTIONS[convention]
+    latest: dict[tuple[str, int], DumpEntry] = {}
+    ignored, inputs, superseded = [], 0, 0
+    for order, fname in enumerate(files):
+        parsed = parse(fname)
+        if parsed is None:
+            ignored.append(fname)
+            continue
+        if parsed.role == "input":
+            inputs += 1
+            continue
+        entry = DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname), op_type=parsed.op_type,
+                          timestamp=parsed.timestamp, order=order)
+        key = (parsed.name, parsed.index)
+        if key in latest:
+            superseded += 1
+            if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
+                continue
+        latest[key] = entry
+    if not latest:
+        raise InputError(f"{spec.label}: only device input dumps (.input.{{i}}.npy) found; convert the op outputs too "
+                         f"(msaccucmp.py convert without -i)")
+    detail = f"{convention} file names ({', '.join(f'{k}: {v}' for k, v in counts.items())} of {len(files)} files)"
+    return DumpSet(path, convention, NODE, list(latest.values()), ignored, inputs, superseded, detail)
+
+
+def _npy_loader(path: Path):
+    return lambda: read_npy(path)
+
+
+# ------------------------------------------------------------------------------------------ npuscope folders
+def read_npuscope(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
+    """An ``npuscope run --dump`` folder: ``index.json`` maps each ``.npy`` file to its tensor and kernel."""
+    index = _load_index(path / INDEX_FILE, spec)
+    entries, seen = [], set()
+    for order, (fname, info) in enumerate(index.items()):
+        tensor = info["tensor"]
+        if tensor in seen:
+            raise InputError(f"{spec.label}/{INDEX_FILE}: tensor '{tensor}' is listed twice; re-run npuscope run --dump")
+        seen.add(tensor)
+        entries.append(DumpEntry(tensor, 0, TENSOR, fname, _npy_loader(path / fname),
+                                 kernel=str(info.get("kernel") or ""), order=order))
+    if not entries:
+        raise InputError(f"{spec.label}/{INDEX_FILE} lists no dump; re-run npuscope run --dump")
+    ignored = [f for f in files if f != INDEX_FILE and f not in index]
+    return DumpSet(path, "npuscope", TENSOR, entries, ignored, detail=f"npuscope dump folder ({len(entries)} tensors)")
+
+
+def _load_index(path: Path, spec: SideSpec) -> dict:
+    where = f"{spec.label}/{INDEX_FILE}"
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where} cannot be read ({exc}); re-run npuscope run --dump") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run npuscope run --dump") from None
+    if not isinstance(index, dict):
+        raise InputError(f"{where}: expected an object {{file: {{\"tensor\": ..., \"kernel\": ...}}}}, got "
+                         f"{type(index).__name__}")
+    for fname, info in index.items():
+        if not isinstance(info, dict) or not isinstance(info.get("tensor"), str) or not info["tensor"]:
+            raise InputError(f"{where}: entry '{fname}' needs a non-empty \"tensor\" name")
+        if "/" in fname or "\\" in fname or fname in (".", "..") or not fname.endswith(".npy"):
+            raise InputError(f"{where}: entry '{fname}' must be a .npy file name inside the folder")
+    return index
+
+
+# ------------------------------------------------------------------------------------------ Polygraphy JSON
+def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
+    """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
+    try:
+        from polygraphy.comparator import RunResults
+        from polygraphy.exception import PolygraphyException
+        from polygraphy.logger import G_LOGGER
+    except ImportError:
+        raise UserError(f"{spec.label} is a Polygraphy RunResults JSON; reading it needs polygraphy: "
+                        "pip install 'npuscope[dumps]' (or pip install polygraphy)") from None
+    try:
+        with G_LOGGER.verbosity(G_LOGGER.CRITICAL + 1):  # polygraphy logs loading progress to stdout
+            results = RunResults.load(str(path))
+    except PolygraphyException as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "not a RunResults"
+        raise InputError(f"{spec.label}: {first} Save it with `polygraphy run ... --save-outputs FILE`") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{spec.label} is not valid JSON ({exc.msg} at line {exc.lineno}); "
+                         "give a Polygraphy RunResults JSON (polygraphy run ... --save-outputs FILE)") from None
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{spec.label} cannot be read as a Polygraphy RunResults JSON "
+                         f"({type(exc).__name__}: {exc}); save it with polygraphy run ... --save-outputs FILE") from None
+    runner = _pick_runner(list(results.keys()), spec)
+    iterations = results[runner]
+    if not 0 <= spec.iteration < len(iterations):
+        raise InputError(f"{spec.label}: runner '{runner}' has {len(iterations)} iteration(s); "
+                         f"--{spec.role}-iteration {spec.iteration} must be 0..{len(iterations) - 1}")
+    outputs = iterations[spec.iteration]
+    if not list(outputs.keys()):
+        raise InputError(f"{spec.label}: runner '{runner}' iteration {spec.iteration} holds no outputs; "
+                         "save them with polygraphy run ... --onnx-outputs mark all --save-outputs FILE")
+    entries = [DumpEntry(name, 0, TENSOR, f"{runner}[{spec.iteration}]:{name}", _polygraphy_loader(outputs, name),
+                         order=order) for order, name in enumerate(outputs.keys())]
+    detail = f"Polygraphy RunResults: runner '{runner}', iteration {spec.iteration} of {len(iterations)}"
+    return DumpSet(path, "polygraphy", TENSOR, entries, detail=detail)
+
+
+def _pick_runner(names: list[str], spec: SideSpec) -> str:
+    """First runner by default; else an exact name, a unique prefix, or a 0-based index."""
+    if not names:
+        raise InputError(f"{spec.label} holds no runner results; save them with polygraphy run ... --save-outputs FILE")
+    want = spec.runner
+    if want is None:
+        return names[0]
+    if want in names:
+        return want
+    prefixed = [n for n in names if n.startswith(want)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if want.isdigit() and int(want) < len(names):
+        return names[int(want)]
+    why = "matches several runners" if prefixed else "matches no runner"
+    raise InputError(f"{spec.label}: --{spec.role}-runner '{want}' {why}; runners: {', '.join(names)}")
+
+
+def _polygraphy_loader(outputs, name: str):
+    def load() -> np.ndarray:
+        try:
+            arr = outputs[name]
+        except Exception as exc:  # polygraphy swaps big arrays to temporary files; any failure is a bad dump
+            raise DumpReadError(f"polygraphy could not load it ({type(exc).__name__}: {exc})") from None
+        if not isinstance(arr, np.ndarray):
+            raise DumpReadError(f"holds a {type(arr).__name__}, not a NumPy array")
+        return arr
+
+    return load

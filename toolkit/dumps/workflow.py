@@ -1,0 +1,234 @@
+"""`npuscope compare-dumps GOLDEN TARGET`: compare two sets of dumps with compare's metrics, advisor and report.
+
+:func:`compare_dumps` reads both sides (:mod:`toolkit.dumps.readers`), pairs them (:mod:`toolkit.dumps.match`),
+compares each pair (:mod:`toolkit.dumps.table`), runs the first-divergence advisor
+(:func:`toolkit.compare.advisor.advise` over a small plan adapter whose "kernels" are the mapping's fused ops)
+and returns a :class:`~toolkit.compare.diagnosis.Diagnosis`. :func:`compare_dumps_command` writes the folder:
+result.csv, summary.json, findings.json, kernel_times.csv (empty: dumps carry no times) and index.html.
+
+Verdict: FAIL when an abnormal (or overflowing) tensor is a model output (with ``model``) or any abnormal
+tensor (without: the outputs are unknown); WARN when intermediates are abnormal or rows could not be compared
+(missing, unreadable, mis-shaped dumps; "fused into" rows do not count); PASS otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from toolkit.artifacts import output_dir
+from toolkit.compare.advisor import advise, first_divergence
+from toolkit.compare.diagnosis import Diagnosis
+from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compiler.pipeline import Finding
+from toolkit.env import environment
+
+from .entry import DumpSet
+from .mapping import load_mapping
+from .match import Pairing, pair_with_model, pair_without_model
+from .readers import SideSpec, read_side
+from .table import compare_pairs, reason_kind
+
+REPORTS_DIR = Path("reports")
+KERNEL_TIME_COLUMNS = ["Kernel", "OpType", "Precision", "Nodes", "HostMs"]
+#: CompareFailReason kinds that do not make the verdict WARN.
+EXPECTED_GAPS = ("fused into",)
+_ADVICE = {
+    "shape mismatch": "the target may be in a device layout (NC1HWC0, FRACTAL_NZ): convert it with msaccucmp.py "
+                      "convert -f NCHW, or check that --mapping names the right original node",
+    "dtype class mismatch": "integer vs float dumps are of different tensors: check the names and the --mapping",
+    "golden dump unreadable": "re-dump these files: a truncated .npy means the dump was interrupted or the disk filled",
+    "target dump unreadable": "re-dump or re-convert these files: a truncated .npy means the dump was interrupted "
+                              "or the disk filled",
+    "no target dump": "the target holds no dump of these tensors: fused on the device (give --mapping) or not dumped",
+    "no golden dump": "the golden run holds no dump of these: ops the device compiler added (TransData, Cast) or "
+                      "a golden run that dumped less",
+}
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = None, model: str | None = None,
+                  thresholds: str | dict | None = None, progress=_noop) -> Diagnosis:
+    """Compare ``target`` with ``golden`` (see module docstring).
+
+    Args:
+        golden, target: how to read each side (:class:`toolkit.dumps.readers.SideSpec`).
+        mapping: a mapping JSON file (:mod:`toolkit.dumps.mapping`); applies to the target's op names.
+        model: an ONNX file, bundled sample or zoo name (toolkit.source.resolve_model); gives the row order,
+            node→tensor names and the graph for origin/propagated roles.
+        thresholds: abnormal lines (toolkit.compare.metrics.parse_thresholds syntax or a dict; default the
+            compare tool's).
+
+    Raises:
+        toolkit.errors.UserError (one line): unreadable sides, mapping or model; sides keyed differently
+        without a model; bad thresholds.
+    """
+    t0 = time.perf_counter()
+    lines = resolve_thresholds(thresholds)
+    maps = load_mapping(mapping) if mapping else None
+    onnx_model, model_info = _load_model(model, progress)
+    progress(f"reading golden {golden.path}")
+    g = read_side(golden)
+    progress(f"reading target {target.path}")
+    t = read_side(target)
+    pairing = pair_with_model(onnx_model, g, t, maps) if onnx_model is not None else pair_without_model(g, t, maps)
+    read_ms = (time.perf_counter() - t0) * 1e3
+    progress(f"comparing {len(pairing.pairs)} tensor(s)")
+    ts = time.perf_counter()
+    df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
+    plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
+    findings = advise(df, plan) + gap_findings(df)
+    first = first_divergence(df)
+    outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
+    verdict, reasons = judge(df, outputs)
+    timings = {"read_ms": read_ms, "compare_ms": (time.perf_counter() - ts) * 1e3,
+               "total_ms": (time.perf_counter() - t0) * 1e3}
+    summary = _summary(golden, target, g, t, pairing, df, mapping, model_info, lines, verdict, reasons, first, timings)
+    return Diagnosis(summary=summary, table=df, findings=findings, environment=environment(),
+                     kernel_times=pd.DataFrame(columns=KERNEL_TIME_COLUMNS))
+
+
+def compare_dumps_command(golden: str, target: str, *, mapping: str | None = None, model: str | None = None,
+                          thresholds: str | None = None, out: str | None = None, html: bool = True,
+                          golden_format: str = "auto", target_format: str = "auto", golden_runner: str | None = None,
+                          golden_iteration: int = 0, target_runner: str | None = None, target_iteration: int = 0,
+                          progress=_noop) -> dict:
+    """Run :func:`compare_dumps` and write the report folder (default ``reports/compare-dumps-<time>/``).
+
+    Returns {"summary": [lines], "out": folder, "files": {label: file}, "diagnosis", "verdict"}.
+    """
+    from toolkit.report.csvjson import write_tables
+
+    diag = compare_dumps(SideSpec(golden, "golden", golden_format, golden_runner, golden_iteration),
+                         SideSpec(target, "target", target_format, target_runner, target_iteration),
+                         mapping=mapping, model=model, thresholds=thresholds, progress=progress)
+    with output_dir(out, REPORTS_DIR, "compare-dumps") as folder:
+        progress("writing the report")
+        diag.artifacts = {"result": "result.csv", "summary": "summary.json", "findings": "findings.json"}
+        if html:
+            diag.artifacts["report"] = "index.html"
+        files = write_tables(diag, folder)
+        if html:
+            from .report import render_dump_report
+            files["report"] = render_dump_report(diag, folder).name
+    lines = console_lines(diag)
+    lines.append(f"report: {(folder / ('index.html' if html else 'summary.json')).resolve()}")
+    return {"summary": lines, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}
+
+
+def _load_model(model: str | None, progress):
+    if not model:
+        return None, {"model": "", "model_name": "", "model_sha256": ""}
+    from toolkit.ir.load import load_model
+    from toolkit.source import resolve_model
+
+    src = resolve_model(model)
+    progress(f"loading {src.path}")
+    m = load_model(src.path)
+    sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
+    return m, {"model": str(src.path), "model_name": src.name, "model_sha256": sha}
+
+
+def judge(df: pd.DataFrame, outputs: list[str] | None) -> tuple[str, list[str]]:
+    """(verdict, reasons): see module docstring. ``outputs``: the model's output tensors, None without a model."""
+    bad = df["Abnormal"] | df["OverFlow"]
+    failing = df[bad & df["TensorName"].isin(outputs)] if outputs is not None else df[bad]
+    if len(failing):
+        what = "output" if outputs is not None else "tensor"
+        reasons = [f"{what} '{r.TensorName}' is abnormal ({_crossed(r)})" for r in failing.head(10).itertuples()]
+        if len(failing) > 10:
+            reasons.append(f"... and {len(failing) - 10} more abnormal {what}(s) (result.csv)")
+        return "FAIL", reasons
+    reasons = []
+    if len(df) and not (df["CompareFailReason"] == "").any():
+        reasons.append("no tensor could be compared: check that the two sides name the same ops (or give "
+                       "--mapping / --model)")
+    if bad.any():
+        reasons.append(f"{int(bad.sum())} intermediate tensor(s) abnormal; the model outputs hold")
+    gaps = _gap_counts(df)
+    if gaps:
+        reasons.append("not compared: " + ", ".join(f"{n} {kind}" for kind, n in gaps.items()))
+    if reasons:
+        return "WARN", reasons
+    return "PASS", ["every compared tensor within the abnormal lines"]
+
+
+def _crossed(r) -> str:
+    metrics = list(r.AbnormalMetrics) or ["OverFlow"]
+    shown = [f"{m} {getattr(r, m):.6g}" if m != "OverFlow" else "OverFlow" for m in metrics]
+    return ", ".join(shown)
+
+
+def _gap_counts(df: pd.DataFrame) -> dict[str, int]:
+    kinds = [reason_kind(r) for r in df["CompareFailReason"] if r]
+    counts: dict[str, int] = {}
+    for k in kinds:
+        if k not in EXPECTED_GAPS:
+            counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def gap_findings(df: pd.DataFrame) -> list[Finding]:
+    """One finding per kind of row that could not be compared (warning for broken dumps, info for gaps)."""
+    out = []
+    for kind, n in _gap_counts(df).items():
+        rows = df[[reason_kind(r) == kind for r in df["CompareFailReason"]]]
+        first = rows.iloc[0]
+        severity = "info" if kind.startswith("no ") or kind.endswith("not in the model") else "warning"
+        evidence = {"rows": n, "first_reason": first["CompareFailReason"],
+                    "tensors": list(rows["TensorName"].head(5))}
+        out.append(Finding(severity, kind.replace(" ", "_"), str(first["TensorName"]), evidence,
+                           _ADVICE.get(kind, "see CompareFailReason in result.csv")))
+    return out
+
+
+def _side(spec: SideSpec, ds: DumpSet) -> dict:
+    return {"path": str(spec.path), "format": ds.format, "detail": ds.detail, "dumps": len(ds.entries),
+            "ignored_files": len(ds.ignored), "input_dumps_skipped": ds.input_dumps,
+            "superseded_dumps": ds.superseded}
+
+
+def _summary(golden, target, g, t, pairing: Pairing, df, mapping, model_info, lines, verdict, reasons, first,
+             timings) -> dict:
+    counts = {"tensors": len(df), "compared": int((df["CompareFailReason"] == "").sum()),
+              "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),
+              "origins": int((df["Role"] == "origin").sum()), "propagated": int((df["Role"] == "propagated").sum()),
+              "golden_dumps": len(g.entries), "target_dumps": len(t.entries)}
+    counts.update({f"not compared: {k}": v for k, v in _gap_counts(df).items()})
+    return {"verdict": verdict, "reasons": reasons, "command": "compare-dumps", **model_info,
+            "inputs": f"golden {golden.path} ({g.detail}) vs target {target.path} ({t.detail})",
+            "golden": _side(golden, g), "target": _side(target, t), "mapping": str(mapping) if mapping else None,
+            "order": pairing.order, "notes": pairing.notes, "thresholds": lines, "first_divergence": first,
+            "config": {"golden_format": g.format, "target_format": t.format, "mapping": str(mapping or ""),
+                       "order": pairing.order, "thresholds": lines},
+            "counts": counts, "timings_ms": timings}
+
+
+def console_lines(diag: Diagnosis) -> list[str]:
+    """The terminal summary: verdict, reasons, sides, first divergence and the top findings."""
+    s = diag.summary
+    lines = [f"verdict: {s['verdict']}"] + [f"  - {r}" for r in s["reasons"]]
+    for side in ("golden", "target"):
+        d = s[side]
+        extra = [f"{d['ignored_files']} file(s) ignored"] if d["ignored_files"] else []
+        extra += [f"{d['input_dumps_skipped']} input dump(s) skipped"] if d["input_dumps_skipped"] else []
+        extra += [f"{d['superseded_dumps']} older dump(s) superseded"] if d["superseded_dumps"] else []
+        lines.append(f"{side}: {d['path']}: {d['dumps']} dump(s), {d['detail']}" + (f"; {', '.join(extra)}" if extra else ""))
+    lines.append(f"order: {s['order']}")
+    lines += [f"note: {n}" for n in s["notes"]]
+    c = s["counts"]
+    lines.append(f"{c['tensors']} row(s), {c['compared']} compared, {c['abnormal']} abnormal, {c['overflow']} overflow")
+    fd = s.get("first_divergence")
+    if fd:
+        lines.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, tensor {fd['tensor']}"
+                     + (f", device op {fd['kernel']}" if fd.get("kernel") else "") + f") [{fd['kind']}]")
+    for f in diag.findings[:5]:
+        lines.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
+    return lines

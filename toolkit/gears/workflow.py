@@ -1,0 +1,260 @@
+"""Command workflows for shape gears: ``npuscope gears`` (recommend gears from observed lengths) and the gear
+paths of ``compile`` and ``run`` (toolkit.api delegates here when the config has gears).
+
+Each returns a dict with ``summary`` (terminal lines), ``out`` (the output folder) and ``files``.
+
+Files:
+
+- gears: ``gears.csv`` (one row per strategy, :data:`toolkit.gears.dp.STRATEGY_COLUMNS`), ``gears.json``
+  (summary with the config snippet, strategies, waste curve, histogram), ``gears.html`` (unless ``html=False``).
+- compile with gears: ``gears.json`` (spec, per-gear input_shape, folder, kernels, arena bytes, output slicing
+  rules) and one folder ``gear_<label>/`` per gear with plan.json, compile.log, fusion_result.json,
+  compile_findings.json.
+- run with gears: the chosen gear's plan.json & co., ``gear.json`` (gear, shapes, padded), ``outputs.npz``
+  (sliced to the exact shapes), ``--dump`` files (gear shapes, unsliced) and, when the input was padded,
+  ``padding.csv`` (:data:`toolkit.gears.padding.COLUMNS`) and ``padding.json`` (summary + findings).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from toolkit.artifacts import output_dir, write_compile_artifacts, write_dumps, write_json, write_npz
+from toolkit.errors import InputError, UsageError
+from toolkit.gears import dp
+from toolkit.gears.spec import label, parse_gears
+from toolkit.report.csvjson import atomic_write_text, json_safe
+
+REPORTS_DIR = Path("reports")
+#: Most distinct lengths the exact DP takes (O(K m^2): about 5 s at this size with K = 8).
+MAX_DISTINCT = 20000
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+# ------------------------------------------------------------------------------------------- lengths file
+def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
+    """Observed lengths (int64) from ``path``: one integer per line (blank lines and '#' comments skipped), or
+    with ``column`` the named column of a CSV with a header row (empty cells skipped).
+
+    Raises:
+        InputError: missing/unreadable file, unknown column, a value that is not a positive integer (named by
+        line number), or no lengths at all.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"lengths file '{p}' does not exist; give one length per line, or a CSV with --column")
+    if column:
+        return _csv_column(p, column)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"lengths file '{p}' cannot be read as UTF-8 text ({exc}); give one length per line") from None
+    out = []
+    for no, raw in enumerate(lines, 1):
+        text = raw.strip()
+        if not text or text.startswith("#"):
+            continue
+        out.append(_length(text, f"lengths file '{p}' line {no}",
+                           " (for a CSV give --column NAME)" if "," in text or ";" in text or "\t" in text else ""))
+    if not out:
+        raise InputError(f"lengths file '{p}' holds no lengths; give one positive integer per line")
+    return np.asarray(out, dtype=np.int64)
+
+
+def _length(text: str, where: str, hint: str = "") -> int:
+    try:
+        val = float(text)
+    except ValueError:
+        raise InputError(f"{where}: '{text[:40]}' is not a length{hint}; lengths are positive integers") from None
+    if not np.isfinite(val) or val != int(val) or val < 1:
+        raise InputError(f"{where}: '{text[:40]}' is not a positive integer length")
+    return int(val)
+
+
+def _csv_column(p: Path, column: str) -> np.ndarray:
+    try:
+        df = pd.read_csv(p, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"lengths file '{p}' is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
+    if column not in df.columns:
+        from toolkit.config import suggest
+        raise InputError(f"lengths file '{p}' has no column '{column}'{suggest(column, [str(c) for c in df.columns])}")
+    out = [_length(v.strip(), f"lengths file '{p}' line {i + 2} column '{column}'")
+           for i, v in enumerate(df[column]) if v.strip()]
+    if not out:
+        raise InputError(f"lengths file '{p}' column '{column}' holds no lengths")
+    return np.asarray(out, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------- recommendation
+def config_snippet(gears: list[int], dim: str) -> dict:
+    """The config options for ``gears``: dynamic_batch_size for a batch dim, else dynamic_dims (one -1 dim)."""
+    if dim.lower() in ("batch", "batch_size", "n"):
+        return {"dynamic_batch_size": ",".join(map(str, gears))}
+    return {"dynamic_dims": ";".join(map(str, gears))}
+
+
+def recommend(lengths, k: int, cost: str = "linear", dim: str = "seq", source: str = "") -> dict:
+    """Optimal K gears vs power-of-two gears for ``lengths``: {"summary", "table" (strategies DataFrame),
+    "curve" (waste per plan count DataFrame), "histogram" {values, counts}}. Raises UsageError."""
+    hist = dp.LengthHistogram.of(lengths)
+    if hist.values.size > MAX_DISTINCT:
+        raise UsageError(f"{hist.values.size} distinct lengths; the exact search takes at most {MAX_DISTINCT}: "
+                         "round the lengths (e.g. up to multiples of 8) first")
+    table = dp.compare_gears(hist, k, cost)
+    pow2 = table[table["Strategy"] == "power_of_two"].iloc[0].to_dict()
+    best = table[table["Strategy"] == "optimal"].iloc[0].to_dict()
+    curve = dp.waste_curve(hist, max(k, int(pow2["Plans"]), 8), cost)
+    summary = {"lengths": source, "dim": dim, "k": int(k), "cost": cost, "samples": hist.total,
+               "distinct": int(hist.values.size), "min": int(hist.values[0]), "max": int(hist.values[-1]),
+               "optimal": best, "power_of_two": pow2, "config_snippet": config_snippet(best["Gears"], dim)}
+    return {"summary": summary, "table": table, "curve": curve,
+            "histogram": {"values": hist.values.tolist(), "counts": hist.counts.tolist()}}
+
+
+def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str = "seq", cost: str = "linear",
+                  out: str | None = None, html: bool = True, progress=_noop) -> dict:
+    """`npuscope gears`: read lengths, choose K gears, compare with power-of-two gears, write the folder."""
+    arr = read_lengths(lengths, column)
+    progress(f"{arr.size} lengths, choosing {k} gear(s)")
+    res = recommend(arr, k, cost, dim, source=str(lengths))
+    s = res["summary"]
+    with output_dir(out, REPORTS_DIR, f"gears-{dim}") as folder:
+        files = {"table": "gears.csv", "json": "gears.json"}
+        if html:
+            files["report"] = "gears.html"
+        res["artifacts"] = dict(files)
+        atomic_write_text(folder / "gears.csv", res["table"].to_csv(index=False))
+        write_json(folder / "gears.json", json_safe({**s, "strategies": res["table"], "curve": res["curve"],
+                                                     "histogram": res["histogram"], "files": files}))
+        if html:
+            from toolkit.report.gears_html import render_gears_report
+            render_gears_report(res, folder)
+    o, p = s["optimal"], s["power_of_two"]
+    lines = [f"{s['samples']} inputs, {s['distinct']} distinct {dim} lengths in [{s['min']}, {s['max']}]; cost {cost}",
+             f"optimal {o['Plans']} gear(s): {o['Gears']}  waste {o['WasteShare']:.1%}, "
+             f"expected padded work {o['ExpectedPaddedWork']:.4g} per input",
+             f"power of two ({p['Plans']} plans): {p['Gears']}  waste {p['WasteShare']:.1%}, "
+             f"expected padded work {p['ExpectedPaddedWork']:.4g} per input"]
+    same = res["table"][res["table"]["Strategy"] == f"optimal_at_{p['Plans']}"]
+    if len(same):
+        r = same.iloc[0]
+        lines.append(f"optimal with {p['Plans']} plans: {r['Gears']}  waste {r['WasteShare']:.1%}")
+    key, val = next(iter(s["config_snippet"].items()))
+    lines.append(f'config: {key} = "{val}"')
+    lines.append(f"report: {(folder / ('gears.html' if html else 'gears.json')).resolve()}")
+    return {"summary": lines, "out": folder, "files": files, "result": res}
+
+
+# ------------------------------------------------------------------------------------------- compile / run
+def compile_gears_command(model: str | None, config, out: str | None = None, progress=_noop) -> dict:
+    """Compile one plan per gear into ``gear_<label>/`` folders plus gears.json (module docstring)."""
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.gears.session import GearSession, output_rules
+    from toolkit.ir.load import load_model
+    from toolkit.report.console import human_bytes
+    from toolkit.source import resolve_model
+
+    src = resolve_model(model)
+    progress(f"loading {src.path}")
+    m = load_model(src.path)
+    gs = GearSession(m, config)
+    spec = gs.spec
+    lines = [f"gears: {spec.describe()} over {', '.join(f'{n}[{a}]' for n, a in spec.slots)}"]
+    entries, compiled = [], {}
+    with output_dir(out, REPORTS_DIR, f"{src.name}-compile") as folder:
+        for gear in gs.order:
+            progress(f"compiling gear {label(gear)}")
+            cfg = gs.gear_config(gear)
+            res = compile_model(m, cfg, model_path=str(src.path))
+            sub = folder / f"gear_{label(gear)}"
+            sub.mkdir()
+            write_compile_artifacts(res, sub)
+            compiled[gear] = res
+            entries.append({"gear": list(gear), "label": label(gear), "input_shape": cfg.input_shape,
+                            "folder": sub.name, "kernels": len(res.plan.kernels), "arena_bytes": res.plan.arena_bytes,
+                            "compile_ms": res.compile_ms, "findings": len(res.findings)})
+            lines.append(f"gear {label(gear)}: {len(res.plan.kernels)} kernels, arena {human_bytes(res.plan.arena_bytes)}, "
+                         f"compiled in {res.compile_ms:.0f} ms -> {sub.name}/")
+        write_json(folder / "gears.json", json_safe({
+            "model": str(src.path), "kind": spec.kind, "gears_option": spec.describe(),
+            "input_shape": config.input_shape, "pad_values": spec.pad_values, "gears": entries,
+            "output_rules": {k: [list(r) for r in v] for k, v in output_rules(m, spec).items()}}))
+    lines.append(f"{len(entries)} plans in {folder}")
+    return {"summary": lines, "out": folder, "files": {"gears": folder / "gears.json"}, "compiled": compiled}
+
+
+def _gear_feed(m, src, spec, inputs, seed, val_range):
+    from toolkit.source import prepare_inputs
+
+    largest = max(spec.gears, key=spec.elements)
+    shapes = {} if inputs or (src.kind in ("sample", "zoo") and not val_range) else spec.shapes(largest)
+    return prepare_inputs(m, src, inputs, seed, val_range, shapes)
+
+
+def run_gears_command(model: str | None, config, *, inputs: str | None = None, seed: int = 0,
+                      val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
+                      out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
+    """Run once through the smallest fitting gear (module docstring). Generated random data takes the largest
+    gear's shape. Raises UsageError with ``plan`` (one plan.json cannot serve several gears)."""
+    from toolkit.gears.padding import padding_sensitivity
+    from toolkit.gears.session import GearSession
+    from toolkit.ir.load import load_model
+    from toolkit.report.console import compile_summary
+    from toolkit.source import resolve_model
+
+    if plan:
+        raise UsageError("--plan runs one plan.json, but the config has gears (one plan each); drop --plan or "
+                         "the gear options")
+    src = resolve_model(model)
+    progress(f"loading {src.path}")
+    m = load_model(src.path)
+    gs = GearSession(m, config, progress=progress)
+    feed = _gear_feed(m, src, gs.spec, inputs, seed, val_range)
+    progress(f"inputs: {feed.origin}")
+    run = gs.run(feed.arrays, dump=bool(dump_dir))
+    sess = gs.session(run.gear)
+    report = None
+    if run.padded:
+        progress("padding sensitivity: padded vs exact reference run")
+        report = padding_sensitivity(m, feed.arrays, gs.spec.shapes(run.gear), gs.spec.pad_values)
+    with output_dir(out, REPORTS_DIR, f"{src.name}-run") as folder:
+        files = write_compile_artifacts(sess.compiled, folder)
+        files["outputs"] = write_npz(Path(output) if output else folder / "outputs.npz", run.outputs)
+        files["gear"] = write_json(folder / "gear.json", json_safe({
+            "gear": list(run.gear), "label": label(run.gear), "gears_option": gs.spec.describe(),
+            "input_shapes": run.shapes, "gear_shapes": gs.spec.shapes(run.gear), "padded": run.padded,
+            "pad_values": gs.spec.pad_values}))
+        if report is not None:
+            atomic_write_text(folder / "padding.csv", report.table.to_csv(index=False))
+            files["padding"] = write_json(folder / "padding.json", json_safe(
+                {**report.summary, "findings": [f.to_dict() for f in report.findings]}))
+        if dump_dir:
+            dpath = Path(dump_dir)
+            if dpath.exists() and any(dpath.iterdir()):
+                raise UsageError(f"dump folder '{dpath}' already exists and is not empty; choose a new --dump")
+            files["dump"] = write_dumps(run.run.dumps, sess.plan, dpath)
+    lines = [f"gear {label(run.gear)} ({gs.spec.input_shape(run.gear)}) for input "
+             + ", ".join(f"{k}{list(v)}" for k, v in run.shapes.items())
+             + (" (padded)" if run.padded else " (exact fit)")]
+    lines += compile_summary(sess.compiled)
+    lines.append(f"ran {len(sess.plan.kernels)} kernels in {run.run.total_ms:.1f} ms host time")
+    if report is not None:
+        first = report.summary["first_leak"]
+        lines.append("padding sensitivity: " + (f"padding leaks into the valid region first at '{first['tensor']}' "
+                                                f"({first['op_type']}); outputs affected: "
+                                                f"{report.summary['outputs_leak'] or 'none'}" if first else
+                                                "no tensor's valid region changes (padding is safe for this input)"))
+        for f in report.findings[:5]:
+            lines.append(f"ERROR   padding_leak: {f.subject}: {f.recommendation}")
+    for name, arr in run.outputs.items():
+        lines.append(f"output {name}: {arr.dtype}{list(arr.shape)}")
+    lines.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
+    return {"summary": lines, "out": folder, "files": files, "result": run.run, "gear_run": run,
+            "padding": report}

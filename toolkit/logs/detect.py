@@ -1,0 +1,75 @@
+"""Which registered format a file is in: read its head once, ask each parser's ``detect`` in order.
+
+``detect_format(path) -> Detection``: ``parser`` is the first registered parser whose ``detect(path, head)``
+is true, or None with ``reason`` one of "not found", "not a file", "unreadable: ...", "empty", "binary"
+or "unknown format".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
+
+#: A head with a NUL byte, or with more than this share of control characters, is binary.
+BINARY_CONTROL_SHARE = 0.10
+_TEXT_CONTROLS = {9, 10, 12, 13}
+
+
+@dataclass
+class Detection:
+    path: Path
+    parser: Parser | None
+    reason: str = ""
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of ``path``. Raises OSError."""
+    with open(path, "rb") as fh:
+        return fh.read(size)
+
+
+def is_binary(head: bytes) -> bool:
+    """True for a NUL byte or > 10% control characters (other than tab, newlines, form feed)."""
+    if b"\x00" in head:
+        return True
+    if not head:
+        return False
+    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
+    return controls / len(head) > BINARY_CONTROL_SHARE
+
+
+def head_text(head: bytes) -> str:
+    """``head`` decoded as UTF-8 (invalid bytes replaced, a leading BOM removed)."""
+    return head.decode("utf-8", errors="replace").lstrip("\ufeff")
+
+
+def head_lines(head: str, n: int) -> list[str]:
+    """The first ``n`` non-blank complete lines of a file head (a last line cut by the head size is dropped)."""
+    lines = head.splitlines()
+    if len(lines) > 1 and not head.endswith(("\n", "\r")):
+        lines = lines[:-1]
+    return [ln for ln in lines if ln.strip()][:n]
+
+
+def detect_format(path: str | Path) -> Detection:
+    """The parser for ``path`` (see module docstring); never raises for a bad file."""
+    path = Path(path)
+    if not path.exists():
+        return Detection(path, None, "not found")
+    if not path.is_file():
+        return Detection(path, None, "not a file")
+    try:
+        head = read_head(path)
+    except OSError as exc:
+        return Detection(path, None, f"unreadable: {exc.strerror or exc}")
+    if not head.strip():
+        return Detection(path, None, "empty")
+    if is_binary(head):
+        return Detection(path, None, "binary")
+    text = head_text(head)
+    for parser in parsers():
+        if parser.detect(path, text):
+            return Detection(path, parser)
+    return Detection(path, None, "unknown format")

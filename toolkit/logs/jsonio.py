@@ -1,0 +1,105 @@
+"""Reading JSON event files that may be cut short (a profiler killed mid-write).
+
+``load_events(path)`` returns the event list of a Chrome-trace / onnxruntime profile: the top-level array, or
+the ``traceEvents`` array of an object. When the file is not complete JSON, events are recovered one by one
+with ``json.JSONDecoder.raw_decode``; an unreadable fragment is counted and skipped up to the next line that
+starts an object. The Trace Event Format itself allows the array form to lack its closing ``]``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SKIP = re.compile(r"[\s,]*")
+_NEXT_OBJECT = re.compile(r"\n[ \t]*\{")
+_TRACE_EVENTS = re.compile(r'"traceEvents"\s*:\s*\[')
+
+
+@dataclass
+class Events:
+    """Events read from a file: ``events`` (list of whatever the array held), ``malformed`` fragments
+    skipped, ``top`` (the top-level object for the ``{"traceEvents": ...}`` form, else {}), ``notes``."""
+
+    events: list
+    malformed: int = 0
+    top: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def read_text(path: Path) -> str:
+    """The file as text (UTF-8, invalid bytes replaced, BOM removed)."""
+    with open(path, encoding="utf-8-sig", errors="replace") as fh:
+        return fh.read()
+
+
+def recover_array(text: str, start: int) -> tuple[list, int]:
+    """Items of a JSON array whose '[' is at ``start - 1``, read one by one; returns (items, skipped)."""
+    dec, items, bad, i, n = json.JSONDecoder(), [], 0, start, len(text)
+    while True:
+        i = _SKIP.match(text, i).end()
+        if i >= n or text[i] == "]":
+            return items, bad
+        try:
+            obj, i = dec.raw_decode(text, i)
+            items.append(obj)
+        except json.JSONDecodeError:
+            bad += 1
+            m = _NEXT_OBJECT.search(text, i + 1)
+            if m is None:
+                return items, bad
+            i = m.end() - 1
+
+
+def _from_object(obj: dict) -> Events:
+    ev = obj.get("traceEvents")
+    if not isinstance(ev, list):
+        return Events([], 1, notes=["top-level object has no 'traceEvents' array"])
+    top = {k: v for k, v in obj.items() if k != "traceEvents"}
+    return Events(ev, 0, top)
+
+
+def load_events(path: Path) -> Events:
+    """Events of a JSON trace file (module docstring); never raises for bad content."""
+    text = read_text(path)
+    try:
+        obj = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return _recover(text)
+    if isinstance(obj, list):
+        return Events(obj)
+    if isinstance(obj, dict):
+        return _from_object(obj)
+    return Events([], 1, notes=["the JSON is neither an array nor an object"])
+
+
+def _recover(text: str) -> Events:
+    stripped = text.lstrip()
+    offset = len(text) - len(stripped)
+    if stripped.startswith("["):
+        start = offset + 1
+    else:
+        m = _TRACE_EVENTS.search(text)
+        if m is None:
+            return Events([], 1, notes=["not valid JSON and no event array found"])
+        start = m.end()
+    items, bad = recover_array(text, start)
+    note = (f"not complete JSON (truncated or corrupt): recovered {len(items)} event(s) one by one, "
+            f"{bad} unreadable fragment(s) skipped")
+    return Events(items, bad, notes=[note])
+
+
+def number(v) -> float | None:
+    """``v`` as a float when it is a JSON number or a numeric string (not a bool), else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return None
+    return None

@@ -1,0 +1,50 @@
+"""kernel_times.csv of ``npuscope diagnose`` (toolkit.report.csvjson; columns Kernel, OpType, Precision,
+Nodes, HostMs): host wall time of each simulated-NPU kernel, in ms.
+
+Rows become op-summary tasks: Op Name = Kernel, OP Type = OpType, Task Type HOST_CPU (measured on this host),
+Task Duration(us) = HostMs x 1000, Time Kind ``measured``, Input/Output Data Types from Precision
+(fp16 → DT_FLOAT16, fp32 → DT_FLOAT: a kernel reads and stores its float tensors in its precision), Task ID =
+row order. The file has no start times (diagnose sorts it by time), so these rows are not on the timeline.
+Malformed rows (counted, skipped): too many fields, no Kernel, or HostMs missing, not a number or negative.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.profile.optable import op_summary_frame
+
+NAME = "kernel_times_csv"
+DESCRIPTION = "npuscope diagnose kernel_times.csv (Kernel, OpType, Precision, Nodes, HostMs)"
+COLUMNS = ["Kernel", "OpType", "Precision", "Nodes", "HostMs"]
+DTYPES = {"fp16": "DT_FLOAT16", "fp32": "DT_FLOAT"}
+
+
+def detect(path: Path, head: str) -> bool:
+    return {"Kernel", "OpType", "HostMs"} <= set(header(head))
+
+
+def parse(path: Path) -> ParseResult:
+    """Read a kernel_times.csv (module docstring)."""
+    path = Path(path)
+    df, skipped = read_counted(path)
+    for col in COLUMNS:
+        if col not in df.columns:
+            df[col] = ""
+    ms = numeric(df["HostMs"])
+    ok = (df["Kernel"].str.strip() != "") & (ms >= 0)
+    good, ms = df[ok], ms[ok]
+    dtype = good["Precision"].str.strip().str.lower().map(DTYPES).fillna("")
+    summary = op_summary_frame({
+        "Task ID": range(len(good)), "Op Name": good["Kernel"].to_numpy(), "OP Type": good["OpType"].to_numpy(),
+        "Task Type": "HOST_CPU", "Task Duration(us)": (ms * 1000.0).to_numpy(),
+        "Input Data Types": dtype.to_numpy(), "Output Data Types": dtype.to_numpy(), "Time Kind": "measured",
+        "Source": path.name}) if len(good) else op_summary_frame([])
+    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
+                       malformed=skipped + int((~ok).sum()),
+                       notes=["host wall time of simulated-NPU kernels (measured); no start times, not on the timeline"])
+
+
+register_parser(Parser(NAME, DESCRIPTION, detect, parse))

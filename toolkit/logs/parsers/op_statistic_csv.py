@@ -1,0 +1,44 @@
+"""The device profiler's op_statistic CSV (GUIDE §4): OP Type, Core Type, Count, Total Time(us), Avg Time(us),
+Min Time(us), Max Time(us), Ratio(%).
+
+Per op type, not per task, so ``op_summary`` is empty; the rows go to table ``op_statistic`` with exactly
+:data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is "").
+Malformed rows (counted, skipped): too many fields, no OP Type, or a Count / Total Time(us) that is missing,
+not a number or negative.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.profile.optable import OP_STATISTIC_COLUMNS
+
+NAME = "op_statistic_csv"
+DESCRIPTION = "profiler op_statistic CSV (OP Type, Core Type, Count, Total Time(us), ...)"
+_NUMBERS = ["Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)", "Max Time(us)", "Ratio(%)"]
+
+
+def detect(path: Path, head: str) -> bool:
+    cols = set(header(head))
+    return {"OP Type", "Count", "Total Time(us)"} <= cols and "Op Name" not in cols
+
+
+def parse(path: Path) -> ParseResult:
+    """Read an op_statistic CSV (module docstring)."""
+    df, skipped = read_counted(Path(path))
+    for col in OP_STATISTIC_COLUMNS:
+        if col not in df.columns:
+            df[col] = ""
+    df = df[OP_STATISTIC_COLUMNS].copy()
+    for col in _NUMBERS:
+        df[col] = numeric(df[col])
+    ok = (df["OP Type"].str.strip() != "") & (df["Count"] >= 0) & (df["Total Time(us)"] >= 0)
+    table = df[ok].reset_index(drop=True)
+    return ParseResult(str(path), NAME, tables={"op_statistic": table}, records=len(table),
+                       malformed=skipped + int((~ok).sum()),
+                       notes=[f"{len(table)} op type(s), {table['Total Time(us)'].sum():.6g} us in total"])
+
+
+register_parser(Parser(NAME, DESCRIPTION, detect, parse))

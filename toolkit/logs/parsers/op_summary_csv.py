@@ -1,0 +1,53 @@
+"""The device profiler's op_summary CSV (GUIDE §4), also as written by ``npuscope profile`` / ``parse-log``.
+
+Detected by a header holding ``Op Name`` and ``Task Duration(us)``. Columns of
+:data:`toolkit.profile.optable.OP_SUMMARY_COLUMNS` are read (others, e.g. the real profiler's aicore_time(us),
+are ignored); numbers may carry whitespace. A file without a ``Time Kind`` column is a real device's profile
+(Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
+
+Malformed rows (counted, skipped): too many fields, no Op Name, or a Task Duration(us) that is missing,
+not a number or negative.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.profile.optable import (
+    NUMERIC_COLUMNS,
+    OP_SUMMARY_COLUMNS,
+    op_summary_frame,
+)
+
+NAME = "op_summary_csv"
+DESCRIPTION = "profiler op_summary CSV (Op Name, OP Type, Task Type, Task Start Time(us), Task Duration(us), ...)"
+
+
+def detect(path: Path, head: str) -> bool:
+    cols = set(header(head))
+    return "Op Name" in cols and "Task Duration(us)" in cols
+
+
+def parse(path: Path) -> ParseResult:
+    """Read an op_summary CSV (module docstring)."""
+    path = Path(path)
+    df, skipped = read_counted(path)
+    df = df[[c for c in OP_SUMMARY_COLUMNS if c in df.columns]].copy()
+    for col in NUMERIC_COLUMNS:
+        if col in df.columns:
+            df[col] = numeric(df[col])
+    notes = []
+    if "Time Kind" not in df.columns:
+        df["Time Kind"] = "device"
+        notes.append("no Time Kind column: read as a real device's profile (Time Kind 'device')")
+    df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device")
+    df["Source"] = df["Source"].replace("", path.name) if "Source" in df.columns else path.name
+    ok = (df["Op Name"].str.strip() != "") & (df["Task Duration(us)"] >= 0)
+    summary = op_summary_frame(df[ok])
+    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
+                       malformed=skipped + int((~ok).sum()), notes=notes)
+
+
+register_parser(Parser(NAME, DESCRIPTION, detect, parse))

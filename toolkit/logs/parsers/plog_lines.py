@@ -1,0 +1,124 @@
+"""plog lines: ``[LEVEL] MODULE(PID,PROCESS):YYYY-MM-DD-HH:MM:SS.mmm.uuu [file:line]message`` (GUIDE §4).
+
+Written by npuscope's own logger (toolkit.logs.plog) and by the device toolchain. Lines carry no per-op
+times, so ``op_summary`` is empty. Tables:
+
+- ``log_levels``: Level, Module, Count (every well-formed line, most frequent first);
+- ``log_messages``: Level, Module, PID, Process, Time, File, Line, Message of the first
+  :data:`MAX_MESSAGES` WARNING / ERROR lines (in file order).
+
+Blank lines are ignored; any other line that is not one plog record is malformed. The file is read in
+blocks of :data:`BLOCK_CHARS` characters with one multi-line regular expression per block (no per-line
+Python loop), so memory stays bounded for logs of millions of lines.
+
+Findings: ``log_errors`` (error) and ``log_warnings`` (info) per module, with the count and first message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+
+from toolkit.compiler.pipeline import Finding
+from toolkit.logs.detect import head_lines
+from toolkit.logs.plog import LINE_PATTERN, LINE_RE
+from toolkit.logs.registry import Parser, ParseResult, register_parser
+
+NAME = "plog"
+DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
+MAX_MESSAGES = 1000
+BLOCK_CHARS = 32 * 1024 * 1024
+MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "Time", "File", "Line", "Message"]
+DETECT_LINES = 5
+
+# one match per non-blank line: (level, module, "") for a plog record, ("", "", line) for anything else; the
+# rest of a record is validated, not captured
+_COUNT_RE = re.compile(
+    r"^(?:\[([A-Z]+)\] ([^(\n]+?)\(\d+,[^)\n]*\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[[^\]\n:]*:\d+\][^\n]*"
+    r"|([^\n]*\S[^\n]*))$", re.MULTILINE)
+_NOTABLE_RE = re.compile(r"^(?=\[(?:ERROR|WARNING)\] )" + LINE_PATTERN + r"$", re.MULTILINE)
+
+
+def detect(path: Path, head: str) -> bool:
+    """True when most of the first non-blank lines (up to 5) are plog records."""
+    lines = head_lines(head, DETECT_LINES)
+    good = sum(1 for ln in lines if LINE_RE.match(ln))
+    return bool(lines) and good * 2 > len(lines)
+
+
+def _blocks(path: Path):
+    """The file's text in blocks ending at a line end (the last block may end without one)."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        rest = ""
+        while True:
+            chunk = fh.read(BLOCK_CHARS)
+            if not chunk:
+                break
+            chunk = rest + chunk
+            cut = chunk.rfind("\n")
+            if cut < 0:
+                rest = chunk
+                continue
+            rest = chunk[cut + 1:]
+            yield chunk[:cut + 1]
+        if rest:
+            yield rest
+
+
+def _scan(path: Path) -> tuple[Counter, list[tuple], int]:
+    """(Counter of (level, module), the first WARNING/ERROR records, malformed line count)."""
+    counts, notable, bad = Counter(), [], 0
+    for block in _blocks(path):
+        block = block.replace("\r\n", "\n") if "\r" in block else block
+        found = Counter(_COUNT_RE.findall(block))
+        for (level, module, other), n in found.items():
+            if other:
+                bad += n
+            else:
+                counts[(level, module)] += n
+        if len(notable) < MAX_MESSAGES and ("[ERROR] " in block or "[WARNING] " in block):
+            for m in _NOTABLE_RE.finditer(block):
+                notable.append(m.groups())
+                if len(notable) >= MAX_MESSAGES:
+                    break
+    return counts, notable, bad
+
+
+def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[Finding]:
+    out = []
+    for level, kind, sev in (("ERROR", "log_errors", "error"), ("WARNING", "log_warnings", "info")):
+        for _, row in levels[levels["Level"] == level].iterrows():
+            first = messages[(messages["Level"] == level) & (messages["Module"] == row["Module"])]
+            ev = {"count": int(row["Count"]), "file": name}
+            if len(first):
+                ev["first"] = f"{first.iloc[0]['Time']} [{first.iloc[0]['File']}:{first.iloc[0]['Line']}]" \
+                              f"{first.iloc[0]['Message']}"[:300]
+            out.append(Finding(sev, kind, str(row["Module"]), ev,
+                               "read the first message and the lines before it in the log" if sev == "error"
+                               else "check whether the warnings matter for this run"))
+    return out
+
+
+def parse(path: Path) -> ParseResult:
+    """Read a plog file (module docstring). Never raises for bad lines."""
+    counts, notable, bad = _scan(Path(path))
+    good = sum(counts.values())
+    levels = pd.DataFrame([{"Level": lv, "Module": mod.strip(), "Count": n} for (lv, mod), n in counts.items()],
+                          columns=["Level", "Module", "Count"])
+    levels = levels.sort_values("Count", ascending=False, kind="stable").reset_index(drop=True)
+    messages = pd.DataFrame(notable, columns=MESSAGE_COLUMNS)
+    messages["Module"] = messages["Module"].str.strip()
+    messages["Message"] = messages["Message"].str.rstrip("\r")
+    notes = [f"{good} log line(s): " + ", ".join(f"{lv} {n}" for lv, n in
+                                                  levels.groupby("Level", sort=False)["Count"].sum().items())]
+    if len(notable) >= MAX_MESSAGES:
+        notes.append(f"log_messages keeps the first {MAX_MESSAGES} WARNING/ERROR lines")
+    return ParseResult(str(path), NAME, tables={"log_levels": levels, "log_messages": messages}, records=good,
+                       malformed=bad, notes=notes,
+                       findings=_findings(levels, messages, Path(path).name))
+
+
+register_parser(Parser(NAME, DESCRIPTION, detect, parse))

@@ -1,0 +1,138 @@
+"""npuscope's logger: plog-style lines, levels and destination chosen by environment variables.
+
+Line format (GUIDE §4, the device toolchain's plog format)::
+
+    [LEVEL] MODULE(PID,PROCESS):YYYY-MM-DD-HH:MM:SS.mmm.uuu [file:line]message
+
+LEVEL is DEBUG, INFO, WARNING or ERROR (Python's CRITICAL is written as ERROR, as plog has no such level);
+MODULE is the logger name below ``npuscope.`` in upper case (``npuscope.compiler`` → ``COMPILER``, dots become
+``_``); PID the process id; PROCESS ``npuscope``; the time is local time with milliseconds and microseconds;
+file:line is the Python source that logged. A record is always one line: newlines inside the message or a
+traceback are written as the two characters ``\\n``.
+
+Environment (read by :func:`setup_logging`, which the CLI calls once per command):
+
+- ``NPUSCOPE_LOG_LEVEL``: 0 debug, 1 info, 2 warning, 3 error (default), 4 none. Any other value raises
+  :class:`toolkit.errors.ConfigError` (exit code 2).
+- ``NPUSCOPE_LOG_TO_STDOUT``: ``1`` (or true/yes/on) writes log lines to stdout; otherwise they go to stderr.
+- ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+
+from toolkit.errors import ConfigError
+
+ENV_LEVEL = "NPUSCOPE_LOG_LEVEL"
+ENV_STDOUT = "NPUSCOPE_LOG_TO_STDOUT"
+ENV_FILE = "NPUSCOPE_LOG_FILE"
+ROOT = "npuscope"
+DEFAULT_LEVEL = 3
+#: NPUSCOPE_LOG_LEVEL value -> Python logging level (4: nothing is written).
+LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERROR, 4: logging.CRITICAL + 10}
+LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING", logging.ERROR: "ERROR",
+               logging.CRITICAL: "ERROR"}
+_TRUE = {"1", "true", "yes", "on"}
+_MODULE_UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
+
+#: One plog line; groups level, module, pid, process, time, file, line, message. Also reads the device
+#: toolchain's own plog lines (any upper-case level such as EVENT or TRACE).
+LINE_PATTERN = (r"\[(?P<level>[A-Z]+)\] (?P<module>[^(\n]+?)\((?P<pid>\d+),(?P<process>[^)\n]*)\):"
+                r"(?P<time>\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3}) \[(?P<file>[^\]\n:]*):(?P<line>\d+)\]"
+                r"(?P<message>[^\n]*)")
+LINE_RE = re.compile(LINE_PATTERN + r"$")
+
+
+def plog_time(created: float) -> str:
+    """``YYYY-MM-DD-HH:MM:SS.mmm.uuu`` (local time) of a POSIX timestamp in seconds."""
+    micros = round(created * 1_000_000) % 1_000_000
+    return time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime(int(created))) + f".{micros // 1000:03d}.{micros % 1000:03d}"
+
+
+def module_name(logger_name: str) -> str:
+    """MODULE of a logger name: the part below ``npuscope.``, upper case, unsafe characters as '_'."""
+    name = logger_name[len(ROOT) + 1:] if logger_name.startswith(ROOT + ".") else logger_name
+    return _MODULE_UNSAFE.sub("_", name).strip("_").upper() or "NPUSCOPE"
+
+
+class PlogFormatter(logging.Formatter):
+    """Formats a LogRecord as one plog line (module docstring); ``process`` is the PROCESS field."""
+
+    def __init__(self, process: str = "npuscope"):
+        super().__init__()
+        self.process = _MODULE_UNSAFE.sub("_", process) or "npuscope"
+
+    def format(self, record: logging.LogRecord) -> str:
+        msg = record.getMessage()
+        if record.exc_info:
+            msg = f"{msg}\n{self.formatException(record.exc_info)}"
+        if record.stack_info:
+            msg = f"{msg}\n{self.formatStack(record.stack_info)}"
+        msg = msg.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+        level = LEVEL_NAMES.get(record.levelno, "ERROR" if record.levelno > logging.ERROR else "DEBUG")
+        return (f"[{level}] {module_name(record.name)}({record.process},{self.process}):{plog_time(record.created)} "
+                f"[{record.filename}:{record.lineno}]{msg}")
+
+
+def level_from_env(environ=None) -> int:
+    """The Python logging level NPUSCOPE_LOG_LEVEL asks for (default 3: errors only).
+
+    Raises:
+        ConfigError: the value is not one of 0, 1, 2, 3, 4.
+    """
+    raw = (environ if environ is not None else os.environ).get(ENV_LEVEL, "").strip()
+    if not raw:
+        return LEVELS[DEFAULT_LEVEL]
+    if raw not in {str(k) for k in LEVELS}:
+        raise ConfigError(f"{ENV_LEVEL}={raw!r} is not a log level; use 0 debug, 1 info, 2 warning, 3 error "
+                          "(default) or 4 none, or unset it")
+    return LEVELS[int(raw)]
+
+
+def _handler(environ) -> logging.Handler:
+    path = environ.get(ENV_FILE, "").strip()
+    if path:
+        try:
+            return logging.FileHandler(path, mode="a", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{ENV_FILE}={path!r}: cannot open the log file ({exc.strerror}); "
+                              "give a writable path or unset it") from None
+    to_stdout = environ.get(ENV_STDOUT, "").strip().lower() in _TRUE
+    return logging.StreamHandler(sys.stdout if to_stdout else sys.stderr)
+
+
+def setup_logging(environ=None, process: str = "npuscope") -> logging.Logger:
+    """Configure the ``npuscope`` logger from the environment (module docstring) and return it.
+
+    Idempotent: a handler installed by an earlier call is replaced. Records do not propagate to the root
+    logger. ``environ`` defaults to ``os.environ``.
+
+    Raises:
+        ConfigError: NPUSCOPE_LOG_LEVEL has an invalid value, or NPUSCOPE_LOG_FILE cannot be opened.
+    """
+    environ = os.environ if environ is None else environ
+    level = level_from_env(environ)
+    logger = logging.getLogger(ROOT)
+    for h in [h for h in logger.handlers if getattr(h, "_npuscope", False)]:
+        logger.removeHandler(h)
+        h.close()
+    logger.setLevel(level)
+    logger.propagate = False
+    if level <= logging.CRITICAL:
+        handler = _handler(environ)
+        handler._npuscope = True
+        handler.setFormatter(PlogFormatter(process))
+        logger.addHandler(handler)
+    return logger
+
+
+def get_logger(module: str) -> logging.Logger:
+    """The logger of one npuscope module, e.g. ``get_logger("compiler")`` → ``npuscope.compiler``
+    (MODULE ``COMPILER`` in the lines)."""
+    module = module[len(ROOT) + 1:] if module.startswith(ROOT + ".") else module
+    return logging.getLogger(f"{ROOT}.{module}" if module and module != ROOT else ROOT)

@@ -1,0 +1,240 @@
+"""``npuscope parse-log FILE...``: detect each file's format, parse it, merge everything into one op summary,
+write CSV/JSON and profile.html.
+
+Files written into the output folder (new or empty; default ``reports/<first file>-parse-log-<time>/``):
+
+- ``op_summary.csv``: all per-task rows, columns toolkit.profile.optable.OP_SUMMARY_COLUMNS (Source = file);
+- ``op_statistic.csv``: toolkit.profile.optable.op_statistic of that summary; when no file had per-task rows
+  but op_statistic CSVs were read, their rows merged per (OP Type, Core Type);
+- ``<table>.csv`` for every other table a parser produced (log_levels, log_messages, compile_passes,
+  fusion_decisions, fusion_counts, ort_sessions, ...), rows of all files with a leading ``File`` column;
+- ``findings.json`` and ``parse_summary.json`` (files with detected format, status, records, malformed and
+  notes; skipped files and why; totals; findings);
+- ``profile.html`` (toolkit.report.profile_html.render_profile) unless ``html=False``.
+
+Decisions: a directory argument means the files directly inside it. A path that does not exist is an
+InputError at once. A file no parser recognises (empty, binary, unknown format) or whose parser fails is
+*skipped* — listed in parse_summary.json, the HTML meta and the summary lines — as long as another file was
+parsed; when no file could be parsed, an InputError names each file, why, and the formats supported (exit
+code 1). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from toolkit.artifacts import output_dir
+from toolkit.compiler.pipeline import Finding
+from toolkit.errors import InputError, UsageError
+from toolkit.logs.detect import detect_format
+from toolkit.logs.findings import op_summary_findings
+from toolkit.logs.registry import ParseResult, parsers
+from toolkit.profile.optable import OP_STATISTIC_COLUMNS, op_statistic, op_summary_frame
+from toolkit.report.csvjson import _dumps, atomic_write_text
+
+REPORTS_DIR = Path("reports")
+_log = logging.getLogger("npuscope.logs")
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+def expand(files: list[str]) -> list[Path]:
+    """Paths to read: files as given, directories replaced by the (non-hidden) files directly inside them.
+
+    Raises:
+        UsageError: no FILE given.
+        InputError: a path does not exist.
+    """
+    if not files:
+        raise UsageError("parse-log needs at least one FILE (a log, profile CSV/JSON or a report folder)")
+    out = []
+    for f in files:
+        p = Path(f)
+        if not p.exists():
+            raise InputError(f"'{f}' does not exist; give a log, profile CSV/JSON file or a folder of them")
+        out.extend(sorted(c for c in p.iterdir() if c.is_file() and not c.name.startswith(".")) if p.is_dir() else [p])
+    return out
+
+
+def read_file(path: Path) -> tuple[ParseResult | None, str]:
+    """(result, "") for a parsed file, (None, reason) for a skipped one. Never raises for file content."""
+    det = detect_format(path)
+    if det.parser is None:
+        _log.warning("%s: skipped (%s)", path, det.reason)
+        return None, det.reason
+    try:
+        res = det.parser.parse(path)
+    except Exception as exc:  # noqa: BLE001 - one unreadable file must not sink the others
+        _log.warning("parser %s failed on %s: %s: %s", det.parser.name, path, type(exc).__name__, exc, exc_info=True)
+        return None, f"{det.parser.name} could not read it ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+    _log.info("%s: %s, %d record(s), %d malformed, %d op row(s)", path, res.format, res.records, res.malformed,
+              len(res.op_summary))
+    if res.records == 0 and res.malformed > 0:
+        return res, f"{det.parser.name}: no readable record, {res.malformed} malformed"
+    return res, ""
+
+
+def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """op_statistic rows of several files merged per (OP Type, Core Type): counts and totals summed, min/max
+    kept, Avg = Total / Count, Ratio(%) recomputed over the merged table."""
+    df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
+    if df.empty:
+        return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
+    g = df.groupby(["OP Type", "Core Type"], sort=False).agg(
+        **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
+           "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
+    g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
+    total = g["Total Time(us)"].sum()
+    g["Ratio(%)"] = g["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
+    return g[OP_STATISTIC_COLUMNS].sort_values("Total Time(us)", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def merge_tables(results: list[ParseResult]) -> dict[str, pd.DataFrame]:
+    """Every non-op-statistic table, rows of all files concatenated, with a leading File column."""
+    by_name: dict[str, list[pd.DataFrame]] = {}
+    for r in results:
+        for name, df in r.tables.items():
+            if name != "op_statistic" and df is not None and len(df):
+                by_name.setdefault(name, []).append(df.assign(File=Path(r.path).name))
+    out = {}
+    for name, dfs in by_name.items():
+        df = pd.concat(dfs, ignore_index=True)
+        out[name] = df[["File"] + [c for c in df.columns if c != "File"]]
+    return out
+
+
+def _file_entry(path: Path, res: ParseResult | None, reason: str) -> dict:
+    entry = {"path": str(path), "format": res.format if res else None,
+             "status": "skipped" if reason else "parsed", "reason": reason,
+             "records": res.records if res else 0, "malformed": res.malformed if res else 0,
+             "rows": len(res.op_summary) if res else 0, "notes": list(res.notes) if res else []}
+    return entry
+
+
+def _no_input_error(entries: list[dict]) -> InputError:
+    formats = ", ".join(p.name for p in parsers())
+    what = "; ".join(f"'{e['path']}': {e['reason']}" for e in entries[:5])
+    more = f" (and {len(entries) - 5} more)" if len(entries) > 5 else ""
+    return InputError(f"nothing could be parsed: {what}{more}; parse-log reads {formats}")
+
+
+def _file_findings(entries: list[dict]) -> list[Finding]:
+    out = []
+    for e in entries:
+        name = Path(e["path"]).name
+        if e["malformed"]:
+            out.append(Finding("warning", "malformed_input", name, {"format": e["format"], "malformed": e["malformed"],
+                                                                     "records": e["records"]},
+                               "malformed records were skipped; check the file was not truncated or edited"))
+        if e["status"] == "skipped":
+            out.append(Finding("info", "file_skipped", name, {"reason": e["reason"]},
+                               "give a supported file (see npuscope parse-log --help)"))
+    return out
+
+
+def collect(paths: list[Path], progress=_noop) -> dict:
+    """Parse every path; returns {"entries", "results", "summary" (op summary), "statistic", "tables",
+    "findings"}. Raises InputError when no file could be parsed."""
+    entries, results = [], []
+    for p in paths:
+        progress(f"reading {p}")
+        res, reason = read_file(p)
+        entries.append(_file_entry(p, res, reason))
+        if res is not None and not reason:
+            results.append(res)
+    if not results:
+        raise _no_input_error(entries)
+    frames = [r.op_summary for r in results if len(r.op_summary)]
+    summary = op_summary_frame(pd.concat(frames, ignore_index=True)) if frames else op_summary_frame([])
+    stats = [r.tables["op_statistic"] for r in results if "op_statistic" in r.tables]
+    statistic = op_statistic(summary) if len(summary) or not stats else merge_statistics(stats)
+    findings = [f for r in results for f in r.findings] + op_summary_findings(summary) + _file_findings(entries)
+    return {"entries": entries, "results": results, "summary": summary, "statistic": statistic,
+            "tables": merge_tables(results), "findings": findings}
+
+
+def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
+    atomic_write_text(folder / name, df.to_csv(index=False, lineterminator="\n"))
+    return name
+
+
+def _meta(data: dict) -> dict:
+    entries = data["entries"]
+    parsed = [e for e in entries if e["status"] == "parsed"]
+    meta = {"files parsed": ", ".join(f"{Path(e['path']).name} ({e['format']})" for e in parsed),
+            "op summary rows": f"{len(data['summary']):,}",
+            "malformed records skipped": ", ".join(f"{Path(e['path']).name}: {e['malformed']}" for e in entries) or "0"}
+    skipped = [e for e in entries if e["status"] == "skipped"]
+    if skipped:
+        meta["files skipped"] = "; ".join(f"{Path(e['path']).name}: {e['reason']}" for e in skipped)
+    return meta
+
+
+def write_outputs(folder: Path, data: dict, html: bool) -> dict[str, str]:
+    """Write the files of the module docstring into ``folder``; returns {label: file name}."""
+    files = {"op_summary": _csv(folder, "op_summary.csv", data["summary"]),
+             "op_statistic": _csv(folder, "op_statistic.csv", data["statistic"])}
+    for name, df in data["tables"].items():
+        files[name] = _csv(folder, f"{name}.csv", df)
+    atomic_write_text(folder / "findings.json", _dumps([f.to_dict() for f in data["findings"]]))
+    files["findings"] = "findings.json"
+    files["parse_summary"] = "parse_summary.json"
+    if html:
+        from toolkit.report.profile_html import render_profile
+
+        names = ", ".join(Path(e["path"]).name for e in data["entries"] if e["status"] == "parsed")
+        tables = dict(data["tables"])
+        if data["summary"].empty and len(data["statistic"]):
+            tables = {"op_statistic (read from file)": data["statistic"], **tables}
+        files["report"] = render_profile(folder, title=f"npuscope parse-log: {names[:120]}",
+                                         op_summary=data["summary"], findings=data["findings"], meta=_meta(data),
+                                         tables=tables).name
+    entries = data["entries"]
+    summary = {"files": entries, "formats": sorted({e["format"] for e in entries if e["status"] == "parsed"}),
+               "rows": len(data["summary"]), "malformed": sum(e["malformed"] for e in entries),
+               "skipped": [{"path": e["path"], "reason": e["reason"]} for e in entries if e["status"] == "skipped"],
+               "outputs": files, "findings": [f.to_dict() for f in data["findings"]]}
+    atomic_write_text(folder / "parse_summary.json", _dumps(summary))
+    return files
+
+
+def _summary_lines(data: dict, folder: Path, files: dict) -> list[str]:
+    lines = []
+    for e in data["entries"]:
+        if e["status"] == "parsed":
+            lines.append(f"{e['path']}: {e['format']}, {e['records']:,} record(s), {e['malformed']:,} malformed"
+                         + (f", {e['rows']:,} op row(s)" if e["rows"] else ""))
+        else:
+            lines.append(f"{e['path']}: skipped ({e['reason']})")
+    kinds = data["summary"]["Time Kind"].value_counts()
+    lines.append(f"op summary: {len(data['summary']):,} row(s)"
+                 + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")" if len(kinds) else ""))
+    for f in [f for f in data["findings"] if f.severity in ("error", "warning")][:5]:
+        lines.append(f"  {f.severity}: {f.kind} {f.subject}")
+    lines.append(f"report: {(folder / files.get('report', 'parse_summary.json')).resolve()}")
+    return lines
+
+
+def parse_log_command(files: list[str], *, out: str | None = None, html: bool = True, progress=_noop) -> dict:
+    """Parse ``files`` (module docstring) and write the outputs.
+
+    Returns {"summary": terminal lines, "out": folder, "files": {label: file name}, "parsed": n files parsed,
+    "skipped": n skipped, "malformed": total malformed records}.
+
+    Raises:
+        UsageError: no FILE, or ``out`` is not a new or empty folder.
+        InputError: a path does not exist, or no file could be parsed.
+    """
+    paths = expand(files)
+    data = collect(paths, progress)
+    with output_dir(out, REPORTS_DIR, f"{paths[0].stem}-parse-log") as folder:
+        progress(f"writing {folder}")
+        written = write_outputs(folder, data, html)
+    parsed = sum(e["status"] == "parsed" for e in data["entries"])
+    return {"summary": _summary_lines(data, folder, written), "out": folder, "files": written, "parsed": parsed,
+            "skipped": len(data["entries"]) - parsed, "malformed": sum(e["malformed"] for e in data["entries"])}

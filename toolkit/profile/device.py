@@ -1,0 +1,157 @@
+"""Device profiles: the figures the cost model (toolkit.profile.cost) turns FLOPs and bytes into time.
+
+A profile is a JSON object with the fields of :class:`DeviceProfile`. Two are built in
+(``toolkit/profile/devices/*.json``): ``atlas300i_pro`` (an inference card, the default) and ``ascend910``
+(a training card). Each built-in says in its ``source`` object where every figure comes from: a vendor's
+published peak, a value derived from published ones, or a labelled assumption to measure and override.
+
+A user profile is a ``.json`` file with every field, or with ``"base": "<built-in name>"`` and only the
+fields it changes::
+
+    {"base": "atlas300i_pro", "name": "my-card", "launch_overhead_us": 6.5, "host_gflops": 20}
+
+Units: TFLOPS = 1e12 floating-point operations per second; GB/s = 1e9 bytes per second; µs.
+Errors are :class:`toolkit.errors.ConfigError` with one line naming the file, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.config import suggest
+from toolkit.errors import ConfigError
+
+DEVICES_DIR = Path(__file__).with_name("devices")
+DEFAULT_DEVICE = "atlas300i_pro"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """Throughputs, bandwidths and fixed costs of a simulated device and its host.
+
+    Attributes:
+        name: short name (built-in file stem or the user's).
+        description: one sentence.
+        cube_fp16_tflops / cube_fp32_tflops: cube (matrix) unit peak for FP16 / FP32 kernels, TFLOPS.
+        vector_fp16_tflops / vector_fp32_tflops: vector unit peak, TFLOPS.
+        memory_bandwidth_gbps: device memory bandwidth, GB/s.
+        launch_overhead_us: fixed cost added to every device kernel (task launch), µs.
+        h2d_bandwidth_gbps / d2h_bandwidth_gbps: host-to-device / device-to-host copy bandwidth, GB/s.
+        host_device_latency_us: fixed cost of one copy, µs.
+        host_gflops: host CPU FP32 throughput for CPU-placed ops, GFLOPS.
+        host_memory_bandwidth_gbps: host memory bandwidth for CPU-placed ops, GB/s.
+        host_op_overhead_us: fixed cost of one CPU-placed op, µs.
+        unsupported_ops: ONNX op types this device cannot run (they fall back to the CPU).
+        source: {field: where the figure comes from}.
+    """
+
+    name: str
+    description: str
+    cube_fp16_tflops: float
+    cube_fp32_tflops: float
+    vector_fp16_tflops: float
+    vector_fp32_tflops: float
+    memory_bandwidth_gbps: float
+    launch_overhead_us: float
+    h2d_bandwidth_gbps: float
+    d2h_bandwidth_gbps: float
+    host_device_latency_us: float
+    host_gflops: float
+    host_memory_bandwidth_gbps: float
+    host_op_overhead_us: float
+    unsupported_ops: tuple[str, ...] = ()
+    source: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["unsupported_ops"] = list(self.unsupported_ops)
+        return d
+
+
+#: Numeric fields: rates must be > 0, fixed costs >= 0.
+RATE_FIELDS = ("cube_fp16_tflops", "cube_fp32_tflops", "vector_fp16_tflops", "vector_fp32_tflops",
+               "memory_bandwidth_gbps", "h2d_bandwidth_gbps", "d2h_bandwidth_gbps", "host_gflops",
+               "host_memory_bandwidth_gbps")
+COST_FIELDS = ("launch_overhead_us", "host_device_latency_us", "host_op_overhead_us")
+FIELDS = tuple(f.name for f in dataclasses.fields(DeviceProfile))
+
+
+def builtin_devices() -> list[str]:
+    """Names of the built-in profiles (sorted)."""
+    return sorted(p.stem for p in DEVICES_DIR.glob("*.json"))
+
+
+def load_device(spec: str | Path | None = None) -> DeviceProfile:
+    """The profile named ``spec``: a built-in name, a ``.json`` file, or ``None`` for :data:`DEFAULT_DEVICE`.
+
+    Raises:
+        ConfigError: unknown name, unreadable or invalid JSON, unknown/missing field, value out of range.
+    """
+    spec = DEFAULT_DEVICE if spec is None else str(spec)
+    if spec in builtin_devices():
+        return _from_file(DEVICES_DIR / f"{spec}.json")
+    p = Path(spec)
+    if p.suffix.lower() != ".json":
+        raise ConfigError(f"--device '{spec}' is neither a built-in device{suggest(spec, builtin_devices())} "
+                          "nor a .json file")
+    if not p.is_file():
+        raise ConfigError(f"device file '{p}' does not exist; give a built-in name ({', '.join(builtin_devices())}) "
+                          "or an existing .json file")
+    return _from_file(p)
+
+
+def _from_file(path: Path) -> DeviceProfile:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"device file '{path}' cannot be read ({exc}); save it as UTF-8 JSON") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"device file '{path}' must hold a JSON object of fields, got {type(data).__name__}")
+    return device_from_dict(data, where=f"device file '{path}'")
+
+
+def device_from_dict(data: dict, where: str = "device") -> DeviceProfile:
+    """Build and validate a profile from a dict (``base`` merges a built-in first). Raises ConfigError."""
+    data = dict(data)
+    base = data.pop("base", None)
+    if base is not None:
+        if base not in builtin_devices():
+            raise ConfigError(f"{where}: base '{base}' is not a built-in device{suggest(str(base), builtin_devices())}")
+        merged = load_device(base).to_dict()
+        merged["source"] = {**merged["source"], **{k: f"overridden in {where}" for k in data if k in FIELDS}}
+        merged.update(data)
+        data = merged
+    for key in data:
+        if key not in FIELDS:
+            raise ConfigError(f"{where}: unknown field '{key}'{suggest(key, FIELDS)}")
+    missing = [f for f in FIELDS if f not in data and f not in ("unsupported_ops", "source", "description")]
+    if missing:
+        raise ConfigError(f"{where}: missing field(s) {', '.join(missing)}; give them or start from "
+                          f"\"base\": \"{DEFAULT_DEVICE}\"")
+    _check_values(data, where)
+    data["unsupported_ops"] = tuple(data.get("unsupported_ops", ()))
+    data.setdefault("description", "")
+    data.setdefault("source", {})
+    return DeviceProfile(**data)
+
+
+def _check_values(data: dict, where: str) -> None:
+    if not isinstance(data["name"], str) or not data["name"].strip():
+        raise ConfigError(f"{where}: name must be a non-empty string")
+    for name in RATE_FIELDS + COST_FIELDS:
+        val = data[name]
+        ok = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
+        if not ok or val < 0 or (name in RATE_FIELDS and val == 0):
+            want = "a positive number" if name in RATE_FIELDS else "a number >= 0"
+            raise ConfigError(f"{where}: {name} = {val!r}; expected {want} (units: see docs/profile.md)")
+    ops = data.get("unsupported_ops", [])
+    if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) for o in ops):
+        raise ConfigError(f"{where}: unsupported_ops must be a list of ONNX op type names")
+    if not isinstance(data.get("source", {}), dict):
+        raise ConfigError(f"{where}: source must be an object {{field: where the figure comes from}}")

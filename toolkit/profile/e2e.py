@@ -1,0 +1,194 @@
+"""End to end: the user's pre- and post-processing, timed for real, around the simulated device schedule.
+
+``--pre file.py:fn`` names ``fn(request: int) -> feed`` (a dict {input name: array}, or one array for a
+single-input model); ``--post file.py:fn`` names ``fn(outputs: dict[str, np.ndarray]) -> anything``. Both are
+called once per request and timed with ``time.perf_counter`` on this host (TimeKind ``measured``); the
+device part is the simulated schedule of one request (TimeKind ``simulated``).
+
+Two schedules over N requests (toolkit.profile.schedule):
+
+- **serial**: one host thread runs pre(i), waits for the device work of request i, runs post(i), then
+  pre(i+1): latency = pre + device + post per request.
+- **pipelined**: a pre-processing thread (stream ``pre``) runs pre(i+1) while the device works on request i;
+  pre(i+1) may start once request i's first tasks (its input copies) have ended (a hand-over queue of depth
+  one). The inference thread (stream ``host``) runs CPU-placed ops and post-processing.
+
+Latency of request i = end of post(i) − start of pre(i); throughput = N / (end of the last task − start of the
+first) in requests per second. :func:`latency_table` gives columns Schedule, p50(ms), p90(ms), p99(ms),
+Throughput(req/s) (percentiles: numpy's linear interpolation).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from toolkit.errors import InputError
+from toolkit.profile.schedule import Task, offset_tasks, simulate
+
+LATENCY_COLUMNS = ["Schedule", "p50(ms)", "p90(ms)", "p99(ms)", "Throughput(req/s)"]
+BREAKDOWN_COLUMNS = ["Stage", "Ms", "TimeKind"]
+STAGE_NAMES = {"pre": "pre-processing", "h2d": "host-to-device", "device": "device", "d2h": "device-to-host",
+               "cpu": "CPU ops", "post": "post-processing"}
+
+
+# ---------------------------------------------------------------- loading user callables
+def load_callable(spec: str, option: str, default_fn: str) -> Callable:
+    """The function named by ``spec`` = ``file.py[:function]`` (default function ``default_fn``).
+
+    Raises:
+        InputError: empty spec, not a .py file, missing file, the module raises on import, no such function,
+            or the name is not callable. One line naming ``option`` and the fix.
+    """
+    if not spec or not str(spec).strip():
+        raise InputError(f"{option} is empty; give file.py:function")
+    path_text, sep, fn_name = str(spec).rpartition(":") if ".py:" in str(spec) else (str(spec), "", "")
+    fn_name = fn_name or default_fn
+    path = Path(path_text)
+    if path.suffix != ".py":
+        raise InputError(f"{option} '{spec}' is not file.py:function; e.g. {option} prepost.py:{default_fn}")
+    if not path.is_file():
+        raise InputError(f"{option} file '{path}' does not exist")
+    module = _import_file(path, option)
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise InputError(f"{option} file '{path}' defines no function '{fn_name}'")
+    if not callable(fn):
+        raise InputError(f"{option} '{path}:{fn_name}' is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _import_file(path: Path, option: str):
+    name = f"_npuscope_{option.strip('-')}_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling inside the user's module look themselves up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - the user's code: report, never crash
+        sys.modules.pop(name, None)
+        raise InputError(f"{option} file '{path}' raised {type(exc).__name__} on import: {_one_line(exc)}") from None
+    return module
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+# ---------------------------------------------------------------- timing for real
+@dataclass
+class Timed:
+    """Measured wall times (ms, one per request) and the last value returned."""
+
+    ms: list[float]
+    value: object
+
+
+def time_calls(fn: Callable, args: list, option: str) -> Timed:
+    """Call ``fn(*a)`` for each ``a`` in ``args``, timing each call (ms). Raises InputError if it raises."""
+    ms, value = [], None
+    for i, a in enumerate(args):
+        t0 = time.perf_counter()
+        try:
+            value = fn(*a)
+        except Exception as exc:  # noqa: BLE001
+            raise InputError(f"{option} raised {type(exc).__name__} on request {i}: {_one_line(exc)}") from None
+        ms.append((time.perf_counter() - t0) * 1e3)
+    return Timed(ms, value)
+
+
+def as_feed(value, input_names: list[str], option: str = "--pre") -> dict[str, np.ndarray]:
+    """A pre-processing result as a feed dict. Raises InputError for a wrong type or wrong keys."""
+    if isinstance(value, np.ndarray) and len(input_names) == 1:
+        return {input_names[0]: value}
+    if not isinstance(value, dict):
+        want = "a dict {input name: array}" + (" or one array" if len(input_names) == 1 else "")
+        raise InputError(f"{option} returned {type(value).__name__}; expected {want}")
+    missing = [n for n in input_names if n not in value]
+    if missing:
+        raise InputError(f"{option} returned keys {sorted(map(str, value))} but the model needs {missing}")
+    return {k: np.asarray(v) for k, v in value.items() if k in input_names}
+
+
+# ---------------------------------------------------------------- schedules over N requests
+def _roots(tasks: list[Task]) -> list[int]:
+    return [i for i, t in enumerate(tasks) if not t.deps]
+
+
+def request_tasks(device: list[Task], pre_ms: float, post_ms: float, mode: str) -> list[Task]:
+    """Tasks of one request: pre, the device tasks (roots made to wait for pre), post (after every device
+    task). Indices are local (pre = 0)."""
+    pre_stream = "pre" if mode == "pipelined" else "host"
+    out = [Task("pre-processing", pre_stream, pre_ms * 1e3, stage="pre")]
+    dev = offset_tasks(device, 1, 0)
+    for t in dev:
+        if not t.deps:
+            t.deps = [0]
+    out += dev
+    out.append(Task("post-processing", "host", post_ms * 1e3, list(range(1, len(out))), stage="post"))
+    return out
+
+
+def e2e_tasks(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str) -> list[Task]:
+    """All tasks of N requests in issue order (module docstring); ``mode`` 'serial' or 'pipelined'."""
+    tasks: list[Task] = []
+    prev_roots: list[int] = []
+    for i, (pre, post) in enumerate(zip(pre_ms, post_ms)):
+        base = len(tasks)
+        req = offset_tasks(request_tasks(device, pre, post, mode), base, i)
+        if mode == "pipelined" and prev_roots:
+            req[0].deps = list(prev_roots)
+        elif mode == "serial" and i:
+            req[0].deps = [base - 1]
+        prev_roots = [base + 1 + j for j in _roots(device)] or [base]
+        tasks += req
+    return tasks
+
+
+def run_e2e(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str) -> pd.DataFrame:
+    """Events of the N-request schedule (toolkit.profile.schedule.EVENT_COLUMNS)."""
+    return simulate(e2e_tasks(device, pre_ms, post_ms, mode))
+
+
+def request_latencies_ms(events: pd.DataFrame) -> np.ndarray:
+    """Per request: end of its last task − start of its first, ms."""
+    g = events.groupby("Request")
+    return ((g["EndUs"].max() - g["StartUs"].min()) / 1e3).to_numpy()
+
+
+def throughput(events: pd.DataFrame) -> float:
+    """Requests per second over the whole schedule."""
+    span = float(events["EndUs"].max() - events["StartUs"].min())
+    return events["Request"].nunique() / (span / 1e6) if span > 0 else float("inf")
+
+
+def latency_table(schedules: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per schedule: p50/p90/p99 latency (ms) and throughput (req/s)."""
+    rows = []
+    for name, ev in schedules.items():
+        lat = request_latencies_ms(ev)
+        p50, p90, p99 = np.percentile(lat, [50, 90, 99])
+        rows.append([name, p50, p90, p99, throughput(ev)])
+    return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
+
+
+def breakdown(device_events: pd.DataFrame, pre_ms: list[float] | None, post_ms: list[float] | None) -> pd.DataFrame:
+    """Per-request time per stage (ms): summed task durations of one request's device schedule (simulated)
+    and the mean measured pre/post time (measured). Stages that did not run are left out."""
+    rows = []
+    if pre_ms:
+        rows.append([STAGE_NAMES["pre"], float(np.mean(pre_ms)), "measured"])
+    sums = device_events.groupby("Stage")["DurationUs"].sum() / 1e3
+    for stage in ("h2d", "device", "d2h", "cpu"):
+        if stage in sums and (sums[stage] > 0 or stage == "device"):
+            rows.append([STAGE_NAMES[stage], float(sums[stage]), "simulated"])
+    if post_ms:
+        rows.append([STAGE_NAMES["post"], float(np.mean(post_ms)), "measured"])
+    return pd.DataFrame(rows, columns=BREAKDOWN_COLUMNS)
