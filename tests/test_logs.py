@@ -466,3 +466,27 @@ def test_breakdown_finding_pre_post_bottleneck():
     (f,) = breakdown_findings(b)
     assert f.kind == "pre_post_bottleneck" and f.evidence == {"pre_post_ms": 4.0, "device_ms": 2.0}
     assert breakdown_findings(b.assign(Ms=[1.0, 0.5, 2.0, 0.5, 0.5])) == []
+
+
+def test_compile_progress_reaches_the_log_at_info_and_details_at_debug(tmp_path):
+    """NPUSCOPE_LOG_LEVEL=1 shows one plog line per compiler pass with its op counts; level 0 adds each pass's
+    detail lines (fusion matches, placement decisions); level 3 (default) shows none of them."""
+    import subprocess
+    import sys
+
+    def lines(level):
+        env = {**__import__("os").environ, "NPUSCOPE_LOG_LEVEL": str(level), "NPUSCOPE_LOG_TO_STDOUT": "0"}
+        out = subprocess.run([sys.executable, "-m", "toolkit", "compile", "resnet_small", "--out",
+                              str(tmp_path / f"c{level}")], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return [plog.LINE_RE.match(ln) for ln in out.stderr.splitlines() if "COMPILER(" in ln]
+
+    info = lines(1)
+    assert info and all(m is not None for m in info)
+    passes = [m["message"].split("]")[0].lstrip("[") for m in info if m["level"] == "INFO"]
+    from toolkit.compiler.pipeline import PASS_ORDER
+    assert passes == list(PASS_ORDER)
+    assert any("buffer_fusion" in m["message"] and "ops " in m["message"] for m in info)
+    debug = lines(0)
+    assert any(m["level"] == "DEBUG" and m["message"].startswith("[buffer_fusion]") for m in debug)
+    assert lines(3) == []

@@ -267,6 +267,20 @@ def recompile_precision(compiled: CompileResult, config: Config) -> CompileResul
                          (time.perf_counter() - t0) * 1e3, stage=base)
 
 
+def _log_pass(p: PassLog) -> None:
+    """The pass's compile-log lines through the ``npuscope.compiler`` logger (INFO: the summary line with op
+    counts; DEBUG: each detail line, e.g. every fusion match and placement decision), so NPUSCOPE_LOG_LEVEL=1
+    shows the compile as it happens (toolkit.logs.plog)."""
+    log = logging.getLogger("npuscope.compiler")
+    if not log.isEnabledFor(logging.INFO):
+        return
+    state = f"ran, {p.changed} change(s)" if p.ran else f"skipped ({p.reason})"
+    log.info("[%s] %s; ops %d -> %d; kernels %d; %.1f ms", p.name, state, p.ops_before, p.ops_after,
+             p.kernels_after, p.ms)
+    for line in p.log:
+        log.debug("[%s] %s", p.name, line)
+
+
 def _run_passes(ctx, config, names, disabled):
     logs = []
     for name in names:
@@ -292,6 +306,7 @@ def _run_passes(ctx, config, names, disabled):
         ctx.provided.update(info.provides)
         logs.append(PassLog(name, not reason, reason, before, len(ctx.graph.nodes), len(ctx.kernels),
                             res.changed, (time.perf_counter() - ts) * 1e3, res.log))
+        _log_pass(logs[-1])
         if name == "partition":
             import copy
             import dataclasses
