@@ -58,8 +58,9 @@ def cli(verbose, quiet):
     """npuscope: compile ONNX models for a simulated NPU, run them in mixed precision next to an FP32
     onnxruntime reference, and find where and why accuracy is lost.
 
-    MODEL may be a file, a bundled sample (resnet_small, transformer_block, detector_head) or a zoo name
-    (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on first use)."""
+    MODEL may be a file, a bundled sample (resnet_small, transformer_block, detector_head, transformer_seq,
+    transformer_seq_masked) or a zoo name (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on
+    first use)."""
     from toolkit.runtime.ort_env import enable_global_thread_pool
 
     from toolkit.logs.plog import setup_logging
