@@ -71,6 +71,27 @@ def test_valid_run_succeeds(ws):
     assert (ws / "out" / "outputs.npz").is_file()
 
 
+@pytest.mark.parametrize("case", ["existing_file", "non_empty_folder", "same_as_out"])
+def test_unusable_dump_folder_is_refused_before_any_work(ws, case):
+    """Kind: a --dump target the run cannot write. Refused with one line (exit 2) before compiling; the
+    user's file or folder is left as it was and no report folder is created."""
+    if case == "existing_file":
+        (ws / "afile").write_text("mine")
+        dump, out = "afile", "o"
+    elif case == "non_empty_folder":
+        (ws / "d").mkdir()
+        (ws / "d" / "keep.txt").write_text("mine")
+        dump, out = "d", "o"
+    else:
+        dump = out = "o6"
+    proc = npuscope("run", "model.onnx", "--inputs", "model.npz", "--dump", dump, "--out", out, cwd=ws)
+    assert_one_line_error(proc, 2, "--dump", out=ws / out)
+    if case == "existing_file":
+        assert (ws / "afile").read_text() == "mine"
+    if case == "non_empty_folder":
+        assert [p.name for p in (ws / "d").iterdir()] == ["keep.txt"]
+
+
 # ------------------------------------------------------------------ model files
 def test_missing_model_file(ws):
     proc = npuscope("run", "nothere.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
@@ -396,3 +417,22 @@ def test_bad_input_prints_nothing_but_the_error_line(ws):
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == error_lines(proc.stderr), proc.stderr
+
+
+@pytest.mark.parametrize("text,expect", [('{"precision_mode": "force_fp32"}', "force_fp32"),
+                                         ('precision_mode = "force_fp16"', "force_fp16")])
+def test_config_from_a_pipe_is_read_as_json_or_toml(tmp_path, text, expect):
+    """--config <(echo ...) hands us a pipe with no suffix: it is read (JSON first, else TOML), not refused as
+    'does not exist'."""
+    import threading
+
+    from toolkit.config import Config
+
+    fifo = tmp_path / "cfg"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(text))
+    writer.start()
+    try:
+        assert Config.load(str(fifo)).precision_mode == expect
+    finally:
+        writer.join(timeout=10)

@@ -26,7 +26,7 @@ from toolkit.dumps import compare_dumps
 from toolkit.dumps.entry import DumpReadError, read_npy
 from toolkit.dumps.names import choose_convention, parse_device, parse_onnx_golden
 from toolkit.dumps.readers import SideSpec
-from toolkit.errors import UsageError, UserError
+from toolkit.errors import InputError, UsageError, UserError
 
 TIMEOUT_S = 300
 T0 = 1_700_000_000_000_000  # 16-digit µs timestamps, as on the device
@@ -307,6 +307,27 @@ def test_dtype_mismatch_is_a_row(tmp_path):
     assert row(df, "sm_4")["CompareFailReason"].startswith("dtype class mismatch")
 
 
+@pytest.mark.parametrize("spoil", ["all_misshaped", "disjoint_names"])
+def test_nothing_compared_fails_the_verdict(tmp_path, spoil):
+    """Kind: a verdict resting on nothing. Whether every pair is mis-shaped or the two sides share no name,
+    zero compared tensors is FAIL, never PASS/WARN with exit 0."""
+    x = feed()
+    gold = golden_values(x)
+    g = write_onnx_golden(tmp_path / "golden", gold)
+    if spoil == "all_misshaped":
+        t = write_device(tmp_path / "device", {k: np.zeros(np.asarray(v).size + 1, np.float16)
+                                               for k, v in gold.items()})
+    else:
+        t = tmp_path / "device"
+        t.mkdir()
+        for i, (name, op, tensor) in enumerate(NODES):
+            np.save(t / device_name(i, f"other_{name}", op), np.asarray(gold[tensor]).astype(np.float16))
+    diag = compare_dumps(side(g, "golden"), side(t, "target"))
+    assert not (diag.table["CompareFailReason"] == "").any()
+    assert diag.summary["verdict"] == "FAIL"
+    assert "no tensor could be compared" in diag.summary["reasons"][0]
+
+
 # ------------------------------------------------------------------------------------------ bad inputs
 def test_bad_inputs_are_one_line_errors(tmp_path):
     x = feed()
@@ -364,6 +385,16 @@ def test_polygraphy_json_without_polygraphy_is_refused(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "polygraphy.comparator", None)  # import fails as if not installed
     with pytest.raises(UserError, match=r"needs polygraphy: pip install 'npuscope\[dumps\]'"):
         compare_dumps(side(tmp_path / "out.json", "golden"), side(tmp_path / "out.json", "target"))
+
+
+@pytest.mark.parametrize("content", [b"", b"   \n", b"\x93NUMPY\x01\x00", b"hello"])
+def test_a_file_that_is_not_json_is_named_as_such(tmp_path, content):
+    """Kind: a file given where a dump folder or a RunResults JSON is expected, that is neither. The error says
+    what the file is, not that polygraphy is needed to read it."""
+    (tmp_path / "afile").write_bytes(content)
+    g = write_onnx_golden(tmp_path / "golden", golden_values(feed()))
+    with pytest.raises(InputError, match=r"is (an empty file|not JSON); give a folder of \.npy dumps"):
+        compare_dumps(side(g, "golden"), side(tmp_path / "afile", "target"))
 
 
 # ------------------------------------------------------------------------------------ Polygraphy and the CLI

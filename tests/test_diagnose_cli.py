@@ -287,3 +287,33 @@ def test_reproducer_readme_command_runs(c02_report, tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr  # FAIL verdict
     fd = res["diagnosis"].summary["first_divergence"]["node"]
     assert f"first divergence: node '{fd}'" in proc.stdout
+
+
+# ------------------------------------------------------------------ a verdict must rest on compared tensors
+@pytest.mark.parametrize("poison", ["nan", "inf", "half_nan"])
+def test_outputs_that_cannot_be_compared_fail_the_verdict(poison):
+    """Kind: nothing vouches for an output (no position where both runs are finite). Whatever makes the
+    output uncomparable — an all-NaN input, an all-Inf input, NaN in only some positions that still poison
+    every output value — the verdict is FAIL naming the output, never PASS on nothing."""
+    b = fk.rmsnorm(hidden=16, rows=2, seed=0)
+    x = np.array(b.feeds["x"], dtype=np.float32, copy=True)
+    if poison == "nan":
+        x[...] = np.nan
+    elif poison == "inf":
+        x[...] = np.inf
+    else:
+        x[:, :, 0] = np.nan  # the row sums, hence every output value, become NaN
+    prep = prepare(None, None)
+    prep.model, prep.feeds, prep.name = b.model, {"x": x}, "rmsnorm"
+    diag, _ = diagnose(prep, Config(precision_mode="force_fp32"))
+    out = b.model.graph.output[0].name
+    assert diag.summary["verdict"] == "FAIL"
+    assert any(f"output '{out}' could not be compared" in r for r in diag.summary["reasons"])
+
+
+def test_a_fully_compared_clean_run_still_passes():
+    b = fk.rmsnorm(hidden=16, rows=2, seed=0)
+    prep = prepare(None, None)
+    prep.model, prep.feeds, prep.name = b.model, dict(b.feeds), "rmsnorm"
+    diag, _ = diagnose(prep, Config(precision_mode="force_fp32"))
+    assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]

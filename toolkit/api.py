@@ -47,9 +47,11 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
     plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio).
     With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command)."""
+    from toolkit.artifacts import check_dump_dir
     from toolkit.engine import Session
     from toolkit.gears.spec import has_gears
 
+    check_dump_dir(dump_dir, out)
     if has_gears(config):
         from toolkit.gears.workflow import run_gears_command
         return run_gears_command(model, config, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,

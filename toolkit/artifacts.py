@@ -144,3 +144,19 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
                         "shape": list(arr.shape)}
     write_json(folder / "index.json", index)
     return folder
+
+
+def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
+    """Refuse, before any work, a ``--dump`` folder that cannot be written: an existing file, a non-empty
+    folder, or the same folder as ``--out`` (UsageError, exit 2)."""
+    from toolkit.errors import UsageError
+
+    if not dump_dir:
+        return
+    d = Path(dump_dir)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"--dump '{d}' is an existing file; give a new folder for the dumps")
+    if d.is_dir() and any(d.iterdir()):
+        raise UsageError(f"--dump folder '{d}' already exists and is not empty; choose a new --dump")
+    if out and d.resolve() == Path(out).resolve():
+        raise UsageError(f"--dump and --out both name '{d}'; give the dumps their own folder")

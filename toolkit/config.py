@@ -23,6 +23,8 @@ PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_
 IMPL_MODES = ("high_precision", "high_performance")
 OVERFLOW_MODES = ("inf_nan", "saturation")
 REUSE_POLICIES = ("off", "conservative", "aggressive", "greedy")  # "greedy": older name of "aggressive"
+#: Largest size input_shape / gears may give a dim (ONNX dims are int64).
+_MAX_DIM = 2**63 - 1
 
 
 def suggest(word: str, choices) -> str:
@@ -122,6 +124,8 @@ class Config:
         if path is None:
             return cls()
         p = Path(path)
+        if str(path).strip() and p.exists() and not p.is_dir() and not p.is_file():
+            return cls._load_stream(p)  # a pipe, e.g. bash's --config <(echo '{...}')
         if not str(path).strip() or not p.is_file():
             what = "is a folder" if str(path).strip() and p.is_dir() else "does not exist"
             raise ConfigError(f"config file '{path}' {what}; pass a .json or .toml file to --config")
@@ -135,6 +139,24 @@ class Config:
         if not isinstance(data, dict):
             raise ConfigError(f"config file '{p}' must hold an object of options, got {type(data).__name__}")
         return cls.from_dict(data, p.parent, where=f"config '{p}'")
+
+    @classmethod
+    def _load_stream(cls, p: Path) -> "Config":
+        """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config '{p}' cannot be read ({type(exc).__name__}); pass a .json or .toml file") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                data = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config '{p}' is neither valid JSON nor valid TOML ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config '{p}' must hold an object of options, got {type(data).__name__}")
+        return cls.from_dict(data, Path.cwd(), where=f"config '{p}'")
 
     def _resolve_files(self, base: Path, where: str) -> None:
         if isinstance(self.keep_dtype, str):
@@ -234,15 +256,19 @@ class Config:
                               "--input-shape for this command")
         for part in filter(None, (s.strip() for s in self.input_shape.split(";"))):
             name, sep, dims = part.rpartition(":")
+            name = name.strip()
+            if name in out:
+                raise ConfigError(f"input_shape '{self.input_shape}' gives input '{name}' twice; give each input "
+                                  "once, e.g. \"x:1,16,64;mask:1,16\"")
             try:
                 if not sep or not name or not dims.strip():
                     raise ValueError
                 out[name] = tuple(int(d) for d in dims.split(","))
-                if any(d < 1 and not (dynamic and d == -1) for d in out[name]):
+                if any((d < 1 and not (dynamic and d == -1)) or d > _MAX_DIM for d in out[name]):
                     raise ValueError
             except ValueError:
                 raise ConfigError(f"input_shape entry '{part}' is not 'name:d0,d1,...' with sizes >= 1 (or -1 for "
-                                  "a gear dim); e.g. \"x:1,3,640,640\"") from None
+                                  f"a gear dim) and <= {_MAX_DIM}; e.g. \"x:1,3,640,640\"") from None
         return out
 
     def switch(self, level: str, pass_name: str) -> bool:

@@ -137,6 +137,18 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
 
 
+#: CompareFailReason prefixes of rows that were rightly not compared (the value is the same by construction)
+_SAME_BY_CONSTRUCTION = ("folded at compile time", "fused into kernel", "computed at compile time")
+
+
+def _not_compared(row) -> str | None:
+    """Why ``row`` carries no metrics, or None when it was compared (or needs no comparison)."""
+    why = row.get("CompareFailReason")
+    if not isinstance(why, str) or not why.strip():
+        return None
+    return None if why.startswith(_SAME_BY_CONSTRUCTION) else why
+
+
 def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     reasons = []
     out_rows = df[df["TensorName"].isin(outputs)]
@@ -148,6 +160,12 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
                  if m in r and r.get(m) == r.get(m)}
         evidence = ", ".join(f"{m} {v:.6g}" if isinstance(v, float) else f"{m} {v}" for m, v in shown.items())
         reasons.append(f"output '{r['TensorName']}' is abnormal ({evidence or 'not comparable: ' + str(r.get('CompareFailReason', ''))})")
+    for _, r in out_rows[~(out_rows["Abnormal"] | out_rows["OverFlow"])].iterrows():
+        why = _not_compared(r)
+        if why:
+            reasons.append(f"output '{r['TensorName']}' could not be compared ({why}): nothing vouches for it")
+    if len(df) and not (df["CompareFailReason"].fillna("").astype(str).str.strip() == "").any():
+        reasons.append("no tensor could be compared; the verdict cannot rest on nothing")
     for t in tasks:
         if not t["passed"]:
             reasons.append(f"task check {t['name']} failed: {t['detail']}")

@@ -168,6 +168,12 @@ def _load_index(path: Path, spec: SideSpec) -> dict:
 # ------------------------------------------------------------------------------------------ Polygraphy JSON
 def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096).lstrip()
+    if not head.startswith((b"{", b"[")):
+        what = "an empty file" if not head else "not JSON"
+        raise InputError(f"{spec.label} is {what}; give a folder of .npy dumps or a Polygraphy RunResults JSON "
+                         "(polygraphy run ... --save-outputs FILE)")
     try:
         from polygraphy.comparator import RunResults
         from polygraphy.exception import PolygraphyException

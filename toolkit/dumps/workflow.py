@@ -7,7 +7,7 @@ and returns a :class:`~toolkit.compare.diagnosis.Diagnosis`. :func:`compare_dump
 result.csv, summary.json, findings.json, kernel_times.csv (empty: dumps carry no times) and index.html.
 
 Verdict: FAIL when an abnormal (or overflowing) tensor is a model output (with ``model``) or any abnormal
-tensor (without: the outputs are unknown); WARN when intermediates are abnormal or rows could not be compared
+tensor (without: the outputs are unknown), or when no tensor at all could be compared; WARN when intermediates are abnormal or rows could not be compared
 (missing, unreadable, mis-shaped dumps; "fused into" rows do not count); PASS otherwise.
 """
 
@@ -146,10 +146,10 @@ def judge(df: pd.DataFrame, outputs: list[str] | None) -> tuple[str, list[str]]:
         if len(failing) > 10:
             reasons.append(f"... and {len(failing) - 10} more abnormal {what}(s) (result.csv)")
         return "FAIL", reasons
-    reasons = []
     if len(df) and not (df["CompareFailReason"] == "").any():
-        reasons.append("no tensor could be compared: check that the two sides name the same ops (or give "
-                       "--mapping / --model)")
+        return "FAIL", [f"no tensor could be compared ({len(df)} row(s), see CompareFailReason): check that the "
+                        "two sides name the same ops (or give --mapping / --model); a verdict cannot rest on nothing"]
+    reasons = []
     if bad.any():
         reasons.append(f"{int(bad.sum())} intermediate tensor(s) abnormal; the model outputs hold")
     gaps = _gap_counts(df)
