@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.report.console import human_bytes
@@ -183,12 +183,18 @@ def table_section(diag: Diagnosis) -> dict:
     return g
 
 
+def _cell_html(c: dict) -> str:
+    text = escape(c["text"])  # a Markup value passes unchanged, anything else is escaped
+    sort = c.get("sort")
+    return f'<td data-v="{escape(sort)}">{text}</td>' if sort not in (None, "") else f"<td>{text}</td>"
+
+
 def _row_html(r: dict) -> Markup:
-    cls = Markup(' class="{}"').format(r["css"]) if r.get("css") else Markup("")
-    cells = Markup("").join(
-        Markup('<td data-v="{}">{}</td>').format(c["sort"], c["text"]) if c.get("sort") not in (None, "")
-        else Markup("<td>{}</td>").format(c["text"]) for c in r["cells"])
-    return Markup("<tr{}><td>{}</td>{}</tr>").format(cls, r.get("mark", ""), cells)
+    """One table row; every value escaped with markupsafe.escape (plain string joins: Markup.format per cell
+    made the table of a 900-tensor model cost 0.6 s)."""
+    cls = f' class="{escape(r["css"])}"' if r.get("css") else ""
+    cells = "".join(_cell_html(c) for c in r["cells"])
+    return Markup(f'<tr{cls}><td>{escape(r.get("mark", ""))}</td>{cells}</tr>')
 
 
 def fusion_section(diag: Diagnosis) -> dict:
