@@ -560,6 +560,48 @@ def test_shape_subgraph_folded_once_shapes_known():
         np.testing.assert_array_equal(out, np.maximum(x.reshape(n, -1), 0))
 
 
+@pytest.mark.parametrize("kind", ["all_constant_inputs", "constant_node_inputs", "shape_op", "subgraph"])
+def test_folder_runs_whenever_something_is_computable(kind):
+    """Kind: a node the folder can compute. Every way a node becomes computable at compile time (constant
+    initializers, Constant-node outputs, a shape op, a subgraph holding one) keeps the folder on."""
+    from toolkit.compiler.passes.fold_constants import has_foldable_nodes
+
+    c = numpy_helper.from_array(np.ones(4, np.float32), "c")
+    nodes = {"all_constant_inputs": [N("Neg", ["c"], ["nc"], "neg"), N("Add", ["x", "nc"], ["y"], "add")],
+             "constant_node_inputs": [N("Constant", [], ["k"], "k", value=c), N("Neg", ["k"], ["nk"], "neg"),
+                                      N("Add", ["x", "nk"], ["y"], "add")],
+             "shape_op": [N("Shape", ["x"], ["s"], "shape"), N("Reshape", ["x", "s"], ["y"], "reshape")],
+             "subgraph": [N("If", ["cond"], ["y"], "if",
+                            then_branch=helper.make_graph([N("Identity", ["x"], ["t"], "t")], "t", [],
+                                                          [helper.make_tensor_value_info("t", TensorProto.FLOAT, [4])]),
+                            else_branch=helper.make_graph([N("Neg", ["x"], ["e"], "e")], "e", [],
+                                                          [helper.make_tensor_value_info("e", TensorProto.FLOAT, [4])]))]}
+    inputs = [("x", [4])] + ([("cond", [], TensorProto.BOOL)] if kind == "subgraph" else [])
+    model = make_model(nodes[kind], inputs, ["y"], {"c": np.ones(4, np.float32)} if kind == "all_constant_inputs" else {})
+    assert has_foldable_nodes(model)
+    plain = make_model([N("Add", ["x", "c"], ["y"], "add")], [("x", [4])], ["y"], {"c": np.ones(4, np.float32)})
+    assert not has_foldable_nodes(plain)
+
+
+def test_skipping_the_folder_gives_the_plan_the_folder_gives(monkeypatch):
+    """With nothing computable, skipping the folder must not change the plan (kernels, folded tensors, arena)."""
+    from toolkit import samples
+    from toolkit.compiler.passes import fold_constants as fc
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.ir.load import load_model
+
+    for name in ("resnet_small", "transformer_block", "detector_head"):
+        m = load_model(samples.sample_path(name))
+        assert not fc.has_foldable_nodes(m)
+        skipped = compile_model(m, Config()).plan
+        monkeypatch.setattr(fc, "has_foldable_nodes", lambda model: True)
+        folded = compile_model(m, Config()).plan
+        monkeypatch.undo()
+        assert [(k.name, k.op_type, k.precision, k.nodes) for k in skipped.kernels] == \
+               [(k.name, k.op_type, k.precision, k.nodes) for k in folded.kernels]
+        assert sorted(skipped.folded) == sorted(folded.folded) and skipped.arena_bytes == folded.arena_bytes
+
+
 # ----------------------------------------------------------------------------------- precision modes
 def _precision_model():
     """x -> MatMul (white) -> Relu (gray) -> Softmax (black) -> Mul (gray) -> Exp (black) -> y."""

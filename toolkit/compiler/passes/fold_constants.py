@@ -57,11 +57,36 @@ def _drop_orphaned_default_inputs(before: onnx.ModelProto, after: onnx.ModelProt
         after.graph.input.extend(keep)
 
 
+#: ops whose result the folder can compute from input *shapes* alone (shape subgraphs)
+SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+def has_foldable_nodes(model: onnx.ModelProto) -> bool:
+    """Whether the constant folder could compute anything beyond turning Constant nodes into initializers: a
+    node whose every input is constant, a shape op (Shape/Size, folded once input shapes are bound), or a
+    node holding a subgraph (If/Loop/Scan). When none exists the folder (and its ~0.4 s import of onnxscript,
+    onnx_ir and sympy) is skipped; what it would still do then is remove no-op Cast/Reshape/Identity nodes,
+    which the engine runs as ordinary kernels instead."""
+    consts = {i.name for i in model.graph.initializer}
+    consts |= {o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx") for o in n.output}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            continue
+        if n.op_type in SHAPE_OPS or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                         for a in n.attribute):
+            return True
+        if all(i in consts for i in n.input if i):
+            return True
+    return False
+
+
 @register_pass("fold_constants", provides=("folded",), optional=True)
 def run(ctx) -> PassResult:
+    model = ctx.graph.sync()
+    if not has_foldable_nodes(model):
+        return _constants_only(ctx, model)
     from onnxscript import optimizer
 
-    model = ctx.graph.sync()
     before = {o for n in model.graph.node for o in n.output if o}
     outputs = [o.name for o in model.graph.output]
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
@@ -92,3 +117,13 @@ def run(ctx) -> PassResult:
     if folded:
         log.append("folded: " + ", ".join(folded[:12]) + (" ..." if len(folded) > 12 else ""))
     return PassResult(len(folded), log)
+
+
+def _constants_only(ctx, model: onnx.ModelProto) -> PassResult:
+    before = {o for n in model.graph.node for o in n.output if o}
+    n_const = constants_to_initializers(model)
+    ctx.graph = Graph(model)
+    folded = sorted(before - {o for n in model.graph.node for o in n.output if o})
+    ctx.folded.extend(folded)
+    return PassResult(len(folded), [f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made "
+                                    "initializers", "no node computable from constants or shapes: folder not run"])
