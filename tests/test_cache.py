@@ -299,16 +299,103 @@ def test_two_processes_compile_into_one_cache(tmp_path):
 # ---------------------------------------------------------------------------------------------- store, modes
 def test_lru_eviction_keeps_recently_used_entries(tmp_path):
     s = EntryStore(tmp_path, limit=10**9)
-    for i, key in enumerate(("a", "b", "c")):
+    a, b, c = (ch * 64 for ch in "abc")  # keys are sha256 hex digests
+    for i, key in enumerate((a, b, c)):
         s.put("kernel", key, {"i": i}, bytes(1000))
     store.flush()
-    for i, key in enumerate(("a", "b", "c")):
+    for i, key in enumerate((a, b, c)):
         os.utime(s.path("kernel", key), (1000 + i, 1000 + i))
-    assert s.get("kernel", "a")[0] == {"i": 0}  # a hit makes "a" the most recently used
-    size = s.path("kernel", "a").stat().st_size
+    assert s.get("kernel", a)[0] == {"i": 0}  # a hit makes "a" the most recently used
+    size = s.path("kernel", a).stat().st_size
     s.limit = 2 * size
     assert s.evict() == 1
-    assert not s.path("kernel", "b").exists() and s.path("kernel", "a").exists() and s.path("kernel", "c").exists()
+    assert not s.path("kernel", b).exists() and s.path("kernel", a).exists() and s.path("kernel", c).exists()
+
+
+def _foreign_tree(root):
+    """Files a user keeps under a folder mistaken for a cache: names that are not keys, keys outside the kind
+    folders, a key-named folder and symlink, an upper-case key. Returns their paths."""
+    v1 = root / "v1"
+    (v1 / "compile").mkdir(parents=True, exist_ok=True)
+    (v1 / "other").mkdir(parents=True, exist_ok=True)
+    (v1 / "kernel" / ("d" * 64)).mkdir(parents=True)           # a folder named like a key
+    target = root / "outside.txt"
+    target.write_text("keep me")
+    files = [v1 / "compile" / "notes.txt", v1 / "other" / "c.txt", v1 / "other" / ("e" * 64),
+             v1 / "compile" / ("F" * 64), v1 / "compile" / (("0" * 63) + ".bak"), v1 / "kernel" / ("d" * 64) / "x",
+             v1 / "readme", target]
+    for f in files:
+        f.write_text("user data")
+    (v1 / "bundle").mkdir(exist_ok=True)
+    os.symlink(target, v1 / "bundle" / ("9" * 64))               # a key-named symlink to a user file
+    return files
+
+
+def test_clear_and_info_touch_only_cache_entries(tmp_path):
+    s = EntryStore(tmp_path, limit=10**9)
+    keys_ = [ch * 64 for ch in "0123"]
+    for k, ns in zip(keys_, ("compile", "family", "kernel", "bundle")):
+        s.put(ns, k, {"k": k}, bytes(100))
+    store.flush()
+    tmp = s.base / "kernel" / ".tmp-ab_12cd3"
+    tmp.write_bytes(bytes(7))
+    foreign = _foreign_tree(tmp_path)
+    want_bytes = sum(s.path(ns, k).stat().st_size for k, ns in zip(keys_, ("compile", "family", "kernel", "bundle"))) + 7
+    info = s.info()
+    assert info["entries"] == {"compile": 1, "family": 1, "kernel": 1, "bundle": 1}
+    assert info["bytes"] == want_bytes
+    assert info["foreign_files"] == 8  # the 7 files under v1 + the symlink; outside.txt is not under v1
+    assert s.clear() == want_bytes
+    assert all(f.read_text() == "user data" for f in foreign) and (s.base / "bundle" / ("9" * 64)).is_symlink()
+    assert not any(s.path(ns, k).exists() for k, ns in zip(keys_, ("compile", "family", "kernel", "bundle")))
+    assert not tmp.exists()
+    s.limit = 0
+    assert s.evict() == 0 and all(f.exists() for f in foreign)
+
+
+def test_cli_clear_leaves_and_reports_foreign_files(tmp_path):
+    folder = tmp_path / "myfiles"
+    build(make_model(), cfg(folder))
+    foreign = _foreign_tree(folder)
+
+    def run_(*a):
+        return subprocess.run([sys.executable, "-m", "toolkit", "cache", *a, "--dir", str(folder)],
+                              capture_output=True, text=True, check=False)
+    info = run_("info")
+    assert info.returncode == 0, info.stderr
+    assert "1 compile" in info.stdout and "ignored 8 file(s)" in info.stdout
+    clear = run_("clear")
+    assert clear.returncode == 0, clear.stderr
+    assert "no entries; 0 B" in clear.stdout and "left 8 file(s)" in clear.stdout and "not cache entries" in clear.stdout
+    assert all(f.read_text() == "user data" for f in foreign)
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_cache_folder_that_is_a_file_is_an_error(tmp_path, monkeypatch, under):
+    f = tmp_path / "notes.txt"
+    f.write_text("not a cache")
+    where = f / "sub" if under else f
+    env = dict(os.environ, NPUSCOPE_COMPILE_CACHE=str(where))
+    res = subprocess.run([sys.executable, "-m", "toolkit", "cache", "info"], capture_output=True, text=True, env=env)
+    assert res.returncode == 2 and "NPUSCOPE_COMPILE_CACHE" in res.stderr and str(where) in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "no entries" not in res.stdout
+    # a compile stops with the same error instead of running without a cache
+    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE", str(where))
+    with pytest.raises(ConfigError, match="environment variable NPUSCOPE_COMPILE_CACHE = .* not a folder"):
+        compile_model(make_model(), Config(op_compiler_cache_mode="enable"), input_shapes={"x": (1, 3, 8, 8)})
+    with pytest.raises(ConfigError, match="op_compiler_cache_dir = .* not a folder"):
+        from_config(Config(op_compiler_cache_mode="enable", op_compiler_cache_dir=str(where)))
+    assert from_config(Config(op_compiler_cache_mode="disable")).mode == "disable"  # a disabled cache is not checked
+    assert f.read_text() == "not a cache"
+
+
+def test_bad_mode_variable_is_attributed_to_the_variable(tmp_path):
+    env = dict(os.environ, NPUSCOPE_COMPILE_CACHE_MODE="bogus")
+    res = subprocess.run([sys.executable, "-m", "toolkit", "compile", "resnet_small", "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, env=env)
+    assert res.returncode == 2
+    assert "NPUSCOPE_COMPILE_CACHE_MODE='bogus'" in res.stderr and "command line" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_cache_size_limit_from_environment(tmp_path, monkeypatch):

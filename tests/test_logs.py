@@ -389,6 +389,126 @@ def test_chrome_trace_parser(tmp_path, form):
     assert res.malformed == 4                                    # bad ts, lone E, unclosed B, non-object
 
 
+# ------------------------------------------------------------------------------- numbers that are not data
+BIG = "9" * 400  # a 400-digit number: a float overflows to inf
+
+
+def _node_text(name, ts, dur, op="Conv"):
+    """One onnxruntime kernel event as JSON text, ts/dur written verbatim (1e309, NaN, Infinity are legal
+    for Python's json and become inf/nan)."""
+    return (f'{{"cat": "Node", "pid": 1, "tid": 1, "ph": "X", "name": "{name}_kernel_time", "ts": {ts}, '
+            f'"dur": {dur}, "args": {{"op_name": "{op}", "provider": "CPUExecutionProvider"}}}}')
+
+
+def _x_text(name, ts, dur, args="{}"):
+    return f'{{"ph": "X", "pid": 1, "tid": 1, "name": "{name}", "cat": "AI_CORE", "ts": {ts}, "dur": {dur}, "args": {args}}}'
+
+
+# (parser, file name, file text, malformed expected); every file has exactly one good record, named/typed "ok"
+NON_FINITE_CASES = {
+    "op_summary_csv": ("op_summary.csv",
+                       ("Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us),Stream ID\n"
+                        "ok,Add,AI_CORE,0,3,1\n"
+                        "a,Conv,AI_CORE,0,1e309\nb,Conv,AI_CORE,0,-1e309,1\nc,Conv,AI_CORE,0,inf,1\n"
+                        "d,Conv,AI_CORE,1e400,1,1\ne,Conv,AI_CORE,0,1,Infinity\nf,Conv,AI_CORE,0,1e19,1\n"
+                        f"g,Conv,AI_CORE,0,{BIG},1\n"), 7),
+    "op_statistic_csv": ("op_statistic.csv",
+                         ("OP Type,Core Type,Count,Total Time(us),Avg Time(us),Min Time(us),Max Time(us),Ratio(%)\n"
+                          "Add,AI_CORE,1,3,3,3,3,100\n"
+                          "a,AI_CORE,1,1e309,1,1,1,1\nb,AI_CORE,inf,1,1,1,1,1\nc,AI_CORE,1,1,NaN1,1,-inf,1\n"
+                          f"d,AI_CORE,{BIG},1,1,1,1,1\n"), 4),
+    "kernel_times_csv": ("kernel_times.csv",
+                         ("Kernel,OpType,Precision,Nodes,HostMs\nok,Add,fp16,1,0.003\n"
+                          "a,Conv,fp16,1,1e309\nb,Conv,fp16,1,1e300\nc,Conv,fp16,1,-inf\n"), 3),
+    "ort_profile": ("prof.json", "[\n" + ",\n".join([
+        _node_text("ok", 0, 3, "Add"), _node_text("a", 0, "1e309"), _node_text("b", "NaN", 1),
+        _node_text("c", 0, "Infinity"), _node_text("d", "1e400", 1), _node_text("e", 0, '"1e309"'),
+        _node_text("f", 0, BIG)]) + "\n]\n", 6),
+    "chrome_trace": ("trace.json", "[\n" + ",\n".join([
+        _x_text("ok", 0, 3, '{"OP Type": "Add"}'), _x_text("a", 0, "1e309"), _x_text("b", "NaN", 1),
+        _x_text("c", 0, 1, '{"Task Duration(us)": 1e309}'), _x_text("d", 0, 1, '{"Stream ID": "-inf"}'),
+        _x_text("e", 0, 1, '{"Task Start Time(us)": Infinity}'),
+        '{"ph": "B", "pid": 1, "tid": 3, "name": "f", "ts": 0}', '{"ph": "E", "pid": 1, "tid": 3, "ts": 1e309}',
+        _x_text("g", BIG, 1)]) + "\n]\n", 7),
+    "compile_log": ("compile.log",
+                    ("[ok] ran, 1 change(s); ops 2 -> 2; kernels 1; 3 ms\n"
+                     f"[big] ran, 1 change(s); ops 2 -> 2; kernels 1; {BIG} ms\n    detail of a dropped pass\n"
+                     "[dots] ran, 1 change(s); ops 2 -> 2; kernels 1; 1.2.3 ms\n"), 3),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(NON_FINITE_CASES))
+def test_non_finite_and_absurd_numbers_are_malformed_in_every_parser(tmp_path, fmt):
+    import warnings
+
+    from toolkit.profile.optable import op_statistic
+
+    name, text, bad = NON_FINITE_CASES[fmt]
+    path = tmp_path / name
+    path.write_text(text)
+    det = detect_format(path)
+    assert det.parser is not None and det.parser.name == fmt
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy/pandas RuntimeWarning fails the test
+        res = det.parser.parse(path)
+        stat = op_statistic(res.op_summary)
+        op_summary_findings(res.op_summary)
+    assert res.malformed == bad
+    if fmt == "compile_log":
+        assert res.tables["compile_passes"]["Pass"].tolist() == ["ok"] and res.tables["compile_passes"]["Ms"].tolist() == [3.0]
+        return
+    table = res.tables["op_statistic"] if fmt == "op_statistic_csv" else res.op_summary
+    assert table["OP Type"].tolist() == ["Add"]
+    nums = table.select_dtypes("number").to_numpy(float)
+    assert not np.isinf(nums).any()
+    want_us = 3.0
+    if fmt == "op_statistic_csv":
+        assert table["Total Time(us)"].tolist() == [want_us]
+    else:
+        assert res.op_summary["Task Duration(us)"].tolist() == [pytest.approx(want_us)]
+        assert stat["Total Time(us)"].tolist() == [pytest.approx(want_us)]
+
+
+def test_number_helper_rejects_non_finite_and_huge_values():
+    from toolkit.logs.jsonio import number
+    from toolkit.logs.numbers import MAX_ABS
+
+    assert number(3) == 3.0 and number("2.5") == 2.5 and number(-MAX_ABS) == -MAX_ABS
+    for v in (float("inf"), float("-inf"), float("nan"), "1e309", "NaN", "Infinity", 10 ** 400, 1e19, True, None):
+        assert number(v) is None, v
+
+
+# ------------------------------------------------------------------------------------------ over-long text
+def test_plog_message_of_30_mb_is_truncated_with_its_length(tmp_path):
+    from toolkit.logs.textcap import MAX_TEXT_CHARS
+
+    n = 30 * 1024 * 1024
+    path = tmp_path / "big.log"
+    with open(path, "w") as fh:
+        fh.write(plog_line("INFO", "GE", 1, "p", 1.7e9, "a.cc", 1, "fine") + "\n")
+        fh.write(plog_line("ERROR", "GE", 1, "p", 1.7e9, "a.cc", 2, "x" * n) + "\n")
+        fh.write(plog_line("WARNING", "M" * 5000, 1, "p", 1.7e9, "a.cc", 3, "short") + "\n")
+    res = plog_lines.parse(path)
+    msgs = res.tables["log_messages"]
+    big = msgs["Message"].iloc[0]
+    assert big == "x" * MAX_TEXT_CHARS + f" … [truncated: {n:,} characters]"
+    assert msgs["Module"].iloc[1] == "M" * MAX_TEXT_CHARS + " … [truncated: 5,000 characters]"
+    assert msgs["Message"].iloc[1] == "short" and res.malformed == 0
+    assert all(len(str(v)) < 3000 for v in res.tables["log_levels"]["Module"])
+
+
+def test_clip_frame_caps_every_text_cell():
+    from toolkit.logs.textcap import clip_frame
+
+    df = pd.DataFrame({"a": ["y" * 2001, "ok", None], "n": [1.5, 2.0, 3.0],
+                       "o": pd.Series([7, "z" * 2000, "w" * 5000], dtype=object)})
+    out, n = clip_frame(df)
+    assert n == 2 and out["a"].iloc[0] == "y" * 2000 + " … [truncated: 2,001 characters]"
+    assert out["o"].iloc[1] == "z" * 2000 and out["o"].iloc[2].endswith("[truncated: 5,000 characters]")
+    assert out["o"].iloc[0] == 7 and out["n"].tolist() == [1.5, 2.0, 3.0] and len(df["a"].iloc[0]) == 2001
+    assert clip_frame(df.iloc[1:2][["n"]])[1] == 0
+
+
 # ------------------------------------------------------------------------------------------ detection faults
 def test_detection_of_empty_binary_and_unknown_files(tmp_path):
     (tmp_path / "empty.log").write_text("")
@@ -446,6 +566,18 @@ def test_findings_cpu_fallback_casts_transfers():
     assert found["hotspot"].evidence["op_type"] == "Conv2D"
     only_cpu = _summary([{"Op Name": "a", "OP Type": "Conv", "Task Type": "HOST_CPU", "Task Duration(us)": 5}])
     assert op_summary_findings(only_cpu)[0].kind == "hotspot"          # all-CPU run: no fallback
+
+
+def test_findings_never_mix_time_kinds_of_one_source():
+    # a profile's trace: simulated device kernels next to the same kernels measured on the host (HOST_CPU)
+    sim = [{"Op Name": f"k{i}", "OP Type": "Conv", "Task Type": "AI_CORE", "Task Duration(us)": 10,
+            "Time Kind": "simulated", "Source": "trace.json"} for i in range(3)]
+    host = [{**r, "Task Type": "HOST_CPU", "Task Duration(us)": 500, "Time Kind": "measured"} for r in sim]
+    found = op_summary_findings(_summary(sim + host))
+    assert "cpu_fallback" not in {f.kind for f in found}
+    assert {f.subject for f in found} == {"trace.json [simulated]", "trace.json [measured]"}
+    one_kind = op_summary_findings(_summary(sim))
+    assert {f.subject for f in one_kind} == {"trace.json"}
 
 
 def test_launch_overhead_needs_small_kernels_and_gaps():

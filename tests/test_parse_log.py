@@ -192,6 +192,56 @@ def test_cli_parse_log_exit_codes_and_log_lines(tmp_path):
     assert no_args.returncode == 2
 
 
+@pytest.mark.parametrize("layout, says", [
+    ({}, "it has nothing"),
+    ({"sub/a.log": "x"}, "it has 1 subfolder(s)"),
+    ({".hidden.log": "x", "d1/x": "", "d2/y": ""}, "it has 2 subfolder(s), 1 hidden file(s)"),
+])
+def test_folder_without_files_is_a_clear_error(tmp_path, layout, says):
+    folder = tmp_path / "emptydir"
+    folder.mkdir()
+    for rel, text in layout.items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    res = _cli("parse-log", str(folder), "--out", str(tmp_path / "o"))
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1
+    assert f"folder '{folder}' holds no files to read ({says})" in res.stderr
+    assert "directly inside a folder, not its subfolders" in res.stderr and not (tmp_path / "o").exists()
+
+
+def test_cli_non_finite_numbers_are_malformed_without_warnings(tmp_path):
+    path = tmp_path / "op_summary.csv"
+    write_csv(path, ["Op Name", "OP Type", "Task Type", "Task Duration(us)"],
+              [["a", "Conv", "AI_CORE", "1e309"], ["b", "Add", "AI_CORE", "3"], ["c", "Add", "AI_CORE", "-inf"]])
+    res = _cli("parse-log", str(path), "--out", str(tmp_path / "o"))
+    assert res.returncode == 0, res.stderr
+    assert "Warning" not in res.stderr and res.stderr.strip() == ""
+    assert "1 record(s), 2 malformed" in res.stdout
+    stat = pd.read_csv(tmp_path / "o" / "op_statistic.csv")
+    assert stat["OP Type"].tolist() == ["Add"] and stat["Total Time(us)"].tolist() == [3.0]
+    assert stat["Ratio(%)"].tolist() == [100.0]
+
+
+def test_cli_caps_stored_text_of_every_parser(tmp_path):
+    n = 30 * 1024 * 1024
+    inp = tmp_path / "in"
+    inp.mkdir()
+    with open(inp / "big.log", "w") as fh:
+        fh.write(plog_line("ERROR", "GE", 1, "p", 1.7e9, "a.cc", 2, "x" * n) + "\n")
+    write_csv(inp / "op_summary.csv", ["Op Name", "OP Type", "Task Duration(us)"], [["n" * 10000, "Add", "2"]])
+    res = _cli("parse-log", str(inp), "--out", str(tmp_path / "o"))
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "o"
+    msgs = pd.read_csv(out / "log_messages.csv")
+    assert msgs["Message"].iloc[0] == "x" * 2000 + f" … [truncated: {n:,} characters]"
+    ops = pd.read_csv(out / "op_summary.csv")
+    assert ops["Op Name"].iloc[0] == "n" * 2000 + " … [truncated: 10,000 characters]"
+    for name in ("log_messages.csv", "profile.html", "findings.json", "parse_summary.json", "op_summary.csv"):
+        assert (out / name).stat().st_size < 5_000_000, name
+    assert "2 text value(s) longer than 2,000 characters were truncated" in res.stdout  # the message, the name
+    assert json.loads((out / "parse_summary.json").read_text())["truncated_texts"] == 2
+
+
 # ---------------------------------------------------------------------------------------------- the renderer
 EVIL = '<script>alert("x")</script>'
 

@@ -46,8 +46,8 @@ def test_user_profile_with_base_overrides(tmp_path):
 
 @pytest.mark.parametrize("content, needle", [
     ({"base": "atlas300i_pro", "launch_overhead": 3}, "unknown field 'launch_overhead' (did you mean 'launch_overhead_us'"),
-    ({"base": "atlas300i_pro", "host_gflops": 0}, "host_gflops = 0; expected a positive number"),
-    ({"base": "atlas300i_pro", "launch_overhead_us": -1}, "launch_overhead_us = -1; expected a number >= 0"),
+    ({"base": "atlas300i_pro", "host_gflops": 0}, "host_gflops = 0; expected a number in 0.01..1e+06 GFLOPS"),
+    ({"base": "atlas300i_pro", "launch_overhead_us": -1}, "launch_overhead_us = -1; expected a number in 0..100000 µs"),
     ({"base": "atlas300i_pro", "cube_fp16_tflops": "fast"}, "cube_fp16_tflops = 'fast'"),
     ({"base": "nope"}, "base 'nope' is not a built-in device"),
     ({"name": "x", "cube_fp16_tflops": 1}, "missing field(s)"),
@@ -59,6 +59,33 @@ def test_bad_profiles_one_line_errors(tmp_path, content, needle):
     with pytest.raises(ConfigError) as ei:
         load_device(str(p))
     assert needle in str(ei.value) and "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("field", RATE_FIELDS + COST_FIELDS)
+@pytest.mark.parametrize("where", ["below", "above"])
+def test_every_numeric_field_has_a_sanity_range(tmp_path, field, where):
+    # bounds written here from docs/profile.md, not read from the code
+    unit = "µs" if field.endswith("_us") else "GFLOPS" if field == "host_gflops" else \
+        "TFLOPS" if field.endswith("tflops") else "GB/s"
+    lo, hi = {"µs": (0.0, 1e5), "GFLOPS": (0.01, 1e6), "TFLOPS": (0.001, 1e5), "GB/s": (0.01, 1e5)}[unit]
+    bad = {"below": lo - 1 if lo == 0 else lo / 10, "above": hi * 10}[where]
+    p = tmp_path / "dev.json"
+    p.write_text(json.dumps({"base": "atlas300i_pro", field: bad}))
+    with pytest.raises(ConfigError) as ei:
+        load_device(str(p))
+    msg = str(ei.value)
+    assert f"{field} = {bad!r}" in msg and f"{lo:g}..{hi:g} {unit}" in msg and "\n" not in msg
+    for ok in (lo, hi):  # the bounds themselves are accepted
+        p.write_text(json.dumps({"base": "atlas300i_pro", field: ok}))
+        assert getattr(load_device(str(p)), field) == ok
+
+
+@pytest.mark.parametrize("value", [1e-300, 1e300, float("nan"), float("inf")])
+def test_absurd_bandwidth_is_refused(tmp_path, value):
+    p = tmp_path / "dev.json"
+    p.write_text(json.dumps({"base": "atlas300i_pro", "memory_bandwidth_gbps": value}))
+    with pytest.raises(ConfigError, match="memory_bandwidth_gbps = .*0.01..100000 GB/s"):
+        load_device(str(p))
 
 
 def test_bad_device_names(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ EXAMPLE = ROOT / "docs" / "examples" / "ppocr_det_prepost.py"
     ("raise RuntimeError('boom')\n", "{p}:pre", "raised RuntimeError on import: boom"),
     ("pre = 3\n", "{p}:pre", "is a int, not a function"),
     ("def pre(i):\n    return {}\n", "{p}.txt", "is not file.py:function"),
-    (None, "  ", "is empty"),
+    ("import sys\nsys.exit(3)\n", "{p}:pre", "raised SystemExit(3) on import"),
 ])
 def test_load_callable_errors_are_one_line(tmp_path, source, spec, needle):
     p = tmp_path / "user.py"
@@ -40,6 +41,15 @@ def test_load_callable_errors_are_one_line(tmp_path, source, spec, needle):
     with pytest.raises(InputError) as ei:
         e2e.load_callable(spec, "--pre", "pre")
     assert needle in str(ei.value) and "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("spec", ["", "  "])
+def test_load_callable_empty_spec_is_a_usage_error(spec):
+    from toolkit.errors import UsageError
+
+    with pytest.raises(UsageError, match="--post is empty") as ei:
+        e2e.load_callable(spec, "--post", "post")
+    assert "\n" not in str(ei.value)
 
 
 def test_load_callable_default_name_and_call(tmp_path):
@@ -61,6 +71,24 @@ def test_callable_errors_at_run_time():
     assert set(e2e.as_feed(np.zeros(3), ["x"])) == {"x"}
 
 
+@pytest.mark.parametrize("exit_arg, shown", [(0, "SystemExit(0)"), (None, "SystemExit(None)"),
+                                             ("bye", "SystemExit('bye')")])
+def test_sys_exit_in_user_code_is_an_error_not_an_exit(exit_arg, shown):
+    def quits(i):
+        if i == 1:
+            sys.exit(exit_arg)
+    with pytest.raises(InputError, match=rf"--post raised {re.escape(shown)} on request 1") as ei:
+        e2e.time_calls(quits, [(0,), (1,)], "--post")
+    assert "\n" not in str(ei.value)
+
+
+def test_keyboard_interrupt_in_user_code_still_interrupts():
+    def interrupted(i):
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        e2e.time_calls(interrupted, [(0,)], "--pre")
+
+
 # ---------------------------------------------------------------- schedules by hand
 def _device():
     # H2D 1 ms on the copy engine, then 2 ms on the NPU
@@ -74,26 +102,81 @@ def test_serial_vs_pipelined_by_hand():
     # serial: 3 + 1 + 2 + 1 = 7 ms per request, one after the other: 21 ms
     assert e2e.request_latencies_ms(serial).tolist() == pytest.approx([7.0] * 3)
     assert e2e.throughput(serial) == pytest.approx(3 / 0.021)
-    # pipelined: pre(i+1) starts when H2D(i) ends: pre at 0, 4, 8; posts end at 7, 11, 15
+    # pipelined, stages pre 3 | device work (H2D 1 + NPU 2) 3 | post 1:
+    # pre 0-3, 3-6, 6-9; device work 3-6, 6-9, 9-12; post 6-7, 9-10, 12-13
     starts = piped[piped["Stage"] == "pre"]["StartUs"].tolist()
-    assert starts == pytest.approx([0.0, 4000.0, 8000.0])
+    assert starts == pytest.approx([0.0, 3000.0, 6000.0])
+    assert piped[piped["Stage"] == "h2d"]["StartUs"].tolist() == pytest.approx([3000.0, 6000.0, 9000.0])
     assert e2e.request_latencies_ms(piped).tolist() == pytest.approx([7.0] * 3)
-    assert e2e.throughput(piped) == pytest.approx(3 / 0.015)
+    assert e2e.throughput(piped) == pytest.approx(3 / 0.013)
     table = e2e.latency_table({"serial": serial, "pipelined": piped}).set_index("Schedule")
     assert list(table.reset_index().columns) == e2e.LATENCY_COLUMNS
-    assert table.loc["pipelined", "Throughput(req/s)"] == pytest.approx(200.0)
+    assert table.loc["pipelined", "Throughput(req/s)"] == pytest.approx(3 / 0.013)
 
 
 def test_pipelined_pre_waits_for_the_hand_over_when_the_device_is_slower():
     pre, post = [1.0] * 4, [0.0] * 4
     ev = e2e.run_e2e(_device(), pre, post, "pipelined")
-    # pre(i+1) starts when H2D(i) ends: pre at 0, 2, 4, 6; NPU(i) at 2 + 2i .. 4 + 2i; the device sets the pace
-    assert ev[ev["Stage"] == "pre"]["StartUs"].tolist() == pytest.approx([0.0, 2000.0, 4000.0, 6000.0])
+    # device work = H2D 1 + NPU 2 = 3 ms sets the pace; pre(i+1) waits for the device work of request i-1:
+    # pre at 0, 1, 4, 7; device work 1-4, 4-7, 7-10, 10-13
+    assert ev[ev["Stage"] == "pre"]["StartUs"].tolist() == pytest.approx([0.0, 1000.0, 4000.0, 7000.0])
     lat = e2e.request_latencies_ms(ev)
-    assert lat.tolist() == pytest.approx([4.0] * 4)
-    assert e2e.throughput(ev) == pytest.approx(4 / 0.010)
+    assert lat.tolist() == pytest.approx([4.0, 6.0, 6.0, 6.0])
+    assert e2e.throughput(ev) == pytest.approx(4 / 0.013)
     pcts = e2e.latency_table({"p": ev}).iloc[0]
     assert pcts["p90(ms)"] == pytest.approx(np.percentile(lat, 90))
+
+
+def _three_stage_by_hand(p, d, q, n):
+    """Start/end (ms) of a 3-stage line with hand-over queues of depth one, written as the recurrences
+    (a stage starts request i once it has finished i-1 and the next stage has finished i-2)."""
+    pe, de, qe = {}, {}, {}
+    lat = []
+    for i in range(n):
+        ps = max(pe.get(i - 1, 0.0), de.get(i - 2, 0.0))
+        pe[i] = ps + p
+        ds = max(pe[i], de.get(i - 1, 0.0), qe.get(i - 2, 0.0))
+        de[i] = ds + d
+        qe[i] = max(de[i], qe.get(i - 1, 0.0)) + q
+        lat.append(qe[i] - ps)
+    return lat, n / (qe[n - 1] / 1e3)
+
+
+@pytest.mark.parametrize("p, d, q, steady", [
+    (1.0, 3.0, 2.0, 8.0),    # device-bound: pre+device+post, plus one device time minus pre waiting in the queue
+    (3.0, 1.0, 2.0, 6.0),    # pre-bound: no waiting, latency = 3 + 1 + 2
+    (1.0, 1.0, 3.0, 11.0),   # post-bound: device(i) waits for post(i-2), pre(i) for device(i-2)
+    (2.0, 2.0, 2.0, 6.0),    # balanced: no waiting
+])
+def test_pipelined_three_stages_latency_is_bounded_and_throughput_is_the_slowest_stage(p, d, q, steady):
+    device = [Task("k", "npu", d * 1e3)]
+    by_n = {}
+    for n in (20, 200):
+        ev = e2e.run_e2e(device, [p] * n, [q] * n, "pipelined")
+        lat = e2e.request_latencies_ms(ev)
+        want_lat, want_tp = _three_stage_by_hand(p, d, q, n)
+        assert lat.tolist() == pytest.approx(want_lat)
+        assert e2e.throughput(ev) == pytest.approx(want_tp)
+        assert lat[-5:].tolist() == pytest.approx([steady] * 5)   # hand-computed steady state
+        post_end = ev[ev["Stage"] == "post"]["EndUs"].to_numpy()
+        assert np.diff(post_end)[-10:].tolist() == pytest.approx([max(p, d, q) * 1e3] * 10)
+        by_n[n] = e2e.latency_table({"pipelined": ev}).iloc[0]
+    assert by_n[200]["p50(ms)"] == pytest.approx(by_n[20]["p50(ms)"], rel=1e-9)
+    # throughput converges to 1 / slowest stage: span = fill + N * max(stage), within the fill of 1/max
+    assert by_n[200]["Throughput(req/s)"] == pytest.approx(1e3 / max(p, d, q), rel=0.05)
+
+
+def test_pipelined_at_most_one_request_pre_processed_ahead_of_the_device():
+    # instant pre-processing, slow device: pre must not run ahead (the defect: all pre + H2D at t=0)
+    ev = e2e.run_e2e(_device(), [0.0] * 50, [0.5] * 50, "pipelined")
+    pre = ev[ev["Stage"] == "pre"].set_index("Request")["StartUs"]
+    dev = ev[ev["Stage"] == "device"].set_index("Request")
+    for i in range(2, 50):
+        # pre(i) starts only after request i-2's device work ended, i.e. while i-1 is on the device
+        assert pre[i] >= dev.loc[i - 2, "EndUs"]
+        assert pre[i] >= dev.loc[i - 1, "StartUs"] - 1000.0 - 1e-9  # its H2D (1 ms) had started
+    lat = e2e.request_latencies_ms(ev)
+    assert lat.max() == pytest.approx(3.0 + 3.0 + 0.5)  # own device work + one in front + post
 
 
 def test_breakdown_labels_time_kinds():
@@ -160,6 +243,19 @@ def test_cli_profile_bad_inputs(tmp_path):
     assert res.returncode == 2 and "did you mean" in res.stderr
     res = _cli("detector_head", "--requests", "0", cwd=ROOT)
     assert res.returncode == 2
+    res = _cli("detector_head", "--pre", "", "--out", str(tmp_path / "o3"), cwd=ROOT)
+    assert res.returncode == 2 and "--pre is empty" in res.stderr and not (tmp_path / "o3").exists()
+
+
+@pytest.mark.parametrize("option, body", [("--pre", "def pre(i):\n    sys.exit(0)\n"),
+                                          ("--post", "def post(outputs):\n    sys.exit(0)\n")])
+def test_cli_user_sys_exit_is_an_error(tmp_path, option, body):
+    f = tmp_path / "quits.py"
+    f.write_text("import sys\n" + body)
+    res = _cli("detector_head", option, str(f), "--no-advise", "--out", str(tmp_path / "o"), cwd=ROOT)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert f"{option} raised SystemExit(0) on request 0" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------- PP-OCRv4 det with real pre/post
@@ -201,3 +297,57 @@ def test_cli_profile_ppocr_det_end_to_end(tmp_path):
     assert lat.loc["pipelined", "Throughput(req/s)"] > lat.loc["serial", "Throughput(req/s)"]
     assert (out / "profile.html").is_file() and (out / "trace.json").is_file()
     print(bd.to_string(), lat.to_string(), sep="\n")
+
+
+# ---------------------------------------------------------------- trace.json -> parse-log round trip
+def _key_rows(df):
+    return sorted(zip(df["Op Name"], df["OP Type"], df["Task Type"], df["Stream ID"].astype(int),
+                      df["Task Duration(us)"].round(9)))
+
+
+@pytest.mark.parametrize("with_prepost", [True, False])
+def test_trace_json_round_trips_through_parse_log(tmp_path, with_prepost):
+    from collections import Counter
+
+    from toolkit.logs.workflow import collect
+    from toolkit.profile.summary import MEASURED_STREAM_ID
+
+    n = 3
+    args = []
+    if with_prepost:
+        pp = tmp_path / "prepost.py"
+        pp.write_text("import numpy as np\n"
+                      "def pre(i):\n    return {'feat': np.full((1, 16, 20, 20), 0.5, np.float32)}\n"
+                      "def post(outputs):\n    return len(outputs)\n")
+        args = ["--pre", f"{pp}:pre", "--post", f"{pp}:post"]
+    res = _cli("detector_head", *args, "--requests", str(n), "--no-advise", "--no-html", "--out",
+               str(tmp_path / "out"), cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    out = tmp_path / "out"
+    summary = pd.read_csv(out / "op_summary.csv", keep_default_na=False, na_values=[""])
+    data = collect([out / "trace.json"])
+    assert [e["format"] for e in data["entries"]] == ["chrome_trace"] and data["entries"][0]["malformed"] == 0
+    back = data["summary"]
+
+    # measured kernel wall times: same rows, same order, on their own stream (not a simulated one)
+    is_kernel = (summary["Time Kind"] == "measured") & ~summary["OP Type"].isin(["PreProcess", "PostProcess"])
+    mine, theirs = summary[is_kernel], back[(back["Time Kind"] == "measured") & (back["Stream ID"] == MEASURED_STREAM_ID)]
+    assert list(zip(mine["Op Name"], mine["OP Type"], mine["Task Type"])) == \
+        list(zip(theirs["Op Name"], theirs["OP Type"], theirs["Task Type"]))
+    assert theirs["Task Duration(us)"].tolist() == pytest.approx(mine["Task Duration(us)"].tolist(), rel=1e-12)
+    assert set(mine["Stream ID"].astype(int)) == {MEASURED_STREAM_ID}
+    sim = back[back["Time Kind"] == "simulated"]
+    assert MEASURED_STREAM_ID not in set(sim["Stream ID"].astype(int))
+
+    # simulated rows: the trace holds n requests of the one-request rows of op_summary.csv (views left out)
+    one = Counter(_key_rows(summary[summary["Time Kind"] == "simulated"]))
+    assert Counter(_key_rows(sim)) == Counter({k: v * n for k, v in one.items()})
+
+    # pre/post: one measured row per request, same durations in request order; none when not given
+    for op_type in ("PreProcess", "PostProcess"):
+        mine = summary[summary["OP Type"] == op_type]
+        theirs = back[back["OP Type"] == op_type].sort_values("Task Start Time(us)", kind="stable")
+        assert len(mine) == len(theirs) == (n if with_prepost else 0)
+        assert theirs["Task Duration(us)"].tolist() == pytest.approx(mine["Task Duration(us)"].tolist(), rel=1e-12)
+        assert list(theirs["Stream ID"].astype(int)) == list(mine["Stream ID"].astype(int))
+        assert set(theirs["Time Kind"]) <= {"measured"}

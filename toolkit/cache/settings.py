@@ -7,6 +7,8 @@ Resolution (first that is set wins):
   not set it takes ``$NPUSCOPE_COMPILE_CACHE_MODE`` (the test suite sets ``disable``), else ``enable``.
 - directory: ``Config.op_compiler_cache_dir``, else ``$NPUSCOPE_COMPILE_CACHE``, else
   ``$XDG_CACHE_HOME/npuscope/compile``, else ``~/.cache/npuscope/compile``.
+- a folder that is a file (or under one) is a ConfigError naming where it came from, and so is an invalid
+  ``$NPUSCOPE_COMPILE_CACHE_MODE`` (named as the environment variable, not as a command-line option).
 - size limit: ``$NPUSCOPE_COMPILE_CACHE_MAX_BYTES`` in bytes (default 2 GiB); least-recently-used entries
   are evicted when a write takes the cache above it.
 """
@@ -27,8 +29,18 @@ ENV_MAX = "NPUSCOPE_COMPILE_CACHE_MAX_BYTES"
 
 
 def default_mode() -> str:
-    """``$NPUSCOPE_COMPILE_CACHE_MODE`` or ``enable`` (the converter's default); read when a Config is made."""
-    return os.environ.get(ENV_MODE, "").strip() or "enable"
+    """``$NPUSCOPE_COMPILE_CACHE_MODE`` or ``enable`` (the converter's default); read when a Config is made.
+
+    Raises:
+        ConfigError: the variable holds something other than one of :data:`MODES` (named in the message).
+    """
+    raw = os.environ.get(ENV_MODE, "").strip()
+    if raw and raw not in MODES:
+        from toolkit.config import suggest
+
+        raise ConfigError(f"environment variable {ENV_MODE}={raw!r} is not a cache mode{suggest(raw, MODES)}; "
+                          f"set it to one of {', '.join(MODES)} or unset it")
+    return raw or "enable"
 
 
 def default_dir() -> Path:
@@ -39,6 +51,30 @@ def default_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME", "").strip()
     root = Path(base).expanduser() if base else Path.home() / ".cache"
     return root / "npuscope" / "compile"
+
+
+def check_dir(root: Path, what: str) -> None:
+    """Refuse a cache folder that is, or lies under, an existing non-folder (a file): entries could never be
+    stored there. ``what`` names where the path came from (an environment variable or option).
+
+    Raises:
+        ConfigError: one line naming ``what``, the path and the file in the way.
+    """
+    for p in (root, *root.parents):
+        if p.exists() or p.is_symlink():
+            if not p.is_dir():
+                where = "is a file" if p == root else f"lies under the file '{p}'"
+                raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
+                                  "missing) or unset it")
+            return
+
+
+def _dir_source(explicit: str) -> str:
+    if explicit:
+        return "op_compiler_cache_dir"
+    if os.environ.get(ENV_DIR, "").strip():
+        return f"environment variable {ENV_DIR}"
+    return "the default compile cache folder"
 
 
 def max_bytes() -> int:
@@ -73,7 +109,12 @@ class Settings:
 
 
 def from_config(cfg: dict | object | None) -> Settings:
-    """Settings from a Config, a plan's config dict (plan.json) or None (defaults). Raises ConfigError."""
+    """Settings from a Config, a plan's config dict (plan.json) or None (defaults).
+
+    Raises:
+        ConfigError: an invalid mode; a cache folder that is a file or lies under one (checked unless the
+            mode is ``disable``): compiles stop with this error rather than silently running uncached.
+    """
     get = (cfg.get if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))) if cfg is not None \
         else (lambda k, d=None: d)
     mode = get("op_compiler_cache_mode", None) or default_mode()
@@ -81,4 +122,6 @@ def from_config(cfg: dict | object | None) -> Settings:
         raise ConfigError(f"op_compiler_cache_mode = '{mode}' is not valid; expected one of {', '.join(MODES)}")
     where = get("op_compiler_cache_dir", "") or ""
     root = Path(where).expanduser() if where else default_dir()
+    if mode != "disable":
+        check_dir(root, _dir_source(where))
     return Settings(mode, root, max_bytes())

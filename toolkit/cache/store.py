@@ -15,6 +15,8 @@ Entry file format (little-endian)::
 - A hit sets the file's modification time to now: eviction removes the least-recently-used entries (oldest
   mtime first) until the store is under its size limit, tolerating files that other processes remove.
 No locks: readers only ever open whole files, and a file removed under a reader is a miss.
+- Only files named like entries (:data:`ENTRY_NAME`, :data:`TMP_NAME`) directly inside the :data:`KINDS`
+  folders are ever counted, evicted or deleted; anything else a user put under the folder is left alone.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import hashlib
 import json
 import logging
 import os
-import shutil
+import re
 import struct
 import tempfile
 import threading
@@ -35,6 +37,12 @@ LOG = logging.getLogger("npuscope.cache")
 MAGIC = b"NPUSCC1\n"
 _HEAD = struct.Struct("<8s32sIQ")
 LAYOUT = "v1"
+#: the namespaces (kinds) of entries npuscope writes; ``recipes`` was written by earlier versions
+KINDS = ("compile", "family", "kernel", "bundle", "recipes")
+#: an entry file's name: a sha256 key in hex; a temporary file of :meth:`EntryStore._write` (tempfile.mkstemp
+#: with prefix ``.tmp-``). Nothing else in the folder is ever counted, evicted or deleted.
+ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+TMP_NAME = re.compile(r"\.tmp-[a-z0-9_]{8}")
 #: temporary files older than this (seconds) belong to a writer that died; eviction removes them
 STALE_TMP_S = 3600.0
 
@@ -191,18 +199,35 @@ class EntryStore:
 
     # ------------------------------------------------------------------ size
     def _files(self):
-        """(path, size, mtime, is_tmp) of every file in the store; files vanishing meanwhile are skipped."""
-        if not self.base.is_dir():
-            return
-        for ns in os.scandir(self.base):
-            if not ns.is_dir(follow_symlinks=False):
+        """(path, size, mtime, is_tmp) of every entry and temporary file of the store (regular files named
+        :data:`ENTRY_NAME` / :data:`TMP_NAME` directly in a :data:`KINDS` folder); files vanishing meanwhile
+        are skipped."""
+        for kind in KINDS:
+            try:
+                found = list(os.scandir(self.base / kind))
+            except OSError:  # missing, not a folder, unreadable
                 continue
-            for f in os.scandir(ns.path):
+            for f in found:
+                is_tmp = TMP_NAME.fullmatch(f.name) is not None
+                if not (is_tmp or ENTRY_NAME.fullmatch(f.name)):
+                    continue
                 try:
+                    if not f.is_file(follow_symlinks=False):
+                        continue
                     st = f.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                yield Path(f.path), st.st_size, st.st_mtime, f.name.startswith(".tmp-")
+                yield Path(f.path), st.st_size, st.st_mtime, is_tmp
+
+    def foreign_files(self) -> int:
+        """Files under ``<root>/v1`` that are not entries or temporary files of the store (left alone)."""
+        if not self.base.is_dir():
+            return 0
+        ours = {p for p, *_ in self._files()}
+        n = 0
+        for folder, dirs, names in os.walk(self.base):
+            n += sum(1 for name in names if Path(folder, name) not in ours)
+        return n
 
     def evict(self) -> int:
         """Remove stale temporary files, then least-recently-used entries until the total is at most the
@@ -229,18 +254,33 @@ class EntryStore:
         return removed
 
     def info(self) -> dict:
-        """{"dir", "entries": {namespace: count}, "bytes", "limit_bytes"} of the store."""
+        """{"dir", "entries": {namespace: count}, "bytes" (entries and temporary files), "limit_bytes",
+        "foreign_files" (other files under <root>/v1, never counted in bytes, never deleted)} of the store."""
         flush()
         entries, total = {}, 0
         for p, size, _, is_tmp in self._files():
             total += size
             if not is_tmp:
                 entries[p.parent.name] = entries.get(p.parent.name, 0) + 1
-        return {"dir": str(self.root), "entries": entries, "bytes": total, "limit_bytes": self.limit}
+        return {"dir": str(self.root), "entries": entries, "bytes": total, "limit_bytes": self.limit,
+                "foreign_files": self.foreign_files()}
 
     def clear(self) -> int:
-        """Delete every entry; returns the number of bytes freed."""
+        """Delete every entry and temporary file (only those: other files stay), then the folders left empty;
+        returns the number of bytes freed."""
         flush()
-        freed = sum(size for _, size, _, _ in self._files())
-        shutil.rmtree(self.base, ignore_errors=True)
+        freed = 0
+        for p, size, _, _ in list(self._files()):
+            try:
+                p.unlink()
+                freed += size
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                LOG.warning("compile cache entry %s cannot be deleted (%s)", p, exc.strerror)
+        for folder in [self.base / k for k in KINDS] + [self.base]:
+            try:
+                folder.rmdir()  # only when empty
+            except OSError:
+                pass
         return freed

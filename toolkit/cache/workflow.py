@@ -17,9 +17,11 @@ def _human(n: int) -> str:
 
 def cache_command(action: str, folder: str | None = None) -> dict:
     """Run ``action`` on the compile cache in ``folder`` (default: the configured folder, see
-    toolkit.cache.settings). Returns {"summary": [lines], "info": {dir, entries, bytes, limit_bytes},
-    "freed_bytes": int (clear only)}. Raises UsageError for an unknown action, ConfigError for a bad size
-    limit variable."""
+    toolkit.cache.settings). Only cache entries are counted or deleted (toolkit.cache.store.KINDS/ENTRY_NAME);
+    other files are reported ("left N file(s) ... that are not cache entries"). Returns {"summary": [lines],
+    "info": {dir, entries, bytes, limit_bytes, foreign_files}, "freed_bytes": int (clear only)}. Raises
+    UsageError for an unknown action, ConfigError for a bad size limit variable or a cache folder that is a
+    file (or under one)."""
     if action not in ACTIONS:
         raise UsageError(f"cache action '{action}' is unknown; use one of {', '.join(ACTIONS)}")
     settings = from_config({"op_compiler_cache_dir": folder or "", "op_compiler_cache_mode": "enable"})
@@ -35,5 +37,8 @@ def cache_command(action: str, folder: str | None = None) -> dict:
              "(NPUSCOPE_COMPILE_CACHE_MAX_BYTES)"]
     if action == "clear":
         lines.insert(1, f"cleared {_human(out['freed_bytes'])}")
+    if info["foreign_files"]:
+        verb = "left" if action == "clear" else "ignored"
+        lines.append(f"{verb} {info['foreign_files']} file(s) under {info['dir']}/v1 that are not cache entries")
     out["summary"] = lines
     return out

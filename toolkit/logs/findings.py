@@ -148,12 +148,17 @@ def hotspot(df: pd.DataFrame, source: str) -> list[Finding]:
 
 
 def op_summary_findings(summary: pd.DataFrame) -> list[Finding]:
-    """Every registered rule over each Source's rows (rows with a NaN duration are left out)."""
+    """Every registered rule over the rows of each (Source, Time Kind) — times of different clocks (e.g. a
+    profile's simulated device tasks and its measured host kernels) are never analysed together; the subject
+    is the Source, with ``[Time Kind]`` appended when the Source holds several. Rows with a NaN duration are
+    left out."""
     df = summary.dropna(subset=["Task Duration(us)"])
+    kinds = df.groupby("Source", sort=False)["Time Kind"].nunique()
     out = []
-    for source, rows in df.groupby("Source", sort=False):
+    for (source, kind), rows in df.groupby(["Source", "Time Kind"], sort=False):
+        subject = str(source) if kinds[source] <= 1 else f"{source} [{kind}]"
         for fn in _RULES:
-            out.extend(fn(rows, str(source)))
+            out.extend(fn(rows, subject))
     return out
 
 

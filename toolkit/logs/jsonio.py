@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.logs.numbers import sane
+
 _SKIP = re.compile(r"[\s,]*")
 _NEXT_OBJECT = re.compile(r"\n[ \t]*\{")
 _TRACE_EVENTS = re.compile(r'"traceEvents"\s*:\s*\[')
@@ -92,14 +94,14 @@ def _recover(text: str) -> Events:
 
 
 def number(v) -> float | None:
-    """``v`` as a float when it is a JSON number or a numeric string (not a bool), else None."""
+    """``v`` as a float when it is a JSON number or a numeric string (not a bool) that is finite and at most
+    toolkit.logs.numbers.MAX_ABS in magnitude, else None (so ``1e309``, ``NaN``, ``Infinity`` are not data)."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
+    if isinstance(v, (int, float, str)):
         try:
-            return float(v)
-        except ValueError:
+            f = float(v)
+        except (ValueError, OverflowError):  # OverflowError: an int too large for a float
             return None
+        return f if sane(f) else None
     return None

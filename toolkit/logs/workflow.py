@@ -12,8 +12,11 @@ Files written into the output folder (new or empty; default ``reports/<first fil
   notes; skipped files and why; totals; findings);
 - ``profile.html`` (toolkit.report.profile_html.render_profile) unless ``html=False``.
 
-Decisions: a directory argument means the files directly inside it. A path that does not exist is an
-InputError at once. A file no parser recognises (empty, binary, unknown format) or whose parser fails is
+Decisions: a directory argument means the non-hidden files directly inside it (not its subfolders); a
+directory with no such file is an InputError at once, naming what it holds instead. A path that does not exist
+is an InputError at once. Every text value stored (log messages, op names, ...) longer than 2,000 characters
+is truncated with a marker giving its original length (toolkit.logs.textcap); numbers that are not finite or
+beyond 1e18 make their record malformed (toolkit.logs.numbers). A file no parser recognises (empty, binary, unknown format) or whose parser fails is
 *skipped* — listed in parse_summary.json, the HTML meta and the summary lines — as long as another file was
 parsed; when no file could be parsed, an InputError names each file, why, and the formats supported (exit
 code 1). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed.
@@ -32,6 +35,7 @@ from toolkit.errors import InputError, UsageError
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
 from toolkit.logs.registry import ParseResult, parsers
+from toolkit.logs.textcap import MAX_TEXT_CHARS, clip_frame
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS, op_statistic, op_summary_frame
 from toolkit.report.csvjson import _dumps, atomic_write_text
 
@@ -48,7 +52,7 @@ def expand(files: list[str]) -> list[Path]:
 
     Raises:
         UsageError: no FILE given.
-        InputError: a path does not exist.
+        InputError: a path does not exist; a folder holds no (non-hidden) file directly inside it.
     """
     if not files:
         raise UsageError("parse-log needs at least one FILE (a log, profile CSV/JSON or a report folder)")
@@ -57,8 +61,25 @@ def expand(files: list[str]) -> list[Path]:
         p = Path(f)
         if not p.exists():
             raise InputError(f"'{f}' does not exist; give a log, profile CSV/JSON file or a folder of them")
-        out.extend(sorted(c for c in p.iterdir() if c.is_file() and not c.name.startswith(".")) if p.is_dir() else [p])
+        out.extend(_folder_files(p) if p.is_dir() else [p])
     return out
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    """The non-hidden files directly inside ``folder``, sorted. Raises InputError when there are none."""
+    try:
+        children = sorted(folder.iterdir())
+    except OSError as exc:
+        raise InputError(f"folder '{folder}' cannot be listed ({exc.strerror or exc}); check its permissions") from None
+    files = [c for c in children if c.is_file() and not c.name.startswith(".")]
+    if files:
+        return files
+    subdirs = sum(1 for c in children if c.is_dir())
+    hidden = sum(1 for c in children if c.is_file() and c.name.startswith("."))
+    what = ", ".join(x for x in (f"{subdirs} subfolder(s)" if subdirs else "",
+                                 f"{hidden} hidden file(s)" if hidden else "") if x) or "nothing"
+    raise InputError(f"folder '{folder}' holds no files to read (it has {what}); parse-log reads the non-hidden "
+                     "files directly inside a folder, not its subfolders: give the files or the subfolder itself")
 
 
 def read_file(path: Path) -> tuple[ParseResult | None, str]:
@@ -151,11 +172,16 @@ def collect(paths: list[Path], progress=_noop) -> dict:
         raise _no_input_error(entries)
     frames = [r.op_summary for r in results if len(r.op_summary)]
     summary = op_summary_frame(pd.concat(frames, ignore_index=True)) if frames else op_summary_frame([])
+    summary, clipped = clip_frame(summary)
     stats = [r.tables["op_statistic"] for r in results if "op_statistic" in r.tables]
     statistic = op_statistic(summary) if len(summary) or not stats else merge_statistics(stats)
+    tables = {}
+    for name, df in merge_tables(results).items():
+        tables[name], n = clip_frame(df)
+        clipped += n
     findings = [f for r in results for f in r.findings] + op_summary_findings(summary) + _file_findings(entries)
     return {"entries": entries, "results": results, "summary": summary, "statistic": statistic,
-            "tables": merge_tables(results), "findings": findings}
+            "tables": tables, "findings": findings, "truncated": clipped}
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
@@ -197,6 +223,7 @@ def write_outputs(folder: Path, data: dict, html: bool) -> dict[str, str]:
     entries = data["entries"]
     summary = {"files": entries, "formats": sorted({e["format"] for e in entries if e["status"] == "parsed"}),
                "rows": len(data["summary"]), "malformed": sum(e["malformed"] for e in entries),
+               "truncated_texts": data.get("truncated", 0),
                "skipped": [{"path": e["path"], "reason": e["reason"]} for e in entries if e["status"] == "skipped"],
                "outputs": files, "findings": [f.to_dict() for f in data["findings"]]}
     atomic_write_text(folder / "parse_summary.json", _dumps(summary))
@@ -214,6 +241,9 @@ def _summary_lines(data: dict, folder: Path, files: dict) -> list[str]:
     kinds = data["summary"]["Time Kind"].value_counts()
     lines.append(f"op summary: {len(data['summary']):,} row(s)"
                  + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")" if len(kinds) else ""))
+    if data.get("truncated"):
+        lines.append(f"{data['truncated']:,} text value(s) longer than {MAX_TEXT_CHARS:,} characters were truncated "
+                     "(marked '… [truncated: N characters]')")
     for f in [f for f in data["findings"] if f.severity in ("error", "warning")][:5]:
         lines.append(f"  {f.severity}: {f.kind} {f.subject}")
     lines.append(f"report: {(folder / files.get('report', 'parse_summary.json')).resolve()}")

@@ -72,12 +72,23 @@ class DeviceProfile:
         return d
 
 
-#: Numeric fields: rates must be > 0, fixed costs >= 0.
+#: Numeric fields: rates (> 0) and fixed costs (>= 0).
 RATE_FIELDS = ("cube_fp16_tflops", "cube_fp32_tflops", "vector_fp16_tflops", "vector_fp32_tflops",
                "memory_bandwidth_gbps", "h2d_bandwidth_gbps", "d2h_bandwidth_gbps", "host_gflops",
                "host_memory_bandwidth_gbps")
 COST_FIELDS = ("launch_overhead_us", "host_device_latency_us", "host_op_overhead_us")
 FIELDS = tuple(f.name for f in dataclasses.fields(DeviceProfile))
+
+#: Sanity range (inclusive) and unit of every numeric field: far wider than any real device, narrow enough
+#: that a typo (1e-300 GB/s, 1e300 µs) is refused instead of turning into absurd times (docs/profile.md).
+_TFLOPS, _GBPS, _US = (0.001, 100000.0, "TFLOPS"), (0.01, 100000.0, "GB/s"), (0.0, 100000.0, "µs")
+RANGES: dict[str, tuple[float, float, str]] = {
+    **{f: _TFLOPS for f in ("cube_fp16_tflops", "cube_fp32_tflops", "vector_fp16_tflops", "vector_fp32_tflops")},
+    **{f: _GBPS for f in ("memory_bandwidth_gbps", "h2d_bandwidth_gbps", "d2h_bandwidth_gbps",
+                          "host_memory_bandwidth_gbps")},
+    "host_gflops": (0.01, 1000000.0, "GFLOPS"),
+    **{f: _US for f in COST_FIELDS},
+}
 
 
 def builtin_devices() -> list[str]:
@@ -89,7 +100,8 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
     """The profile named ``spec``: a built-in name, a ``.json`` file, or ``None`` for :data:`DEFAULT_DEVICE`.
 
     Raises:
-        ConfigError: unknown name, unreadable or invalid JSON, unknown/missing field, value out of range.
+        ConfigError: unknown name, unreadable or invalid JSON, unknown/missing field, a value that is not a
+            finite number inside its :data:`RANGES` entry.
     """
     spec = DEFAULT_DEVICE if spec is None else str(spec)
     if spec in builtin_devices():
@@ -146,10 +158,11 @@ def _check_values(data: dict, where: str) -> None:
         raise ConfigError(f"{where}: name must be a non-empty string")
     for name in RATE_FIELDS + COST_FIELDS:
         val = data[name]
+        lo, hi, unit = RANGES[name]
         ok = isinstance(val, (int, float)) and not isinstance(val, bool) and math.isfinite(val)
-        if not ok or val < 0 or (name in RATE_FIELDS and val == 0):
-            want = "a positive number" if name in RATE_FIELDS else "a number >= 0"
-            raise ConfigError(f"{where}: {name} = {val!r}; expected {want} (units: see docs/profile.md)")
+        if not ok or not lo <= val <= hi:
+            raise ConfigError(f"{where}: {name} = {val!r}; expected a number in {lo:g}..{hi:g} {unit} "
+                              "(sanity ranges: docs/profile.md)")
     ops = data.get("unsupported_ops", [])
     if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) for o in ops):
         raise ConfigError(f"{where}: unsupported_ops must be a list of ONNX op type names")

@@ -9,9 +9,19 @@ Two schedules over N requests (toolkit.profile.schedule):
 
 - **serial**: one host thread runs pre(i), waits for the device work of request i, runs post(i), then
   pre(i+1): latency = pre + device + post per request.
-- **pipelined**: a pre-processing thread (stream ``pre``) runs pre(i+1) while the device works on request i;
-  pre(i+1) may start once request i's first tasks (its input copies) have ended (a hand-over queue of depth
-  one). The inference thread (stream ``host``) runs CPU-placed ops and post-processing.
+- **pipelined**: three stages — pre-processing (stream ``pre``), the device work of a request (its input
+  copies, NPU kernels, CPU-placed ops and output copies) and post-processing (stream ``host``) — handing
+  requests over through queues of depth one. A stage may start request i+1 once it has finished request i
+  and the next stage has finished request i−1 (so at most one finished request waits between two stages):
+
+  - pre(i+1) waits for pre(i) and for the device work of request i−1 (while the device works on request i,
+    at most request i+1 is pre-processed ahead of it);
+  - the first device tasks of request i+1 (its input copies) wait for pre(i+1), for the device work of
+    request i (one request on the device at a time) and for post(i−1);
+  - post(i) waits for the device work of request i and for post(i−1).
+
+  Latency therefore converges to a few service times whatever N is, and throughput approaches the rate of the
+  slowest stage, 1 / max(pre, device work, post).
 
 Latency of request i = end of post(i) − start of pre(i); throughput = N / (end of the last task − start of the
 first) in requests per second. :func:`latency_table` gives columns Schedule, p50(ms), p90(ms), p99(ms),
@@ -30,7 +40,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UsageError
 from toolkit.profile.schedule import Task, offset_tasks, simulate
 
 LATENCY_COLUMNS = ["Schedule", "p50(ms)", "p90(ms)", "p99(ms)", "Throughput(req/s)"]
@@ -48,7 +58,7 @@ def load_callable(spec: str, option: str, default_fn: str) -> Callable:
             or the name is not callable. One line naming ``option`` and the fix.
     """
     if not spec or not str(spec).strip():
-        raise InputError(f"{option} is empty; give file.py:function")
+        raise UsageError(f"{option} is empty; give file.py:function, e.g. {option} prepost.py:{default_fn}")
     path_text, sep, fn_name = str(spec).rpartition(":") if ".py:" in str(spec) else (str(spec), "", "")
     fn_name = fn_name or default_fn
     path = Path(path_text)
@@ -72,13 +82,20 @@ def _import_file(path: Path, option: str):
     sys.modules[name] = module  # dataclasses and pickling inside the user's module look themselves up here
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - the user's code: report, never crash
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report, never crash or exit
         sys.modules.pop(name, None)
-        raise InputError(f"{option} file '{path}' raised {type(exc).__name__} on import: {_one_line(exc)}") from None
+        raise InputError(f"{option} file '{path}' raised {_describe(exc)} on import: {_one_line(exc)}") from None
     return module
 
 
+def _describe(exc: BaseException) -> str:
+    """``SystemExit(0)`` for sys.exit (its code matters), else the exception's type name."""
+    return f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else type(exc).__name__
+
+
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return "sys.exit() would end npuscope; return a value (or raise an exception) instead"
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
@@ -98,8 +115,8 @@ def time_calls(fn: Callable, args: list, option: str) -> Timed:
         t0 = time.perf_counter()
         try:
             value = fn(*a)
-        except Exception as exc:  # noqa: BLE001
-            raise InputError(f"{option} raised {type(exc).__name__} on request {i}: {_one_line(exc)}") from None
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in user code is an error, not our exit
+            raise InputError(f"{option} raised {_describe(exc)} on request {i}: {_one_line(exc)}") from None
         ms.append((time.perf_counter() - t0) * 1e3)
     return Timed(ms, value)
 
@@ -122,6 +139,11 @@ def _roots(tasks: list[Task]) -> list[int]:
     return [i for i, t in enumerate(tasks) if not t.deps]
 
 
+def _sinks(tasks: list[Task]) -> list[int]:
+    used = {d for t in tasks for d in t.deps}
+    return [i for i in range(len(tasks)) if i not in used]
+
+
 def request_tasks(device: list[Task], pre_ms: float, post_ms: float, mode: str) -> list[Task]:
     """Tasks of one request: pre, the device tasks (roots made to wait for pre), post (after every device
     task). Indices are local (pre = 0)."""
@@ -136,18 +158,48 @@ def request_tasks(device: list[Task], pre_ms: float, post_ms: float, mode: str) 
     return out
 
 
+@dataclass
+class _Marks:
+    """Global indices of one request's pre task, device roots, device sinks (device work done) and post task."""
+
+    pre: int
+    roots: list[int]
+    sinks: list[int]
+    post: int
+
+
+def _marks(device: list[Task], base: int) -> _Marks:
+    post = base + len(device) + 1
+    if not device:
+        return _Marks(base, [], [base], post)
+    return _Marks(base, [base + 1 + j for j in _roots(device)], [base + 1 + j for j in _sinks(device)], post)
+
+
+def _pipeline_deps(req: list[Task], marks: list[_Marks]) -> None:
+    """Add the hand-over rules of the pipelined schedule (module docstring) to request ``len(marks) - 1``."""
+    i, me = len(marks) - 1, marks[-1]
+    if i >= 1:
+        prev = marks[i - 1]
+        req[0].deps = sorted({prev.pre, *(marks[i - 2].sinks if i >= 2 else [])})
+        extra = set(prev.sinks) | ({marks[i - 2].post} if i >= 2 else set())
+        for g in me.roots:
+            t = req[g - me.pre]
+            t.deps = sorted(set(t.deps) | extra)
+        req[-1].deps = sorted(set(req[-1].deps) | {prev.post})
+
+
 def e2e_tasks(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str) -> list[Task]:
     """All tasks of N requests in issue order (module docstring); ``mode`` 'serial' or 'pipelined'."""
     tasks: list[Task] = []
-    prev_roots: list[int] = []
+    marks: list[_Marks] = []
     for i, (pre, post) in enumerate(zip(pre_ms, post_ms)):
         base = len(tasks)
         req = offset_tasks(request_tasks(device, pre, post, mode), base, i)
-        if mode == "pipelined" and prev_roots:
-            req[0].deps = list(prev_roots)
-        elif mode == "serial" and i:
+        marks.append(_marks(device, base))
+        if mode == "pipelined":
+            _pipeline_deps(req, marks)
+        elif i:
             req[0].deps = [base - 1]
-        prev_roots = [base + 1 + j for j in _roots(device)] or [base]
         tasks += req
     return tasks
 

@@ -2,10 +2,17 @@
 schedule (Time Kind ``simulated``), the measured host wall time of every kernel of the simulated run and of
 the user's pre/post-processing (Time Kind ``measured``), and op_statistic over the simulated rows.
 
-Mapping of the simulated rows: Task ID = schedule task id; Stream ID = index of the stream in
-toolkit.profile.schedule.STREAMS; Task Wait Time(us) = gap between the end of the stream's previous task and
-this start; Block Dim is left empty (the cost model has no per-core split); formats are "ND". View kernels
-(0 µs, no device task) are left out of the simulated rows, as a device profiler would not see them.
+Mapping of the simulated rows (:func:`op_fields`, shared with trace.json, toolkit.profile.trace): Task ID =
+schedule task id; Op Name = the plan kernel (a derived copy: ``MemcpyH2D:<tensor>``); OP Type = the kernel's op
+type (pre/post-processing: ``PreProcess``/``PostProcess``); Task Type = the cost table's TaskType (copies
+MEMCPY, host work HOST_CPU); Stream ID = index of the stream in toolkit.profile.schedule.STREAMS (pre 0, host 1,
+copy 2, npu 3); Task Wait Time(us) = gap between the end of the stream's previous task and this start; Block
+Dim is left empty (the cost model has no per-core split); formats are "ND". View kernels (0 µs, no device
+task) are left out of the simulated rows, as a device profiler would not see them.
+
+Measured rows: the kernels' host wall times are on their own Stream ID :data:`MEASURED_STREAM_ID` (4: another
+clock, never mixed with a simulated stream); pre-processing rows on the ``pre`` stream (0) and
+post-processing rows on ``host`` (1), where the pipelined schedule runs them.
 """
 
 from __future__ import annotations
@@ -14,6 +21,21 @@ import pandas as pd
 
 from toolkit.profile.optable import op_statistic, op_summary_frame
 from toolkit.profile.schedule import STREAMS
+
+
+MEASURED_STREAM_ID = len(STREAMS)
+PREPOST_OP_TYPES = {"pre": "PreProcess", "post": "PostProcess"}
+
+
+def op_fields(kernel: str, name: str, op_type: str, stage: str, stream: str, cost: dict) -> dict:
+    """Op Name, OP Type, Task Type, Stream ID of one schedule task (``cost``: its kernel_costs row as a dict,
+    {} for derived copies and pre/post)."""
+    if stage in PREPOST_OP_TYPES:
+        return {"Op Name": name, "OP Type": PREPOST_OP_TYPES[stage], "Task Type": "HOST_CPU",
+                "Stream ID": STREAMS.index(stream)}
+    return {"Op Name": kernel or name, "OP Type": op_type or stage,
+            "Task Type": cost.get("TaskType", "MEMCPY" if stream == "copy" else "HOST_CPU"),
+            "Stream ID": STREAMS.index(stream)}
 
 
 def _wait(events: pd.DataFrame) -> pd.Series:
@@ -30,9 +52,8 @@ def simulated_rows(events: pd.DataFrame, costs: pd.DataFrame, model_name: str, d
         c = by_kernel.get(e["Kernel"], {})
         if c.get("IsView"):
             continue
-        rows.append({"Model Name": model_name, "Task ID": e["Task"], "Stream ID": STREAMS.index(e["Stream"]),
-                     "Op Name": e["Kernel"] or e["Name"], "OP Type": e["OpType"] or e["Stage"],
-                     "Task Type": c.get("TaskType", "MEMCPY" if e["Stream"] == "copy" else "HOST_CPU"),
+        rows.append({"Model Name": model_name, "Task ID": e["Task"],
+                     **op_fields(e["Kernel"], e["Name"], e["OpType"], e["Stage"], e["Stream"], c),
                      "Task Start Time(us)": e["StartUs"], "Task Duration(us)": e["DurationUs"],
                      "Task Wait Time(us)": wait[idx], "Input Shapes": c.get("InputShapes", ""),
                      "Input Data Types": c.get("InputDtypes", ""), "Input Formats": "ND",
@@ -46,7 +67,7 @@ def measured_rows(kernel_ms: list[float], costs: pd.DataFrame, model_name: str) 
     rows, t = [], 0.0
     for (_, c), ms in zip(costs.iterrows(), kernel_ms):
         us = ms * 1e3
-        rows.append({"Model Name": model_name, "Task ID": c["Index"], "Stream ID": STREAMS.index("host"),
+        rows.append({"Model Name": model_name, "Task ID": c["Index"], "Stream ID": MEASURED_STREAM_ID,
                      "Op Name": c["Kernel"], "OP Type": c["OpType"], "Task Type": "HOST_CPU",
                      "Task Start Time(us)": t, "Task Duration(us)": us, "Task Wait Time(us)": 0.0,
                      "Input Shapes": c["InputShapes"], "Input Data Types": c["InputDtypes"],
@@ -56,17 +77,18 @@ def measured_rows(kernel_ms: list[float], costs: pd.DataFrame, model_name: str) 
     return rows
 
 
-def prepost_rows(name: str, op_type: str, ms: list[float], model_name: str) -> list[dict]:
-    """One measured op_summary row per request of the user's pre- or post-processing."""
-    return [{"Model Name": model_name, "Task ID": i, "Stream ID": STREAMS.index("host"), "Op Name": name,
-             "OP Type": op_type, "Task Type": "HOST_CPU", "Task Duration(us)": v * 1e3, "Time Kind": "measured",
+def prepost_rows(name: str, stage: str, ms: list[float], model_name: str) -> list[dict]:
+    """One measured op_summary row per request of the user's pre- (``stage`` "pre") or post-processing
+    ("post")."""
+    stream = "pre" if stage == "pre" else "host"
+    return [{"Model Name": model_name, "Task ID": i, **op_fields("", name, "", stage, stream, {}), "Task Duration(us)": v * 1e3, "Time Kind": "measured",
              "Source": f"{name} wall time on this host, request {i}"} for i, v in enumerate(ms)]
 
 
 def op_tables(events, costs, kernel_ms, pre_ms, post_ms, model_name: str, device: str):
     """(op_summary, op_statistic): every row kind above; the statistic over the simulated rows only."""
     rows = simulated_rows(events, costs, model_name, device) + measured_rows(kernel_ms, costs, model_name)
-    rows += prepost_rows("pre-processing", "PreProcess", pre_ms, model_name)
-    rows += prepost_rows("post-processing", "PostProcess", post_ms, model_name)
+    rows += prepost_rows("pre-processing", "pre", pre_ms, model_name)
+    rows += prepost_rows("post-processing", "post", post_ms, model_name)
     summary = op_summary_frame(rows)
     return summary, op_statistic(summary[summary["Time Kind"] == "simulated"])

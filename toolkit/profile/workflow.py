@@ -173,8 +173,9 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Raises:
-        UsageError: ``requests`` outside 1..MAX_REQUESTS; ConfigError: bad device profile;
-        InputError: bad --pre/--post file or a callable that raises / returns the wrong thing;
+        UsageError: ``requests`` outside 1..MAX_REQUESTS, or an empty ``pre``/``post``; ConfigError: bad device
+        profile; InputError: bad --pre/--post file or a callable that raises (SystemExit included) / returns the
+        wrong thing;
         ModelError: the model cannot be loaded or compiled.
     """
     from toolkit.ir.load import load_model
@@ -183,8 +184,8 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
     dev = load_device(device)
-    pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre else None
-    post_fn = e2e.load_callable(post, "--post", "post") if post else None
+    pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre is not None else None
+    post_fn = e2e.load_callable(post, "--post", "post") if post is not None else None
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -273,8 +274,10 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
             merged = {**r.advice.start_placement, **r.advice.op_placement}
             files["recommended_config"] = _json(folder, "recommended_config.json",
                                                 dataclasses.replace(config, op_placement=merged).to_dict())
+    stages = [st for st, ms in (("pre", r.pre_ms), ("post", r.post_ms)) if ms]
     atomic_write_text(folder / "trace.json", trace_json(r.e2e_events["pipelined"], measured=_measured_frame(r),
-                                                        title=f"{r.model_name} on {r.device.name}"))
+                                                        title=f"{r.model_name} on {r.device.name}", costs=r.costs,
+                                                        stages=stages))
     files["trace"] = "trace.json"
     files["summary"] = _json(folder, "profile.json", _summary_json(r, files))
     if html:

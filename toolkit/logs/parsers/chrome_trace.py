@@ -13,8 +13,9 @@ trace.json puts the op type there); Stream ID = ``tid`` (a non-numeric tid gets 
 event order; Time Kind = args ``time_kind`` (as trace.json writes it), else the top-level object's
 ``otherData["Time Kind"]``, else ``measured``; Source = the file name.
 
-Malformed (counted, skipped): an event that is not an object, a complete event whose ts/dur is not a number
-or whose dur is negative, an ``E`` with no open ``B``, a ``B`` never closed, unreadable JSON fragments.
+Malformed (counted, skipped): an event that is not an object, a complete event whose ts/dur is not a number,
+not finite or beyond 1e18 (toolkit.logs.numbers), or whose dur is negative; an args value for a numeric
+op_summary column (Task Duration(us), Stream ID, ...) that is such a number; an ``E`` with no open ``B``, a ``B`` never closed, unreadable JSON fragments.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from toolkit.logs.jsonio import load_events, number
+from toolkit.logs.numbers import insane_number
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
     NUMERIC_COLUMNS,
@@ -56,7 +58,11 @@ class _Builder:
             return n
         return float(self.streams.setdefault((pid, tid), len(self.streams)))
 
-    def add(self, ev: dict, ts: float, dur: float, args: dict) -> None:
+    def add(self, ev: dict, ts: float, dur: float, args: dict) -> bool:
+        """Add one task; False (nothing added: malformed) when a numeric op_summary column in ``args`` holds a
+        non-finite or absurd number, or its Task Duration(us) is negative."""
+        if any(col in args and insane_number(args[col]) for col in NUMERIC_COLUMNS):
+            return False
         pid, tid = ev.get("pid"), ev.get("tid")
         cat = ev.get("cat") if isinstance(ev.get("cat"), str) else ""
         task_type = cat if cat in TASK_TYPES else ""
@@ -68,31 +74,34 @@ class _Builder:
         for col in _ARG_COLUMNS:
             if col in args and args[col] is not None:
                 row[col] = args[col] if col in NUMERIC_COLUMNS else str(args[col])
+        if (number(row["Task Duration(us)"]) or 0.0) < 0:
+            return False
         self.rows.append(row)
+        return True
 
 
 def _complete(ev: dict, b: _Builder) -> bool:
     ts, dur = number(ev.get("ts")), number(ev.get("dur"))
     if ts is None or dur is None or dur < 0:
         return False
-    b.add(ev, ts, dur, ev.get("args") if isinstance(ev.get("args"), dict) else {})
-    return True
+    return b.add(ev, ts, dur, ev.get("args") if isinstance(ev.get("args"), dict) else {})
 
 
 def _end(ev: dict, stacks: dict, b: _Builder) -> bool:
     stack = stacks.get((ev.get("pid"), ev.get("tid")))
     ts = number(ev.get("ts"))
-    if not stack or ts is None:
+    if not stack:
         return False
-    begin = stack.pop()
+    begin = stack.pop()  # a bad E closes its B: the pair is one malformed record
+    if ts is None:
+        return False
     t0 = number(begin.get("ts"))
     if t0 is None or ts < t0:
         return False
     args = dict(begin.get("args") or {}) if isinstance(begin.get("args"), dict) else {}
     if isinstance(ev.get("args"), dict):
         args.update(ev["args"])
-    b.add(begin, t0, ts - t0, args)
-    return True
+    return b.add(begin, t0, ts - t0, args)
 
 
 def _metadata(ev: dict, b: _Builder) -> None:

@@ -18,7 +18,8 @@ No per-op times, so ``op_summary`` is empty. Tables:
   lower bound M bytes``);
 - ``compile_details``: Pass, Line (every other detail line).
 
-A line that is neither a pass header, nor an indented detail after one, nor blank is malformed.
+A line that is neither a pass header (with a time that is a finite number, toolkit.logs.numbers), nor an
+indented detail after one, nor blank is malformed.
 Findings: ``compile_pass_failed`` (warning) for a pass whose detail says FAILED, ``fusion_refused`` (info) per
 rule with refusals.
 """
@@ -32,6 +33,8 @@ import pandas as pd
 
 from toolkit.compiler.pipeline import Finding
 from toolkit.logs.detect import head_lines
+from toolkit.logs.jsonio import number
+from toolkit.logs.numbers import sane
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 
 NAME = "compile_log"
@@ -89,6 +92,9 @@ def _read(path: Path) -> tuple[dict, int]:
             if not line.strip():
                 continue
             if m := HEADER_RE.match(line):
+                if not sane(number(m["ms"])):  # e.g. "1.2.3 ms" or a 400-digit time: its details go too
+                    bad, current = bad + 1, None
+                    continue
                 out["passes"].append(_header_row(m))
                 current = m["pass"]
             elif line.startswith("    ") and current is not None:

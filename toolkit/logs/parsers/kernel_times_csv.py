@@ -5,7 +5,8 @@ Rows become op-summary tasks: Op Name = Kernel, OP Type = OpType, Task Type HOST
 Task Duration(us) = HostMs x 1000, Time Kind ``measured``, Input/Output Data Types from Precision
 (fp16 → DT_FLOAT16, fp32 → DT_FLOAT: a kernel reads and stores its float tensors in its precision), Task ID =
 row order. The file has no start times (diagnose sorts it by time), so these rows are not on the timeline.
-Malformed rows (counted, skipped): too many fields, no Kernel, or HostMs missing, not a number or negative.
+Malformed rows (counted, skipped): too many fields, no Kernel, or HostMs missing, not a number, negative, not
+finite or beyond 1e18 µs once in µs (toolkit.logs.numbers).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.numbers import sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import op_summary_frame
 
@@ -34,7 +36,8 @@ def parse(path: Path) -> ParseResult:
         if col not in df.columns:
             df[col] = ""
     ms = numeric(df["HostMs"])
-    ok = (df["Kernel"].str.strip() != "") & (ms >= 0)
+    us = ms.where(sane_mask(ms)) * 1000.0  # only sane values are scaled: no overflow
+    ok = (df["Kernel"].str.strip() != "") & sane_mask(us) & (us >= 0)
     good, ms = df[ok], ms[ok]
     dtype = good["Precision"].str.strip().str.lower().map(DTYPES).fillna("")
     summary = op_summary_frame({

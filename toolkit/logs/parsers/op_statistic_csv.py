@@ -3,8 +3,9 @@ Min Time(us), Max Time(us), Ratio(%).
 
 Per op type, not per task, so ``op_summary`` is empty; the rows go to table ``op_statistic`` with exactly
 :data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is "").
-Malformed rows (counted, skipped): too many fields, no OP Type, or a Count / Total Time(us) that is missing,
-not a number or negative.
+Malformed rows (counted, skipped): too many fields, no OP Type, a Count / Total Time(us) that is missing,
+not a number, not finite, beyond 1e18 or negative, or another number column holding a non-finite value or
+one beyond 1e18 (toolkit.logs.numbers).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS
 
@@ -34,7 +36,10 @@ def parse(path: Path) -> ParseResult:
     df = df[OP_STATISTIC_COLUMNS].copy()
     for col in _NUMBERS:
         df[col] = numeric(df[col])
-    ok = (df["OP Type"].str.strip() != "") & (df["Count"] >= 0) & (df["Total Time(us)"] >= 0)
+    ok = (df["OP Type"].str.strip() != "") & sane_mask(df["Count"]) & (df["Count"] >= 0) \
+        & sane_mask(df["Total Time(us)"]) & (df["Total Time(us)"] >= 0)
+    for col in _NUMBERS:
+        ok &= missing_or_sane(df[col])
     table = df[ok].reset_index(drop=True)
     return ParseResult(str(path), NAME, tables={"op_statistic": table}, records=len(table),
                        malformed=skipped + int((~ok).sum()),

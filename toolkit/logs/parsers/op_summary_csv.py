@@ -5,8 +5,10 @@ Detected by a header holding ``Op Name`` and ``Task Duration(us)``. Columns of
 are ignored); numbers may carry whitespace. A file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
 
-Malformed rows (counted, skipped): too many fields, no Op Name, or a Task Duration(us) that is missing,
-not a number or negative.
+Malformed rows (counted, skipped): too many fields, no Op Name, a Task Duration(us) that is missing, not a
+number, not finite, beyond 1e18 or negative, or any other numeric column (Task Start Time(us), Stream ID, ...)
+holding a number that is not finite or beyond 1e18 (toolkit.logs.numbers; an empty or non-numeric cell there
+is just missing).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
     NUMERIC_COLUMNS,
@@ -44,7 +47,10 @@ def parse(path: Path) -> ParseResult:
         notes.append("no Time Kind column: read as a real device's profile (Time Kind 'device')")
     df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device")
     df["Source"] = df["Source"].replace("", path.name) if "Source" in df.columns else path.name
-    ok = (df["Op Name"].str.strip() != "") & (df["Task Duration(us)"] >= 0)
+    ok = (df["Op Name"].str.strip() != "") & sane_mask(df["Task Duration(us)"]) & (df["Task Duration(us)"] >= 0)
+    for col in NUMERIC_COLUMNS:
+        if col in df.columns:
+            ok &= missing_or_sane(df[col])
     summary = op_summary_frame(df[ok])
     return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
                        malformed=skipped + int((~ok).sum()), notes=notes)

@@ -12,8 +12,8 @@ complete events ``{cat, pid, tid, dur, ts, ph: "X", name, args}``, one per line.
 - ``cat: "Session"`` events (model_loading_*, session_initialization, model_run, ...) go to table
   ``ort_sessions``: Name, Count, Total(us), Mean(us).
 
-Malformed (counted, skipped): a non-object, a node event without a name or whose ts/dur is not a number or
-dur negative, unreadable fragments of a truncated file (recovered event by event, toolkit.logs.jsonio).
+Malformed (counted, skipped): a non-object, a node event without a name or whose ts/dur is not a number, not
+finite or beyond 1e18 (toolkit.logs.numbers), or dur negative, unreadable fragments of a truncated file (recovered event by event, toolkit.logs.jsonio).
 Finding ``framework_overhead`` (warning) when kernels fill less than half of the model_run time.
 """
 
@@ -27,6 +27,7 @@ import pandas as pd
 
 from toolkit.compiler.pipeline import Finding
 from toolkit.logs.jsonio import load_events, number
+from toolkit.logs.numbers import MAX_ABS
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import op_summary_frame
 
@@ -75,7 +76,9 @@ def task_type(provider: str, op_type: str) -> str:
 
 
 def _num(v) -> float | None:
-    return v if type(v) in (int, float) else number(v)   # fast path for JSON numbers
+    if type(v) is float:                                  # fast path for JSON numbers
+        return v if -MAX_ABS <= v <= MAX_ABS else None    # False for NaN and ±inf
+    return number(v)
 
 
 def _node(ev: dict, rows: list) -> bool:

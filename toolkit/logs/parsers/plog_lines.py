@@ -5,7 +5,8 @@ times, so ``op_summary`` is empty. Tables:
 
 - ``log_levels``: Level, Module, Count (every well-formed line, most frequent first);
 - ``log_messages``: Level, Module, PID, Process, Time, File, Line, Message of the first
-  :data:`MAX_MESSAGES` WARNING / ERROR lines (in file order).
+  :data:`MAX_MESSAGES` WARNING / ERROR lines (in file order). Each field longer than 2,000 characters is
+  truncated with a marker giving its original length (toolkit.logs.textcap).
 
 Blank lines are ignored; any other line that is not one plog record is malformed. The file is read in
 blocks of :data:`BLOCK_CHARS` characters with one multi-line regular expression per block (no per-line
@@ -26,6 +27,7 @@ from toolkit.compiler.pipeline import Finding
 from toolkit.logs.detect import head_lines
 from toolkit.logs.plog import LINE_PATTERN, LINE_RE
 from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.logs.textcap import clip
 
 NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
@@ -78,10 +80,10 @@ def _scan(path: Path) -> tuple[Counter, list[tuple], int]:
             if other:
                 bad += n
             else:
-                counts[(level, module)] += n
+                counts[(level, clip(module))] += n
         if len(notable) < MAX_MESSAGES and ("[ERROR] " in block or "[WARNING] " in block):
             for m in _NOTABLE_RE.finditer(block):
-                notable.append(m.groups())
+                notable.append(tuple(clip(g) for g in m.groups()))  # one 30 MB record stays 2,000 chars
                 if len(notable) >= MAX_MESSAGES:
                     break
     return counts, notable, bad
