@@ -277,10 +277,12 @@ def test_run_cli_reports_the_unmasked_softmax(tmp_path):
     cfg = tmp_path / "gears.json"
     cfg.write_text(json.dumps({"input_shape": "x:1,-1,64", "dynamic_dims": "16;32"}))
     r = _cli("run", "transformer_seq", "--config", cfg, "--out", tmp_path / "r")
-    assert r.returncode == 0, r.stderr
-    assert "first at 'attn_softmax' (Softmax)" in r.stdout
+    # the leak reaches the output y: the outputs are wrong, so exit 1, but everything is still written
+    assert r.returncode == 1, r.stderr
+    assert "first at 'attn_softmax' (Softmax)" in r.stdout and "FAILED: padding to gear 32 changes output(s) y" in r.stdout
     rep = json.loads((tmp_path / "r" / "padding.json").read_text())
-    assert [f["subject"] for f in rep["findings"]] == ["attn_softmax"]
+    assert [(f["subject"], f["severity"]) for f in rep["findings"]] == [("attn_softmax", "error")]
+    assert rep["outputs_leak"] == ["y"] and (tmp_path / "r" / "outputs.npz").is_file()
     bad = _cli("diagnose", "transformer_seq", "--config", cfg, "--out", tmp_path / "d")
     assert bad.returncode == 2 and "only 'compile' and 'run' choose a gear" in bad.stderr
 

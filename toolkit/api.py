@@ -46,7 +46,10 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
                 out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
     plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio).
-    With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command)."""
+    With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command).
+    ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
+    output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
+    symbolic dim given two sizes), InputError for inputs that do not fit the model or input_shape."""
     from toolkit.artifacts import check_dump_dir
     from toolkit.engine import Session
     from toolkit.gears.spec import has_gears
@@ -59,6 +62,10 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
+    from toolkit.compiler.passes.bind_shapes import check_input_shapes, raise_if_reference_fails
+    from toolkit.runtime.npu import KernelRuntimeError
+
+    check_input_shapes(m, config.input_shapes())  # a bad input_shape is a config error (exit 2) before any data
     feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
     progress(f"inputs: {feed.origin}")
     progress("compiling and building kernels")
@@ -68,7 +75,11 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
         sess = Session(m, config, input_shapes=shapes_of(feed.arrays))
     sess.path = str(src.path)
     progress(f"running {len(sess.plan.kernels)} kernels")
-    res = sess.run(feed.arrays, dump=bool(dump_dir))
+    try:
+        res = sess.run(feed.arrays, dump=bool(dump_dir))
+    except KernelRuntimeError as exc:  # the model's own fault (one line) when onnxruntime fails on it too
+        raise_if_reference_fails(m, feed.arrays, exc)
+        raise
     with output_dir(out, REPORTS_DIR, f"{src.name}-run") as folder:
         files = write_compile_artifacts(sess.compiled, folder)
         files["outputs"] = write_npz(Path(output) if output else folder / "outputs.npz", res.outputs)
@@ -84,7 +95,7 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
     for name, arr in res.outputs.items():
         summary.append(f"output {name}: {arr.dtype}{list(arr.shape)}")
     summary.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
-    return {"summary": summary, "out": folder, "files": files, "result": res}
+    return {"summary": summary, "out": folder, "files": files, "result": res, "exit_code": 0}
 
 
 def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,

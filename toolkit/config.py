@@ -58,7 +58,9 @@ class Config:
         overflow_mode: ``inf_nan`` (IEEE, default) or ``saturation`` (FP16 results clamp to ±65504).
         fusion_level: 0 none, 1 BatchNorm folding + buffer fusion, 2 everything (default).
         fusion_switch_file: the converter's fusion switch JSON ({"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}).
-        input_shape: converter syntax ``"x:1,3,640,640;mask:1,16"``; binds dynamic dims for compile.
+        input_shape: converter syntax ``"x:1,3,640,640;mask:1,16"``; binds dynamic dims for compile. Each input
+            once, sizes 1..2**63-1; checked against the model at compile (toolkit.compiler.passes.bind_shapes:
+            known input names, static dims, one size per shared symbolic dim; ConfigError).
         memory_reuse: ``aggressive`` (default: greedy-by-size best-fit offsets, in-place elementwise outputs,
             views for Reshape/Flatten/Squeeze/Unsqueeze/Identity), ``conservative`` (a freed block is reused by
             a tensor of the same size only) or ``off`` (every tensor its own range). ``greedy`` is accepted as
@@ -74,7 +76,7 @@ class Config:
             giving ','-separated values for all -1 dims of ``input_shape`` in order (``"128,128;256,256"`` for
             two). Not together with ``dynamic_batch_size``.
         pad_value: value padded inputs are filled with, per input: ``"mask:0;x:0"`` (or a {name: value} dict);
-            inputs not named get 0 (default ``""``: all 0).
+            inputs not named get 0 (default ``""``: all 0). Each input once, a finite number (no NaN/inf/bool).
         op_placement: ``{op type or node name: "CPU" | "NPU"}`` (default empty: every op the simulated NPU
             supports on the NPU). CPU-placed ops run in FP32 on the host with ``MemcpyD2H``/``MemcpyH2D``
             kernels around them; a node-name entry wins over an op-type entry; ops the NPU does not support

@@ -183,6 +183,19 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
 
 
+def _run_or_explain(sess, prep: Prepared):
+    """The NPU run; a kernel failure on inputs the model itself cannot take becomes a one-line ModelError
+    (toolkit.compiler.passes.bind_shapes.raise_if_reference_fails), any other stays an internal error."""
+    from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
+    from toolkit.runtime.npu import KernelRuntimeError
+
+    try:
+        return sess.run(prep.feeds, dump=True)
+    except KernelRuntimeError as exc:
+        raise_if_reference_fails(prep.model, prep.feeds, exc)
+        raise
+
+
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"})."""
     t = {}
@@ -193,7 +206,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     t["kernel_build_ms"] = sess.runtime.build_ms
     progress(f"running the NPU plan ({len(sess.plan.kernels)} kernels)")
     ts = time.perf_counter()
-    npu = sess.run(prep.feeds, dump=True)
+    npu = _run_or_explain(sess, prep)
     t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3
     progress("running the FP32 reference (onnxruntime)")
     ts = time.perf_counter()

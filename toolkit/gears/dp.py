@@ -28,6 +28,8 @@ import pandas as pd
 from toolkit.errors import UsageError
 
 COSTS = {"linear": lambda g: g, "quadratic": lambda g: g * g}
+#: Largest length taken (a gear dim beyond this does not fit a compiled tensor).
+MAX_LENGTH = 2**31 - 1
 #: Columns of :func:`compare_gears` (one row per strategy).
 STRATEGY_COLUMNS = ["Strategy", "Gears", "Plans", "Samples", "MeanLength", "MeanGear", "PaddedWork", "ValidWork",
                     "Waste", "WasteShare", "ExpectedPaddedWork"]
@@ -42,16 +44,21 @@ class LengthHistogram:
 
     @classmethod
     def of(cls, lengths) -> "LengthHistogram":
-        """From raw lengths (positive integers). Raises UsageError for an empty list or a length < 1."""
-        arr = np.asarray(list(lengths) if not isinstance(lengths, np.ndarray) else lengths)
+        """From raw lengths (positive integers, at most :data:`MAX_LENGTH`). Raises UsageError for an empty
+        list, a value that is not a whole number, a length < 1 or > MAX_LENGTH."""
+        try:
+            arr = np.asarray(list(lengths) if not isinstance(lengths, np.ndarray) else lengths)
+        except (OverflowError, ValueError):
+            raise UsageError(f"lengths must be positive integers (at most {MAX_LENGTH}); got a value numpy cannot hold") from None
         if arr.size == 0:
             raise UsageError("no lengths given; the lengths file must hold at least one positive integer")
-        if arr.dtype.kind == "f":
-            if not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)):
-                raise UsageError("lengths must be whole numbers; got a non-integer value")
-            arr = arr.astype(np.int64)
-        if arr.dtype.kind not in "iu" or arr.min() < 1:
-            raise UsageError(f"lengths must be positive integers; got minimum {arr.min()}")
+        if arr.dtype.kind not in "iuf":
+            raise UsageError(f"lengths must be positive integers (at most {MAX_LENGTH}); got {arr.dtype} values")
+        if arr.dtype.kind == "f" and (not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr))):
+            raise UsageError("lengths must be whole numbers; got a non-integer value")
+        if arr.min() < 1 or arr.max() > MAX_LENGTH:
+            raise UsageError(f"lengths must be positive integers (at most {MAX_LENGTH}); got {arr.min()} .. {arr.max()}")
+        arr = arr.astype(np.int64)
         values, counts = np.unique(arr.astype(np.int64), return_counts=True)
         return cls(values, counts.astype(np.int64))
 

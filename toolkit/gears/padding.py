@@ -10,8 +10,10 @@ axes; the valid region of the padded tensor is its leading ``exact-shape`` block
 that region differs from the exact run beyond ``atol + rtol * max|exact|`` (or a non-finite value appears, or an
 integer differs). A leaking tensor whose producing node reads only clean tensors is an **origin**: the op itself
 mixes padded positions into valid ones (Softmax or a reduction over the padded axis without a mask, LayerNorm
-over it, pooling over it, ...). Each origin becomes an error :class:`toolkit.compiler.pipeline.Finding`
-(kind ``padding_leak``); the first leaking tensor is named in the summary.
+over it, pooling over it, ...). Each origin becomes a :class:`toolkit.compiler.pipeline.Finding` (kind
+``padding_leak``): ``error`` when its leak reaches a graph output through leaking tensors (the outputs of the
+padded run are wrong; ``npuscope run`` exits 1), ``warning`` when it dies out before every output. The first
+leaking tensor and the leaking graph outputs (``outputs_leak``) are named in the summary.
 
 A tensor whose padded shape cannot hold its exact shape (rank changed, an axis shrank: e.g. a Reshape that
 flattens the padded axis into another) is ``unmapped``: not compared, and nodes reading it are not called
@@ -32,6 +34,7 @@ import onnx
 import pandas as pd
 
 from toolkit.compiler.pipeline import Finding
+from toolkit.errors import InputError
 from toolkit.gears.session import pad_feeds
 
 COLUMNS = ["Index", "Tensor", "Node", "OpType", "ExactShape", "PaddedShape", "PaddedAxes", "Status", "Origin",
@@ -69,7 +72,7 @@ def _bound(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    bind_input_shapes(m, {k: v for k, v in shapes.items()})
+    bind_input_shapes(m, dict(shapes), where="inputs", error=InputError)
     return m
 
 
@@ -170,7 +173,7 @@ def padding_sensitivity(model: onnx.ModelProto, feeds: dict[str, np.ndarray], ta
             reduces = _reduces_padded(node, ins, exact, padded)
             rows.append(_row(len(rows), out, node, e.shape, p.shape, st, axes, origin, reduces, diff, tol, reason))
     table = pd.DataFrame(rows, columns=COLUMNS)
-    return PaddingReport(table, _findings(table), _summary(model, table, exact_shapes, padded_shapes))
+    return PaddingReport(table, _findings(model, table), _summary(model, table, exact_shapes, padded_shapes))
 
 
 def _reduces_padded(node, ins, exact, padded) -> bool:
@@ -192,18 +195,47 @@ def _row(index, tensor, node, eshape, pshape, status, axes, origin, reduces, dif
             "MaxAbsDiff": float(diff), "Tolerance": float(tol), "Reason": reason}
 
 
-def _findings(table: pd.DataFrame) -> list[Finding]:
+def _reached_outputs(model: onnx.ModelProto, table: pd.DataFrame) -> dict[str, list[str]]:
+    """{origin tensor: graph outputs its leak reaches}: outputs reachable from the origin through tensors
+    that leak (or could not be compared: unmapped / not_compared), in graph order."""
+    status = dict(zip(table["Tensor"], table["Status"]))
+    consumers: dict[str, list] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            consumers.setdefault(i, []).append(node)
+    outputs = [o.name for o in model.graph.output]
+    out = {}
+    for origin in table.loc[table["Origin"], "Tensor"]:
+        seen, todo = {origin}, [origin]
+        while todo:
+            for node in consumers.get(todo.pop(), []):
+                for t in node.output:
+                    if t and t not in seen and status.get(t) in ("leak", "unmapped", "not_compared"):
+                        seen.add(t)
+                        todo.append(t)
+        out[origin] = [o for o in outputs if o in seen and status.get(o) == "leak"]
+    return out
+
+
+def _findings(model: onnx.ModelProto, table: pd.DataFrame) -> list[Finding]:
+    """One Finding per origin: ``error`` when its leak reaches a graph output (the outputs are wrong), else
+    ``warning`` (the leak dies out before any output, e.g. a masked or sliced path)."""
     leaks = table[table["Status"] == "leak"]
+    reached = _reached_outputs(model, table)
     out = []
     for _, r in table[table["Origin"]].iterrows():
         downstream = leaks[leaks["Index"] > r["Index"]]
+        hits = reached.get(r["Tensor"], [])
+        effect = (f"; it reaches output(s) {', '.join(hits)}, which differ from an exact-shape run" if hits else
+                  "; it does not reach any graph output")
         out.append(Finding(
-            "error", "padding_leak", r["Node"],
+            "error" if hits else "warning", "padding_leak", r["Node"],
             {"op_type": r["OpType"], "tensor": r["Tensor"], "padded_axes": r["PaddedAxes"],
              "reduces_padded_axis": r["ReducesPaddedAxis"], "max_abs_diff": r["MaxAbsDiff"],
              "tolerance": r["Tolerance"], "first": bool(r["Index"] == leaks["Index"].min()),
-             "downstream_leaks": int(len(downstream))},
-            f"padding changes the valid region of '{r['Tensor']}' ({r['OpType']}): " + _recommendation(r["OpType"])))
+             "downstream_leaks": int(len(downstream)), "reaches_outputs": hits},
+            f"padding changes the valid region of '{r['Tensor']}' ({r['OpType']}){effect}: "
+            + _recommendation(r["OpType"])))
     return out
 
 

@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from toolkit.compiler.passes.bind_shapes import UNNAMED
 from toolkit.config import Config
 from toolkit.engine import Session, as_model
 from toolkit.errors import ConfigError, InputError, ModelError
-from toolkit.gears.spec import GearSpec, label, parse_gears
-from toolkit.runtime.npu import RunResult
+from toolkit.gears.spec import GearSpec, check_against_model, label, parse_gears
+from toolkit.runtime.npu import KernelRuntimeError, RunResult
 
 
 @dataclass
@@ -80,14 +81,27 @@ def pad_feeds(feeds: dict, target: dict[str, tuple[int, ...]], pad_values: dict[
             raise InputError(f"input '{name}' of shape {arr.shape} does not fit gear shape {tuple(shape)}")
         if arr.shape == tuple(shape):
             continue
-        fill = pad_values.get(name, 0.0)
-        if arr.dtype.kind in "iub" and fill != int(fill):
-            raise InputError(f"pad_value {fill} for integer input '{name}' is not an integer; set pad_value "
-                             f"\"{name}:0\"")
+        fill = _fill(name, arr.dtype, pad_values.get(name, 0.0))
         padded = np.full(shape, fill, dtype=arr.dtype)
         padded[tuple(slice(0, n) for n in arr.shape)] = arr
         out[name] = padded
     return out
+
+
+def _fill(name: str, dtype: np.dtype, fill: float):
+    """``fill`` as a value of ``dtype``. Raises InputError when the input's type cannot hold it."""
+    if dtype.kind in "iub":
+        info = np.iinfo(dtype) if dtype.kind != "b" else None
+        if fill != int(fill) or (info is not None and not info.min <= fill <= info.max) or \
+                (info is None and fill not in (0, 1)):
+            raise InputError(f"pad_value {fill} for {dtype} input '{name}' is not an integer in the {dtype} range; "
+                             f"set pad_value "
+                             f"\"{name}:0\"")
+        return int(fill)
+    if dtype.kind == "f" and abs(fill) > float(np.finfo(dtype).max):
+        raise InputError(f"pad_value {fill} for {dtype} input '{name}' is outside the {dtype} range "
+                         f"(|x| <= {float(np.finfo(dtype).max):.6g}); choose a smaller pad value")
+    return fill
 
 
 def _declared_dims(vis) -> dict[str, list]:
@@ -97,8 +111,8 @@ def _declared_dims(vis) -> dict[str, list]:
         if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
             out[vi.name] = None
             continue
-        out[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or None)
-                        for d in vi.type.tensor_type.shape.dim]
+        out[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else
+                        (d.dim_param if d.dim_param not in UNNAMED else None) for d in vi.type.tensor_type.shape.dim]
     return out
 
 
@@ -129,7 +143,7 @@ def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    bind_input_shapes(m, shapes)
+    bind_input_shapes(m, shapes, where="inputs", error=InputError)
     found: dict[str, list] = {}
     for infer in (_ort_symbolic, _onnx_inference):
         try:
@@ -163,7 +177,8 @@ class GearSession:
         progress: optional callable(message).
 
     Raises:
-        ConfigError: the config has no gears. ModelError/InputError from compiling a gear.
+        ConfigError: the config has no gears, or gears the model cannot take (toolkit.gears.spec.check_against_model).
+        ModelError/InputError from compiling a gear.
     """
 
     def __init__(self, model, config: Config, eager: bool = False, progress=None):
@@ -173,6 +188,7 @@ class GearSession:
         if spec is None:
             raise ConfigError("GearSession needs gears: set dynamic_dims or dynamic_batch_size and -1 dims in "
                               "input_shape")
+        check_against_model(spec, self.model)
         self.spec: GearSpec = spec
         self.progress = progress or (lambda msg: None)
         #: gears from the fewest input elements to the most (the order gears are tried in)
@@ -219,6 +235,9 @@ class GearSession:
                 raise InputError(f"input '{name}' has shape {shape} but input_shape says '{name}:{want}' "
                                  "(N = a gear dim); fix the input or input_shape")
             shapes[name] = shape
+        from toolkit.compiler.passes.bind_shapes import check_input_shapes
+
+        check_input_shapes(self.model, shapes, where="inputs", error=InputError)
         return shapes
 
     def choose(self, shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
@@ -274,7 +293,13 @@ class GearSession:
         target = self.spec.shapes(gear)
         padded = any(shapes[n] != target[n] for n in shapes)
         sess = self.session(gear)
-        res = sess.run(pad_feeds(feeds, target, self.spec.pad_values), dump=dump)
+        padded_feeds = pad_feeds(feeds, target, self.spec.pad_values)
+        try:
+            res = sess.run(padded_feeds, dump=dump)
+        except KernelRuntimeError as exc:
+            from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
+            raise_if_reference_fails(self.model, padded_feeds, exc)
+            raise
         outputs = self.slice_outputs(res.outputs, shapes, gear) if padded else dict(res.outputs)
         return GearRun(outputs, gear, padded, shapes, res)
 

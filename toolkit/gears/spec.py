@@ -10,7 +10,9 @@ Two exclusive forms (the converter's ``--dynamic_batch_size`` / ``--dynamic_dims
 
 Rules (as the converter's): 2..100 gears, every value a positive integer, no gear twice, not both forms,
 -1 dims only with gears and gears only with -1 dims. ``pad_value`` (``"mask:0;x:0"`` or ``{"mask": 0}``) names
-the value padded positions of each input get (default 0); it must name inputs of ``input_shape``.
+the value padded positions of each input get (default 0); it must name inputs of ``input_shape``, each once, with
+a finite number. Against the model (:func:`check_against_model`, before any gear compiles): every -1 sits on a
+dim the model leaves dynamic, and a symbolic dim shared by several inputs gets one value per gear.
 Every violation is one :class:`toolkit.errors.ConfigError` line.
 """
 
@@ -23,6 +25,8 @@ from toolkit.errors import ConfigError
 
 #: Gear count bounds of the converter: more than one, at most 100.
 MIN_GEARS, MAX_GEARS = 2, 100
+#: Largest gear value (ONNX dims are int64).
+MAX_DIM = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ def _ints(text: str, what: str, where: str) -> tuple[int, ...]:
             v = int(tok)
         except ValueError:
             v = 0
-        if v < 1:
+        if not 1 <= v <= MAX_DIM:
             raise ConfigError(f"{where}: {what} value '{tok}' is not a positive integer; e.g. "
                               + ('dynamic_batch_size "1,2,4,8"' if what == "dynamic_batch_size" else
                                  'dynamic_dims "128;256;512"'))
@@ -104,7 +108,8 @@ def parse_pad_values(value, names, where: str = "config") -> dict[str, float]:
     """``pad_value`` ("mask:0;x:-1" or {"mask": 0}) as {input name: float}; inputs not named get 0.0.
 
     Raises:
-        ConfigError: bad syntax, a non-numeric value, or a name not in ``names`` (the inputs of input_shape).
+        ConfigError: bad syntax, a name given twice, a value that is not a finite number (NaN, inf, 1e400, a
+        boolean, a list), or a name not in ``names`` (the inputs of input_shape).
     """
     if isinstance(value, dict):
         items = list(value.items())
@@ -118,18 +123,35 @@ def parse_pad_values(value, names, where: str = "config") -> dict[str, float]:
     else:
         raise ConfigError(f"{where}: pad_value = {value!r}; expected a string like \"mask:0;x:0\" or an object")
     out = {n: 0.0 for n in names}
+    given: set[str] = set()
     for name, val in items:
         if name not in out:
+            from toolkit.config import suggest
+            hint = suggest(str(name), names) if names else ""
             raise ConfigError(f"{where}: pad_value names '{name}', which is not an input of input_shape "
-                              f"({', '.join(names) or 'none'})")
-        try:
-            out[name] = float(val)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{where}: pad_value for '{name}' is {val!r}; expected a number") from None
-        if math.isnan(out[name]):
-            raise ConfigError(f"{where}: pad_value for '{name}' is NaN; padding must be a number (NaN would leak "
-                              "into every reduction)")
+                              f"({', '.join(names) or 'none'}){hint if 'did you mean' in hint else ''}")
+        if name in given:
+            raise ConfigError(f"{where}: pad_value gives '{name}' twice; give each input one pad value")
+        given.add(name)
+        out[name] = _pad_number(name, val, where)
     return out
+
+
+def _pad_number(name: str, val, where: str) -> float:
+    """One finite pad value: a number, or (string form) its decimal text. Raises ConfigError."""
+    if isinstance(val, bool) or not isinstance(val, (int, float, str)):
+        raise ConfigError(f"{where}: pad_value for '{name}' is {val!r}; expected a number, e.g. 0")
+    try:
+        num = float(val)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"{where}: pad_value for '{name}' is {val!r}; expected a number, e.g. 0") from None
+    if math.isnan(num):
+        raise ConfigError(f"{where}: pad_value for '{name}' is NaN; padding must be a number (NaN would leak "
+                          "into every reduction)")
+    if not math.isfinite(num):
+        raise ConfigError(f"{where}: pad_value for '{name}' is {val!r}, which is not finite; padding must be a "
+                          "finite number (an infinity leaks into every reduction), e.g. 0")
+    return num
 
 
 def parse_gears(config, where: str = "config") -> GearSpec | None:
@@ -175,6 +197,19 @@ def parse_gears(config, where: str = "config") -> GearSpec | None:
     _check_count(list(gears), option, where)
     pads = parse_pad_values(config.pad_value or "", list(template), where)
     return GearSpec("batch" if batch else "dims", template, slots, gears, pads)
+
+
+def check_against_model(spec: GearSpec, model, where: str = "config") -> None:
+    """Refuse gears the model cannot take, before anything compiles (so compile and a lazy run agree):
+    ``input_shape`` naming an input the model lacks (did-you-mean), a rank or a static dim that disagrees, a -1
+    on a dim that is static in the model, or a gear giving one symbolic dim (``"seq"`` on x[1] and mask[1])
+    two sizes. Raises ConfigError (toolkit.compiler.passes.bind_shapes.check_input_shapes)."""
+    from toolkit.compiler.passes.bind_shapes import check_input_shapes
+
+    check_input_shapes(model, spec.template, where=f"{where}: input_shape", gear_dims=True)
+    option = "dynamic_batch_size" if spec.kind == "batch" else "dynamic_dims"
+    for i, gear in enumerate(spec.gears):
+        check_input_shapes(model, spec.shapes(gear), where=f"{where}: {option} gear {i + 1} '{','.join(map(str, gear))}'")
 
 
 def validate_gears(config, where: str = "config") -> None:

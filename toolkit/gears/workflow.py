@@ -12,25 +12,38 @@ Files:
   compile_findings.json.
 - run with gears: the chosen gear's plan.json & co., ``gear.json`` (gear, shapes, padded), ``outputs.npz``
   (sliced to the exact shapes), ``--dump`` files (gear shapes, unsliced) and, when the input was padded,
-  ``padding.csv`` (:data:`toolkit.gears.padding.COLUMNS`) and ``padding.json`` (summary + findings).
+  ``padding.csv`` (:data:`toolkit.gears.padding.COLUMNS`) and ``padding.json`` (summary + findings). When a
+  padding leak reaches a graph output the files are still written, the result's ``outputs_wrong`` lists those
+  outputs and ``exit_code`` is 1 (the CLI exits with it).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from toolkit.artifacts import output_dir, write_compile_artifacts, write_dumps, write_json, write_npz
-from toolkit.errors import InputError, UsageError
+from toolkit.artifacts import (
+    output_dir,
+    write_compile_artifacts,
+    write_dumps,
+    write_json,
+    write_npz,
+)
+from toolkit.config import Config
+from toolkit.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
-from toolkit.gears.spec import label, parse_gears
+from toolkit.gears.spec import MAX_GEARS, label
 from toolkit.report.csvjson import atomic_write_text, json_safe
 
 REPORTS_DIR = Path("reports")
 #: Most distinct lengths the exact DP takes (O(K m^2): about 5 s at this size with K = 8).
 MAX_DISTINCT = 20000
+#: Most K * m^2 the exact DP is asked to do (m distinct lengths; the MAX_DISTINCT case at K = 8).
+_DP_BUDGET = 8 * MAX_DISTINCT**2
 
 
 def _noop(msg: str) -> None:
@@ -67,14 +80,34 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+MAX_LENGTH = dp.MAX_LENGTH
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
+_INTEGER = re.compile(r"\+?\d+")
+
+
 def _length(text: str, where: str, hint: str = "") -> int:
-    try:
-        val = float(text)
-    except ValueError:
-        raise InputError(f"{where}: '{text[:40]}' is not a length{hint}; lengths are positive integers") from None
-    if not np.isfinite(val) or val != int(val) or val < 1:
-        raise InputError(f"{where}: '{text[:40]}' is not a positive integer length")
-    return int(val)
+    """One length from its text: a decimal integer (a whole float such as "12.0" or "1e3" is taken too).
+
+    Raises:
+        InputError naming ``where``: not a number, not finite (nan, inf, 1e400), not whole, < 1 or > MAX_LENGTH.
+    """
+    shown = text[:40] + ("..." if len(text) > 40 else "")
+    if not _NUMBER.fullmatch(text):
+        raise InputError(f"{where}: '{shown}' is not a length{hint}; lengths are positive integers")
+    if _INTEGER.fullmatch(text):
+        digits = text.lstrip("+").lstrip("0") or "0"
+        val = int(digits) if len(digits) <= 20 else MAX_LENGTH + 1  # int() of thousands of digits is refused
+    else:
+        num = float(text)  # "1e400" -> inf, "nan" -> nan: never raises once _NUMBER matched
+        if not math.isfinite(num) or num != math.floor(num):
+            raise InputError(f"{where}: '{shown}' is not a positive integer length")
+        val = int(num)
+    if val < 1:
+        raise InputError(f"{where}: '{shown}' is not a positive integer length")
+    if val > MAX_LENGTH:
+        raise InputError(f"{where}: '{shown}' is larger than the largest length npuscope takes ({MAX_LENGTH}); "
+                         "check the file (a merged column? an id?)")
+    return val
 
 
 def _csv_column(p: Path, column: str) -> np.ndarray:
@@ -93,37 +126,102 @@ def _csv_column(p: Path, column: str) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------- recommendation
-def config_snippet(gears: list[int], dim: str) -> dict:
-    """The config options for ``gears``: dynamic_batch_size for a batch dim, else dynamic_dims (one -1 dim)."""
-    if dim.lower() in ("batch", "batch_size", "n"):
-        return {"dynamic_batch_size": ",".join(map(str, gears))}
-    return {"dynamic_dims": ";".join(map(str, gears))}
+_BATCH_DIMS = ("batch", "batch_size", "n")
 
 
-def recommend(lengths, k: int, cost: str = "linear", dim: str = "seq", source: str = "") -> dict:
+def _fill_template(template: str, value: int) -> str:
+    """``input_shape`` template with every -1 replaced by ``value``."""
+    return ";".join(f"{name}:{','.join(str(value) if d == -1 else str(d) for d in dims)}"
+                    for name, dims in Config(input_shape=template).input_shapes(dynamic=True).items())
+
+
+def config_snippet(gears: list[int], dim: str, input_shape: str | None = None) -> dict:
+    """The config options for ``gears`` (ascending), accepted by :class:`toolkit.config.Config` validation.
+
+    - two or more gears: ``dynamic_batch_size`` when ``dim`` names a batch dim ("batch", "batch_size", "n"),
+      else ``dynamic_dims`` (each gear's value given to every -1 of ``input_shape``: one padded dim, e.g.
+      x[1] and mask[1] both 'seq'); with ``input_shape`` (a template with -1 at the padded dim) it is included.
+    - one gear (one distinct length, or K = 1): no gears (the converter takes 2..100): a static ``input_shape``
+      with the gear's value at each -1, or ``{}`` without a template.
+
+    Raises:
+        ConfigError (exit 2): ``input_shape`` has no -1, or the snippet is refused by Config validation.
+    """
+    slots = 1
+    if input_shape is not None:
+        dims = Config(input_shape=input_shape).input_shapes(dynamic=True)
+        slots = sum(d == -1 for v in dims.values() for d in v)
+        if not slots:
+            raise ConfigError(f"--input-shape '{input_shape}' has no -1; mark the padded {dim} dim with -1, e.g. "
+                              "\"x:1,-1,64\"")
+    if len(gears) == 1:
+        snippet = {"input_shape": _fill_template(input_shape, gears[0])} if input_shape is not None else {}
+    elif dim.lower() in _BATCH_DIMS:
+        snippet = {"dynamic_batch_size": ",".join(map(str, gears))}
+    else:
+        snippet = {"dynamic_dims": ";".join(",".join([str(g)] * slots) for g in gears)}
+    if input_shape is not None:
+        snippet = {"input_shape": input_shape, **snippet} if len(gears) > 1 else snippet
+        Config.from_dict(snippet, where="--input-shape with the recommended gears")
+    return snippet
+
+
+def recommend(lengths, k: int, cost: str = "linear", dim: str = "seq", source: str = "",
+              input_shape: str | None = None) -> dict:
     """Optimal K gears vs power-of-two gears for ``lengths``: {"summary", "table" (strategies DataFrame),
-    "curve" (waste per plan count DataFrame), "histogram" {values, counts}}. Raises UsageError."""
+    "curve" (waste per plan count DataFrame), "histogram" {values, counts}}.
+
+    ``k`` above :data:`toolkit.gears.spec.MAX_GEARS` (100, the converter's limit) is clamped to it, with a note
+    in ``summary["notes"]``; one gear (one distinct length, or k = 1) gives a static-shape snippet
+    (:func:`config_snippet`). Raises UsageError (too many distinct lengths for the search, k < 1) or
+    ConfigError (a bad ``input_shape`` template)."""
+    notes = []
+    k_used = k
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > MAX_GEARS:
+        k_used = MAX_GEARS
+        notes.append(f"-k {k} is above the {MAX_GEARS} gears the converter takes; chose {MAX_GEARS}")
     hist = dp.LengthHistogram.of(lengths)
-    if hist.values.size > MAX_DISTINCT:
-        raise UsageError(f"{hist.values.size} distinct lengths; the exact search takes at most {MAX_DISTINCT}: "
-                         "round the lengths (e.g. up to multiples of 8) first")
-    table = dp.compare_gears(hist, k, cost)
+    m = int(hist.values.size)
+    if m > MAX_DISTINCT or min(int(k_used), m) * m * m > _DP_BUDGET:
+        raise UsageError(f"{m} distinct lengths with -k {k_used} is beyond the exact search (at most "
+                         f"{MAX_DISTINCT} distinct lengths, fewer for large K): round the lengths (e.g. up to "
+                         "multiples of 8) or ask for fewer gears")
+    table = dp.compare_gears(hist, k_used, cost)
     pow2 = table[table["Strategy"] == "power_of_two"].iloc[0].to_dict()
     best = table[table["Strategy"] == "optimal"].iloc[0].to_dict()
-    curve = dp.waste_curve(hist, max(k, int(pow2["Plans"]), 8), cost)
-    summary = {"lengths": source, "dim": dim, "k": int(k), "cost": cost, "samples": hist.total,
-               "distinct": int(hist.values.size), "min": int(hist.values[0]), "max": int(hist.values[-1]),
-               "optimal": best, "power_of_two": pow2, "config_snippet": config_snippet(best["Gears"], dim)}
+    curve = dp.waste_curve(hist, max(k_used, int(pow2["Plans"]), 8), cost)
+    if len(best["Gears"]) == 1:
+        notes.append(f"one gear ({best['Gears'][0]}) serves every input: no gears needed, compile with a static "
+                     f"input_shape giving {best['Gears'][0]} at the {dim} dim (the converter takes 2 to {MAX_GEARS} "
+                     "gears)")
+    summary = {"lengths": source, "dim": dim, "k": int(k), "k_used": int(k_used), "cost": cost,
+               "samples": hist.total, "distinct": m, "min": int(hist.values[0]), "max": int(hist.values[-1]),
+               "optimal": best, "power_of_two": pow2, "input_shape": input_shape,
+               "config_snippet": config_snippet(best["Gears"], dim, input_shape), "notes": notes}
     return {"summary": summary, "table": table, "curve": curve,
             "histogram": {"values": hist.values.tolist(), "counts": hist.counts.tolist()}}
 
 
+def _config_line(s: dict) -> str:
+    """The terminal line with the config to use."""
+    snip = s["config_snippet"]
+    if not snip:
+        return (f"config: no gears needed: a static input_shape with {s['optimal']['Gears'][0]} at the {s['dim']} "
+                "dim (pass --input-shape with -1 at that dim to get it written out)")
+    text = ", ".join(f'{key} = "{val}"' for key, val in snip.items())
+    if "input_shape" not in snip:
+        text += f" (plus input_shape with -1 at the {s['dim']} dim; pass --input-shape to get it filled in)"
+    return f"config: {text}"
+
+
 def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str = "seq", cost: str = "linear",
-                  out: str | None = None, html: bool = True, progress=_noop) -> dict:
-    """`npuscope gears`: read lengths, choose K gears, compare with power-of-two gears, write the folder."""
+                  out: str | None = None, html: bool = True, input_shape: str | None = None,
+                  progress=_noop) -> dict:
+    """`npuscope gears`: read lengths, choose K gears, compare with power-of-two gears, write the folder.
+    ``input_shape``: a template with -1 at the padded dim; the config snippet then includes it (and is checked)."""
     arr = read_lengths(lengths, column)
     progress(f"{arr.size} lengths, choosing {k} gear(s)")
-    res = recommend(arr, k, cost, dim, source=str(lengths))
+    res = recommend(arr, k, cost, dim, source=str(lengths), input_shape=input_shape)
     s = res["summary"]
     with output_dir(out, REPORTS_DIR, f"gears-{dim}") as folder:
         files = {"table": "gears.csv", "json": "gears.json"}
@@ -146,8 +244,8 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
     if len(same):
         r = same.iloc[0]
         lines.append(f"optimal with {p['Plans']} plans: {r['Gears']}  waste {r['WasteShare']:.1%}")
-    key, val = next(iter(s["config_snippet"].items()))
-    lines.append(f'config: {key} = "{val}"')
+    lines += [f"note: {n}" for n in s["notes"]]
+    lines.append(_config_line(s))
     lines.append(f"report: {(folder / ('gears.html' if html else 'gears.json')).resolve()}")
     return {"summary": lines, "out": folder, "files": files, "result": res}
 
@@ -251,10 +349,17 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
                                                 f"({first['op_type']}); outputs affected: "
                                                 f"{report.summary['outputs_leak'] or 'none'}" if first else
                                                 "no tensor's valid region changes (padding is safe for this input)"))
-        for f in report.findings[:5]:
-            lines.append(f"ERROR   padding_leak: {f.subject}: {f.recommendation}")
+        for f in sorted(report.findings, key=lambda f: f.severity != "error")[:5]:
+            lines.append(f"{f.severity.upper():7} padding_leak: {f.subject}: {f.recommendation}")
+    wrong = list(report.summary["outputs_leak"]) if report is not None else []
     for name, arr in run.outputs.items():
-        lines.append(f"output {name}: {arr.dtype}{list(arr.shape)}")
-    lines.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
+        lines.append(f"output {name}: {arr.dtype}{list(arr.shape)}" + (" (WRONG: padding leaks into it)"
+                                                                        if name in wrong else ""))
+    lines.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else "")
+                 + (" and padding.json" if report is not None else ""))
+    if wrong:
+        lines.append(f"FAILED: padding to gear {label(run.gear)} changes output(s) {', '.join(wrong)} (they differ "
+                     "from an exact-shape run); mask the padded positions, change pad_value, or add a gear that "
+                     "fits this input exactly (exit code 1)")
     return {"summary": lines, "out": folder, "files": files, "result": run.run, "gear_run": run,
-            "padding": report}
+            "padding": report, "outputs_wrong": wrong, "exit_code": 1 if wrong else 0}

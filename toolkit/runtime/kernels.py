@@ -179,6 +179,9 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
     for t in spec.outputs:
         tt = plan.tensors[t]
         if tt.storage == "host":
+            if t not in types:  # backstop: bind_shapes refuses shapes that leave an output untyped
+                raise ModelError(f"kernel '{spec.name}' ({spec.op_type}): the type of its output '{t}' is unknown "
+                                 "after shape inference; check the input shapes given for the model")
             vi = onnx.ValueInfoProto()
             vi.name = t
             vi.type.CopyFrom(types[t])

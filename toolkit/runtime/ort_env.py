@@ -46,7 +46,7 @@ def session_options(optimize: bool | str = True) -> ort.SessionOptions:
     so = ort.SessionOptions()
     if _init_global_pool():
         so.use_per_session_threads = False
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # fatal only: onnxruntime's own error lines would precede our one-line error
     levels = {True: "ORT_ENABLE_BASIC", "basic": "ORT_ENABLE_BASIC", "all": "ORT_ENABLE_ALL",
               False: "ORT_DISABLE_ALL"}
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, levels[optimize])
