@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from toolkit.config import Config
@@ -35,6 +36,7 @@ min_cosine = 0.99
 max_arena_bytes = 1_000_000
 [latency]
 max_ms = 60_000
+min_throughput = 1.0
 [placement]
 allowed_cpu_ops = []
 """
@@ -93,7 +95,8 @@ def test_passing_policy_writes_summary_and_junit(tmp_path):
     cases = junit_cases(out / "junit.xml")
     assert set(cases) == {c["name"] for c in s["criteria"]}
     assert all(c.is_passed for c in cases.values())
-    assert "latency" in cases and "host-measured" in (cases["latency"].system_out or "")
+    assert "latency.device_ms" in cases and "simulated device time" in (cases["latency.device_ms"].system_out or "")
+    assert "latency.throughput" in cases
     assert "<script" in (out / "signoff.html").read_text()[:10_000_000]
 
 
@@ -106,7 +109,11 @@ FAILING = {
               "tasks.pass_rate", "0/1 input set(s) pass"),
     "fp16_overflow": ("[fp16_overflow]\nallow = ['y']\n", NO_KEEP, "fp16_overflow", "e, e1"),
     "memory_budget": ("[memory]\nmax_arena_bytes = 16\n", KEEP, "memory.peak_arena_bytes", "(budget 16)"),
-    "latency": ("[latency]\nmax_ms = 1e-9\nstatistic = 'max'\n", KEEP, "latency", "budget 1e-09 ms"),
+    "latency": ("[latency]\nmax_ms = 1e-9\n", KEEP, "latency.device_ms", "budget 1e-09 ms"),
+    "throughput": ("[latency]\nmin_throughput = 1e12\ndevice = 'ascend910'\n", KEEP, "latency.throughput",
+                   "at least 1e+12; ascend910"),
+    "latency_host": ("[latency]\nmax_ms = 1e-9\nsource = 'host'\nstatistic = 'max'\n", KEEP, "latency",
+                     "host-measured"),
 }
 
 
@@ -159,6 +166,10 @@ def test_memory_conflict_is_detected(tmp_path):
     ("[outputs.y]\nCosine = 0.9\n", ["unknown metric 'Cosine'", "did you mean 'CosineSimilarity'"]),
     ("[latency]\nstatistic = 'p50'\n", ["needs max_ms"]),
     ("[latency]\nmax_ms = 5\nstatistic = 'p5'\n", ["statistic = 'p5'"]),
+    ("[latency]\nmax_ms = 5\nsource = 'device'\n", ["source = 'device'"]),
+    ("[latency]\nmin_throughput = 5\nsource = 'host'\n", ["min_throughput needs source = 'schedule'"]),
+    ("[latency]\nmin_throughput = -5\n", ["min_throughput = -5", "requests/s > 0"]),
+    ("[latency]\nmax_ms = 5\nrequests = 0\n", ["requests = 0"]),
     ("[memory]\nallow_conflicts = 1\n", ["allow_conflicts = 1", "true/false"]),
     ("[policy]\nname = 'x'\n", ["no criteria"]),
     ("[layers\n", ["not valid TOML"]),
@@ -230,7 +241,27 @@ def test_ppocr_rec_signoff_over_20_rendered_lines(tmp_path):
     ok = signoff(tmp_path, doc_policy(0), {}, model="ppocr_rec", inputs=str(inputs), out="ok")
     assert ok["verdict"] == "PASS", ok["summary"]
     assert ok["run"].summary["counts"]["input_sets"] == 20
-    tight = doc_policy(0).replace("max_ms = 2000", "max_ms = 0.001")
+    tight = doc_policy(0).replace("max_ms = 5.0", "max_ms = 0.001")
     bad = signoff(tmp_path, tight, {}, model="ppocr_rec", inputs=str(inputs), out="bad")
     failed = [r.name for r in bad["run"].results if not r.passed]
-    assert failed == ["latency"], bad["summary"]
+    assert failed == ["latency.device_ms"], bad["summary"]
+
+
+def test_latency_criterion_reports_the_profile_schedule(tmp_path):
+    """The [latency] numbers are those of `npuscope profile` for the same plan and device: one request's
+    simulated makespan, and the pipelined rate, which cannot exceed 1 / (latency of the NPU stream's work)."""
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.ir.load import load_model
+    from toolkit.profile.cost import kernel_costs
+    from toolkit.profile.device import load_device
+
+    res = signoff(tmp_path, "[latency]\nmax_ms = 1000\nmin_throughput = 1\ndevice = 'ascend910'\n", KEEP)
+    by = {r.name: r for r in res["run"].results}
+    lat, thr = by["latency.device_ms"].evidence, by["latency.throughput"].evidence
+    compiled = compile_model(load_model(C08 / "model.onnx"), Config.from_dict(KEEP),
+                             input_shapes={k: v.shape for k, v in np.load(C08 / "inputs.npz").items()})
+    costs = kernel_costs(compiled.plan, compiled.model, load_device("ascend910"))
+    npu_us = costs.loc[costs["Stream"] == "npu", "DurationUs"].sum()
+    assert lat["latency_ms"] * 1e3 >= npu_us * (1 - 1e-9)  # the NPU stream's work is serial within one request
+    assert thr["throughput_rps"] <= 1e6 / npu_us * (1 + 1e-9)
+    assert lat["device"] == "ascend910" and lat["time_kind"] == "simulated"

@@ -27,8 +27,12 @@ with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid
     allow_conflicts = false                # default false: overlapping live tensors fail
 
     [latency]
-    max_ms = 50.0                          # NPU run time per input set, ms
-    statistic = "p50"                      # p50 (default) | mean | max
+    max_ms = 5.0                           # simulated device latency of one inference, ms (the profile schedule)
+    min_throughput = 200.0                 # simulated device-bound throughput, requests/s (pipelined schedule)
+    device = "atlas300i_pro"               # device profile: a built-in name or a .json file (relative to the policy)
+    requests = 32                          # requests simulated for the throughput figure
+    source = "schedule"                    # schedule (default) | host: max_ms bounds the host wall time of the
+    statistic = "p50"                      #   simulated run instead, p50 (default) | mean | max over input sets
 
     [placement]
     allowed_cpu_ops = ["NonMaxSuppression"]  # op types allowed on CPU (AI_CPU); others fail
@@ -53,11 +57,14 @@ SCHEMA: dict[str, dict[str, tuple]] = {
     "tasks": {"required_pass_rate": ((int, float), "0..1"), "metrics": ((list,), "list of module:function")},
     "fp16_overflow": {"allow": ((list,), "list of tensor names")},
     "memory": {"max_arena_bytes": ((int,), "bytes >= 0"), "allow_conflicts": ((bool,), "true/false")},
-    "latency": {"max_ms": ((int, float), "ms > 0"), "statistic": ((str,), "p50 | mean | max")},
+    "latency": {"max_ms": ((int, float), "ms > 0"), "min_throughput": ((int, float), "requests/s > 0"),
+                "device": ((str,), "a built-in device name or a .json file"), "requests": ((int,), "count >= 1"),
+                "source": ((str,), "schedule | host"), "statistic": ((str,), "p50 | mean | max")},
     "placement": {"allowed_cpu_ops": ((list,), "list of op types")},
 }
 SECTIONS = ("outputs",) + tuple(SCHEMA)
 LATENCY_STATISTICS = ("p50", "mean", "max")
+LATENCY_SOURCES = ("schedule", "host")
 #: Metrics a policy may bound (those with a direction).
 BOUNDABLE = tuple(n for n, s in METRICS.items() if s.direction in (HIGHER_IS_BETTER, LOWER_IS_BETTER))
 
@@ -97,6 +104,9 @@ def load_policy(path: str | Path) -> Policy:
         raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
     pol = policy_from_dict(data, where=f"policy '{p}'")
     pol.path, pol.sha256 = str(p), hashlib.sha256(raw).hexdigest()
+    lat = pol.data.get("latency") or {}
+    if str(lat.get("device", "")).lower().endswith(".json"):  # a device file is relative to the policy
+        lat["device"] = str((p.parent / lat["device"]))
     return pol
 
 
@@ -139,15 +149,30 @@ def _check_ranges(sec: str, body: dict, where: str) -> None:
         bad = ("required_pass_rate", "a share 0..1, e.g. 0.95")
     if sec == "memory" and body.get("max_arena_bytes", 0) < 0:
         bad = ("max_arena_bytes", "bytes >= 0")
-    if sec == "latency" and "max_ms" not in body:
-        raise ConfigError(f"{where}: [latency] needs max_ms (the budget per input set in ms), e.g. max_ms = 50.0")
-    if sec == "latency" and body.get("max_ms", 1) <= 0:
-        bad = ("max_ms", "ms > 0")
-    if sec == "latency" and body.get("statistic", "p50") not in LATENCY_STATISTICS:
-        st = body["statistic"]
-        raise ConfigError(f"{where}: [latency] statistic = '{st}' is not valid{suggest(st, LATENCY_STATISTICS)}")
+    if sec == "latency":
+        bad = _check_latency(body, where) or bad
     if bad:
         raise ConfigError(f"{where}: [{sec}] {bad[0]} = {body[bad[0]]!r}; expected {bad[1]}")
+
+
+def _check_latency(body: dict, where: str) -> tuple[str, str] | None:
+    if "max_ms" not in body and "min_throughput" not in body:
+        raise ConfigError(f"{where}: [latency] needs max_ms (simulated latency budget in ms, e.g. max_ms = 5.0) "
+                          "and/or min_throughput (requests/s)")
+    src = body.get("source", "schedule")
+    if src not in LATENCY_SOURCES:
+        raise ConfigError(f"{where}: [latency] source = '{src}' is not valid{suggest(src, LATENCY_SOURCES)}")
+    if body.get("statistic", "p50") not in LATENCY_STATISTICS:
+        st = body["statistic"]
+        raise ConfigError(f"{where}: [latency] statistic = '{st}' is not valid{suggest(st, LATENCY_STATISTICS)}")
+    if src == "host" and ("min_throughput" in body or "max_ms" not in body):
+        raise ConfigError(f"{where}: [latency] source = 'host' bounds host wall time with max_ms only; "
+                          "min_throughput needs source = 'schedule'")
+    for key, ok, desc in (("max_ms", lambda v: v > 0, "ms > 0"), ("min_throughput", lambda v: v > 0, "requests/s > 0"),
+                          ("requests", lambda v: 1 <= v <= 10_000, "a count 1..10000")):
+        if key in body and not (ok(body[key]) and body[key] == body[key] and abs(body[key]) != float("inf")):
+            return key, desc
+    return None
 
 
 def _check_outputs(body: dict, where: str) -> None:

@@ -133,6 +133,8 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
              first_table: pd.DataFrame, extra_results: list[Result] = ()) -> SignoffRun:
     """Evaluate ``policy`` on ``ev`` (plus ``extra_results``, e.g. inputs that could not be evaluated) and
     build the SignoffRun with its summary (summary.json content)."""
+    if ev.compiled is None:
+        ev.compiled = compiled  # the [latency] schedule is simulated on it
     results = evaluate(policy, ev) + list(extra_results)
     sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
     n_fail = sum(not r.passed for r in results)
