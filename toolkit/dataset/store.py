@@ -56,7 +56,7 @@ def make_manifest(command: str, *, model_path: str, model_sha256: str, config: d
 def result_key(name: str) -> str:
     """File-system-safe, collision-free key of an input name: the safe stem, plus an 8-hex hash of the name
     when the safe stem differs from it."""
-    stem = name[: -len(".npz")] if name.endswith(".npz") else name
+    stem = name.removesuffix(".npz")
     safe = safe_filename(stem)
     return safe if safe == stem else f"{safe[:100]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
