@@ -317,3 +317,27 @@ def test_a_fully_compared_clean_run_still_passes():
     prep.model, prep.feeds, prep.name = b.model, dict(b.feeds), "rmsnorm"
     diag, _ = diagnose(prep, Config(precision_mode="force_fp32"))
     assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("builder", ["softplus", "resnet_small"])
+def test_nonfinite_input_is_not_blamed_on_fp16(value, builder):
+    """Kind: NaN/Inf already in the input. Kernels spread them differently from the reference (inf·0 in a
+    blocked convolution), which must not be reported as FP16 overflow with keep-in-FP32 advice: keeping
+    anything in FP32 cannot fix the input. The nonfinite_input warning names the input instead."""
+    if builder == "softplus":
+        b = fk.softplus(width=16, xmax=5.0)
+        model, feeds = b.model, {k: np.array(v, copy=True) for k, v in b.feeds.items()}
+    else:
+        from toolkit import samples
+        model = onnx.load(samples.sample_path("resnet_small"))
+        feeds = samples.sample("resnet_small").make_inputs(0)
+    name = next(iter(feeds))
+    feeds[name].reshape(-1)[3] = value
+    prep = prepare(None, None)
+    prep.model, prep.feeds, prep.name = model, feeds, builder
+    diag, _ = diagnose(prep, Config(precision_mode="force_fp16"))
+    kinds = [f.kind for f in diag.findings]
+    assert "nonfinite_input" in kinds
+    assert "fp16_overflow" not in kinds, [(f.kind, f.subject) for f in diag.findings]
+    assert (diag.summary.get("first_divergence") or {}).get("kind") != "fp16_overflow"
