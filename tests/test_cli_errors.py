@@ -16,8 +16,10 @@ import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -436,3 +438,33 @@ def test_config_from_a_pipe_is_read_as_json_or_toml(tmp_path, text, expect):
         assert Config.load(str(fifo)).precision_mode == expect
     finally:
         writer.join(timeout=10)
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupted_run_exits_128_plus_signal_and_leaves_no_folder(tmp_path, sig, code):
+    """Kind: a run stopped by a signal (Ctrl-C, a CI timeout's SIGTERM). Exit code 128 + signal number, as
+    shells report it, and the half-written output folder is removed."""
+    (tmp_path / "slow.py").write_text("import time\nimport numpy as np\n"
+                                      "def pre(i):\n    time.sleep(60)\n    return np.zeros((1, 3, 32, 32), np.float32)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "profile", "resnet_small", "--pre", "slow.py:pre",
+                             "--requests", "2", "--out", "o"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    time.sleep(8)  # imports, compile, then the first (sleeping) pre-processing call
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+
+@pytest.mark.parametrize("args,mention", [
+    (["--val-range", "y:[0,1]"], "--val-range names 'y'"),
+    (["--input-shape", "x:1,3,64,64"], "dim 2 is 32 in the model but 64 was given"),
+    (["--input-shape", "y:1,3,32,32"], "'y'"),
+])
+def test_options_the_model_cannot_take_are_usage_errors(tmp_path, args, mention):
+    """Kind: an option naming an input the model lacks or a shape its static dims refuse — a usage error
+    (exit 2), found before any data is generated, whichever option carries it."""
+    proc = npuscope("compare", "resnet_small", *args, "--out", "o", cwd=tmp_path)
+    assert_one_line_error(proc, 2, mention, out=tmp_path / "o")

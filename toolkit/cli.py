@@ -1,7 +1,7 @@
 """The ``npuscope`` command line: parses arguments and calls the public API (no logic of its own).
 
 Exit codes: 0 success (for diagnose/compare: verdict PASS or WARN), 1 bad input or a failing verdict,
-2 usage error (unknown option, bad config), 3 internal error.
+2 usage error (unknown option, bad config), 3 internal error; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -413,8 +413,12 @@ def cache_cmd(action, folder):
         click.echo(line)
 
 
+_SIGNALLED = {"code": 130}  # 128 + the signal that stopped us: SIGINT (Ctrl-C) 130, SIGTERM 143
+
+
 def _terminate(signum, frame):
     # SIGTERM (timeout, kill): unwind like Ctrl-C so output folders being written are removed
+    _SIGNALLED["code"] = 128 + signum
     raise KeyboardInterrupt
 
 
@@ -448,14 +452,14 @@ def main(argv=None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("npuscope: aborted", err=True)
-        sys.exit(130)
+        sys.exit(_SIGNALLED["code"])
     except click.ClickException as exc:
         msg = " ".join(exc.format_message().split())
         click.echo(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("npuscope: interrupted", err=True)
-        sys.exit(130)
+        click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
+        sys.exit(_SIGNALLED["code"])
     except SystemExit:
         raise
     except Exception as exc:  # a bug in npuscope, not the user's fault

@@ -20,6 +20,7 @@ import onnx
 from toolkit import samples, zoo
 from toolkit.errors import InputError, UserError
 from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
+from toolkit.inputs.synthetic import ALL_INPUTS
 
 
 @dataclass
@@ -124,8 +125,25 @@ def _val_ranges(text: str) -> dict:
     return ranges
 
 
+def _check_options(model, specs, val_range, input_shapes) -> None:
+    """--input-shape and --val-range are options: a name or shape the model cannot take is a usage error
+    (exit 2), found before any data is read or generated."""
+    from toolkit.compiler.passes.bind_shapes import check_input_shapes
+    from toolkit.config import suggest
+    from toolkit.errors import UsageError
+
+    if input_shapes:
+        check_input_shapes(model, dict(input_shapes))
+    if val_range:
+        names = [s.name for s in specs]
+        for name in _val_ranges(val_range):
+            if name != ALL_INPUTS and name not in names:
+                raise UsageError(f"--val-range names '{name}', which is not an input of the model{suggest(name, names)}")
+
+
 def _prepare(model, src, inputs, seed, val_range, input_shapes) -> Feed:
     specs = input_specs(model)
+    _check_options(model, specs, val_range, input_shapes)
     if inputs is not None and not str(inputs).strip():
         raise InputError("--inputs is empty; give an .npz file or a folder of .npz files")
     if inputs:
