@@ -333,3 +333,345 @@ def test_result_keys_do_not_collide():
     keys = [result_key(n) for n in names]
     assert len(set(keys)) == len(names) and keys[1] == "a_b" and keys[3] == "x"
     assert all("/" not in k and not k.startswith(".") for k in keys)
+
+
+# ------------------------------------------------------------------------------- empty outputs (exact match)
+def test_empty_outputs_on_both_sides_pass_and_are_not_the_worst_input(tmp_path):
+    """detector_head on an all-zero feature map: onnxruntime itself returns boxes (0, 4) and scores (0,);
+    the NPU agrees, so that input PASSes (CosineSimilarity 1 by convention) and another input is the worst."""
+    import onnxruntime as ort
+
+    from toolkit.samples import SAMPLES, detector_head_inputs
+
+    feat = detector_head_inputs()["feat"]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    np.savez(inputs / "zeros.npz", feat=np.zeros_like(feat))
+    for i in range(2):
+        np.savez(inputs / f"d{i}.npz", feat=np.random.default_rng(i).normal(0, 1, feat.shape).astype(feat.dtype))
+    ref = ort.InferenceSession(str(SAMPLES["detector_head"].path), providers=["CPUExecutionProvider"])
+    golden = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, {"feat": np.zeros_like(feat)})))
+    assert golden["boxes"].shape == (0, 4) and golden["scores"].shape == (0,)  # the premise: empty on the reference
+    res = api_compare("detector_head", inputs, tmp_path / "out", config={})
+    table = pd.read_csv(tmp_path / "out" / "inputs.csv").set_index("Input")
+    zero = table.loc["zeros.npz"]
+    assert zero["Status"] == "ok" and zero["Verdict"] != "FAIL" and "could not be compared" not in zero["Reasons"]
+    assert zero["boxes:CosineSimilarity"] == 1.0 and zero["boxes:MaxAbsoluteError"] == 0.0
+    assert zero["scores:CosineSimilarity"] == 1.0
+    assert res["dataset"]["facts"]["worst_input"] in ("d0.npz", "d1.npz")
+
+
+# ------------------------------------------------------------------------ workers die with their parent
+def _session_members(sid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of the live (not zombie) processes of session ``sid``, from /proc/<pid>/stat."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, ...
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            out.append((int(d), cmd[:120]))
+    return out
+
+
+def _wait_until_gone(sid: int, deadline_s: float = 60.0) -> list[tuple[int, str]]:
+    end = time.monotonic() + deadline_s
+    while (left := _session_members(sid)) and time.monotonic() < end:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_jobs_workers_exit_when_the_cli_is_sigkilled(tmp_path):
+    """SIGKILL only the CLI (not its group) while --jobs 2 workers evaluate: no process of its session stays
+    (workers, multiprocessing's resource_tracker)."""
+    model = tiny_model(tmp_path / "tiny.onnx")
+    write_inputs(tmp_path / "in", 40)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "compare", str(model), "--inputs", str(tmp_path / "in"),
+                             "--out", str(out), "--jobs", "2"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(list((out / "results").glob("*.npz"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        workers = [m for m in _session_members(proc.pid) if m[0] != proc.pid]
+        assert proc.poll() is None and len(workers) >= 2, workers  # killed mid-run, with its workers alive
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        left = _wait_until_gone(proc.pid)
+        assert not left, f"processes left after the CLI was killed: {left}"
+    finally:
+        for pid, _ in _session_members(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+_ORPHAN = """
+import os, sys, time
+from toolkit.dataset import lifeline
+lifeline._set_pdeathsig = lambda: False  # the portable watchdog alone
+lifeline.exit_with_parent(int(sys.argv[1]), poll_s=0.05)
+open(sys.argv[2], "w").write(str(os.getpid()))
+time.sleep(300)
+"""
+_PARENT = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1], str(os.getpid()), sys.argv[2]])
+while not os.path.exists(sys.argv[2]) or not open(sys.argv[2]).read():
+    time.sleep(0.01)
+os._exit(0)  # dies without waiting for its child
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_watchdog_ends_a_worker_whose_parent_died_without_prctl(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _ORPHAN, str(pidfile)], start_new_session=True)
+    try:
+        assert parent.wait(timeout=TIMEOUT_S) == 0
+        assert not _wait_until_gone(parent.pid), "the orphaned child is still running"
+    finally:
+        for pid, _ in _session_members(parent.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_worker_whose_parent_is_already_gone_exits_at_once():
+    from toolkit.dataset.lifeline import ORPHAN_EXIT
+
+    code = "from toolkit.dataset.lifeline import exit_with_parent; exit_with_parent(1); import time; time.sleep(60)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=TIMEOUT_S).returncode == ORPHAN_EXIT
+
+
+# ------------------------------------------------------------------------------- invalid stored results
+@pytest.fixture(scope="module")
+def finished(case):
+    out = case["root"] / "finished"
+    api_compare(case["model"], case["inputs"], out)
+    return out
+
+
+def _corrupt(path: Path, kind: str, other: Path) -> None:
+    data = path.read_bytes()
+    if kind == "truncated":
+        path.write_bytes(data[:100])
+    elif kind == "zero_bytes":
+        path.write_bytes(b"")
+    elif kind == "garbage":
+        path.write_bytes(np.random.default_rng(0).bytes(4096))
+    elif kind == "wrong_keys":
+        np.savez(path, a=np.zeros(3))
+    elif kind == "single_array":
+        with open(path, "wb") as fh:
+            np.save(fh, np.zeros(3))
+    elif kind == "directory":
+        path.unlink()
+        path.mkdir()
+        (path / "inside.txt").write_text("x")
+    elif kind == "other_inputs_result":
+        path.write_bytes(other.read_bytes())
+    elif kind == "values_wrong_shape":
+        with np.load(path) as z:
+            meta, rows, values = z["meta"], z["rows"], z["values"]
+        np.savez(path, meta=meta, rows=rows, values=values[:, :3])
+    elif kind == "meta_not_json":
+        with np.load(path) as z:
+            rows, values = z["rows"], z["values"]
+        np.savez(path, meta=np.array("{not json"), rows=rows, values=values)
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["truncated", "zero_bytes", "garbage", "wrong_keys", "single_array", "directory",
+                                  "other_inputs_result", "values_wrong_shape", "meta_not_json"])
+def test_invalid_result_file_is_evaluated_again(case, finished, tmp_path, kind):
+    import shutil
+
+    from toolkit.dataset.store import Store
+
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    store = Store(out)
+    _corrupt(store.path_of("in003.npz"), kind, store.path_of("in004.npz"))
+    res = api_compare(case["model"], case["inputs"], out)
+    facts = res["dataset"]["facts"]
+    assert facts["evaluated_this_run"] == 1 and [r["input"] for r in facts["redone"]] == ["in003.npz"]
+    assert any("in003.npz" in line and "evaluated again" in line for line in res["summary"])
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [e["name"] for e in log if e.get("event") == "invalid_result"] == ["in003.npz"]
+    assert [e["input"] for e in log if "input" in e][-1] == "in003.npz"
+    assert store.read("in003.npz") is not None
+    assert (out / "dataset.csv").read_bytes() == (finished / "dataset.csv").read_bytes()
+    pd.testing.assert_frame_equal(inputs_csv(out), inputs_csv(finished))
+
+
+def test_truncated_result_file_resumes_from_the_cli(case, finished, tmp_path):
+    import shutil
+
+    from toolkit.dataset.store import Store
+
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    path = Store(out).path_of("in000.npz")
+    path.write_bytes(path.read_bytes()[:100])
+    proc = npuscope("compare", case["model"], "--precision-mode", "force_fp16", "--inputs", case["inputs"],
+                    "--out", out, cwd=tmp_path)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    assert "1 stored result(s) could not be read and were evaluated again: in000.npz" in proc.stdout
+    pd.testing.assert_frame_equal(inputs_csv(out), inputs_csv(finished))
+
+
+# ------------------------------------------------------------------ mistakes found before the output folder
+_GEARS = '{"input_shape": "x:1,3,-1,-1", "dynamic_dims": "64,64;128,128"}'
+
+
+@pytest.mark.parametrize("what, args, env, config, expect", [
+    ("gear config", [], {}, _GEARS, "has -1 dims bound by gears"),
+    ("keep_dtype names no node", [], {}, '{"keep_dtype": ["conv9"]}', "keep_dtype names node 'conv9'"),
+    ("bad thresholds", ["--thresholds", "CosineSimilarity<abc"], {}, None, "CosineSimilarity"),
+    ("task check not importable", ["--task-metric", "no_such_module_xyz:f"], {}, None, "no_such_module_xyz:f"),
+    ("NPUSCOPE_THREADS", [], {"NPUSCOPE_THREADS": "abc"}, None, "NPUSCOPE_THREADS='abc'"),
+    ("empty percentiles", ["--percentiles", ""], {}, None, "--percentiles is empty"),
+])
+def test_config_mistakes_stop_before_the_output_folder(case, tmp_path, what, args, env, config, expect):
+    if config:
+        (tmp_path / "c.json").write_text(config)
+        args = [*args, "--config", tmp_path / "c.json"]
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "compare", str(case["model"]), "--inputs",
+                           str(case["inputs"]), "--out", str(tmp_path / "out"), *map(str, args)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore", **env))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and expect in lines[0], (what, proc.stderr)
+    assert not (tmp_path / "out").exists(), what
+
+
+def test_signoff_gear_config_stops_before_the_output_folder(case, tmp_path):
+    (tmp_path / "c.json").write_text(_GEARS)
+    (tmp_path / "p.toml").write_text('[policy]\nname = "tiny"\n[outputs."*"]\nCosineSimilarity = 0.99\n')
+    proc = npuscope("signoff", case["model"], "--policy", tmp_path / "p.toml", "--config", tmp_path / "c.json",
+                    "--inputs", case["inputs"], "--out", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 2 and "-1 dims" in proc.stderr and not (tmp_path / "out").exists(), proc.stderr
+
+
+def test_run_without_a_successful_result_leaves_no_folder(case, tmp_path):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for i in range(3):
+        (inputs / f"bad{i}.npz").write_bytes(b"not a zip")
+    proc = npuscope("compare", case["model"], "--inputs", inputs, "--out", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 1 and "none of the 3 input(s)" in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_folder_without_a_successful_result_does_not_block_a_rerun_with_other_settings(case, tmp_path):
+    """A folder left by a run where every input failed (here written through the store) is started afresh
+    by a run with another config; one holding a successful result still refuses it."""
+    from toolkit.dataset.store import open_store
+    from toolkit.dataset.worker import error_record
+    from toolkit.dataset.workflow import prepare_job
+
+    out = tmp_path / "out"
+    job = prepare_job("diagnose", str(case["model"]), Config.from_dict({"precision_mode": "force_fp32"}),
+                      str(case["inputs"]), None)
+    with open_store(str(out), tmp_path, "x", job.manifest) as store:
+        for ref in job.refs:
+            store.write(error_record(ref.name, "", "every input failed"))
+    res = api_compare(case["model"], case["inputs"], out)  # FP16: another config
+    assert res["dataset"]["facts"]["evaluated_this_run"] == len(case["xs"])
+    assert json.loads((out / "manifest.json").read_text())["config"]["precision_mode"] == "force_fp16"
+    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in log if "event" in e] == ["start"]
+    assert (pd.read_csv(out / "inputs.csv")["Status"] == "ok").all()
+    proc = npuscope("compare", case["model"], "--precision-mode", "force_fp32", "--inputs", case["inputs"],
+                    "--out", out, cwd=tmp_path)
+    assert proc.returncode == 2 and "different config (precision_mode)" in proc.stderr
+
+
+# --------------------------------------------------------------------- unreadable entries of the folder
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs and symbolic links")
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_unreadable_entries_are_error_rows(case, tmp_path, jobs):
+    inputs = tmp_path / "in"
+    write_inputs(inputs, 2)
+    (inputs / "broken.npz").symlink_to(tmp_path / "missing.npz")
+    (inputs / "loop.npz").symlink_to("loop.npz")
+    (inputs / "folder.npz").mkdir()
+    os.mkfifo(inputs / "fifo.npz")  # reading it would block forever
+    (inputs / "link.npz").symlink_to(inputs / "in000.npz")  # a working link is an input
+    proc = npuscope("compare", case["model"], "--precision-mode", "force_fp16", "--inputs", inputs,
+                    "--out", tmp_path / "out", "--jobs", jobs, cwd=tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    table = pd.read_csv(tmp_path / "out" / "inputs.csv").set_index("Input")
+    assert sorted(table.index) == ["broken.npz", "fifo.npz", "folder.npz", "in000.npz", "in001.npz", "link.npz",
+                                   "loop.npz"]
+    bad = {"broken.npz": "broken symbolic link", "loop.npz": "broken symbolic link", "folder.npz": "is a folder",
+           "fifo.npz": "is a FIFO"}
+    for name, why in bad.items():
+        row = table.loc[name]
+        assert row["Status"] == "error" and row["Verdict"] == "ERROR" and why in row["Reasons"], (name, row["Reasons"])
+        assert "\n" not in row["Reasons"] and name in row["Reasons"]
+    assert (table.loc[["in000.npz", "in001.npz", "link.npz"], "Status"] == "ok").all()
+
+
+# -------------------------------------------------------------------------------------- NPUSCOPE_THREADS
+@pytest.mark.parametrize("value, expected", [(None, 0), ("", 0), ("0", 0), ("3", 3), (" 2 ", 2), ("abc", None),
+                                             ("-2", None), ("1.5", None), ("+3", None), ("\u0663", None)])
+def test_npuscope_threads_is_a_non_negative_integer(monkeypatch, value, expected):
+    from toolkit.errors import ConfigError
+    from toolkit.runtime.ort_env import intra_op_threads
+
+    if value is None:
+        monkeypatch.delenv("NPUSCOPE_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("NPUSCOPE_THREADS", value)
+    if expected is None:
+        with pytest.raises(ConfigError, match="NPUSCOPE_THREADS=.*non-negative integer") as err:
+            intra_op_threads()
+        assert err.value.exit_code == 2 and "\n" not in str(err.value)
+    else:
+        assert intra_op_threads() == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "-2"])
+def test_bad_npuscope_threads_is_one_line_in_single_mode(case, tmp_path, value):
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "compare", str(case["model"]), "--inputs",
+                           str(case["inputs"] / "in000.npz"), "--out", str(tmp_path / "out")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=dict(os.environ, PYTHONWARNINGS="ignore", NPUSCOPE_THREADS=value))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and f"NPUSCOPE_THREADS='{value}'" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------- percentiles
+def test_percentile_labels_are_plain_decimals(tmp_path):
+    from toolkit.dataset.aggregate import Accumulator, parse_percentiles, percentile_label
+    from toolkit.dataset.worker import COLUMNS
+
+    qs = parse_percentiles("0.0000001, 1e-7, 12.345671, 12.345672, 50, 99.5, -0, 100")
+    assert qs == (1e-7, 12.345671, 12.345672, 50.0, 99.5, 0.0, 100.0)
+    assert [percentile_label(q) for q in qs] == ["p0.0000001", "p12.345671", "p12.345672", "p50", "p99.5", "p0",
+                                                 "p100"]
+    vals = np.random.default_rng(3).random((9, 1, len(COLUMNS)))
+    acc = Accumulator(["t"], qs, tmp_path)
+    for i, v in enumerate(vals):
+        acc.add(f"x{i}", np.array([0], np.int32), v)
+    df = acc.finish()
+    a = vals[:, 0, COLUMNS.index("CosineSimilarity")]
+    for q, label in (("1e-7", "p0.0000001"), (12.345672, "p12.345672"), (99.5, "p99.5")):
+        assert df[f"CosineSimilarity_{label}"].iloc[0] == pytest.approx(np.percentile(a, float(q)), abs=1e-15)
+    assert not any("e-" in c for c in df.columns)
+
+
+@pytest.mark.parametrize("text, message", [("", "--percentiles is empty"), ("  ", "--percentiles is empty"),
+                                           ("50,,90", "entry ''"), ("nan", "entry 'nan'"), ("101", "entry '101'")])
+def test_bad_percentiles_are_usage_errors(text, message):
+    from toolkit.dataset.aggregate import parse_percentiles
+    from toolkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=message):
+        parse_percentiles(text)
+    assert parse_percentiles("none") == () and parse_percentiles(None) == (50.0, 90.0, 99.0)

@@ -271,8 +271,51 @@ def test_float_vs_int_is_a_reason():
     assert "float16" in row["CompareFailReason"] and "int64" in row["CompareFailReason"]
 
 
-def test_empty_and_unsupported_tensors_are_reasons():
-    assert compare_tensors(np.ones((0, 3)), np.ones((0, 3)))["CompareFailReason"].startswith("empty tensor")
+# Empty tensors (e.g. NMS boxes (0, 4) on both sides): an exact match by convention, never a fail reason.
+_ERRORS = ("MaxAbsoluteError", "AccumulatedRelativeError", "RelativeEuclideanDistance", "KullbackLeiblerDivergence",
+           "MeanAbsoluteError", "RootMeanSquareError", "MaxRelativeError", "MeanRelativeError")
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (2, 0, 3)])
+@pytest.mark.parametrize("dx, dy", [(np.float32, np.float32), (np.float16, np.float64), (ml_dtypes.bfloat16, np.float32)])
+def test_two_empty_float_tensors_are_an_exact_match(shape, dx, dy):
+    row = compare_tensors(np.zeros(shape, dx), np.zeros(shape, dy), expected_noise={"atol": 0.0})
+    assert row["CompareFailReason"] == "" and row["ComparedCount"] == 0
+    assert row["CosineSimilarity"] == 1.0 and all(row[m] == 0.0 for m in _ERRORS)
+    assert math.isnan(row["ExactMatchRate"]) and math.isnan(row["GoldenStd"]) and math.isnan(row["DeviceStd"])
+    assert row["Abnormal"] is False and row["AbnormalMetrics"] == [] and row["WithinExpectedNoise"] is True
+    assert not row["OverFlow"] and row["GoldenFP16OverflowRatio"] == 0.0
+    strict = compare_tensors(np.zeros(shape, dx), np.zeros(shape, dy),  # the strictest possible lines
+                             thresholds={"CosineSimilarity": 1.0, "MaxAbsoluteError": 0.0, "ExactMatchRate": 1.0})
+    assert strict["Abnormal"] is False
+    assert tolerance_that_would_pass(np.zeros(shape, dx), np.zeros(shape, dy))["atol"] == 0.0
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (2, 0, 3)])
+@pytest.mark.parametrize("dx, dy", [(np.int64, np.int64), (np.int32, np.int64), (np.bool_, np.uint8)])
+def test_two_empty_integer_tensors_are_an_exact_match(shape, dx, dy):
+    row = compare_tensors(np.zeros(shape, dx), np.zeros(shape, dy))
+    assert row["CompareFailReason"] == "" and row["ComparedCount"] == 0
+    assert row["ExactMatchRate"] == 1.0 and row["Abnormal"] is False
+    assert all(math.isnan(row[m]) for m in ("CosineSimilarity",) + _ERRORS)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+@pytest.mark.parametrize("empty, full", [((0, 4), (1, 4)), ((0,), (3,)), ((2, 0, 3), (2, 1, 3)), ((0, 4), (4, 0))])
+def test_empty_vs_other_shape_is_a_shape_mismatch(dtype, empty, full):
+    for x, y in ((np.zeros(empty, dtype), np.ones(full, dtype)), (np.ones(full, dtype), np.zeros(empty, dtype))):
+        row = compare_tensors(x, y)
+        assert row["CompareFailReason"].startswith("shape mismatch"), row["CompareFailReason"]
+        assert all(math.isnan(row[m]) for m in METRICS)
+
+
+def test_empty_tensors_of_other_dtype_classes_are_reasons():
+    assert "dtype class mismatch" in compare_tensors(np.zeros((0, 4), np.float32),
+                                                     np.zeros((0, 4), np.int64))["CompareFailReason"]
+    assert "unsupported dtype" in compare_tensors(np.ones(0, complex), np.ones(0, complex))["CompareFailReason"]
+
+
+def test_unsupported_tensors_are_reasons():
     assert "unsupported dtype" in compare_tensors(np.ones(2, complex), np.ones(2, complex))["CompareFailReason"]
 
 

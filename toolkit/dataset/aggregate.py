@@ -8,7 +8,8 @@ left out) over the inputs where the tensor was compared (NaN = not compared, ski
 - ``<Metric>_worst_input``: the first input (in sorted name order) with that value;
 - ``<Metric>_mean``: ``numpy.nanmean``;
 - ``<Metric>_p<q>``: ``numpy.nanpercentile(..., q)`` with numpy's default "linear" method (Hyndman & Fan
-  type 7), exact: computed from every input's value.
+  type 7), exact: computed from every input's value; ``<q>`` as :func:`percentile_label` writes it (a plain
+  decimal: ``p50``, ``p99.5``, ``p0.0000001``).
 
 Plus per tensor: ``Inputs`` (inputs where it was compared), ``AbnormalInputs``, ``OverFlowInputs``,
 ``DeviceNaNInputs`` / ``DeviceInfInputs`` (device NaN / Inf elements), ``GoldenAbsMax`` (max over inputs).
@@ -42,11 +43,20 @@ _C = {c: i for i, c in enumerate(COLUMNS)}
 
 
 def parse_percentiles(text: str | None) -> tuple[float, ...]:
-    """``"50,90,99"`` → (50.0, 90.0, 99.0); None → :data:`DEFAULT_PERCENTILES`; "" or "none" → ().
-    Raises UsageError for a value that is not a number in [0, 100]."""
+    """``"50,90,99"`` → (50.0, 90.0, 99.0) (duplicates dropped, order kept); None → :data:`DEFAULT_PERCENTILES`;
+    ``"none"`` → () (no percentile columns). Any float syntax in [0, 100] is taken (``1e-7`` too); the column
+    label is :func:`percentile_label`.
+
+    Raises:
+        UsageError: an empty value (``""``: write ``none`` for no percentiles), an empty entry, or an entry that
+            is not a number in [0, 100].
+    """
     if text is None:
         return DEFAULT_PERCENTILES
-    if text.strip().lower() in ("", "none"):
+    if not text.strip():
+        raise UsageError("--percentiles is empty; give a comma list in [0, 100] such as 50,90,99, or 'none' for "
+                         "no percentile columns")
+    if text.strip().lower() == "none":
         return ()
     out = []
     for part in (p.strip() for p in text.split(",")):
@@ -56,6 +66,7 @@ def parse_percentiles(text: str | None) -> tuple[float, ...]:
             q = float("nan")
         if not 0.0 <= q <= 100.0:
             raise UsageError(f"--percentiles entry '{part}' is not a number in [0, 100]; e.g. --percentiles 50,90,99")
+        q += 0.0  # -0.0 → 0.0
         if q not in out:
             out.append(q)
     return tuple(out)
@@ -65,8 +76,11 @@ def worst_is_min(metric: str) -> bool:
     return METRICS[metric].direction == HIGHER_IS_BETTER
 
 
-def _label(q: float) -> str:
-    return f"p{q:g}"
+def percentile_label(q: float) -> str:
+    """Column label of percentile ``q``: ``p`` + the shortest plain decimal that reads back as the same float
+    (no exponent, no trailing zeros): 50 → ``p50``, 99.5 → ``p99.5``, 1e-7 → ``p0.0000001``. Distinct values
+    give distinct labels (``{q:g}`` would print 1e-07 and merge 12.345671 with 12.345672)."""
+    return "p" + np.format_float_positional(float(q) + 0.0, trim="-")
 
 
 class Accumulator:
@@ -122,7 +136,7 @@ class Accumulator:
             if self.percentiles and len(a):
                 qs = np.nanpercentile(a, list(self.percentiles), axis=0)
                 for q, row in zip(self.percentiles, qs):
-                    out[f"{metric}_{_label(q)}"] = row
+                    out[f"{metric}_{percentile_label(q)}"] = row
         return out
 
     def finish(self) -> pd.DataFrame:

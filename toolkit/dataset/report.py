@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from toolkit.dataset.aggregate import percentile_label
 from toolkit.report import context, figures
 from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.html import (
@@ -39,7 +40,7 @@ def cosine_figure(layers: pd.DataFrame, percentiles) -> go.Figure:
     worst_in = np.array([figures.esc(t) for t in layers["CosineSimilarity_worst_input"]], dtype=object)
     fig = go.Figure()
     series = [("worst", "CosineSimilarity_worst"), ("mean", "CosineSimilarity_mean")]
-    series += [(f"p{q:g}", f"CosineSimilarity_p{q:g}") for q in percentiles]
+    series += [(percentile_label(q), f"CosineSimilarity_{percentile_label(q)}") for q in percentiles]
     for label, col in series:
         if col not in layers.columns:
             continue

@@ -5,6 +5,7 @@
 - process pool (``--jobs N``): N processes of the ``spawn`` start method (no state inherited from this
   process); each builds its Worker once in the pool initializer (compile once per process) and reads the
   input files itself, so only names and small records cross the pipe. At most 2·N inputs are in flight.
+  Workers end when this process dies, even by SIGKILL (toolkit.dataset.lifeline).
 - Ray (``--ray ADDRESS``): ``ray.init(address=ADDRESS)`` (e.g. ``auto`` for a running cluster, ``local`` for a
   new local instance; an already initialised Ray in this process is reused), then one actor per worker
   (``num_cpus=1``; N = ``--jobs`` when > 1, else the cluster's CPU count) running the same Worker. The driver
@@ -43,11 +44,12 @@ def _noop(msg: str) -> None:
     pass
 
 
-def serial(spec: JobSpec, todo: list[InputRef]) -> Iterator[Record]:
-    """Evaluate ``todo`` in this process, lazily (one input loaded at a time)."""
+def serial(spec: JobSpec, todo: list[InputRef], worker: Worker | None = None) -> Iterator[Record]:
+    """Evaluate ``todo`` in this process, lazily (one input loaded at a time), with ``worker`` (an in-process
+    Worker of ``spec`` already built, e.g. by the workflow's checks before the run) or a new one."""
     if not todo:
         return
-    worker = Worker(spec, in_process=True)
+    worker = worker or Worker(spec, in_process=True)
     for ref in todo:
         yield worker.evaluate_ref(ref)
 
@@ -56,7 +58,10 @@ def serial(spec: JobSpec, todo: list[InputRef]) -> Iterator[Record]:
 _POOL: dict = {}
 
 
-def _pool_init(spec: JobSpec) -> None:
+def _pool_init(spec: JobSpec, parent_pid: int) -> None:
+    from toolkit.dataset.lifeline import exit_with_parent
+
+    exit_with_parent(parent_pid)  # a SIGKILLed CLI leaves no worker behind
     try:
         _POOL["worker"] = Worker(spec)
     except BaseException as exc:  # noqa: BLE001 (re-raised by every task, so the parent sees the real error)
@@ -76,7 +81,7 @@ def pool(spec: JobSpec, todo: list[InputRef], jobs: int) -> Iterator[Record]:
     threads = spec.threads or max(1, (os.cpu_count() or 1) // jobs)
     spec = dataclasses.replace(spec, global_pool=True, threads=threads)
     ex = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                initializer=_pool_init, initargs=(spec,))
+                                initializer=_pool_init, initargs=(spec, os.getpid()))
     pending = iter(todo)
     inflight: set = set()
     try:
@@ -164,9 +169,10 @@ def _ray_loop(ray, actors, todo: list[InputRef]) -> Iterator[Record]:
 
 # ---------------------------------------------------------------------------------------------------- run
 def run_inputs(spec: JobSpec, todo: list[InputRef], store, *, jobs: int = 1, ray_address: str | None = None,
-               total: int | None = None, progress=_noop) -> int:
-    """Evaluate ``todo`` with the chosen backend, writing each record to ``store`` as it arrives.
-    Returns the number of records written. Raises UsageError for a bad ``jobs`` / Ray address."""
+               total: int | None = None, progress=_noop, worker: Worker | None = None) -> int:
+    """Evaluate ``todo`` with the chosen backend, writing each record to ``store`` as it arrives; ``worker``:
+    an in-process Worker to reuse for the serial backend. Returns the number of records written.
+    Raises UsageError for a bad ``jobs`` / Ray address."""
     if jobs < 1:
         raise UsageError(f"--jobs {jobs}: give a number of processes >= 1")
     if ray_address:
@@ -174,7 +180,7 @@ def run_inputs(spec: JobSpec, todo: list[InputRef], store, *, jobs: int = 1, ray
     elif jobs > 1:
         records = pool(spec, todo, jobs)
     else:
-        records = serial(spec, todo)
+        records = serial(spec, todo, worker)
     total = total or len(todo)
     done_before = total - len(todo)
     n = 0

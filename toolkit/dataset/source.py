@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,17 +30,43 @@ class InputRef:
 
 
 def list_inputs(folder: str | Path) -> list[InputRef]:
-    """The ``*.npz`` files directly in ``folder``, sorted by name. Raises InputError when there is none."""
+    """Every entry named ``*.npz`` directly in ``folder``, sorted by name: regular files and also entries
+    that cannot be read as one (broken symbolic links, folders, FIFOs, ...), which :func:`read_bytes` turns
+    into one-line errors, so they become error rows instead of being skipped. Paths are absolute (symbolic
+    links are kept, not resolved). Raises InputError when there is no entry."""
     folder = Path(folder)
-    files = sorted(p for p in folder.glob("*.npz") if p.is_file())
+    files = sorted(folder.glob("*.npz"))
     if not files:
         raise InputError(f"--inputs directory '{folder}' holds no .npz files; write one per input set "
                          "(np.savez(path, name=array))")
-    return [InputRef(p.name, str(p.resolve())) for p in files]
+    return [InputRef(p.name, str(p.absolute())) for p in files]
+
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def unreadable_reason(ref: InputRef) -> str:
+    """Why ``ref`` is not a regular file that can be read ('' when it is one): a broken symbolic link, a
+    folder, FIFO, socket or device (checked with stat, without opening it: a FIFO would block)."""
+    try:
+        mode = os.stat(ref.path).st_mode
+    except OSError as exc:
+        if os.path.islink(ref.path):
+            return f"is a broken symbolic link (to '{os.readlink(ref.path)}': {exc.strerror})"
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
+    kind = next((what for test, what in _KINDS if test(mode)), "not a regular file")
+    return f"is {kind}, not a regular .npz file"
 
 
 def read_bytes(ref: InputRef) -> bytes:
-    """The raw bytes of the input file (InputError when it cannot be read)."""
+    """The raw bytes of the input file. Raises InputError (one line: what the entry is, how to fix) when it
+    is not a readable regular file (:func:`unreadable_reason`) or reading fails."""
+    why = unreadable_reason(ref)
+    if why:
+        raise InputError(f"input '{ref.name}' {why}; replace it with an .npz file or remove it from the folder")
     try:
         return Path(ref.path).read_bytes()
     except OSError as exc:
@@ -88,6 +116,33 @@ def load_feed(name: str, data: bytes, specs) -> dict[str, np.ndarray]:
                 raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None
     check_feed(feed, specs, source)
     return {spec.name: feed[spec.name] for spec in specs}
+
+
+def header_feed(ref: InputRef) -> dict[str, np.ndarray] | None:
+    """Stand-ins for the arrays of an ``.npz`` input, read from the ``.npy`` headers only (no data): for each
+    member a read-only zero-strided view with the member's shape and dtype (no memory), enough for
+    :func:`toolkit.inputs.check_feed` and for compiling the plan of its shapes. None when the file is not a
+    readable regular .npz of format 1.0/2.0 members (the evaluation then reports it)."""
+    if unreadable_reason(ref):
+        return None
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    feed = {}
+    try:
+        with zipfile.ZipFile(ref.path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as fh:
+                    read = readers.get(np.lib.format.read_magic(fh))
+                    if read is None:
+                        return None
+                    shape, _, dtype = read(fh)
+                if dtype.hasobject:
+                    return None
+                feed[info.filename[:-4]] = np.broadcast_to(np.zeros((), dtype), shape)
+    except Exception:  # noqa: BLE001 (whatever is wrong with the file, its evaluation reports it)
+        return None
+    return feed
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,8 +14,12 @@ Resume (the one exception to toolkit.artifacts.output_dir's "new or empty" rule)
 folder whose manifest.json matches this run (same KEYED values) is continued: inputs whose result file exists
 and records the sha256 of the current input file are not evaluated again. A folder holding a non-matching
 manifest is refused with a one-line UsageError naming what differs; any other non-empty folder is refused as
-output_dir does. A new folder is removed again if the run fails before any result was written; once results
-exist they are kept (that is what makes a killed run resumable). Report files are (re)written at the end.
+output_dir does, except a folder holding only the store of a run that produced no successful result (every
+input failed, e.g. on a config mistake): it is emptied and the run starts afresh. A new folder is removed again
+if the run fails before any input was evaluated successfully; once such a result exists the folder is kept
+(that is what makes a killed run resumable). A stored result that cannot be read or is not a valid record
+(truncated, empty, foreign, a folder in its place) counts as missing: removed, logged and evaluated again.
+Report files are (re)written at the end.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ def make_manifest(command: str, *, model_path: str, model_sha256: str, config: d
     tsha = hashlib.sha256("\n".join(tensors).encode()).hexdigest()
     return json_safe({"format": FORMAT, "command": command, "model_sha256": model_sha256, "config": config,
                       "thresholds": thresholds, "task_metrics": list(task_metrics), "columns": list(COLUMNS),
-                      "tensors_sha256": tsha, "model": model_path, "inputs": str(inputs)})
+                      "tensors_sha256": tsha, "n_tensors": len(tensors), "model": model_path,
+                      "inputs": str(inputs)})
 
 
 def result_key(name: str) -> str:
@@ -64,10 +69,15 @@ def result_key(name: str) -> str:
 class Store:
     """The results of one run folder (see module docstring)."""
 
-    def __init__(self, folder: Path, resumed: bool = False):
+    def __init__(self, folder: Path, resumed: bool = False, n_tensors: int | None = None):
         self.folder = Path(folder)
         self.results = self.folder / RESULTS
         self.resumed = resumed
+        self.n_tensors = n_tensors
+        #: (input name, reason) of the stored results :meth:`pending` found invalid and removed.
+        self.redone: list[tuple[str, str]] = []
+        #: True when the folder held a run with other settings and no successful result, and was emptied.
+        self.restarted = False
         self.results.mkdir(parents=True, exist_ok=True)
         for tmp in self.results.glob(".*.tmp"):  # left by a killed writer
             tmp.unlink(missing_ok=True)
@@ -95,38 +105,77 @@ class Store:
         with open(self.folder / LOG, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
 
-    def read(self, name: str) -> Record | None:
-        """The stored record of input ``name``, or None when there is none (or it cannot be read)."""
+    def load(self, name: str) -> tuple[Record | None, str]:
+        """(the stored record of input ``name``, '') when it is there and valid; (None, '') when there is none;
+        (None, why) when something is in its place that is not a valid result: unreadable (truncated, empty,
+        not an .npz), missing or malformed members or meta (:func:`invalid_reason`), or not a file."""
         path = self.path_of(name)
+        if not os.path.lexists(path):
+            return None, ""
         if not path.is_file():
-            return None
+            return None, "not a regular file"
         try:
-            with np.load(path, allow_pickle=False) as z:
+            z = np.load(path, allow_pickle=False)
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                return None, "a single array, not an .npz archive"
+            with z:
                 meta = json.loads(str(z["meta"]))
-                return Record(meta, z["rows"].astype(np.int32), z["values"].astype(np.float64))
-        except (OSError, ValueError, KeyError, EOFError):
-            return None
+                rows, values = z["rows"], z["values"]
+        except Exception as exc:  # noqa: BLE001 (any failure to read it means: evaluate the input again)
+            lines = str(exc).strip().splitlines()
+            return None, f"unreadable ({type(exc).__name__}{': ' + lines[0][:160] if lines else ''})"
+        why = invalid_reason(name, meta, rows, values, self.n_tensors)
+        if why:
+            return None, why
+        return Record(meta, rows.astype(np.int32), values.astype(np.float64)), ""
+
+    def read(self, name: str) -> Record | None:
+        """The stored record of input ``name``, or None when there is none (or it is not valid)."""
+        return self.load(name)[0]
 
     def read_meta(self, name: str) -> dict | None:
-        path = self.path_of(name)
-        if not path.is_file():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return json.loads(str(z["meta"]))
-        except (OSError, ValueError, KeyError, EOFError):
-            return None
+        rec = self.read(name)
+        return None if rec is None else rec.meta
+
+    def has_ok_result(self) -> bool:
+        """True when some stored result is the record of an input that was evaluated (status "ok")."""
+        for path in self.results.glob("*.npz"):
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    if json.loads(str(z["meta"])).get("status") == "ok":
+                        return True
+            except Exception:  # noqa: BLE001, S112 (not a valid result: does not count)
+                continue
+        return False
 
     def pending(self, refs: list[InputRef]) -> list[InputRef]:
-        """The inputs still to evaluate: no readable result, or a result of a file with another sha256."""
+        """The inputs still to evaluate: no valid result, or a result of a file with another sha256 (or an
+        input that is not a readable file: evaluated again, into an error row). Invalid results are removed,
+        logged (``{"event": "invalid_result", "name", "reason"}``) and listed in :attr:`redone`."""
+        self.redone = []
         if not any(self.results.glob("*.npz")):
             return list(refs)
         todo = []
         for ref in refs:
-            meta = self.read_meta(ref.name)
-            if meta is None or meta.get("input") != ref.name or meta.get("sha256") != sha256_file(ref.path):
+            rec, why = self.load(ref.name)
+            if why:
+                self._discard(ref.name, why)
+            if rec is None or rec.meta["sha256"] != _sha256_or_none(ref.path):
                 todo.append(ref)
         return todo
+
+    def _discard(self, name: str, why: str) -> None:
+        path = self.path_of(name)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise UsageError(f"stored result '{path}' is invalid ({why}) and cannot be removed ({exc.strerror}); "
+                             "delete it, then re-run") from None
+        self.redone.append((name, why))
+        self.log({"event": "invalid_result", "name": name, "reason": why})
 
     def records(self, refs: list[InputRef]):
         """Yield the stored Record of each of ``refs`` in order (one in memory at a time); missing ones skipped."""
@@ -145,7 +194,57 @@ class Store:
         p = self.folder / LOG
         if not p.is_file():
             return []
-        return [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        out = []
+        for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:  # a line cut short by a kill
+                continue
+            if isinstance(entry, dict):
+                out.append(entry)
+        return out
+
+
+def _sha256_or_none(path: str) -> str | None:
+    try:
+        return sha256_file(path) if os.path.isfile(path) else None
+    except OSError:
+        return None
+
+
+_VERDICTS = ("PASS", "WARN", "FAIL", "ERROR")
+
+
+def invalid_reason(name: str, meta, rows: np.ndarray, values: np.ndarray, n_tensors: int | None = None) -> str:
+    """Why a stored result of input ``name`` is not a valid Record ('' when it is): the meta must be a dict
+    for this input (status ok/error, a verdict, sha256 string; for "ok" the outputs / tasks / counts /
+    first_divergence / run_ms types the report reads); rows int (n,) in [0, n_tensors); values float
+    (n, len(COLUMNS))."""
+    if not isinstance(meta, dict):
+        return "meta is not a JSON object"
+    if meta.get("input") != name:
+        return f"meta names input {str(meta.get('input'))[:80]!r}"
+    if meta.get("status") not in ("ok", "error") or meta.get("verdict") not in _VERDICTS:
+        return "meta has no valid status / verdict"
+    if not isinstance(meta.get("sha256"), str) or not isinstance(meta.get("reasons", []), list):
+        return "meta has no valid sha256 / reasons"
+    if meta["status"] == "ok" and not _ok_meta(meta):
+        return "meta of an evaluated input lacks outputs / tasks / counts / run_ms"
+    if rows.ndim != 1 or rows.dtype.kind not in "iu" or values.ndim != 2 or values.dtype.kind != "f":
+        return "rows / values have the wrong rank or dtype"
+    if values.shape != (len(rows), len(COLUMNS)):
+        return f"values have shape {values.shape}, expected ({len(rows)}, {len(COLUMNS)})"
+    if len(rows) and (rows.min() < 0 or (n_tensors is not None and rows.max() >= n_tensors)):
+        return "rows point outside the model's tensors"
+    return ""
+
+
+def _ok_meta(meta: dict) -> bool:
+    outputs, tasks, fd = meta.get("outputs"), meta.get("tasks"), meta.get("first_divergence")
+    return (isinstance(outputs, dict) and all(isinstance(v, dict) for v in outputs.values())
+            and isinstance(tasks, list) and all(isinstance(t, dict) and "passed" in t for t in tasks)
+            and isinstance(meta.get("counts"), dict) and (fd is None or isinstance(fd, dict))
+            and isinstance(meta.get("run_ms"), (int, float)) and not isinstance(meta.get("run_ms"), bool))
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -161,24 +260,43 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def _check_resumable(path: Path, manifest: dict) -> None:
+def _resume_or_restart(path: Path, manifest: dict) -> bool:
+    """True: resume ``path`` (its manifest matches). False: the folder held only the store of a run with other
+    settings that produced no successful result (e.g. every input failed on a config mistake); it was emptied
+    so this run starts afresh. Raises UsageError otherwise (module docstring)."""
     mpath = path / MANIFEST
     if not mpath.is_file():
         raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
                          "to resume); choose a new --out")
     try:
         old = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         old = {}
     diff = _differences(old if isinstance(old, dict) else {}, manifest)
-    if diff:
-        raise UsageError(f"output folder '{path}' holds a dataset run with a different {', '.join(diff)}; "
-                         f"choose a new --out, or re-run with the settings recorded in {mpath}")
+    if not diff:
+        return True
+    if _only_store_files(path) and not Store(path).has_ok_result():
+        for entry in (path / RESULTS, path / LOG, mpath):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink(missing_ok=True)
+        return False
+    raise UsageError(f"output folder '{path}' holds a dataset run with a different {', '.join(diff)}; "
+                     f"choose a new --out, or re-run with the settings recorded in {mpath}")
+
+
+def _only_store_files(path: Path) -> bool:
+    return all(p.name in (MANIFEST, LOG, RESULTS) or p.name.startswith(".aggregate-") for p in path.iterdir())
 
 
 @contextlib.contextmanager
 def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict):
     """Yield the :class:`Store` of a new run folder, or of an existing one to resume (module docstring).
+
+    A folder holding only the store of a run with other settings and no successful result is emptied and
+    started afresh (``Store.restarted``). When the body raises, a folder this call created (or emptied) is
+    removed again unless it holds a successful result.
 
     Raises:
         UsageError: empty ``--out``, an existing file, a non-empty folder without a matching manifest.
@@ -188,9 +306,10 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
     path = Path(explicit) if explicit else new_run_dir(base, stem)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
-    resumed = path.is_dir() and any(path.iterdir())
-    if resumed:
-        _check_resumable(path, manifest)
+    resumed = restarted = False
+    if path.is_dir() and any(path.iterdir()):
+        resumed = _resume_or_restart(path, manifest)
+        restarted = not resumed
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -198,10 +317,11 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
         raise UsageError(f"cannot create output folder '{path}' ({exc.strerror}); choose a writable --out") from None
     if not resumed:
         atomic_write_text(path / MANIFEST, _dumps(manifest))
-    store = Store(path, resumed)
+    store = Store(path, resumed, manifest.get("n_tensors"))
+    store.restarted = restarted
     try:
         yield store
     except BaseException:
-        if created and not any(store.results.glob("*.npz")):
+        if (created or restarted) and not store.has_ok_result():
             shutil.rmtree(path, ignore_errors=True)
         raise

@@ -164,6 +164,26 @@ class Worker:
         except UserError as exc:
             return error_record(name, sha, str(exc))
 
+    def compile_for(self, name: str, feed: dict) -> bool:
+        """Compile (and keep) the plan for the shapes of ``feed`` (arrays or :func:`header_feed` stand-ins of
+        input ``name``), as :meth:`evaluate` will. False, compiling nothing, when the feed itself does not fit
+        the model (that input's evaluation reports it).
+
+        Raises:
+            ModelError, ConfigError: the plan cannot be compiled for a feed that fits the model: a model or
+                config problem, not one of this input (the dataset workflow checks it before the run).
+        """
+        from toolkit.errors import InputError
+        from toolkit.inputs import check_feed
+
+        try:
+            check_feed(feed, self.specs, f"input '{name}'")
+            self._check_shapes(name, feed)
+        except InputError:
+            return False
+        self._session({spec.name: feed[spec.name] for spec in self.specs})
+        return True
+
     def _check_shapes(self, name: str, feeds: dict) -> None:
         from toolkit.errors import InputError
 

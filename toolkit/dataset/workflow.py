@@ -26,13 +26,14 @@ from toolkit.dataset.aggregate import aggregate, parse_percentiles
 from toolkit.dataset.runner import run_inputs
 from toolkit.dataset.source import (
     InputRef,
+    header_feed,
     list_inputs,
     load_feed,
     read_bytes,
     sha256_file,
 )
 from toolkit.dataset.store import Store, make_manifest, open_store
-from toolkit.dataset.worker import JobSpec, tensor_order
+from toolkit.dataset.worker import JobSpec, Worker, tensor_order
 from toolkit.errors import InputError
 from toolkit.report.csvjson import _csv_text, atomic_write_text
 
@@ -57,16 +58,36 @@ class Job:
     thresholds: dict | None
     percentiles: tuple[float, ...]
     inputs_dir: str
+    worker: Worker | None = None
+
+
+#: How many inputs (in name order) the pre-run check looks at for one whose headers fit the model.
+PREFLIGHT_INPUTS = 8
 
 
 def prepare_job(command: str, model_arg: str | None, config: Config, inputs: str, thresholds: str | None,
                 task_metrics=(), percentiles: str | None = None, progress=_noop) -> Job:
-    """Resolve the model, list the inputs and build the worker spec and manifest (nothing is run)."""
+    """Resolve the model, list the inputs, build the worker spec and manifest, and check everything that
+    can be checked before the output folder is touched (no input is evaluated): --percentiles,
+    NPUSCOPE_THREADS, the config's input_shape (a gear config with -1 dims is refused as for one input),
+    thresholds, task checks (imported), the model (loaded, reference built) and the plan compiled for the
+    shapes of the first input whose ``.npy`` headers fit the model (:func:`preflight`; that in-process Worker
+    is reused by the serial backend).
+
+    Raises:
+        UsageError / ConfigError (exit 2), ModelError / InputError (exit 1): one line, before any file is written.
+    """
     from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.compare.tasks import load_task
     from toolkit.ir.load import load_model
+    from toolkit.runtime.ort_env import intra_op_threads
     from toolkit.source import _zoo_name_of, resolve_model
 
     qs = parse_percentiles(percentiles)
+    intra_op_threads()
+    config.input_shapes()
+    for task in task_metrics:
+        load_task(task)
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
@@ -79,21 +100,60 @@ def prepare_job(command: str, model_arg: str | None, config: Config, inputs: str
                    tensors=tensors, task_metrics=tuple(task_metrics), zoo_name=zname)
     manifest = make_manifest(command, model_path=str(src.path), model_sha256=sha, config=config.to_dict(),
                              thresholds=lines, task_metrics=task_metrics, tensors=tensors, inputs=inputs)
-    return Job(src, model, refs, spec, manifest, lines, qs, str(inputs))
+    job = Job(src, model, refs, spec, manifest, lines, qs, str(inputs))
+    job.worker = preflight(job, progress)
+    return job
+
+
+def preflight(job: Job, progress=_noop) -> Worker:
+    """An in-process Worker of ``job`` (model loaded, FP32 reference built) with the plan compiled for the
+    shapes of the first of the first :data:`PREFLIGHT_INPUTS` inputs whose headers fit the model (read from
+    the ``.npy`` headers, no data loaded; none fitting: nothing compiled, those inputs become error rows).
+
+    Raises:
+        ModelError, ConfigError: the plan cannot be compiled for inputs that fit the model (the message names
+            the input whose shapes were used).
+    """
+    from toolkit.errors import ConfigError, ModelError
+
+    worker = Worker(job.spec, in_process=True)
+    for ref in job.refs[:PREFLIGHT_INPUTS]:
+        feed = header_feed(ref)
+        if feed is None:
+            continue
+        progress(f"checking: compiling for the shapes of {ref.name}")
+        try:
+            if worker.compile_for(ref.name, feed):
+                break
+        except (ModelError, ConfigError) as exc:
+            raise type(exc)(f"{exc} (compiling for the shapes of input '{ref.name}', before the run)") from None
+    return worker
 
 
 def execute(job: Job, store: Store, jobs: int = 1, ray: str | None = None, progress=_noop) -> int:
     """Evaluate the inputs ``store`` does not hold yet; returns how many were evaluated in this run."""
+    if store.restarted:
+        progress(f"{store.folder} held a run with other settings and no successful result: starting afresh")
     todo = store.pending(job.refs)
+    if store.redone:
+        progress(redone_line(store.redone))
     store.log({"event": "start", "inputs": len(job.refs), "pending": len(todo), "jobs": jobs, "ray": ray or ""})
     progress(f"{len(job.refs)} input(s) in {job.inputs_dir}: {len(job.refs) - len(todo)} already done, "
              f"{len(todo)} to evaluate" + (f" on Ray ({ray})" if ray else f" with {jobs} process(es)"))
     try:
-        return run_inputs(job.spec, todo, store, jobs=jobs, ray_address=ray, total=len(job.refs), progress=progress)
+        return run_inputs(job.spec, todo, store, jobs=jobs, ray_address=ray, total=len(job.refs), progress=progress,
+                          worker=job.worker)
     except KeyboardInterrupt:
         progress(f"interrupted: finished inputs are kept in {store.folder}; re-run the same command with "
                  f"--out {store.folder} to continue")
         raise
+
+
+def redone_line(redone: list[tuple[str, str]]) -> str:
+    """One line naming the stored results that were invalid and evaluated again (first 5, with the reason)."""
+    shown = "; ".join(f"{name} ({why})" for name, why in redone[:5])
+    return (f"{len(redone)} stored result(s) could not be read and were evaluated again: {shown}"
+            + (" ..." if len(redone) > 5 else ""))
 
 
 # ------------------------------------------------------------------------------------------- per-input table
@@ -192,6 +252,7 @@ def dataset_facts(job: Job, store: Store, table: pd.DataFrame, names: list[str],
     counts = {k: int((table["Verdict"] == k).sum()) for k in ("PASS", "WARN", "FAIL", "ERROR")}
     return {"inputs_dir": job.inputs_dir, "inputs": len(job.refs), "aggregated": len(names),
             "evaluated_this_run": n_new, "resumed": store.resumed, "verdict": verdict, "reasons": reasons,
+            "redone": [{"input": name, "reason": why} for name, why in store.redone],
             "verdicts": counts, "worst_input": worst, "percentiles": list(job.percentiles), "jobs": jobs,
             "ray": ray or "", "files": {"dataset": "dataset.csv", "inputs": "inputs.csv",
                                          "manifest": "manifest.json", "results": "results/"}}
@@ -241,6 +302,8 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         files.update(dataset="dataset.csv", inputs="inputs.csv", manifest="manifest.json")
     summary = [f"dataset: {verdict} over {len(job.refs)} input(s) ({n_new} evaluated now, "
                f"{len(job.refs) - n_new} reused); worst input: {worst}"] + [f"  - {r}" for r in reasons]
+    if store.redone:
+        summary.insert(1, redone_line(store.redone))
     summary += [f"worst input {worst}:"] + ["  " + line for line in diagnosis_lines(_worst_view(diag, facts))]
     summary.append(f"report: {(folder / ('index.html' if html else 'summary.json')).resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": verdict,
@@ -300,5 +363,6 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
         atomic_write_text(folder / "inputs.csv", _csv_text(table))
         files = write_signoff(run, folder, html, {"dataset": "dataset.csv", "inputs": "inputs.csv",
                                                   "manifest": "manifest.json"})
-    return {"summary": signoff_lines(run, folder, html), "out": folder, "files": files,
+    redone = [redone_line(store.redone)] if store.redone else []
+    return {"summary": redone + signoff_lines(run, folder, html), "out": folder, "files": files,
             "verdict": run.summary["verdict"], "run": run}

@@ -10,7 +10,25 @@ import os
 
 import onnxruntime as ort
 
+from toolkit.errors import ConfigError
+
 _STATE = {"global": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
+
+
+def intra_op_threads() -> int:
+    """The intra-op thread count of the global pool from the environment variable NPUSCOPE_THREADS: a
+    non-negative integer; 0 or unset (or empty) = onnxruntime's default (one per physical core).
+
+    Raises:
+        ConfigError: any other value (``abc``, ``-2``, ``1.5``), exit code 2.
+    """
+    text = os.environ.get("NPUSCOPE_THREADS", "").strip()
+    if not text:
+        return 0
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(f"NPUSCOPE_THREADS='{text[:40]}' is not a non-negative integer; set it to the number of "
+                          "onnxruntime intra-op threads (e.g. 2), 0 for onnxruntime's default, or unset it")
+    return int(text)
 
 
 def enable_global_thread_pool() -> None:
@@ -19,7 +37,12 @@ def enable_global_thread_pool() -> None:
     Side effect: afterwards every onnxruntime session in this process must set
     ``use_per_session_threads = False`` (onnxruntime refuses others), so the CLI enables it and library users
     opt in (or set NPUSCOPE_GLOBAL_POOL=1). Use :func:`session_options` for sessions of your own.
+
+    Raises:
+        ConfigError: NPUSCOPE_THREADS is set to something else than a non-negative integer
+            (:func:`intra_op_threads`); checked here, once, before any session exists.
     """
+    intra_op_threads()
     _STATE["wanted"] = True
 
 
@@ -27,7 +50,7 @@ def _init_global_pool() -> bool:
     if not _STATE["wanted"]:
         return False
     if _STATE["global"] is None:
-        threads = int(os.environ.get("NPUSCOPE_THREADS", "0"))
+        threads = intra_op_threads()
         try:
             ort.set_global_thread_pool_sizes(threads, 1)
             _STATE["global"] = True

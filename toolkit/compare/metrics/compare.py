@@ -16,6 +16,7 @@ from toolkit.errors import UsageError
 from .exact import exact_match_rate
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
 from .registry import METRICS, THRESHOLDABLE
+from .spec import HIGHER_IS_BETTER, INFORMATIONAL
 from .thresholds import resolve_thresholds
 
 STATUS_KEYS = ("CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "GoldenNaN", "GoldenInf",
@@ -53,8 +54,8 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
 
     Returns:
         dict with :data:`ROW_KEYS`:
-        ``CompareFailReason`` ('' when compared; else why not: shape mismatch, dtype class mismatch,
-        unsupported dtype, empty tensor, no finite position pair; metrics are then NaN);
+        ``CompareFailReason`` ('' when compared; else why not: shape mismatch (also empty vs non-empty),
+        dtype class mismatch, unsupported dtype, no finite position pair; metrics are then NaN);
         ``DeviceNaN``/``DeviceInf``/``GoldenNaN``/``GoldenInf`` (element counts);
         ``NonFiniteMasked`` (True when some positions were left out because a side is NaN/inf: the float
         metrics cover only positions where both are finite); ``ComparedCount`` (positions compared);
@@ -66,6 +67,13 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
         ``Abnormal`` (bool: something in ``AbnormalMetrics`` and not within expected noise; when the
         tensors could not be compared only OverFlow can make it True: read ``CompareFailReason``).
 
+    Empty tensors: two tensors with no elements, of the same shape and dtype class (e.g. boxes (0, 4) from
+    both sides when nothing was detected) are an exact match, compared with ``ComparedCount`` 0: integer
+    ExactMatchRate 1.0 (count(x == y) / n with n = 0 taken as "no position differs"); float errors 0.0
+    (MaxAbsoluteError, the mean/relative errors, RelativeEuclideanDistance, KullbackLeiblerDivergence) and
+    CosineSimilarity 1.0 — the convention the Ascend tool and :func:`~.similarity.cosine_similarity` use
+    when both norms are 0 — so the pair never crosses a line; GoldenStd / DeviceStd are NaN (undefined).
+
     Raises:
         UsageError: bad ``thresholds`` or ``expected_noise`` (caller mistakes, not data problems).
     """
@@ -76,7 +84,9 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
     with np.errstate(all="ignore"):
         fin_x, fin_y = _finite_info(xa, row, "Device"), _finite_info(ya, row, "Golden")
         reason = _precheck(xa, ya)
-        if not reason and dtype_class(xa.dtype) == "integer":
+        if not reason and xa.size == 0:
+            _fill_empty(row, dtype_class(xa.dtype), noise)
+        elif not reason and dtype_class(xa.dtype) == "integer":
             row["ExactMatchRate"] = exact_match_rate(xa, ya)
             row["ComparedCount"] = int(xa.size)
         elif not reason:
@@ -132,9 +142,23 @@ def _precheck(xa: np.ndarray, ya: np.ndarray) -> str:
         return f"unsupported dtype: device {xa.dtype} vs golden {ya.dtype}; expected float, integer or bool"
     if cx != cy:
         return f"dtype class mismatch: device {xa.dtype} ({cx}) vs golden {ya.dtype} ({cy})"
-    if xa.size == 0:
-        return f"empty tensor: shape {xa.shape} has no elements"
     return ""
+
+
+def _fill_empty(row: dict, cls: str, noise: tuple[float, float] | None) -> None:
+    """Two empty tensors of the same shape and dtype class agree exactly (nothing differs): see
+    :func:`compare_tensors`. Integer: ExactMatchRate 1. Float: every error 0, CosineSimilarity 1 (the
+    both-all-zero convention of :func:`~.similarity.cosine_similarity` and of the Ascend tool, whose norms
+    are both 0 here), GoldenFP16OverflowRatio 0; GoldenStd / DeviceStd stay NaN (undefined, informational)."""
+    if cls == "integer":
+        row["ExactMatchRate"] = 1.0
+        return
+    for name, spec in METRICS.items():
+        if spec.dtype_class == "float" and spec.direction != INFORMATIONAL:
+            row[name] = 1.0 if spec.direction == HIGHER_IS_BETTER else 0.0
+    row["GoldenFP16OverflowRatio"] = 0.0
+    if noise is not None:
+        row["WithinExpectedNoise"] = True
 
 
 def _compare_float(row: dict, xa: np.ndarray, ya: np.ndarray, fin_x: np.ndarray, fin_y: np.ndarray,
