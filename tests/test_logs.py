@@ -29,6 +29,7 @@ from toolkit.logs.parsers import (
 from toolkit.profile.optable import (
     OP_STATISTIC_COLUMNS,
     OP_SUMMARY_COLUMNS,
+    PROFILER_STATISTIC_COLUMNS,
     op_summary_frame,
 )
 
@@ -277,12 +278,17 @@ def test_op_statistic_csv_parser(tmp_path):
     rows = [["Conv2D", "AI_CORE", 4, 50.0, 12.5, 10, 15, 62.5], ["Cast", "AI_VECTOR_CORE", 2, "30.0\t", 15, 14, 16, 37.5],
             ["", "AI_CORE", 1, 1, 1, 1, 1, 0], ["Bad", "AI_CORE", "x", 1, 1, 1, 1, 0]]
     path = tmp_path / "op_statistic_0_1.csv"
-    write_csv(path, OP_STATISTIC_COLUMNS, rows)
+    write_csv(path, PROFILER_STATISTIC_COLUMNS, rows)  # a real device's file: no Time Kind column
     assert detect_format(path).parser.name == "op_statistic_csv"
     res = op_statistic_csv.parse(path)
     t = res.tables["op_statistic"]
     assert t["OP Type"].tolist() == ["Conv2D", "Cast"] and t["Total Time(us)"].tolist() == [50.0, 30.0]
     assert res.malformed == 2 and len(res.op_summary) == 0
+    assert list(t.columns) == OP_STATISTIC_COLUMNS and t["Time Kind"].tolist() == ["device", "device"]
+    ours = tmp_path / "op_statistic.csv"  # npuscope's own file keeps its Time Kind
+    write_csv(ours, OP_STATISTIC_COLUMNS, [["Conv", "AI_CORE", 1, 2, 2, 2, 2, 100, "simulated"],
+                                           ["Conv", "HOST_CPU", 1, 9, 9, 9, 9, 100, "measured"]])
+    assert op_statistic_csv.parse(ours).tables["op_statistic"]["Time Kind"].tolist() == ["simulated", "measured"]
 
 
 def test_kernel_times_csv_parser(tmp_path):
@@ -530,7 +536,7 @@ def _fixtures(tmp_path):
     (tmp_path / "trace.json").write_text(json.dumps(chrome_events()))
     (tmp_path / "plog.log").write_text("\n".join(plog_line("INFO", "GE", 1, "p", 1.7e9 + i, "a.cc", i, "m")
                                                  for i in range(20)))
-    write_csv(tmp_path / "op_statistic.csv", OP_STATISTIC_COLUMNS, [["Conv", "AI_CORE", 1, 2, 2, 2, 2, 100]])
+    write_csv(tmp_path / "op_statistic.csv", PROFILER_STATISTIC_COLUMNS, [["Conv", "AI_CORE", 1, 2, 2, 2, 2, 100]])
     return sorted(tmp_path.iterdir())
 
 

@@ -32,6 +32,7 @@ from toolkit.logs.workflow import parse_log_command
 from toolkit.profile.optable import (
     OP_STATISTIC_COLUMNS,
     OP_SUMMARY_COLUMNS,
+    PROFILER_STATISTIC_COLUMNS,
     op_summary_frame,
 )
 from toolkit.report import profile_html
@@ -142,7 +143,7 @@ def test_op_summary_csv_round_trips(tmp_path):
 
 def test_op_statistic_only_input_is_kept(tmp_path):
     path = tmp_path / "op_statistic_0_1.csv"
-    write_csv(path, OP_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80], ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
+    write_csv(path, PROFILER_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80], ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
     res = parse_log_command([str(path)], out=str(tmp_path / "o"))
     stat = pd.read_csv(res["out"] / "op_statistic.csv")
     assert stat["OP Type"].tolist() == ["Conv2D", "Cast"] and stat["Ratio(%)"].tolist() == [80.0, 20.0]
@@ -319,3 +320,95 @@ def test_profile_html_in_headless_chromium(browser, tmp_path):
     assert hits >= 3                                            # meta, finding subject, top ops / placement cells
     severe = [e for e in browser.browser_log() if e.get("level") == "SEVERE"]
     assert not severe, f"console errors: {severe}"
+
+
+# ---------------------------------------------------------------- nothing counted twice
+def _profile(tmp_path: Path, name: str = "pf") -> Path:
+    out = tmp_path / name
+    r = _cli("profile", "transformer_block", "--requests", "3", "--no-advise", "--no-html", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _statistic_by_hand(summary: pd.DataFrame) -> dict:
+    """{(Time Kind, OP Type, Core Type): (count, total, ratio within the kind)} with plain Python."""
+    totals, cells = {}, {}
+    for r in summary.to_dict("records"):
+        kind = r["Time Kind"] or "device"
+        key = (kind, r["OP Type"], r["Task Type"])
+        n, t = cells.get(key, (0, 0.0))
+        cells[key] = (n + 1, t + r["Task Duration(us)"])
+        totals[kind] = totals.get(kind, 0.0) + r["Task Duration(us)"]
+    return {k: (n, t, 100.0 * t / totals[k[0]]) for k, (n, t) in cells.items()}
+
+
+def _stat_dict(stat: pd.DataFrame) -> dict:
+    return {(r["Time Kind"], r["OP Type"], r["Core Type"]): (r["Count"], r["Total Time(us)"], r["Ratio(%)"])
+            for r in stat.to_dict("records")}
+
+
+def test_profile_folder_is_counted_once_and_its_statistic_is_per_time_kind(tmp_path):
+    """The defect: parse-log on profile's folder read op_summary.csv *and* trace.json (each task twice or more),
+    and op_statistic.csv mixed measured and simulated time in one Ratio(%)."""
+    pf = _profile(tmp_path)
+    own = pd.read_csv(pf / "op_summary.csv", keep_default_na=False)
+    assert set(own["Time Kind"]) == {"simulated", "measured"}
+    res = parse_log_command([str(pf)], out=str(tmp_path / "p"))
+    summary = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert summary["rows"] == len(own)
+    skipped = {Path(s["path"]).name: s["reason"] for s in summary["skipped"]}
+    assert "same tasks as op_summary.csv" in skipped["trace.json"]
+    assert "same tasks as op_summary.csv" in (res["out"] / "profile.html").read_text()
+    # op_statistic per Time Kind, by hand, equals both profile's file and parse-log's
+    want = _statistic_by_hand(own)
+    for stat in (pd.read_csv(pf / "op_statistic.csv", keep_default_na=False),
+                 pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False)):
+        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
+        got = _stat_dict(stat)
+        assert got.keys() == want.keys()
+        for k, (n, t, ratio) in want.items():
+            assert got[k][0] == n and got[k][1] == pytest.approx(t) and got[k][2] == pytest.approx(ratio), k
+        for kind, rows in stat.groupby("Time Kind"):
+            assert rows["Ratio(%)"].sum() == pytest.approx(100.0)
+
+
+def test_profile_trace_and_summary_given_as_files_are_not_both_read(tmp_path):
+    pf = _profile(tmp_path)
+    res = parse_log_command([str(pf / "trace.json"), str(pf / "op_summary.csv")], out=str(tmp_path / "p"), html=False)
+    s = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert s["rows"] == len(pd.read_csv(pf / "op_summary.csv")) and res["skipped"] == 1
+    # trace.json alone (or outside its profile folder) is still read
+    alone = parse_log_command([str(pf / "trace.json")], out=str(tmp_path / "t"), html=False)
+    assert alone["parsed"] == 1 and alone["skipped"] == 0
+
+
+@pytest.mark.parametrize("how", ["file_twice", "folder_and_file", "other_spelling"])
+def test_the_same_file_given_twice_is_read_once(tmp_path, how, monkeypatch):
+    path = tmp_path / "in" / "op_summary_0_1.csv"
+    path.parent.mkdir()
+    write_csv(path, ["Op Name", "OP Type", "Task Type", "Task Duration(us)"],
+              [["conv", "Conv2D", "AI_CORE", 10.0], ["relu", "Relu", "AI_VECTOR_CORE", 5.0]])
+    monkeypatch.chdir(tmp_path)
+    args = {"file_twice": [str(path), str(path)], "folder_and_file": [str(path.parent), str(path)],
+            "other_spelling": [str(path), "in/../in/op_summary_0_1.csv"]}[how]
+    res = parse_log_command(args, out=str(tmp_path / "o"))
+    s = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert s["rows"] == 2 and len(s["duplicates"]) == 1 and res["parsed"] == 1
+    stat = pd.read_csv(res["out"] / "op_statistic.csv")
+    assert stat["Total Time(us)"].sum() == pytest.approx(15.0) and stat["Count"].sum() == 2
+    assert any("given twice, read once" in line for line in res["summary"])
+    assert "read once" in (res["out"] / "profile.html").read_text()
+
+
+def test_merged_op_statistic_files_keep_time_kinds_apart(tmp_path):
+    dev = tmp_path / "op_statistic_0_1.csv"
+    write_csv(dev, PROFILER_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80],
+                                                ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
+    ours = tmp_path / "op_statistic.csv"
+    write_csv(ours, OP_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 1, 30, 30, 30, 30, 100, "simulated"],
+                                           ["Conv2D", "HOST_CPU", 1, 900, 900, 900, 900, 100, "measured"]])
+    res = parse_log_command([str(dev), str(ours)], out=str(tmp_path / "o"), html=False)
+    got = _stat_dict(pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False))
+    assert got == {("device", "Conv2D", "AI_CORE"): (4, 40.0, 80.0), ("device", "Cast", "AI_CORE"): (2, 10.0, 20.0),
+                   ("simulated", "Conv2D", "AI_CORE"): (1, 30.0, 100.0),
+                   ("measured", "Conv2D", "HOST_CPU"): (1, 900.0, 100.0)}

@@ -39,7 +39,7 @@ def test_user_profile_with_base_overrides(tmp_path):
     p = tmp_path / "mine.json"
     p.write_text(json.dumps({"base": "ascend910", "name": "mine", "launch_overhead_us": 6.5}))
     dev = load_device(str(p))
-    assert (dev.name, dev.launch_overhead_us) == ("mine", 6.5)
+    assert (dev.name, dev.launch_overhead_us) == ("mine.json", 6.5)  # labelled by its file: name == file stem
     assert dev.memory_bandwidth_gbps == load_device("ascend910").memory_bandwidth_gbps
     assert "overridden" in dev.source["launch_overhead_us"]
 
@@ -159,3 +159,30 @@ def test_cpu_placement_and_copy_formulas():
     assert cpu["Stream"] == "host" and cpu["DurationUs"] == pytest.approx(want)
     assert copy_time(4000, "h2d", DEV) == pytest.approx(7.0 + 4000 / 8e9 * 1e6)
     assert copy_time(4000, "d2h", DEV) == pytest.approx(7.0 + 4000 / 4e9 * 1e6)
+
+
+@pytest.mark.parametrize("content, label", [
+    ({"base": "atlas300i_pro", "launch_overhead_us": 50.0}, "slow.json (name 'atlas300i_pro')"),  # name kept
+    ({"base": "ascend910", "name": "ascend910", "host_gflops": 5}, "slow.json (name 'ascend910')"),
+    ({"base": "atlas300i_pro", "name": "lab-card"}, "slow.json (name 'lab-card')"),
+    ({"base": "atlas300i_pro", "name": "slow"}, "slow.json"),
+])
+def test_user_device_files_are_labelled_by_their_file(tmp_path, content, label):
+    """The defect: a file changing fields but not `name` was labelled with the built-in's name."""
+    p = tmp_path / "slow.json"
+    p.write_text(json.dumps(content))
+    dev = load_device(str(p))
+    assert dev.name == label and dev.name not in builtin_devices()
+    assert load_device(content["base"]).name == content["base"]  # built-ins keep their names
+
+
+def test_user_device_label_reaches_the_signoff_evidence(tmp_path):
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.profile.budget import device_timing
+
+    p = tmp_path / "slow.json"
+    p.write_text(json.dumps({"base": "atlas300i_pro", "launch_overhead_us": 50.0}))
+    model = make_model([N("Sigmoid", ["x"], ["y"], "sig")], [("x", [1000])], ["y"])
+    t = device_timing(compile_model(model, Config()), str(p))
+    assert t["device"] == "slow.json (name 'atlas300i_pro')"
+    assert t["latency_ms"] > device_timing(compile_model(model, Config()))["latency_ms"]  # 50 µs launches

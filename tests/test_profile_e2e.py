@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import re
 import subprocess
@@ -129,11 +130,12 @@ def test_pipelined_pre_waits_for_the_hand_over_when_the_device_is_slower():
 
 def _three_stage_by_hand(p, d, q, n):
     """Start/end (ms) of a 3-stage line with hand-over queues of depth one, written as the recurrences
-    (a stage starts request i once it has finished i-1 and the next stage has finished i-2)."""
+    (a stage starts request i once it has finished i-1 and the next stage has taken i-1, i.e. started it: the
+    device takes i-1 once device(i-2) and post(i-3) have ended)."""
     pe, de, qe = {}, {}, {}
     lat = []
     for i in range(n):
-        ps = max(pe.get(i - 1, 0.0), de.get(i - 2, 0.0))
+        ps = max(pe.get(i - 1, 0.0), de.get(i - 2, 0.0), qe.get(i - 3, 0.0))
         pe[i] = ps + p
         ds = max(pe[i], de.get(i - 1, 0.0), qe.get(i - 2, 0.0))
         de[i] = ds + d
@@ -143,9 +145,10 @@ def _three_stage_by_hand(p, d, q, n):
 
 
 @pytest.mark.parametrize("p, d, q, steady", [
-    (1.0, 3.0, 2.0, 8.0),    # device-bound: pre+device+post, plus one device time minus pre waiting in the queue
+    (1.0, 3.0, 2.0, 8.0),    # device-bound: 2 * device + post (pre(i) starts when i-1 goes onto the device)
     (3.0, 1.0, 2.0, 6.0),    # pre-bound: no waiting, latency = 3 + 1 + 2
-    (1.0, 1.0, 3.0, 11.0),   # post-bound: device(i) waits for post(i-2), pre(i) for device(i-2)
+    (1.0, 1.0, 3.0, 9.0),    # post-bound: 3 * post (pre(i) starts when post(i-3) ends)
+    (0.0, 1.0, 3.0, 9.0),    # post-bound without --pre: 3 * post as well
     (2.0, 2.0, 2.0, 6.0),    # balanced: no waiting
 ])
 def test_pipelined_three_stages_latency_is_bounded_and_throughput_is_the_slowest_stage(p, d, q, steady):
@@ -179,6 +182,39 @@ def test_pipelined_at_most_one_request_pre_processed_ahead_of_the_device():
     assert lat.max() == pytest.approx(3.0 + 3.0 + 0.5)  # own device work + one in front + post
 
 
+def test_post_only_pipelined_latency_by_hand():
+    """No --pre, device 1 ms, post 2 ms (the tester's case: pipelined far above serial). By hand, ms:
+    r0: pre 0, device 0-1, post 1-3            -> 3
+    r1: pre 0, device 1-2, post 3-5            -> 5
+    r2: pre at 1 (device took r1), device 3-4 (after post(r0)), post 5-7 -> 6
+    r3: pre at 3 (device took r2: post(r0) ended at 3), device 5-6, post 7-9 -> 6
+    r4: pre at 5, device 7-8, post 9-11        -> 6 = 3 x post; serial: 3 each."""
+    device = [Task("k", "npu", 1000.0)]
+    piped = e2e.run_e2e(device, [0.0] * 5, [2.0] * 5, "pipelined")
+    assert e2e.request_latencies_ms(piped).tolist() == pytest.approx([3.0, 5.0, 6.0, 6.0, 6.0])
+    assert piped[piped["Stage"] == "pre"]["StartUs"].tolist() == pytest.approx([0.0, 0.0, 1000.0, 3000.0, 5000.0])
+    serial = e2e.run_e2e(device, [0.0] * 5, [2.0] * 5, "serial")
+    assert e2e.request_latencies_ms(serial).tolist() == pytest.approx([3.0] * 5)
+
+
+def _waiting(ev: pd.DataFrame, done_stage: str, next_stage: str) -> int:
+    """Most requests at once that finished ``done_stage`` and wait for ``next_stage`` to start them."""
+    done = ev[ev["Stage"].isin(done_stage.split("|"))].groupby("Request")["EndUs"].max()
+    start = ev[ev["Stage"].isin(next_stage.split("|"))].groupby("Request")["StartUs"].min()
+    times = sorted(set(done) | set(start))
+    return max(int(((done <= t) & (start > t)).sum()) for t in times)
+
+
+@pytest.mark.parametrize("p, d, q", [(0.0, 1.0, 2.0), (1.0, 3.0, 2.0), (3.0, 1.0, 2.0), (1.0, 1.0, 3.0),
+                                     (0.0, 0.5, 5.0), (2.0, 2.0, 2.0), (0.0, 3.0, 0.5), (0.2, 0.1, 0.3)])
+def test_pipelined_at_most_one_finished_request_waits_between_two_stages(p, d, q):
+    """The documented queue depth of one, checked on the events (the defect: with a slow post-processing,
+    pre-processing ran two requests ahead of a blocked device)."""
+    ev = e2e.run_e2e(_device() if d == 3.0 else [Task("k", "npu", d * 1e3)], [p] * 30, [q] * 30, "pipelined")
+    assert _waiting(ev, "pre", "h2d|device") <= 1
+    assert _waiting(ev, "h2d|device", "post") <= 1
+
+
 def test_breakdown_labels_time_kinds():
     events = e2e.run_e2e(_device(), [0.0], [0.0], "serial")
     bd = e2e.breakdown(events[events["Stage"].isin(["h2d", "device"])], [3.0, 5.0], [1.0, 1.0])
@@ -204,6 +240,93 @@ def test_findings_launch_overhead_and_prepost_bottleneck():
     assert kinds["prepost_bottleneck"].evidence["device_ms_simulated"] == pytest.approx(0.141)
     quiet = run_rules(ProfileData(costs.iloc[-1:], events, load_device(), pre_ms=[0.01], post_ms=[0.01]))
     assert not [f for f in quiet if f.kind in ("launch_overhead", "prepost_bottleneck")]
+
+
+def _host_costs(op_type="Softmax", nodes="attn_softmax", kernel="attn_softmax"):
+    return _costs([{"Kernel": "big", "DurationUs": 100.0, "Bound": "compute"},
+                   {"Kernel": kernel, "Stream": "host", "OpType": op_type, "Nodes": nodes, "DurationUs": 30.0,
+                    "Bound": "host", "Precision": "fp32"}])
+
+
+def _events():
+    return pd.DataFrame({"Task": [0, 1], "Stream": ["npu", "host"], "StartUs": [0.0, 100.0], "EndUs": [100.0, 130.0],
+                         "DurationUs": [100.0, 30.0], "Kernel": ["big", "attn_softmax"], "Deps": ["", "0"],
+                         "Name": ["big", "attn_softmax"]})
+
+
+@pytest.mark.parametrize("case, kind, words", [
+    ("user_op_type", "cpu_placement", ["placed on the CPU by op_placement['Softmax']"]),
+    ("user_node", "cpu_placement", ["placed on the CPU by op_placement['attn_softmax']"]),
+    ("unsupported_by_compiler", "cpu_fallback", ["runs on the host CPU", "not supported: data-dependent"]),
+    ("device_unsupported", "cpu_fallback", ["lists Softmax in unsupported_ops"]),
+    ("unexplained", "cpu_fallback", ["placed on the CPU by the compiler"]),
+])
+def test_cpu_kernels_tell_user_placement_from_fallback(case, kind, words):
+    """The defect: a Softmax the user put on the CPU was reported as a missing device feature."""
+    dev = load_device()
+    user = {"user_op_type": {"Softmax"}, "user_node": {"attn_softmax"}, "unsupported_by_compiler": {"Softmax"},
+            "device_unsupported": {"Softmax"}, "unexplained": set()}[case]
+    reasons = {"attn_softmax": "not supported: data-dependent output shape"} if case == "unsupported_by_compiler" else {}
+    if case == "device_unsupported":
+        dev = dataclasses.replace(dev, unsupported_ops=("Softmax",))
+    found = [f for f in run_rules(ProfileData(_host_costs(), _events(), dev, user_placed=user, reasons=reasons))
+             if f.kind in ("cpu_fallback", "cpu_placement")]
+    assert [(f.kind, f.subject) for f in found] == [(kind, "attn_softmax")]
+    assert all(w in found[0].recommendation for w in words), found[0].recommendation
+    assert ("does not run it" in found[0].recommendation) is False
+    assert found[0].severity == ("info" if kind == "cpu_placement" else "warning")
+
+
+def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_fallback():
+    from toolkit.config import Config
+    from toolkit.profile.workflow import profile_model
+
+    placed = profile_model("transformer_block", Config(op_placement={"Softmax": "CPU"}), requests=2, advise=False)
+    kinds = {(f.kind, f.subject) for f in placed.findings if f.kind in ("cpu_fallback", "cpu_placement")}
+    assert kinds == {("cpu_placement", "attn_softmax")}
+    nms = profile_model("detector_head", Config(), requests=2, advise=False)  # NonMaxSuppression: data-dependent
+    kinds = {(f.kind, f.subject) for f in nms.findings if f.kind in ("cpu_fallback", "cpu_placement")}
+    assert ("cpu_fallback", "nms") in kinds and not any(k == "cpu_placement" for k, _ in kinds)
+
+
+@pytest.mark.parametrize("cfg, says, never", [
+    ({"fusion_level": 0}, ["raise fusion_level from 0 to 2"], []),
+    ({"fusion_level": 1}, ["raise fusion_level from 1 to 2"], []),
+    ({"fusion_level": 2}, ["fusion is fully on (fusion_level 2", "batch requests"], ["raise fusion_level", "enable fusion"]),
+    ({"fusion_level": 2, "fusion_switch_file": {"Switch": {"UBFusion": {"ConvBiasReluFusion": "off"}}}},
+     ["switch back on", "UBFusion.ConvBiasReluFusion"], ["raise fusion_level", "enable fusion"]),
+])
+def test_launch_overhead_advice_follows_the_config(cfg, says, never):
+    """The defect: "enable fusion (fusion_level 2)" was advised when the level already was 2."""
+    from toolkit.config import Config
+
+    costs = _costs([{"Kernel": f"k{i}", "DurationUs": 4.1} for i in range(10)]
+                   + [{"Kernel": "big", "DurationUs": 100.0, "Bound": "compute", "LaunchUs": 4.0}])
+    events = pd.DataFrame({"Task": [0], "Stream": ["npu"], "StartUs": [0.0], "EndUs": [141.0], "DurationUs": [141.0],
+                           "Kernel": ["big"], "Deps": [""], "Name": ["big"]})
+    (f,) = [f for f in run_rules(ProfileData(costs, events, load_device(), config=Config(**cfg)))
+            if f.kind == "launch_overhead"]
+    assert all(w in f.recommendation for w in says) and not any(w in f.recommendation for w in never), f.recommendation
+    assert f.evidence["fusion_level"] == cfg["fusion_level"]
+
+
+def test_op_statistic_is_per_time_kind():
+    """Ratio(%) within each Time Kind, computed here by hand; the Time Kind column comes after the profiler's."""
+    from toolkit.profile.optable import PROFILER_STATISTIC_COLUMNS, op_statistic, op_summary_frame
+
+    rows = [{"Op Name": "c1", "OP Type": "Conv", "Task Type": "AI_CORE", "Task Duration(us)": 30.0, "Time Kind": "simulated"},
+            {"Op Name": "c2", "OP Type": "Conv", "Task Type": "AI_CORE", "Task Duration(us)": 10.0, "Time Kind": "simulated"},
+            {"Op Name": "r", "OP Type": "Relu", "Task Type": "AI_VECTOR_CORE", "Task Duration(us)": 60.0, "Time Kind": "simulated"},
+            {"Op Name": "c1", "OP Type": "Conv", "Task Type": "HOST_CPU", "Task Duration(us)": 900.0, "Time Kind": "measured"},
+            {"Op Name": "pp", "OP Type": "PostProcess", "Task Type": "HOST_CPU", "Task Duration(us)": 100.0, "Time Kind": "measured"},
+            {"Op Name": "d", "OP Type": "Conv", "Task Type": "AI_CORE", "Task Duration(us)": 5.0, "Time Kind": ""}]
+    stat = op_statistic(op_summary_frame(rows))
+    assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"] == OP_STATISTIC_COLUMNS
+    got = {(r["Time Kind"], r["OP Type"]): (r["Count"], r["Total Time(us)"], r["Ratio(%)"]) for r in stat.to_dict("records")}
+    assert got == {("simulated", "Relu"): (1, 60.0, 60.0), ("simulated", "Conv"): (2, 40.0, 40.0),
+                   ("measured", "Conv"): (1, 900.0, 90.0), ("measured", "PostProcess"): (1, 100.0, 10.0),
+                   ("device", "Conv"): (1, 5.0, 100.0)}
+    assert stat["Time Kind"].tolist() == ["simulated", "simulated", "measured", "measured", "device"]
 
 
 # ---------------------------------------------------------------- the command (subprocess: the CLI owns threads)

@@ -167,7 +167,8 @@ def test_memory_conflict_is_detected(tmp_path):
     ("[latency]\nstatistic = 'p50'\n", ["needs max_ms"]),
     ("[latency]\nmax_ms = 5\nstatistic = 'p5'\n", ["statistic = 'p5'"]),
     ("[latency]\nmax_ms = 5\nsource = 'device'\n", ["source = 'device'"]),
-    ("[latency]\nmin_throughput = 5\nsource = 'host'\n", ["min_throughput needs source = 'schedule'"]),
+    ("[latency]\nmin_throughput = 5\nsource = 'host'\n", ["min_throughput is a simulated-schedule figure",
+                                                         "omit source (the default) or set source = 'schedule'"]),
     ("[latency]\nmin_throughput = -5\n", ["min_throughput = -5", "requests/s > 0"]),
     ("[latency]\nmax_ms = 5\nrequests = 0\n", ["requests = 0"]),
     ("[memory]\nallow_conflicts = 1\n", ["allow_conflicts = 1", "true/false"]),
@@ -265,3 +266,346 @@ def test_latency_criterion_reports_the_profile_schedule(tmp_path):
     assert lat["latency_ms"] * 1e3 >= npu_us * (1 - 1e-9)  # the NPU stream's work is serial within one request
     assert thr["throughput_rps"] <= 1e6 / npu_us * (1 + 1e-9)
     assert lat["device"] == "ascend910" and lat["time_kind"] == "simulated"
+
+
+# ------------------------------------------------------------------ [latency] on every input shape
+SEQ = "transformer_seq"
+
+
+def _seq_inputs(folder: Path, names: dict[str, int]) -> dict[str, np.ndarray]:
+    """One .npz per name with x of shape (1, seq, 64); returns {name: x}."""
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, seq in names.items():
+        out[name] = rng.standard_normal((1, seq, 64)).astype(np.float32)
+        np.savez(folder / name, x=out[name])
+    return out
+
+
+def _shape_timing(seq: int) -> dict:
+    """The schedule of transformer_seq compiled for x (1, seq, 64) alone, on the default device."""
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.ir.load import load_model
+    from toolkit.profile.budget import device_timing
+    from toolkit.source import resolve_model
+
+    compiled = compile_model(load_model(resolve_model(SEQ).path), Config(), input_shapes={"x": [1, seq, 64]})
+    return device_timing(compiled)
+
+
+@pytest.mark.parametrize("names", [{"a_short.npz": 1, "b_long.npz": 1024}, {"a_long.npz": 1024, "b_short.npz": 1}],
+                         ids=["short-first", "long-first"])
+@pytest.mark.parametrize("path", ["dataset", "in-memory"])
+def test_latency_is_judged_on_the_worst_input_shape_whatever_the_file_order(tmp_path, names, path):
+    """The defect: only the first input set's plan was simulated, so the verdict depended on file names."""
+    from toolkit.signoff.run import run_signoff
+
+    _seq_inputs(tmp_path / "in", names)
+    short, long_ = _shape_timing(1), _shape_timing(1024)
+    assert long_["latency_ms"] > short["latency_ms"] and long_["throughput_rps"] < short["throughput_rps"]
+    mid_ms = (short["latency_ms"] + long_["latency_ms"]) / 2
+    mid_rps = (short["throughput_rps"] + long_["throughput_rps"]) / 2
+    text = f"[latency]\nmax_ms = {mid_ms!r}\nmin_throughput = {mid_rps!r}\n"
+    if path == "dataset":
+        res = signoff(tmp_path, text, {}, model=SEQ, inputs=str(tmp_path / "in"))["run"]
+    else:
+        res = run_signoff(SEQ, policy_from_dict(tomllib_loads(text)), Config(), inputs=str(tmp_path / "in"))
+    by = {r.name: r for r in res.results}
+    long_name = next(n for n, seq in names.items() if seq == 1024)
+    for name, key, want in (("latency.device_ms", "value_ms", long_["latency_ms"]),
+                            ("latency.throughput", "value_rps", long_["throughput_rps"])):
+        r = by[name]
+        assert not r.passed, r.message
+        assert r.evidence[key] == pytest.approx(want, rel=1e-9)
+        assert r.evidence["shape"] == "x 1x1024x64" and r.evidence["input"] == long_name
+        assert "x 1x1024x64" in r.message and long_name in r.message and "worst of 2 input shapes" in r.message
+        per = {x["shape"]: x for x in r.evidence["per_shape"]}
+        assert per["x 1x1x64"]["latency_ms"] == pytest.approx(short["latency_ms"], rel=1e-9)
+        assert per["x 1x1x64"]["inputs"] == [n for n, seq in names.items() if seq == 1]
+
+
+def tomllib_loads(text: str) -> dict:
+    import tomllib
+
+    return tomllib.loads(text)
+
+
+def test_latency_with_one_shape_passes_between_the_two_budgets(tmp_path):
+    _seq_inputs(tmp_path / "in", {"a.npz": 1, "b.npz": 1})
+    short = _shape_timing(1)
+    res = signoff(tmp_path, f"[latency]\nmax_ms = {short['latency_ms'] * 1.01!r}\n", {}, model=SEQ,
+                  inputs=str(tmp_path / "in"))
+    (r,) = res["run"].results
+    assert r.passed and r.evidence["value_ms"] == pytest.approx(short["latency_ms"], rel=1e-9)
+    assert [x["input_sets"] for x in r.evidence["per_shape"]] == [2] and "worst of" not in r.message
+
+
+# ------------------------------------------------------------------ tensors / outputs that could not be compared
+def _layers(rows: list[dict]):
+    import pandas as pd
+
+    base = {"NodeName": "n", "OpType": "Relu", "CosineSimilarity": float("nan"), "CompareFailReason": "",
+            "DataType": "float32", "NPUDump": "float16", "Abnormal": False, "OverFlow": False}
+    ok = {**base, "TensorName": "fine", "CosineSimilarity": 0.9995}
+    return pd.DataFrame([ok] + [{**base, **r} for r in rows])
+
+
+def _evidence(layers=None, rows=None):
+    from toolkit.signoff.criteria import Evidence
+
+    return Evidence(outputs=["y"], output_rows={"y": rows or []}, layers=layers, tasks=[], plan=None, run_ms=[],
+                    inputs=[f"in{i}" for i in range(len(rows or []))])
+
+
+NOT_COMPARABLE = {
+    "non_finite": {"CompareFailReason": "no position where both tensors are finite"},
+    "shape": {"CompareFailReason": "shape mismatch: device (2,) vs golden (3,)"},
+    "dtype": {"CompareFailReason": "dtype class mismatch: device int32 (integer) vs golden float32 (float)"},
+    "not_stored": {"CompareFailReason": "not stored by the NPU plan"},
+    "not_exposed": {"CompareFailReason": "not exposed by the reference run (non-tensor or unknown type)"},
+    "dataset_partial": {"CompareFailReason": "not compared on 1 of 3 input(s)"},
+    "float_nan_no_reason": {},
+}
+SAME_BY_CONSTRUCTION = {
+    "fused": {"CompareFailReason": "fused into kernel k0"},
+    "folded": {"CompareFailReason": "computed at compile time (constant folding)"},
+    "integer": {"DataType": "int64", "NPUDump": "int64"},  # compared by ExactMatchRate, cosine not applicable
+}
+
+
+@pytest.mark.parametrize("kind", sorted(NOT_COMPARABLE))
+def test_min_cosine_fails_on_a_tensor_that_could_not_be_compared(kind):
+    from toolkit.signoff.criteria import check_layers
+
+    (r,) = check_layers({"min_cosine": 0.99}, _evidence(_layers([{"TensorName": "bad", **NOT_COMPARABLE[kind]}])))
+    assert not r.passed and "1 not comparable" in r.message and "bad" in r.message, r.message
+    assert [x["tensor"] for x in r.evidence["not_comparable"]] == ["bad"]
+    assert r.evidence["worst"] == pytest.approx(0.9995)  # the comparable tensor is still reported
+
+
+@pytest.mark.parametrize("kind", sorted(SAME_BY_CONSTRUCTION))
+def test_min_cosine_passes_tensors_that_need_no_cosine(kind):
+    from toolkit.signoff.criteria import check_layers
+
+    (r,) = check_layers({"min_cosine": 0.99}, _evidence(_layers([{"TensorName": "t", **SAME_BY_CONSTRUCTION[kind]}])))
+    assert r.passed and r.evidence["not_comparable"] == [], r.message
+
+
+def test_min_cosine_fails_when_only_graph_inputs_were_compared():
+    import pandas as pd
+
+    from toolkit.signoff.criteria import check_layers
+
+    df = pd.DataFrame([{"NodeName": "x", "TensorName": "x", "OpType": "Input", "CosineSimilarity": 1.0,
+                        "CompareFailReason": "", "DataType": "float32", "NPUDump": "float32"},
+                       {"NodeName": "c", "TensorName": "c", "OpType": "Conv", "CosineSimilarity": float("nan"),
+                        "CompareFailReason": "fused into kernel k", "DataType": "float32", "NPUDump": ""}])
+    (r,) = check_layers({"min_cosine": 0.5}, _evidence(df))
+    assert not r.passed and "no tensor besides the graph inputs" in r.message
+
+
+def test_worst_case_keeps_an_input_set_where_the_tensor_was_not_comparable():
+    import pandas as pd
+
+    from toolkit.signoff.run import _worst_case, dataset_evidence
+
+    row = {"NodeName": "n", "OpType": "Relu", "DataType": "float32", "NPUDump": "float16", "Abnormal": False,
+           "OverFlow": False}
+    a = pd.DataFrame([{**row, "TensorName": "t", "CosineSimilarity": 0.999, "CompareFailReason": ""}])
+    b = pd.DataFrame([{**row, "TensorName": "t", "CosineSimilarity": float("nan"),
+                       "CompareFailReason": "no position where both tensors are finite"}])
+    for tables in ([a, b], [b, a]):
+        worst = _worst_case(tables)
+        assert np.isnan(worst.loc[0, "CosineSimilarity"])
+        assert worst.loc[0, "CompareFailReason"] == "no position where both tensors are finite"
+    # dataset: the aggregate skips NaN, so a tensor compared on 2 of 3 inputs is marked from its Inputs count
+    layers = a.assign(Inputs=2)
+    metas = [{"input": f"i{k}", "outputs": {}, "tasks": [], "run_ms": 1.0, "shapes": {"x": [1]}} for k in range(3)]
+    ev = dataset_evidence(["y"], metas, layers, None)
+    assert np.isnan(ev.layers.loc[0, "CosineSimilarity"])
+    assert ev.layers.loc[0, "CompareFailReason"] == "not compared on 1 of 3 input(s)"
+    assert ev.shapes == [{"x": [1]}] * 3
+
+
+@pytest.mark.parametrize("metric, values, reason", [
+    ("CosineSimilarity", [0.9999, float("nan")], "no position where both tensors are finite"),
+    ("RelativeEuclideanDistance", [float("nan")], "shape mismatch: device (2,) vs golden (3,)"),
+    ("MaxAbsoluteError", [float("inf")], ""),
+    ("CosineSimilarity", [], ""),
+])
+def test_outputs_limit_fails_on_a_value_that_is_not_finite(metric, values, reason):
+    from toolkit.signoff.criteria import check_outputs
+
+    rows = [{metric: v, "CompareFailReason": reason if np.isnan(v) else ""} for v in values]
+    (r,) = check_outputs({"y": {metric: 0.5}}, _evidence(rows=rows))
+    assert not r.passed, r.message
+    if reason:
+        assert reason in r.message and reason in r.evidence["compare_fail_reasons"]
+
+
+def test_resnet_inputs_that_overflow_fp16_fail_min_cosine(tmp_path):
+    """The tester's case: x * 1e6 makes every FP16 tensor non-finite; only the graph input compares (cosine 1)."""
+    from toolkit.inputs import input_specs
+    from toolkit.ir.load import load_model
+    from toolkit.source import resolve_model
+
+    spec = input_specs(load_model(resolve_model("resnet_small").path))[0]
+    x = np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)
+    np.savez(tmp_path / "big.npz", **{spec.name: x * 1e6})
+    np.savez(tmp_path / "normal.npz", **{spec.name: x})
+    bad = signoff(tmp_path, "[layers]\nmin_cosine = 0.99\n", {}, model="resnet_small", inputs=str(tmp_path / "big.npz"),
+                  out="big")
+    (r,) = bad["run"].results
+    assert not r.passed and r.evidence["not_comparable"], r.message
+    assert "logits" in [x["tensor"] for x in r.evidence["not_comparable"]]
+    ok = signoff(tmp_path, "[layers]\nmin_cosine = 0.99\n", {}, model="resnet_small",
+                 inputs=str(tmp_path / "normal.npz"), out="ok")
+    assert ok["verdict"] == "PASS", ok["summary"]
+
+
+# ------------------------------------------------------------------ policy validation: device, ranges, model names
+@pytest.mark.parametrize("device, words", [
+    ("atlas300", ["device = 'atlas300'", "did you mean 'atlas300i_pro'"]),
+    ("missing.json", ["device = 'missing.json'", "does not exist"]),
+    ("", ["device = ''", "omit device"]),
+    ("bad.json", ["device = 'bad.json'", "unknown field 'launch_overhead'"]),
+])
+def test_bad_policy_device_is_refused_when_the_policy_loads(tmp_path, device, words):
+    (tmp_path / "bad.json").write_text(json.dumps({"base": "atlas300i_pro", "launch_overhead": 1}))
+    p = write(tmp_path, "pol.toml", f"[latency]\nmax_ms = 1\ndevice = {device!r}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_policy(p)
+    msg = str(exc.value)
+    assert "\n" not in msg and f"policy '{p}'" in msg and "[latency] device" in msg and "--device" not in msg
+    assert all(w in msg for w in words), msg
+
+
+def test_policy_device_file_is_relative_to_the_policy(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "card.json").write_text(json.dumps({"base": "ascend910", "launch_overhead_us": 9.0}))
+    monkeypatch.chdir(tmp_path)
+    pol = load_policy(write(tmp_path / "sub", "pol.toml", "[latency]\nmax_ms = 1\ndevice = 'card.json'\n"))
+    assert Path(pol.section("latency")["device"]) == tmp_path / "sub" / "card.json"
+
+
+def test_cli_bad_policy_device_exits_2_before_running(tmp_path):
+    pol = write(tmp_path, "p.toml", "[latency]\nmax_ms = 1\ndevice = 'atlas300'\n")
+    r = subprocess.run([sys.executable, "-m", "toolkit", "signoff", SEQ, "--policy", str(pol), "--no-html", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 2 and "[latency] device = 'atlas300'" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("metric, value, ok", [
+    ("CosineSimilarity", 1.5, False), ("CosineSimilarity", -1.5, False), ("CosineSimilarity", 1.0, True),
+    ("CosineSimilarity", -1.0, True), ("ExactMatchRate", 1.2, False), ("ExactMatchRate", -0.1, False),
+    ("ExactMatchRate", 0.0, True), ("RelativeEuclideanDistance", -0.01, False), ("RelativeEuclideanDistance", 0.0, True),
+    ("MaxAbsoluteError", float("inf"), False), ("CosineSimilarity", float("nan"), False),
+    ("KullbackLeiblerDivergence", 1e9, True),
+])
+def test_output_limits_must_lie_in_the_metric_range(metric, value, ok):
+    data = {"outputs": {"*": {metric: value}}}
+    if ok:
+        assert policy_from_dict(data) is not None
+        return
+    with pytest.raises(ConfigError) as exc:
+        policy_from_dict(data)
+    assert f"{metric} = {value!r}" in str(exc.value) and "outside the metric's range" in str(exc.value)
+
+
+@pytest.mark.parametrize("text, words", [
+    ('[outputs.yy]\nCosineSimilarity = 0.9\n', ['[outputs."yy"] names no output', "did you mean 'y'"]),
+    ("[layers]\nmin_cosine = 0.9\nignore = ['attn_softmx']\n", ["ignore names 'attn_softmx'",
+                                                                 "did you mean 'attn_softmax'"]),
+    ("[fp16_overflow]\nallow = ['attn_probs']\n", ["allow names 'attn_probs'", "not a tensor of the model"]),
+    ("[layers]\nmin_cosine = 0.9\nignore = [1]\n", ["ignore = [1]", "list of node names"]),
+])
+def test_policy_names_are_checked_against_the_model(tmp_path, text, words):
+    """Validated once the model is loaded, before any input runs: the in-memory run and the conclusion of a
+    dataset run both refuse the policy (exit 2), instead of a FAIL criterion (exit 1) or silence."""
+    from toolkit.ir.load import load_model
+    from toolkit.signoff.policy import check_policy_model
+    from toolkit.source import resolve_model
+
+    model = load_model(resolve_model(SEQ).path)
+    real_nodes = [n.name for n in model.graph.node]
+    assert "attn_softmax" in real_nodes and "attn_softmx" not in real_nodes and "yy" not in real_nodes
+    with pytest.raises(ConfigError) as exc:
+        check_policy_model(load_policy(write(tmp_path, "p.toml", text)), model)
+    msg = str(exc.value)
+    assert "\n" not in msg and all(w in msg for w in words), msg
+
+
+def test_policy_names_that_exist_are_accepted():
+    from toolkit.ir.load import load_model
+    from toolkit.signoff.policy import check_policy_model
+    from toolkit.source import resolve_model
+
+    model = load_model(resolve_model(SEQ).path)
+    node, tensor = model.graph.node[3].name, model.graph.node[3].output[0]
+    check_policy_model(policy_from_dict({"outputs": {"y": {"CosineSimilarity": 0.9}, "*": {"CosineSimilarity": 0.9}},
+                                         "layers": {"ignore": [node]}, "fp16_overflow": {"allow": [tensor, "x"]}}),
+                       model)
+
+
+def test_cli_unknown_output_is_a_policy_error_not_a_failing_criterion(tmp_path):
+    pol = write(tmp_path, "p.toml", "[outputs.nosuchout]\nCosineSimilarity = 0.9\n")
+    r = subprocess.run([sys.executable, "-m", "toolkit", "signoff", SEQ, "--policy", str(pol), "--no-html", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 2 and '[outputs."nosuchout"] names no output' in r.stderr, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("extra", ["device = 'ascend910'", "requests = 8"])
+def test_host_latency_refuses_schedule_only_keys(extra):
+    import tomllib
+
+    with pytest.raises(ConfigError) as exc:
+        policy_from_dict(tomllib.loads(f"[latency]\nmax_ms = 5\nsource = 'host'\n{extra}\n"))
+    key = extra.split()[0]
+    assert f"{key} would be ignored" in str(exc.value) and "omit source" in str(exc.value)
+
+
+def test_doc_documents_latency_source():
+    text = DOC.read_text(encoding="utf-8")
+    assert "`source`" in text and 'source = "host"' in text and "omit `source`" in text.lower()
+
+
+# ------------------------------------------------------------------ numbers in messages
+@pytest.mark.parametrize("value, limits, want", [
+    (0.9999998, (), "0.9999998"), (1.0, (), "1"), (-0.99999999, (), "-0.99999999"),
+    (0.98999999, (0.99,), "0.98999999"), (0.2000004, (0.2,), "0.2000004"), (0.123456789, (), "0.123457"),
+    (0.99, (0.99,), "0.99"), (float("nan"), (), "nan"),
+])
+def test_show_never_prints_a_different_value_as_one_or_as_the_limit(value, limits, want):
+    from toolkit.signoff.criteria import show
+
+    assert show(value, *limits) == want
+
+
+def test_cosine_just_below_one_is_not_printed_as_one():
+    from toolkit.signoff.criteria import check_layers, check_outputs
+
+    cos = float(np.float32(1) - np.finfo(np.float32).eps)  # 0.99999988
+    (r,) = check_outputs({"y": {"CosineSimilarity": 0.5}}, _evidence(rows=[{"CosineSimilarity": cos}]))
+    assert "worst 0.9999999 " in r.message and "worst 1 " not in r.message  # 1 - 1.19e-7 to 7 digits
+    only = _layers([{"TensorName": "t", "CosineSimilarity": cos}]).iloc[1:].reset_index(drop=True)
+    (r,) = check_layers({"min_cosine": 0.5}, _evidence(only))
+    assert "lowest CosineSimilarity 0.9999999 " in r.message
+
+
+def test_policy_names_are_checked_before_a_dataset_runs(tmp_path):
+    """A policy naming an output the model lacks is refused (exit 2) before any input of a folder runs: no
+    results folder is left behind."""
+    from toolkit.errors import ConfigError
+
+    folder = tmp_path / "sets"
+    folder.mkdir()
+    for i in range(2):
+        np.savez(folder / f"{i}.npz", **dict(np.load(C08 / "inputs.npz")))
+    with pytest.raises(ConfigError, match="nosuchout"):
+        signoff(tmp_path, "[outputs.nosuchout]\nCosineSimilarity = 0.99\n", KEEP, model=str(C08 / "model.onnx"),
+                inputs=str(folder), out="o")
+    assert not (tmp_path / "o").exists()

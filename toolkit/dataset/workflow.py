@@ -335,6 +335,9 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
 
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
     job = prepare_job("signoff", model, config, inputs, thresholds, task_specs, percentiles, progress)
+    from toolkit.signoff.policy import check_policy_model
+
+    check_policy_model(policy, job.model)  # output / node / tensor names, before any input runs
     with open_store(out, REPORTS_DIR, f"{job.src.name}-signoff-dataset", job.manifest) as store:
         agg, table, names, n_new = run_and_aggregate(job, store, jobs, ray, progress)
         if not names:

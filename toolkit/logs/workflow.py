@@ -4,8 +4,9 @@ write CSV/JSON and profile.html.
 Files written into the output folder (new or empty; default ``reports/<first file>-parse-log-<time>/``):
 
 - ``op_summary.csv``: all per-task rows, columns toolkit.profile.optable.OP_SUMMARY_COLUMNS (Source = file);
-- ``op_statistic.csv``: toolkit.profile.optable.op_statistic of that summary; when no file had per-task rows
-  but op_statistic CSVs were read, their rows merged per (OP Type, Core Type);
+- ``op_statistic.csv``: toolkit.profile.optable.op_statistic of that summary (the profiler's columns plus Time
+  Kind; Ratio(%) within each Time Kind); when no file had per-task rows but op_statistic CSVs were read, their
+  rows merged per (Time Kind, OP Type, Core Type);
 - ``<table>.csv`` for every other table a parser produced (log_levels, log_messages, compile_passes,
   fusion_decisions, fusion_counts, ort_sessions, ...), rows of all files with a leading ``File`` column;
 - ``findings.json`` and ``parse_summary.json`` (files with detected format, status, records, malformed and
@@ -13,7 +14,12 @@ Files written into the output folder (new or empty; default ``reports/<first fil
 - ``profile.html`` (toolkit.report.profile_html.render_profile) unless ``html=False``.
 
 Decisions: a directory argument means the non-hidden files directly inside it (not its subfolders); a
-directory with no such file is an InputError at once, naming what it holds instead. A path that does not exist
+directory with no such file is an InputError at once, naming what it holds instead. A file reached twice (the
+same resolved path, e.g. given twice or given and inside a given folder) is read once; the repeat is listed
+under ``duplicates`` in parse_summary.json. An ``npuscope profile`` folder's trace.json and op_summary.csv
+describe the same tasks (trace.json repeats one request's simulated rows for each of N requests): when both
+are read and the folder's profile.json names them, op_summary.csv is read and trace.json is *skipped* with
+that reason (parse_summary.json, the HTML meta, the summary lines), so no task is counted twice. A path that does not exist
 is an InputError at once. Every text value stored (log messages, op names, ...) longer than 2,000 characters
 is truncated with a marker giving its original length (toolkit.logs.textcap); numbers that are not finite or
 beyond 1e18 make their record malformed (toolkit.logs.numbers). A file no parser recognises (empty, binary, unknown format) or whose parser fails is
@@ -36,7 +42,12 @@ from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
 from toolkit.logs.registry import ParseResult, parsers
 from toolkit.logs.textcap import MAX_TEXT_CHARS, clip_frame
-from toolkit.profile.optable import OP_STATISTIC_COLUMNS, op_statistic, op_summary_frame
+from toolkit.profile.optable import (
+    OP_STATISTIC_COLUMNS,
+    kind_order,
+    op_statistic,
+    op_summary_frame,
+)
 from toolkit.report.csvjson import _dumps, atomic_write_text
 
 REPORTS_DIR = Path("reports")
@@ -47,8 +58,9 @@ def _noop(msg: str) -> None:
     pass
 
 
-def expand(files: list[str]) -> list[Path]:
-    """Paths to read: files as given, directories replaced by the (non-hidden) files directly inside them.
+def expand(files: list[str], duplicates: list[str] | None = None) -> list[Path]:
+    """Paths to read: files as given, directories replaced by the (non-hidden) files directly inside them; a
+    path whose resolved file was already listed is dropped (and appended to ``duplicates`` when given).
 
     Raises:
         UsageError: no FILE given.
@@ -56,12 +68,42 @@ def expand(files: list[str]) -> list[Path]:
     """
     if not files:
         raise UsageError("parse-log needs at least one FILE (a log, profile CSV/JSON or a report folder)")
-    out = []
+    out, seen = [], set()
     for f in files:
         p = Path(f)
         if not p.exists():
             raise InputError(f"'{f}' does not exist; give a log, profile CSV/JSON file or a folder of them")
-        out.extend(_folder_files(p) if p.is_dir() else [p])
+        for q in (_folder_files(p) if p.is_dir() else [p]):
+            key = q.resolve()
+            if key in seen:
+                if duplicates is not None:
+                    duplicates.append(str(q))
+                continue
+            seen.add(key)
+            out.append(q)
+    return out
+
+
+def profile_twins(paths: list[Path]) -> dict[Path, str]:
+    """{trace.json path: why it is skipped} for every ``npuscope profile`` folder of which both trace.json and
+    op_summary.csv are among ``paths``: the folder's profile.json lists them under "files" (as
+    toolkit.profile.workflow writes it), and the two describe the same tasks."""
+    import json
+
+    by_dir: dict[Path, dict[str, Path]] = {}
+    for p in paths:
+        by_dir.setdefault(p.resolve().parent, {})[p.name] = p
+    out = {}
+    for folder, names in by_dir.items():
+        try:
+            files = json.loads((folder / "profile.json").read_text(encoding="utf-8")).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        trace, summary = files.get("trace") if isinstance(files, dict) else None, \
+            files.get("op_summary") if isinstance(files, dict) else None
+        if trace in names and summary in names:
+            out[names[trace]] = (f"same tasks as {summary} of this npuscope profile folder (profile.json); "
+                                 f"{summary} was read instead, so nothing is counted twice")
     return out
 
 
@@ -101,18 +143,24 @@ def read_file(path: Path) -> tuple[ParseResult | None, str]:
 
 
 def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """op_statistic rows of several files merged per (OP Type, Core Type): counts and totals summed, min/max
-    kept, Avg = Total / Count, Ratio(%) recomputed over the merged table."""
+    """op_statistic rows of several files merged per (Time Kind, OP Type, Core Type): counts and totals summed,
+    min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
+    toolkit.profile.optable.kind_order, largest total first within a kind)."""
     df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
-    g = df.groupby(["OP Type", "Core Type"], sort=False).agg(
-        **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
-           "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
-    g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
-    total = g["Total Time(us)"].sum()
-    g["Ratio(%)"] = g["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
-    return g[OP_STATISTIC_COLUMNS].sort_values("Total Time(us)", ascending=False, kind="stable").reset_index(drop=True)
+    if "Time Kind" not in df.columns:
+        df["Time Kind"] = "device"
+    parts = []
+    for kind in kind_order(df["Time Kind"]):
+        g = df[df["Time Kind"] == kind].groupby(["OP Type", "Core Type"], sort=False).agg(
+            **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
+               "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
+        g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
+        total = g["Total Time(us)"].sum()
+        g["Ratio(%)"] = g["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
+        parts.append(g.assign(**{"Time Kind": kind}).sort_values("Total Time(us)", ascending=False, kind="stable"))
+    return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
 
 
 def merge_tables(results: list[ParseResult]) -> dict[str, pd.DataFrame]:
@@ -154,15 +202,22 @@ def _file_findings(entries: list[dict]) -> list[Finding]:
                                "malformed records were skipped; check the file was not truncated or edited"))
         if e["status"] == "skipped":
             out.append(Finding("info", "file_skipped", name, {"reason": e["reason"]},
-                               "give a supported file (see npuscope parse-log --help)"))
+                               "nothing to do: its tasks were read from the folder's op_summary.csv"
+                               if e.get("same_tasks_as") else "give a supported file (see npuscope parse-log --help)"))
     return out
 
 
-def collect(paths: list[Path], progress=_noop) -> dict:
-    """Parse every path; returns {"entries", "results", "summary" (op summary), "statistic", "tables",
-    "findings"}. Raises InputError when no file could be parsed."""
+def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = None) -> dict:
+    """Parse every path (a profile folder's trace.json is skipped when its op_summary.csv is read too:
+    :func:`profile_twins`); returns {"entries", "results", "summary" (op summary), "statistic", "tables",
+    "findings", "truncated", "duplicates"}. Raises InputError when no file could be parsed."""
     entries, results = [], []
+    twins = profile_twins(paths)
     for p in paths:
+        if p in twins:
+            _log.info("%s: skipped (%s)", p, twins[p])
+            entries.append({**_file_entry(p, None, twins[p]), "format": "chrome_trace", "same_tasks_as": "op_summary"})
+            continue
         progress(f"reading {p}")
         res, reason = read_file(p)
         entries.append(_file_entry(p, res, reason))
@@ -181,7 +236,7 @@ def collect(paths: list[Path], progress=_noop) -> dict:
         clipped += n
     findings = [f for r in results for f in r.findings] + op_summary_findings(summary) + _file_findings(entries)
     return {"entries": entries, "results": results, "summary": summary, "statistic": statistic,
-            "tables": tables, "findings": findings, "truncated": clipped}
+            "tables": tables, "findings": findings, "truncated": clipped, "duplicates": list(duplicates or [])}
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
@@ -198,6 +253,8 @@ def _meta(data: dict) -> dict:
     skipped = [e for e in entries if e["status"] == "skipped"]
     if skipped:
         meta["files skipped"] = "; ".join(f"{Path(e['path']).name}: {e['reason']}" for e in skipped)
+    if data.get("duplicates"):
+        meta["files given twice (read once)"] = ", ".join(data["duplicates"])
     return meta
 
 
@@ -225,6 +282,7 @@ def write_outputs(folder: Path, data: dict, html: bool) -> dict[str, str]:
                "rows": len(data["summary"]), "malformed": sum(e["malformed"] for e in entries),
                "truncated_texts": data.get("truncated", 0),
                "skipped": [{"path": e["path"], "reason": e["reason"]} for e in entries if e["status"] == "skipped"],
+               "duplicates": list(data.get("duplicates", [])),
                "outputs": files, "findings": [f.to_dict() for f in data["findings"]]}
     atomic_write_text(folder / "parse_summary.json", _dumps(summary))
     return files
@@ -238,6 +296,8 @@ def _summary_lines(data: dict, folder: Path, files: dict) -> list[str]:
                          + (f", {e['rows']:,} op row(s)" if e["rows"] else ""))
         else:
             lines.append(f"{e['path']}: skipped ({e['reason']})")
+    for d in data.get("duplicates", []):
+        lines.append(f"{d}: given twice, read once")
     kinds = data["summary"]["Time Kind"].value_counts()
     lines.append(f"op summary: {len(data['summary']):,} row(s)"
                  + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")" if len(kinds) else ""))
@@ -260,8 +320,9 @@ def parse_log_command(files: list[str], *, out: str | None = None, html: bool = 
         UsageError: no FILE, or ``out`` is not a new or empty folder.
         InputError: a path does not exist, or no file could be parsed.
     """
-    paths = expand(files)
-    data = collect(paths, progress)
+    duplicates: list[str] = []
+    paths = expand(files, duplicates)
+    data = collect(paths, progress, duplicates)
     with output_dir(out, REPORTS_DIR, f"{paths[0].stem}-parse-log") as folder:
         progress(f"writing {folder}")
         written = write_outputs(folder, data, html)

@@ -10,6 +10,10 @@ fields it changes::
 
     {"base": "atlas300i_pro", "name": "my-card", "launch_overhead_us": 6.5, "host_gflops": 20}
 
+A profile read from a user's file is labelled by the file name and the name inside (:func:`file_label`:
+``my-card.json``, or ``slow.json (name 'atlas300i_pro')`` for a file that kept a built-in's name), so evidence
+computed on it cannot be mistaken for the built-in's.
+
 Units: TFLOPS = 1e12 floating-point operations per second; GB/s = 1e9 bytes per second; µs.
 Errors are :class:`toolkit.errors.ConfigError` with one line naming the file, the field and the fix.
 """
@@ -34,7 +38,7 @@ class DeviceProfile:
     """Throughputs, bandwidths and fixed costs of a simulated device and its host.
 
     Attributes:
-        name: short name (built-in file stem or the user's).
+        name: short name: a built-in's file stem, or for a user file its :func:`file_label`.
         description: one sentence.
         cube_fp16_tflops / cube_fp32_tflops: cube (matrix) unit peak for FP16 / FP32 kernels, TFLOPS.
         vector_fp16_tflops / vector_fp32_tflops: vector unit peak, TFLOPS.
@@ -116,6 +120,12 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
     return _from_file(p)
 
 
+def file_label(path: Path, name: str) -> str:
+    """Label of a user device file: its file name, plus the name inside when that is not the file's stem
+    (``mine.json``; ``slow.json (name 'atlas300i_pro')``)."""
+    return path.name if name == path.stem else f"{path.name} (name '{name}')"
+
+
 def _from_file(path: Path) -> DeviceProfile:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -125,7 +135,10 @@ def _from_file(path: Path) -> DeviceProfile:
         raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"device file '{path}' must hold a JSON object of fields, got {type(data).__name__}")
-    return device_from_dict(data, where=f"device file '{path}'")
+    dev = device_from_dict(data, where=f"device file '{path}'")
+    if path.resolve().parent != DEVICES_DIR.resolve():
+        dev = dataclasses.replace(dev, name=file_label(path, dev.name))
+    return dev
 
 
 def device_from_dict(data: dict, where: str = "device") -> DeviceProfile:

@@ -12,16 +12,21 @@ Two schedules over N requests (toolkit.profile.schedule):
 - **pipelined**: three stages — pre-processing (stream ``pre``), the device work of a request (its input
   copies, NPU kernels, CPU-placed ops and output copies) and post-processing (stream ``host``) — handing
   requests over through queues of depth one. A stage may start request i+1 once it has finished request i
-  and the next stage has finished request i−1 (so at most one finished request waits between two stages):
+  and the next stage has *taken* request i (started it), so at most one finished request waits between two
+  stages. The next stage takes request i as soon as everything it waits for has ended, so:
 
-  - pre(i+1) waits for pre(i) and for the device work of request i−1 (while the device works on request i,
-    at most request i+1 is pre-processed ahead of it);
+  - pre(i+1) waits for pre(i) and for what the device work of request i waits for besides pre(i): the device
+    work of request i−1 and post(i−2) (a device blocked by a slow post-processing blocks pre-processing too);
   - the first device tasks of request i+1 (its input copies) wait for pre(i+1), for the device work of
     request i (one request on the device at a time) and for post(i−1);
   - post(i) waits for the device work of request i and for post(i−1).
 
   Latency therefore converges to a few service times whatever N is, and throughput approaches the rate of the
-  slowest stage, 1 / max(pre, device work, post).
+  slowest stage, 1 / max(pre, device work, post). Steady-state latency, with pre time p, device work d and post
+  time q (by hand from the rules above): p + d + q when pre-processing is the slowest stage (nothing waits);
+  2d + q when the device is (pre(i) starts when request i−1 goes onto the device); 3q when post-processing is
+  (pre(i) starts when post(i−3) ends). So with no --pre (p = 0) and a post-processing longer than the device
+  work, the pipelined latency is 3q against the serial d + q: requests queue behind the slow post-processing.
 
 Latency of request i = end of post(i) − start of pre(i); throughput = N / (end of the last task − start of the
 first) in requests per second. :func:`latency_table` gives columns Schedule, p50(ms), p90(ms), p99(ms),
@@ -180,7 +185,9 @@ def _pipeline_deps(req: list[Task], marks: list[_Marks]) -> None:
     i, me = len(marks) - 1, marks[-1]
     if i >= 1:
         prev = marks[i - 1]
-        req[0].deps = sorted({prev.pre, *(marks[i - 2].sinks if i >= 2 else [])})
+        # pre(i) waits until the device can take request i-1: device work of i-2 done and post(i-3) done
+        req[0].deps = sorted({prev.pre, *(marks[i - 2].sinks if i >= 2 else []),
+                              *([marks[i - 3].post] if i >= 3 else [])})
         extra = set(prev.sinks) | ({marks[i - 2].post} if i >= 2 else set())
         for g in me.roots:
             t = req[g - me.pre]

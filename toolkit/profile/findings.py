@@ -4,9 +4,12 @@ Each rule is ``fn(data: ProfileData) -> list[Finding]`` registered with :func:`f
 runs them in registration order. Rules and their thresholds (module constants):
 
 - ``launch_overhead``: launch-bound NPU kernels (launch overhead >= their roofline time) together spend at
-  least :data:`LAUNCH_SHARE` of the device time on launches.
-- ``cpu_fallback`` / ``cpu_placed``: one per CPU-placed kernel (``cpu_placed`` when the config's op_placement
-  names it, ``cpu_fallback`` otherwise), with its time and the transfers around it.
+  least :data:`LAUNCH_SHARE` of the device time on launches. The advice follows the config (:func:`launch_advice`):
+  raise ``fusion_level`` or switch fusion rules back on only when they are lower / off.
+- ``cpu_fallback`` / ``cpu_placement``: one per CPU-placed kernel. ``cpu_fallback`` (warning) when the op cannot
+  run on the NPU (the compiler's unsupported-op finding, or an op type the device profile lists in
+  ``unsupported_ops``); ``cpu_placement`` (info) when the user's op_placement put it there (by node name, an
+  original node name, or op type), worded "placed on the CPU by op_placement".
 - ``cast_islands``: Cast kernels take at least :data:`CAST_SHARE` of the device time; names the FP32 kernels
   surrounded by Casts (islands of FP32 in FP16 code).
 - ``transfers``: host-device copies take at least :data:`TRANSFER_SHARE` of one request's schedule.
@@ -33,8 +36,9 @@ RULES: list[tuple[str, Callable]] = []
 class ProfileData:
     """What the rules read. ``costs``: toolkit.profile.cost.COST_COLUMNS; ``events``: one request's schedule
     (toolkit.profile.schedule.EVENT_COLUMNS); ``pre_ms``/``post_ms``: measured per request (empty if not
-    given); ``user_placed``: node names the config's op_placement puts on the CPU; ``cast_of``: {Cast
-    kernel: tensor it converts}; ``readers``: {tensor: kernel names reading it}."""
+    given); ``user_placed``: the keys (node names or op types) the user's op_placement sets to "CPU" (not the
+    entries ``profile`` adds for the device's unsupported_ops); ``readers``: {tensor: kernel names reading it};
+    ``config``: the compile config (fusion_level, fusion_switch_file: what the launch advice may suggest)."""
 
     costs: pd.DataFrame
     events: pd.DataFrame
@@ -47,6 +51,7 @@ class ProfileData:
     kernel_io: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)
     #: {kernel: why the compiler put it on the CPU} (the compile's cpu_fallback findings)
     reasons: dict[str, str] = field(default_factory=dict)
+    config: object = None
 
     @property
     def npu(self) -> pd.DataFrame:
@@ -90,12 +95,41 @@ def launch_overhead(d: ProfileData) -> list[Finding]:
     if not len(small) or total <= 0 or launch / total < LAUNCH_SHARE:
         return []
     top = small.groupby("OpType")["DurationUs"].agg(["count", "sum"]).sort_values("sum", ascending=False).head(5)
+    level = getattr(d.config, "fusion_level", None)
     return [Finding("warning", "launch_overhead", f"{len(small)} small NPU kernels",
                     {"kernels": len(small), "launch_ms": _ms(launch), "device_ms": _ms(total),
                      "share": round(launch / total, 4), "launch_overhead_us": d.device.launch_overhead_us,
-                     "top_op_types": {k: int(v) for k, v in top["count"].items()}},
-                    "launch overhead dominates these kernels: enable fusion (fusion_level 2), batch requests, or "
-                    "move the tiniest ops to the CPU (see the placement advisor)")]
+                     "top_op_types": {k: int(v) for k, v in top["count"].items()}, "fusion_level": level,
+                     "fusion_switched_off": _switched_off(d.config)},
+                    launch_advice(d.config))]
+
+
+def _switched_off(config) -> list[str]:
+    """'GraphFusion.Rule' / 'UBFusion.Rule' entries the config's fusion_switch_file sets to "off"."""
+    sw = (getattr(config, "fusion_switch_file", None) or {}).get("Switch", {})
+    return [f"{lvl}.{name}" for lvl, table in sw.items() if isinstance(table, dict)
+            for name, val in table.items() if val == "off"]
+
+
+def launch_advice(config) -> str:
+    """What to do about launch-bound kernels, given the compile ``config`` (None: unknown): fuse more only when
+    ``fusion_level`` < 2 or fusion rules are switched off; otherwise the kernels are already fused wherever a
+    rule matches, so batch requests or move the tiniest ops to the CPU."""
+    rest = "batch requests (one launch then covers several inputs), or move the tiniest ops to the CPU (see the " \
+           "placement advisor)"
+    if config is None:
+        return f"launch overhead dominates these kernels: check fusion is on (fusion_level 2), {rest}"
+    level, off = getattr(config, "fusion_level", 2), _switched_off(config)
+    fixes = []
+    if level < 2:
+        fixes.append(f"raise fusion_level from {level} to 2 (fusion merges small kernels into one launch)")
+    if off:
+        fixes.append(f"switch back on the fusion rules fusion_switch_file turns off ({', '.join(off[:4])}"
+                     f"{', ...' if len(off) > 4 else ''})")
+    if fixes:
+        return f"launch overhead dominates these kernels: {'; '.join(fixes)}; or {rest}"
+    return (f"launch overhead dominates these kernels, although fusion is fully on (fusion_level {level}, no rule "
+            f"switched off): {rest}")
 
 
 def _copies_around(d: ProfileData, kernel: str) -> pd.DataFrame:
@@ -109,18 +143,36 @@ def _copies_around(d: ProfileData, kernel: str) -> pd.DataFrame:
     return ev[(ev["Stream"] == "copy") & (ev["Task"].isin(deps) | near)]
 
 
+def placement_cause(d: ProfileData, kernel: str, op_type: str, nodes: list[str]) -> tuple[str, str]:
+    """(kind, why) of a CPU-placed kernel: ("cpu_fallback", reason) when the compiler found the op unsupported on
+    the NPU or the device profile lists its op type in unsupported_ops (these win over op_placement);
+    ("cpu_placement", the op_placement key) when the user's op_placement names one of its nodes or its op type;
+    else ("cpu_fallback", "placed on the CPU by the compiler")."""
+    if d.reasons.get(kernel):
+        return "cpu_fallback", d.reasons[kernel]
+    if op_type in d.device.unsupported_ops:
+        return "cpu_fallback", f"device profile {d.device.name} lists {op_type} in unsupported_ops"
+    key = next((n for n in nodes if n in d.user_placed), op_type if op_type in d.user_placed else None)
+    if key is not None:
+        return "cpu_placement", key
+    return "cpu_fallback", "placed on the CPU by the compiler"
+
+
 @finding_rule("cpu_fallback")
 def cpu_kernels(d: ProfileData) -> list[Finding]:
     out = []
     for r in d.costs[d.costs["Stream"] == "host"].itertuples(index=False):
         copies = _copies_around(d, r.Kernel)
-        user = bool(set(str(r.Nodes).split(";")) & d.user_placed)
+        kind, why = placement_cause(d, r.Kernel, r.OpType, str(r.Nodes).split(";"))
         ev = {"op_type": r.OpType, "cpu_ms": _ms(r.DurationUs), "transfers": len(copies),
-              "transfer_ms": _ms(float(copies["DurationUs"].sum())), "reason": d.reasons.get(r.Kernel, "")}
-        if user:
-            out.append(Finding("info", "cpu_placed", r.Kernel, ev, "placed on the CPU by op_placement"))
+              "transfer_ms": _ms(float(copies["DurationUs"].sum())), "reason": why}
+        if kind == "cpu_placement":
+            ev["op_placement_key"] = why
+            ev["reason"] = f"op_placement['{why}'] = 'CPU'"
+            out.append(Finding("info", "cpu_placement", r.Kernel, ev,
+                               f"{r.OpType} placed on the CPU by op_placement['{why}'] (runs in FP32 on the host, "
+                               f"{len(copies)} transfer(s) around it); remove the entry to run it on the NPU"))
         else:
-            why = d.reasons.get(r.Kernel) or "the device does not run it"
             out.append(Finding("warning", "cpu_fallback", r.Kernel, ev,
                                f"{r.OpType} runs on the host CPU in FP32 ({why}); keep such ops at the start or end "
                                "of the graph, or replace them, to avoid transfers"))

@@ -14,8 +14,11 @@ Time Kind (``simulated`` for cost-model device time, ``measured`` for wall time 
 ``device`` for times read from a real device's profile) and Source (the file or run the row comes from).
 Times are in microseconds. Columns a source does not know are empty strings (text) or NaN (numbers).
 
-op_statistic columns (:data:`OP_STATISTIC_COLUMNS`): OP Type, Core Type, Count, Total Time(us), Avg Time(us),
-Min Time(us), Max Time(us), Ratio(%) — Ratio(%) is the op type's share of the summed Task Duration(us).
+op_statistic columns (:data:`OP_STATISTIC_COLUMNS`): the profiler's OP Type, Core Type, Count, Total Time(us),
+Avg Time(us), Min Time(us), Max Time(us), Ratio(%) (:data:`PROFILER_STATISTIC_COLUMNS`), then one of ours,
+Time Kind: one row per (Time Kind, OP Type, Core Type), and Ratio(%) is the op type's share of the summed Task
+Duration(us) *of its Time Kind* — simulated device time, measured host time and real device time are different
+clocks and are never added together (each kind's Ratio(%) sums to 100). Kinds in :data:`TIME_KINDS` order.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ OP_SUMMARY_COLUMNS = [
 ]
 NUMERIC_COLUMNS = ["Task ID", "Stream ID", "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)",
                    "Block Dim"]
-OP_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)",
-                        "Max Time(us)", "Ratio(%)"]
+PROFILER_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)",
+                              "Max Time(us)", "Ratio(%)"]
+OP_STATISTIC_COLUMNS = PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
 TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "HOST_CPU", "MEMCPY")
 TIME_KINDS = ("simulated", "measured", "device")
 
@@ -53,18 +57,33 @@ def op_summary_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     return df[OP_SUMMARY_COLUMNS].reset_index(drop=True)
 
 
-def op_statistic(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (OP Type, Core Type) totals of an op summary, largest Total Time(us) first.
+def kind_order(kinds) -> list[str]:
+    """The distinct Time Kinds of ``kinds`` in :data:`TIME_KINDS` order, unknown ones after (first-seen order)."""
+    seen = list(dict.fromkeys(str(k) for k in kinds))
+    return [k for k in TIME_KINDS if k in seen] + [k for k in seen if k not in TIME_KINDS]
 
-    Core Type is the row's Task Type. Rows with a NaN duration are left out. Ratio(%) sums to 100 over the
-    table (0 for every row when the total is 0).
+
+def op_statistic(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (Time Kind, OP Type, Core Type) totals of an op summary (:data:`OP_STATISTIC_COLUMNS`): kinds in
+    :func:`kind_order`, largest Total Time(us) first within a kind.
+
+    Core Type is the row's Task Type; a row without a Time Kind counts as ``device``. Rows with a NaN duration
+    are left out. Ratio(%) is the share of the kind's total (sums to 100 per kind; 0 for every row of a kind
+    whose total is 0).
     """
     df = summary.dropna(subset=["Task Duration(us)"])
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
+    kinds = df["Time Kind"].fillna("").astype(str).str.strip().replace("", "device") if "Time Kind" in df.columns \
+        else pd.Series("device", index=df.index)
+    parts = [_statistic_of(df[kinds == k]).assign(**{"Time Kind": k}) for k in kind_order(kinds)]
+    return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
+
+
+def _statistic_of(df: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby(["OP Type", "Task Type"], sort=False)["Task Duration(us)"]
     out = g.agg(["count", "sum", "mean", "min", "max"]).reset_index()
-    out.columns = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)", "Max Time(us)"]
+    out.columns = PROFILER_STATISTIC_COLUMNS[:-1]
     total = out["Total Time(us)"].sum()
     out["Ratio(%)"] = out["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
     return out.sort_values("Total Time(us)", ascending=False, kind="stable").reset_index(drop=True)

@@ -1,6 +1,7 @@
 """The profile as the real profiler's tables (toolkit.profile.optable): op_summary rows for the simulated
 schedule (Time Kind ``simulated``), the measured host wall time of every kernel of the simulated run and of
-the user's pre/post-processing (Time Kind ``measured``), and op_statistic over the simulated rows.
+the user's pre/post-processing (Time Kind ``measured``), and op_statistic of all of them, per Time Kind
+(toolkit.profile.optable.op_statistic: Ratio(%) within each kind).
 
 Mapping of the simulated rows (:func:`op_fields`, shared with trace.json, toolkit.profile.trace): Task ID =
 schedule task id; Op Name = the plan kernel (a derived copy: ``MemcpyH2D:<tensor>``); OP Type = the kernel's op
@@ -86,9 +87,10 @@ def prepost_rows(name: str, stage: str, ms: list[float], model_name: str) -> lis
 
 
 def op_tables(events, costs, kernel_ms, pre_ms, post_ms, model_name: str, device: str):
-    """(op_summary, op_statistic): every row kind above; the statistic over the simulated rows only."""
+    """(op_summary, op_statistic): every row kind above; the statistic per Time Kind (the function parse-log
+    uses, so parse-log on op_summary.csv gives back op_statistic.csv)."""
     rows = simulated_rows(events, costs, model_name, device) + measured_rows(kernel_ms, costs, model_name)
     rows += prepost_rows("pre-processing", "pre", pre_ms, model_name)
     rows += prepost_rows("post-processing", "post", post_ms, model_name)
     summary = op_summary_frame(rows)
-    return summary, op_statistic(summary[summary["Time Kind"] == "simulated"])
+    return summary, op_statistic(summary)

@@ -145,18 +145,20 @@ def _advice_finding(advice: adv.Advice) -> list[Finding]:
                     f"{(advice.baseline_us - gain) / 1e3:.3f} ms")]
 
 
-def _profile_data(sess, costs, events, device, pre_ms, post_ms, config) -> ProfileData:
+def _profile_data(sess, costs, events, device, pre_ms, post_ms, config, user_config) -> ProfileData:
+    """ProfileData of the run; ``user_config`` is the config as the user gave it (its op_placement "CPU" keys
+    are user placements), ``config`` the one compiled (plus the device's unsupported_ops)."""
     plan = sess.plan
     producers = {t: k.name for k in plan.kernels for t in k.outputs}
     readers: dict[str, list[str]] = {}
     for k in plan.kernels:
         for t in k.inputs:
             readers.setdefault(t, []).append(k.name)
-    user = set((getattr(config, "op_placement", None) or {}).keys())
+    user = {k for k, v in (getattr(user_config, "op_placement", None) or {}).items() if v == "CPU"}
     reasons = {str(f.evidence.get("kernel", f.subject)): str(f.evidence.get("reason", ""))
                for f in sess.compiled.findings if f.kind == "cpu_fallback"}
     return ProfileData(costs, events, device, pre_ms, post_ms, user, producers, readers,
-                       {k.name: (k.inputs, k.outputs) for k in plan.kernels}, reasons)
+                       {k.name: (k.inputs, k.outputs) for k in plan.kernels}, reasons, config)
 
 
 def _e2e(graph, pre_ms, post_ms, requests):
@@ -189,7 +191,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    config = device_config(m, config, dev)
+    user_config, config = config, device_config(m, config, dev)
     feed, pre_ms = _feeds(m, src, config, pre_fn, requests, inputs, seed, progress)
     sess, res = _run(m, config, feed, progress)
     post_ms = e2e.time_calls(post_fn, [(res.outputs,)] * requests, "--post").ms if post_fn else []
@@ -200,7 +202,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     runs, latency = _e2e(graph, pre_ms, post_ms, requests)
     fixed_us = (float(np.mean(pre_ms)) if pre_ms else 0.0) * 1e3 + (float(np.mean(post_ms)) if post_ms else 0.0) * 1e3
     advice = _advise(m, sess, config, costs, dev, fixed_us, progress) if advise else None
-    findings = run_rules(_profile_data(sess, costs, events, dev, pre_ms, post_ms, config))
+    findings = run_rules(_profile_data(sess, costs, events, dev, pre_ms, post_ms, config, user_config))
     findings += _advice_finding(advice) if advice is not None else []
     summary, statistic = op_tables(events, costs, res.kernel_ms, pre_ms, post_ms, src.name, dev.name)
     meta = {"model": str(src.path), "model_name": src.name, "device": dev.name, "requests": requests,

@@ -55,7 +55,11 @@ class Evidence:
         plan: the compiled Plan (toolkit.compiler.plan).
         run_ms: NPU run wall time per input set, ms.
         inputs: the input set labels (file names or a description).
-        compiled: the CompileResult (plan + compiled graph) the [latency] schedule is simulated on.
+        compiled: the CompileResult (plan + compiled graph) of the first input set's shapes.
+        shapes: per input set (same order as ``inputs``), its input shapes {input name: dims}; empty when
+            unknown (then [latency] is simulated on ``compiled`` alone).
+        compiled_by_shape: {shape key (:func:`shape_key`): CompileResult} of every distinct shape in ``shapes``
+            (toolkit.signoff.run.conclude fills the missing ones); [latency] is simulated on each.
     """
 
     outputs: list[str]
@@ -66,8 +70,58 @@ class Evidence:
     run_ms: list[float]
     inputs: list[str]
     compiled: object = None
+    shapes: list[dict] = field(default_factory=list)
+    compiled_by_shape: dict = field(default_factory=dict)
 
 
+def shape_key(shapes: dict) -> tuple:
+    """Hashable key of {input name: dims}: sorted (name, dims tuple) pairs."""
+    return tuple(sorted((str(k), tuple(int(d) for d in v)) for k, v in shapes.items()))
+
+
+def shape_label(key: tuple) -> str:
+    """'x 1x1024x64, mask 1x1024' for a :func:`shape_key`."""
+    return ", ".join(f"{name} {'x'.join(map(str, dims)) or 'scalar'}" for name, dims in key) or "no tensor inputs"
+
+
+def show(value, *limits, digits: int = 6) -> str:
+    """``value`` with ``digits`` significant digits, or more (up to 17) when that would print it as ±1 or as one of
+    ``limits`` (as ``show(limit)`` prints it) although it differs: a cosine of 0.9999998 is not 1, and a
+    latency of 0.2000004 ms over a 0.2 ms budget must not read "0.2". The rule of toolkit.report.context.fmt,
+    extended to the limits a message prints. NaN / inf as 'nan' / 'inf'; None as 'none'."""
+    if value is None:
+        return "none"
+    f = float(value)
+    if not math.isfinite(f):
+        return str(f)
+    avoid = {(t, float(t)) for t in ("1", "-1")} | {(show(lim), float(lim)) for lim in limits}
+    text = f"{f:.{digits}g}"
+    for d in range(digits, 18):
+        text = f"{f:.{d}g}"
+        if not any(text == t and f != v for t, v in avoid):
+            break
+    return text
+
+
+#: CompareFailReason prefixes of tensors rightly not compared: their value is the device's by construction
+#: (toolkit.compare.layerwise: fused into a kernel's on-chip intermediates, or computed at compile time).
+SAME_BY_CONSTRUCTION = ("fused into kernel", "computed at compile time", "folded at compile time")
+
+
+def not_comparable(row) -> str | None:
+    """Why ``row`` (a layer-table row: CosineSimilarity, CompareFailReason, DataType / NPUDump) has no
+    CosineSimilarity although it should, or None. A tensor fused into a kernel or folded at compile time needs
+    no comparison; an integer / bool tensor is compared by ExactMatchRate instead. Any other tensor without a
+    cosine — its CompareFailReason (non-finite everywhere, shape or dtype mismatch, not stored, not exposed...),
+    or a float tensor whose cosine is NaN — is not comparable."""
+    if _num(row.get("CosineSimilarity")) is not None:
+        return None
+    why = row.get("CompareFailReason")
+    why = why.strip() if isinstance(why, str) else ""
+    if why:
+        return None if why.startswith(SAME_BY_CONSTRUCTION) else why
+    dtype = str(row.get("NPUDump") or "") + " " + str(row.get("DataType") or "")
+    return "CosineSimilarity is NaN" if "float" in dtype else None
 def _num(v) -> float | None:
     try:
         f = float(v)
@@ -101,18 +155,28 @@ def check_outputs(section: dict, ev: Evidence) -> list[Result]:
                     out.append(Result(crit, "outputs", False, f"{crit}: the model has no output '{name}' "
                                       f"(outputs: {', '.join(ev.outputs)})", {"outputs": ev.outputs}))
                     continue
-                bound = bound_of(metric)
-                worst, at = _worst([r.get(metric) for r in rows], bound)
-                ok = worst is not None and not math.isnan(worst) and (worst >= limit if bound == "min" else worst <= limit)
-                ok = ok and not any(bool(r.get("OverFlow")) for r in rows)
-                evid = {"metric": metric, "bound": bound, "limit": limit, "worst": worst,
-                        "worst_input": ev.inputs[at] if 0 <= at < len(ev.inputs) else "",
-                        "values": [_num(r.get(metric)) for r in rows],
-                        "overflow": any(bool(r.get("OverFlow")) for r in rows)}
-                op = ">=" if bound == "min" else "<="
-                out.append(Result(crit, "outputs", ok, f"{crit}: worst {worst:.6g} over {len(rows)} input set(s) "
-                                  f"(needs {op} {limit:g}){' with FP16 overflow' if evid['overflow'] else ''}", evid))
+                out.append(_output_result(crit, metric, limit, rows, ev))
     return out
+
+
+def _output_result(crit: str, metric: str, limit: float, rows: list[dict], ev: Evidence) -> Result:
+    """One output limit: the worst value over the input sets; a NaN value (not computable: non-finite, empty,
+    shape mismatch... see its CompareFailReason), no input set, or FP16 overflow fails."""
+    bound = bound_of(metric)
+    worst, at = _worst([r.get(metric) for r in rows], bound)
+    finite = worst is not None and not math.isnan(worst)
+    overflow = any(bool(r.get("OverFlow")) for r in rows)
+    ok = finite and (worst >= limit if bound == "min" else worst <= limit) and not overflow
+    reasons = sorted({str(r.get("CompareFailReason")) for r in rows if r.get("CompareFailReason")})
+    evid = {"metric": metric, "bound": bound, "limit": limit, "worst": worst,
+            "worst_input": ev.inputs[at] if 0 <= at < len(ev.inputs) else "",
+            "values": [_num(r.get(metric)) for r in rows], "overflow": overflow, "compare_fail_reasons": reasons}
+    op = ">=" if bound == "min" else "<="
+    if worst is None:
+        return Result(crit, "outputs", False, f"{crit}: no input set was evaluated (needs {op} {show(limit)})", evid)
+    why = "" if finite else f", not computable{': ' + '; '.join(reasons) if reasons else ''} at {evid['worst_input']!r}"
+    return Result(crit, "outputs", ok, f"{crit}: worst {show(worst, limit)} over {len(rows)} input set(s) "
+                  f"(needs {op} {show(limit)}){why}{' with FP16 overflow' if overflow else ''}", evid)
 
 
 def _layer_rows(section: dict, ev: Evidence) -> pd.DataFrame:
@@ -133,16 +197,31 @@ def check_layers(section: dict, ev: Evidence) -> list[Result]:
                           + (f": {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}" if names else ""),
                           {"abnormal": len(bad), "limit": lim, "tensors": names}))
     if "min_cosine" in section:
-        cos = pd.to_numeric(df["CosineSimilarity"], errors="coerce")
-        lim = section["min_cosine"]
-        below = df[cos < lim]
-        worst = float(cos.min()) if cos.notna().any() else float("nan")
-        at = str(df.loc[cos.idxmin(), "TensorName"]) if cos.notna().any() else ""
-        out.append(Result("layers.min_cosine", "layers", below.empty,
-                          f"layers.min_cosine: lowest CosineSimilarity {worst:.6g} at '{at}' (needs >= {lim:g}); "
-                          f"{len(below)} tensor(s) below", {"worst": worst, "tensor": at, "limit": lim,
-                                                            "below": below["TensorName"].astype(str).tolist()}))
+        out.append(_min_cosine(df, section["min_cosine"]))
     return out
+
+
+def _min_cosine(df: pd.DataFrame, lim: float) -> Result:
+    """Every tensor's CosineSimilarity >= ``lim``; a tensor that could not be compared (:func:`not_comparable`)
+    fails too, and so does a table where no tensor besides the graph inputs was compared."""
+    cos = pd.to_numeric(df["CosineSimilarity"], errors="coerce")
+    below = df[cos < lim]
+    bad = [(str(r["TensorName"]), why) for r in df.to_dict("records") if (why := not_comparable(r))]
+    inner = cos.notna() & (df["OpType"].astype(str) != "Input") if "OpType" in df.columns else cos.notna()
+    worst = float(cos.min()) if cos.notna().any() else float("nan")
+    at = str(df.loc[cos.idxmin(), "TensorName"]) if cos.notna().any() else ""
+    ok = below.empty and not bad and bool(inner.any())
+    msg = (f"layers.min_cosine: lowest CosineSimilarity {show(worst, lim)} at '{at}' (needs >= {show(lim)}) over "
+           f"{int(cos.notna().sum())} compared tensor(s); {len(below)} tensor(s) below")
+    if bad:
+        msg += (f", {len(bad)} not comparable: " + ", ".join(f"{t} ({why})" for t, why in bad[:4])
+                + (" ..." if len(bad) > 4 else ""))
+    elif not inner.any():
+        msg += "; no tensor besides the graph inputs could be compared"
+    return Result("layers.min_cosine", "layers", ok, msg,
+                  {"worst": worst, "tensor": at, "limit": lim, "compared": int(cos.notna().sum()),
+                   "below": below["TensorName"].astype(str).tolist(),
+                   "not_comparable": [{"tensor": t, "reason": why} for t, why in bad]})
 
 
 def check_tasks(section: dict, ev: Evidence) -> list[Result]:
@@ -155,7 +234,8 @@ def check_tasks(section: dict, ev: Evidence) -> list[Result]:
     failed = [{"input": ev.inputs[i], "checks": [t for t in ts if not t["passed"]]}
               for i, ts in enumerate(ev.tasks) if ts and not all(t["passed"] for t in ts)]
     return [Result("tasks.pass_rate", "tasks", rate >= need,
-                   f"tasks.pass_rate: {sum(per_input)}/{len(per_input)} input set(s) pass = {rate:.3f} (needs >= {need:g})",
+                   f"tasks.pass_rate: {sum(per_input)}/{len(per_input)} input set(s) pass = {show(rate, need, digits=3)} "
+                   f"(needs >= {show(need)})",
                    {"pass_rate": rate, "limit": need, "passed": sum(per_input), "total": len(per_input),
                     "failed": failed[:20]})]
 
@@ -215,23 +295,56 @@ def check_latency(section: dict, ev: Evidence) -> list[Result]:
     """[latency]: the simulated device schedule (default) or, with source = "host", host wall time."""
     if section.get("source", "schedule") == "host":
         return [_host_latency(section, ev)]
-    from toolkit.profile.budget import DEFAULT_REQUESTS, device_timing
-
-    timing = device_timing(ev.compiled, section.get("device"), int(section.get("requests", DEFAULT_REQUESTS)))
-    where = f"{timing['device']}, {SCHEDULE_SOURCE}"
-    evidence = {**timing, "source": SCHEDULE_SOURCE, "host_runs_ms": ev.run_ms}
+    timings = shape_timings(section, ev)
     out = []
     if "max_ms" in section:
-        lim, value = section["max_ms"], timing["latency_ms"]
+        lim, t = section["max_ms"], max(timings, key=lambda t: t["latency_ms"])
+        value = t["latency_ms"]
         out.append(Result("latency.device_ms", "latency", value <= lim,
-                          f"latency.device_ms: {value:.3f} ms simulated per inference (budget {lim:g} ms; {where})",
-                          {**evidence, "value_ms": value, "limit_ms": lim}))
+                          f"latency.device_ms: {show(value, lim, digits=4)} ms simulated per inference{_at(t, timings)} "
+                          f"(budget {show(lim)} ms; {t['device']}, {SCHEDULE_SOURCE})",
+                          {**_latency_evidence(t, timings, ev), "value_ms": value, "limit_ms": lim}))
     if "min_throughput" in section:
-        lim, value = section["min_throughput"], timing["throughput_rps"]
+        lim, t = section["min_throughput"], min(timings, key=lambda t: t["throughput_rps"])
+        value = t["throughput_rps"]
         out.append(Result("latency.throughput", "latency", value >= lim,
-                          f"latency.throughput: {value:.1f} requests/s simulated over {timing['requests']} pipelined "
-                          f"requests (at least {lim:g}; {where})", {**evidence, "value_rps": value, "limit_rps": lim}))
+                          f"latency.throughput: {show(value, lim, digits=5)} requests/s simulated over {t['requests']} "
+                          f"pipelined requests{_at(t, timings)} (at least {show(lim)}; {t['device']}, {SCHEDULE_SOURCE})",
+                          {**_latency_evidence(t, timings, ev), "value_rps": value, "limit_rps": lim}))
     return out
+
+
+def shape_timings(section: dict, ev: Evidence) -> list[dict]:
+    """toolkit.profile.budget.device_timing of every distinct input shape of ``ev`` (its compiled plan in
+    ``ev.compiled_by_shape``), each with "shape" (label), "key" and "inputs" (labels of the input sets with that
+    shape), in first-seen order. Without shapes or plans per shape: one entry for ``ev.compiled``."""
+    from toolkit.profile.budget import DEFAULT_REQUESTS, device_timing
+
+    requests = int(section.get("requests", DEFAULT_REQUESTS))
+    groups: dict[tuple, list[str]] = {}
+    for label, shapes in zip(ev.inputs, ev.shapes):
+        groups.setdefault(shape_key(shapes), []).append(label)
+    if not groups or any(k not in ev.compiled_by_shape for k in groups):
+        note = "input shapes not recorded: simulated on the first input set's plan only"
+        return [{**device_timing(ev.compiled, section.get("device"), requests), "shape": "", "key": (),
+                 "inputs": list(ev.inputs), "shape_note": note}]
+    return [{**device_timing(ev.compiled_by_shape[k], section.get("device"), requests), "shape": shape_label(k),
+             "key": k, "inputs": labels} for k, labels in groups.items()]
+
+
+def _at(t: dict, timings: list[dict]) -> str:
+    if not t["shape"]:
+        return f" ({t['shape_note']})" if t.get("shape_note") and len(t["inputs"]) > 1 else ""
+    first = t["inputs"][0] if t["inputs"] else ""
+    return (f" at {t['shape']} (input set {first!r}"
+            + (f"; worst of {len(timings)} input shapes)" if len(timings) > 1 else ")"))
+
+
+def _latency_evidence(t: dict, timings: list[dict], ev: Evidence) -> dict:
+    per_shape = [{"shape": x["shape"], "inputs": x["inputs"][:20], "input_sets": len(x["inputs"]),
+                  "latency_ms": x["latency_ms"], "throughput_rps": x["throughput_rps"]} for x in timings]
+    return {**{k: v for k, v in t.items() if k not in ("key", "inputs")}, "input": t["inputs"][0] if t["inputs"] else "",
+            "per_shape": per_shape, "source": SCHEDULE_SOURCE, "host_runs_ms": ev.run_ms}
 
 
 def _host_latency(section: dict, ev: Evidence) -> Result:
@@ -240,7 +353,7 @@ def _host_latency(section: dict, ev: Evidence) -> Result:
     value = {"p50": statistics.median, "mean": statistics.fmean, "max": max}[stat](ms) if ms else float("nan")
     lim = section["max_ms"]
     return Result("latency", "latency", bool(ms) and value <= lim,
-                  f"latency: {stat} {value:.2f} ms per input set (budget {lim:g} ms; {LATENCY_SOURCE})",
+                  f"latency: {stat} {show(value, lim, digits=4)} ms per input set (budget {show(lim)} ms; {LATENCY_SOURCE})",
                   {"statistic": stat, "value_ms": value, "limit_ms": lim, "runs_ms": ms, "source": LATENCY_SOURCE})
 
 

@@ -1,7 +1,13 @@
 """The signoff policy: a TOML file of written criteria a model must meet before it ships.
 
 Every section is optional; a section that is present adds its criteria. Unknown sections and keys are refused
-with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid name. Example::
+with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid name.
+Names are checked twice: the policy alone at load time (:func:`load_policy` / :func:`policy_from_dict`: sections,
+keys, types, ranges, the device profile), and against the model once it is loaded, before any input runs
+(:func:`check_policy_model`: output names of ``[outputs.NAME]``, node names of ``[layers] ignore``, tensor names
+of ``[fp16_overflow] allow``).
+
+Example::
 
     [policy]
     name = "resnet_small mixed precision"   # free text, shown in the report
@@ -9,10 +15,11 @@ with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid
     [outputs."*"]                          # every graph output ("*"), or one table per output name
     CosineSimilarity = 0.999               # a metric of toolkit.compare.metrics.METRICS: the limit is a minimum
     RelativeEuclideanDistance = 0.01       # for higher-is-better metrics and a maximum for lower-is-better ones
+                                           # (ranges: CosineSimilarity -1..1, ExactMatchRate 0..1, errors >= 0)
 
     [layers]
     max_abnormal = 5                       # tensors abnormal or overflowing (worst input), at most
-    min_cosine = 0.99                      # every compared tensor's CosineSimilarity, at least
+    min_cosine = 0.99                      # every float tensor's CosineSimilarity, at least (not comparable fails)
     ignore = ["some_node"]                 # node names excluded from the layer criteria
 
     [tasks]
@@ -26,13 +33,14 @@ with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid
     max_arena_bytes = 8_000_000            # plan.arena_bytes, at most
     allow_conflicts = false                # default false: overlapping live tensors fail
 
-    [latency]
+    [latency]                              # judged on the worst distinct input shape of the input sets
     max_ms = 5.0                           # simulated device latency of one inference, ms (the profile schedule)
     min_throughput = 200.0                 # simulated device-bound throughput, requests/s (pipelined schedule)
     device = "atlas300i_pro"               # device profile: a built-in name or a .json file (relative to the policy)
     requests = 32                          # requests simulated for the throughput figure
-    source = "schedule"                    # schedule (default) | host: max_ms bounds the host wall time of the
-    statistic = "p50"                      #   simulated run instead, p50 (default) | mean | max over input sets
+    source = "schedule"                    # schedule (default; or omit source) | host: max_ms bounds the host wall
+    statistic = "p50"                      #   time of the simulated run instead, p50 (default) | mean | max over
+                                           #   input sets (host takes no device, requests or min_throughput)
 
     [placement]
     allowed_cpu_ops = ["NonMaxSuppression"]  # op types allowed on CPU (AI_CPU); others fail
@@ -40,7 +48,9 @@ with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +77,13 @@ LATENCY_STATISTICS = ("p50", "mean", "max")
 LATENCY_SOURCES = ("schedule", "host")
 #: Metrics a policy may bound (those with a direction).
 BOUNDABLE = tuple(n for n, s in METRICS.items() if s.direction in (HIGHER_IS_BETTER, LOWER_IS_BETTER))
+#: (low, high) a limit must lie in, from each metric's range (toolkit.compare.metrics METRICS[...].unit):
+#: the two higher-is-better metrics are bounded; every lower-is-better one is an error >= 0.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    n: {"CosineSimilarity": (-1.0, 1.0), "ExactMatchRate": (0.0, 1.0)}.get(n, (0.0, math.inf)) for n in BOUNDABLE}
+#: List keys whose items must be strings: {(section, key): what the strings name}.
+STRING_LISTS = {("layers", "ignore"): "node names", ("tasks", "metrics"): "module:function names",
+                ("fp16_overflow", "allow"): "tensor names", ("placement", "allowed_cpu_ops"): "op types"}
 
 
 @dataclass
@@ -93,7 +110,8 @@ class Policy:
 
 
 def load_policy(path: str | Path) -> Policy:
-    """Read and validate a TOML policy. Raises ConfigError (one line) for a missing/invalid file or key."""
+    """Read and validate a TOML policy (a ``[latency] device`` .json file is relative to the policy's folder).
+    Raises ConfigError (one line) for a missing/invalid file, key, value or device profile."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"policy file '{p}' does not exist; check the --policy path")
@@ -102,16 +120,15 @@ def load_policy(path: str | Path) -> Policy:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
-    pol = policy_from_dict(data, where=f"policy '{p}'")
+    pol = policy_from_dict(data, where=f"policy '{p}'", base_dir=p.parent)
     pol.path, pol.sha256 = str(p), hashlib.sha256(raw).hexdigest()
-    lat = pol.data.get("latency") or {}
-    if str(lat.get("device", "")).lower().endswith(".json"):  # a device file is relative to the policy
-        lat["device"] = str((p.parent / lat["device"]))
     return pol
 
 
-def policy_from_dict(data: dict, where: str = "policy") -> Policy:
-    """Validate ``data`` (see module docstring) and wrap it. Raises ConfigError."""
+def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | None = None) -> Policy:
+    """Validate ``data`` (see module docstring) and wrap it. A ``[latency] device`` .json path is resolved
+    against ``base_dir`` (default: the working directory) and loaded (toolkit.profile.device.load_device), so a
+    bad device is refused here, not after the inputs ran. Raises ConfigError."""
     for sec, body in data.items():
         if sec not in SECTIONS:
             raise ConfigError(f"{where}: unknown section [{sec}]{suggest(sec, SECTIONS)}")
@@ -121,6 +138,8 @@ def policy_from_dict(data: dict, where: str = "policy") -> Policy:
             _check_outputs(body, where)
         else:
             _check_section(sec, body, where)
+        if sec == "latency":
+            _check_device(body, where, base_dir)
     criteria_sections = [s for s in data if s != "policy"]
     if not criteria_sections:
         raise ConfigError(f"{where}: no criteria; add at least one of {', '.join('[' + s + ']' for s in SECTIONS[:-1] if s != 'policy')}")
@@ -136,6 +155,9 @@ def _check_section(sec: str, body: dict, where: str) -> None:
         types, desc = keys[key]
         if isinstance(val, bool) and bool not in types or not isinstance(val, types):
             raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected {desc}")
+        if (sec, key) in STRING_LISTS and not all(isinstance(v, str) and v for v in val):
+            raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected a list of {STRING_LISTS[sec, key]} "
+                              "(non-empty strings)")
     _check_ranges(sec, body, where)
 
 
@@ -167,7 +189,13 @@ def _check_latency(body: dict, where: str) -> tuple[str, str] | None:
         raise ConfigError(f"{where}: [latency] statistic = '{st}' is not valid{suggest(st, LATENCY_STATISTICS)}")
     if src == "host" and ("min_throughput" in body or "max_ms" not in body):
         raise ConfigError(f"{where}: [latency] source = 'host' bounds host wall time with max_ms only; "
-                          "min_throughput needs source = 'schedule'")
+                          "min_throughput is a simulated-schedule figure: omit source (the default) or set "
+                          "source = 'schedule'")
+    ignored = [k for k in ("device", "requests") if k in body]
+    if src == "host" and ignored:
+        raise ConfigError(f"{where}: [latency] source = 'host' measures this host's wall time, so "
+                          f"{' and '.join(ignored)} would be ignored; remove {' and '.join(ignored)}, or omit source "
+                          "(the default, 'schedule') to simulate the device")
     for key, ok, desc in (("max_ms", lambda v: v > 0, "ms > 0"), ("min_throughput", lambda v: v > 0, "requests/s > 0"),
                           ("requests", lambda v: 1 <= v <= 10_000, "a count 1..10000")):
         if key in body and not (ok(body[key]) and body[key] == body[key] and abs(body[key]) != float("inf")):
@@ -184,8 +212,74 @@ def _check_outputs(body: dict, where: str) -> None:
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{suggest(metric, BOUNDABLE)}")
             if isinstance(limit, bool) or not isinstance(limit, (int, float)):
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r}; expected a number")
+            lo, hi = METRIC_RANGES[metric]
+            if not (math.isfinite(limit) and lo <= limit <= hi):
+                rng = f"{lo:g}..{hi:g}" if math.isfinite(hi) else f"a finite number >= {lo:g}"
+                raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r} is outside the metric's range; "
+                                  f"expected {rng} ({METRICS[metric].unit})")
 
 
 def bound_of(metric: str) -> str:
     """'min' for higher-is-better metrics, 'max' for lower-is-better ones."""
     return "min" if METRICS[metric].direction == HIGHER_IS_BETTER else "max"
+
+
+def _check_device(body: dict, where: str, base_dir: str | Path | None) -> None:
+    """Load ``[latency] device`` now (a .json path resolved against ``base_dir`` and stored back resolved)."""
+    from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
+
+    if "device" not in body:
+        return
+    spec, names = body["device"], builtin_devices()
+    fix = f"give a built-in device ({', '.join(names)}) or a .json device profile, or omit device for {DEFAULT_DEVICE}"
+    if spec in names:
+        return
+    if not spec.strip():
+        raise ConfigError(f"{where}: [latency] device = ''; {fix}")
+    if not spec.lower().endswith(".json"):
+        raise ConfigError(f"{where}: [latency] device = {spec!r} is neither a built-in device{suggest(spec, names)} "
+                          "nor a .json file")
+    path = Path(base_dir) / spec if base_dir is not None else Path(spec)
+    if not path.is_file():
+        raise ConfigError(f"{where}: [latency] device = {spec!r}: file '{path}' does not exist; {fix}")
+    try:
+        load_device(path)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: [latency] device = {spec!r}: {exc}") from None
+    body["device"] = str(path)
+
+
+def _hint(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.5)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    shown = sorted(choices)[:8]
+    return f" (the model has {len(choices)}: {', '.join(shown)}{', ...' if len(choices) > 8 else ''})"
+
+
+def check_policy_model(policy: Policy, model) -> None:
+    """Refuse names of ``policy`` that are not in ``model`` (an onnx.ModelProto, as loaded): ``[outputs.NAME]``
+    (graph outputs), ``[layers] ignore`` (node names), ``[fp16_overflow] allow`` (tensor names: graph inputs,
+    node outputs, initializers). Call it once the model is loaded, before any input runs.
+
+    Raises:
+        ConfigError: one line naming the policy, the section, the unknown name and the closest model name.
+    """
+    where = f"policy '{policy.path}'" if policy.path else "policy"
+    g = model.graph
+    outputs = [o.name for o in g.output]
+    for name in policy.section("outputs") or {}:
+        if name != "*" and name not in outputs:
+            raise ConfigError(f"{where}: [outputs.\"{name}\"] names no output of the model{_hint(name, outputs)}; "
+                              "use one of its outputs or \"*\" for all")
+    nodes = [n.name for n in g.node if n.name]
+    for name in (policy.section("layers") or {}).get("ignore", []):
+        if name not in set(nodes):
+            raise ConfigError(f"{where}: [layers] ignore names '{name}', which is not a node of the model"
+                              f"{_hint(name, nodes)}; ignore takes node names")
+    tensors = list(dict.fromkeys([i.name for i in g.input] + [t for n in g.node for t in n.output if t]
+                                 + [i.name for i in g.initializer]))
+    for name in (policy.section("fp16_overflow") or {}).get("allow", []):
+        if name not in set(tensors):
+            raise ConfigError(f"{where}: [fp16_overflow] allow names '{name}', which is not a tensor of the model"
+                              f"{_hint(name, tensors)}; allow takes tensor names")

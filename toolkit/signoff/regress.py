@@ -21,6 +21,7 @@ import pandas as pd
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
 from toolkit.config import suggest
 from toolkit.errors import InputError, UsageError
+from toolkit.signoff.criteria import show
 from toolkit.signoff.policy import BOUNDABLE
 
 #: Allowed absolute worsening per metric (CosineSimilarity may drop by 1e-3, RED may grow by 0.01).
@@ -186,8 +187,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
                 for r in layers["newly_abnormal"]]
-    reasons += [f"tensor '{d['TensorName']}': {d['metric']} {d['baseline']:.6g} -> {d['new']:.6g} (tolerance {tol[d['metric']]:g})"
-                for d in layers["layer_deltas"]]
+    reasons += [f"tensor '{d['TensorName']}': {d['metric']} {show(d['baseline'], d['new'])} -> "
+                f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
             "baseline": str(baseline), "new": str(new), "tolerance": tol, "environment_changes": env,

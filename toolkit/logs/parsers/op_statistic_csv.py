@@ -1,8 +1,9 @@
 """The device profiler's op_statistic CSV (GUIDE §4): OP Type, Core Type, Count, Total Time(us), Avg Time(us),
-Min Time(us), Max Time(us), Ratio(%).
+Min Time(us), Max Time(us), Ratio(%) — plus, in npuscope's own files, a trailing Time Kind column.
 
 Per op type, not per task, so ``op_summary`` is empty; the rows go to table ``op_statistic`` with exactly
-:data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is "").
+:data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is ""; a file
+without a Time Kind column, or an empty cell, is a real device's profile: Time Kind ``device``).
 Malformed rows (counted, skipped): too many fields, no OP Type, a Count / Total Time(us) that is missing,
 not a number, not finite, beyond 1e18 or negative, or another number column holding a non-finite value or
 one beyond 1e18 (toolkit.logs.numbers).
@@ -34,6 +35,7 @@ def parse(path: Path) -> ParseResult:
         if col not in df.columns:
             df[col] = ""
     df = df[OP_STATISTIC_COLUMNS].copy()
+    df["Time Kind"] = df["Time Kind"].fillna("").astype(str).str.strip().replace("", "device")
     for col in _NUMBERS:
         df[col] = numeric(df[col])
     ok = (df["OP Type"].str.strip() != "") & sane_mask(df["Count"]) & (df["Count"] >= 0) \
