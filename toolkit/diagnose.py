@@ -19,7 +19,7 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compare.layerwise import layer_table, refine_origins
+from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
@@ -137,18 +137,6 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
 
 
-#: CompareFailReason prefixes of rows that were rightly not compared (the value is the same by construction)
-_SAME_BY_CONSTRUCTION = ("folded at compile time", "fused into kernel", "computed at compile time")
-
-
-def _not_compared(row) -> str | None:
-    """Why ``row`` carries no metrics, or None when it was compared (or needs no comparison)."""
-    why = row.get("CompareFailReason")
-    if not isinstance(why, str) or not why.strip():
-        return None
-    return None if why.startswith(_SAME_BY_CONSTRUCTION) else why
-
-
 def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     reasons = []
     out_rows = df[df["TensorName"].isin(outputs)]
@@ -161,7 +149,7 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
         evidence = ", ".join(f"{m} {v:.6g}" if isinstance(v, float) else f"{m} {v}" for m, v in shown.items())
         reasons.append(f"output '{r['TensorName']}' is abnormal ({evidence or 'not comparable: ' + str(r.get('CompareFailReason', ''))})")
     for _, r in out_rows[~(out_rows["Abnormal"] | out_rows["OverFlow"])].iterrows():
-        why = _not_compared(r)
+        why = not_compared_reason(r)
         if why:
             reasons.append(f"output '{r['TensorName']}' could not be compared ({why}): nothing vouches for it")
     if len(df) and not (df["CompareFailReason"].fillna("").astype(str).str.strip() == "").any():

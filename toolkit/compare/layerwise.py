@@ -20,7 +20,25 @@ INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Ker
                 "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
 
 
-def _golden_range(y) -> dict:
+
+#: CompareFailReason prefixes of rows rightly not compared: the value is the device's by construction (a
+#: kernel's on-chip intermediate, or computed at compile time). Other reasons mean the tensor could not be
+#: compared (non-finite everywhere, shape or dtype mismatch, ...).
+FUSED_INTO = "fused into kernel"
+COMPILE_TIME = "computed at compile time"
+SAME_BY_CONSTRUCTION = (FUSED_INTO, COMPILE_TIME)
+
+
+def not_compared_reason(row) -> str | None:
+    """Why ``row`` (a layer-table row) carries no metrics, or None when it was compared or needs no
+    comparison (:data:`SAME_BY_CONSTRUCTION`)."""
+    why = row.get("CompareFailReason")
+    why = why.strip() if isinstance(why, str) else ""
+    return None if not why or why.startswith(SAME_BY_CONSTRUCTION) else why
+
+def golden_range(y) -> dict:
+    """{"GoldenMin", "GoldenMax", "GoldenAbsMax"} over the finite values of a numeric reference tensor (float64);
+    {} for an empty, non-numeric or all-non-finite one."""
     try:
         a = np.asarray(y)
         if a.size == 0 or a.dtype.kind not in "fiub":
@@ -75,11 +93,11 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
             if g is not None:
                 row["DataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
-                row.update(_golden_range(g))
+                row.update(golden_range(g))
             if t in folded:
-                row["CompareFailReason"] = "computed at compile time (constant folding)"
+                row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
             elif k is not None and t in k.internal:
-                row["CompareFailReason"] = f"fused into kernel {k.name}"
+                row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
             elif t not in device:
                 row["CompareFailReason"] = "not stored by the NPU plan"
             elif g is None:

@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from toolkit.compare.layerwise import INFO_COLUMNS, _golden_range
+from toolkit.compare.layerwise import INFO_COLUMNS, golden_range
 from toolkit.compare.metrics import ROW_KEYS, compare_tensors
 
 from .entry import DumpEntry, DumpReadError
@@ -54,7 +54,7 @@ def compare_pair(i: int, p: Pair, thresholds: dict[str, float] | None) -> dict:
     y, y_err = _load(p.golden)
     x, x_err = _load(p.target)
     if y is not None:
-        row.update(DataType=str(y.dtype), Shape="x".join(str(d) for d in y.shape), **_golden_range(y))
+        row.update(DataType=str(y.dtype), Shape="x".join(str(d) for d in y.shape), **golden_range(y))
     if x is not None:
         row.update(NPUDump=str(x.dtype), Precision=_PRECISION.get(str(x.dtype), str(x.dtype)))
     errors = [f"{side} dump unreadable ({e.source}): {err}" for side, e, err in

@@ -91,18 +91,6 @@ def op_type_figure(stat: pd.DataFrame, top: int = TOP_TYPES) -> go.Figure:
     return fig
 
 
-def statistic_by_kind(summary: pd.DataFrame) -> pd.DataFrame:
-    """op_statistic of the summary; when it holds several Time Kinds, one op_statistic per kind (Ratio(%) within
-    the kind) with a leading Time Kind column, kinds in TIME_KINDS order."""
-    kinds = [k for k in TIME_KINDS if k in set(summary["Time Kind"])]
-    kinds += [k for k in dict.fromkeys(summary["Time Kind"]) if k not in kinds]
-    if len(kinds) <= 1:
-        return op_statistic(summary)
-    parts = [op_statistic(summary[summary["Time Kind"] == k]).assign(**{"Time Kind": k}) for k in kinds]
-    df = pd.concat(parts, ignore_index=True)
-    return df[["Time Kind"] + [c for c in df.columns if c != "Time Kind"]]
-
-
 def timeline_rows(summary: pd.DataFrame, max_bars: int = MAX_TIMELINE_BARS) -> tuple[pd.DataFrame, int]:
     """The tasks drawn on the timeline: rows with a start time, earliest first, at most ``max_bars``; returns
     (rows with an added ``Row`` label column — [Source ·] [Time Kind ·] stream · Task Type, the optional parts
@@ -242,7 +230,8 @@ def build_context(*, title: str, op_summary: pd.DataFrame, findings: list[Findin
                   breakdown=None, latency=None, placement=None, tables=None) -> dict:
     """Plain data for profile.html.j2 (arguments as :func:`render_profile`)."""
     summary = op_summary_frame(op_summary)
-    stat = statistic_by_kind(summary)
+    stat = op_statistic(summary)  # per Time Kind, Ratio(%) within the kind (toolkit.profile.optable)
+    stat = stat[["Time Kind"] + [c for c in stat.columns if c != "Time Kind"]]
     rows, timed = timeline_rows(summary, MAX_TIMELINE_BARS)
     shown = len(rows)
     span = (f"{rows['Task Start Time(us)'].min():.6g} .. {(rows['Task Start Time(us)'] + rows['Task Duration(us)']).max():.6g} us"

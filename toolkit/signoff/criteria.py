@@ -14,6 +14,7 @@ from typing import Callable
 
 import pandas as pd
 
+from toolkit.compare.layerwise import not_compared_reason
 from toolkit.memory.planner import Block, find_conflicts
 from toolkit.signoff.policy import bound_of
 
@@ -103,11 +104,6 @@ def show(value, *limits, digits: int = 6) -> str:
     return text
 
 
-#: CompareFailReason prefixes of tensors rightly not compared: their value is the device's by construction
-#: (toolkit.compare.layerwise: fused into a kernel's on-chip intermediates, or computed at compile time).
-SAME_BY_CONSTRUCTION = ("fused into kernel", "computed at compile time", "folded at compile time")
-
-
 def not_comparable(row) -> str | None:
     """Why ``row`` (a layer-table row: CosineSimilarity, CompareFailReason, DataType / NPUDump) has no
     CosineSimilarity although it should, or None. A tensor fused into a kernel or folded at compile time needs
@@ -117,9 +113,8 @@ def not_comparable(row) -> str | None:
     if _num(row.get("CosineSimilarity")) is not None:
         return None
     why = row.get("CompareFailReason")
-    why = why.strip() if isinstance(why, str) else ""
-    if why:
-        return None if why.startswith(SAME_BY_CONSTRUCTION) else why
+    if isinstance(why, str) and why.strip():
+        return not_compared_reason(row)
     dtype = str(row.get("NPUDump") or "") + " " + str(row.get("DataType") or "")
     return "CosineSimilarity is NaN" if "float" in dtype else None
 def _num(v) -> float | None:

@@ -203,7 +203,7 @@ def dataset_evidence(outputs: list[str], metas, layers: pd.DataFrame, plan) -> E
     input), and ``layers`` is the worst case per tensor over all inputs (:func:`worst_case_table`). A tensor
     compared on fewer inputs than were evaluated (``Inputs`` column) gets a NaN CosineSimilarity and a
     CompareFailReason naming how many inputs it could not be compared on, unless it is the same by
-    construction (toolkit.signoff.criteria.SAME_BY_CONSTRUCTION)."""
+    construction (toolkit.compare.layerwise.SAME_BY_CONSTRUCTION)."""
     rows, tasks, run_ms, names, shapes = {o: [] for o in outputs}, [], [], [], []
     for m in metas:
         names.append(m["input"])
@@ -220,7 +220,7 @@ def dataset_evidence(outputs: list[str], metas, layers: pd.DataFrame, plan) -> E
 
 def _partly_compared(layers: pd.DataFrame, n_inputs: int) -> pd.DataFrame:
     """Mark tensors whose metrics exist on fewer than ``n_inputs`` inputs (see :func:`dataset_evidence`)."""
-    from toolkit.signoff.criteria import SAME_BY_CONSTRUCTION
+    from toolkit.compare.layerwise import SAME_BY_CONSTRUCTION
 
     if "Inputs" not in layers.columns or not n_inputs:
         return layers

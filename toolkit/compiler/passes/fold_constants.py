@@ -2,7 +2,7 @@
 
 Uses the onnxscript optimizer's constant folder (which also folds shape subgraphs once input shapes are
 static), then turns ``Constant`` nodes into initializers. Tensors computed away are recorded in
-``ctx.folded`` so comparisons list them as "folded at compile time".
+``ctx.folded`` so comparisons list them as "computed at compile time".
 """
 
 from __future__ import annotations
