@@ -33,6 +33,8 @@ import time
 
 import numpy as np
 
+from bytecode import compile_toolkit
+
 
 FRESH = r"""
 import json, sys, time
@@ -90,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
+    compile_toolkit()  # .pyc files, as after `pip install .` (bench/bytecode.py)
     from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
     enable_global_thread_pool()
     import onnxruntime as ort

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_toolkit
+
 LOADER = """
 import numpy as np
 def load_data():
@@ -61,6 +63,7 @@ def main() -> None:
     from toolkit import zoo
     from toolkit.inputs import realistic_inputs
 
+    compile_toolkit()  # .pyc files, as after `pip install .` (bench/bytecode.py)
     model = zoo.fetch("ppocr_rec")
     bindir = Path(sys.executable).parent
     work = Path(tempfile.mkdtemp(prefix="bench_compare_"))

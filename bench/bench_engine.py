@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from bytecode import compile_toolkit
+
 COLD = r"""
 import time, json, sys
 t0 = time.perf_counter()
@@ -55,6 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
+    compile_toolkit()  # .pyc files, as after `pip install .` (bench/bytecode.py)
     from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
     enable_global_thread_pool()
     import onnxruntime as ort

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.cache import keys, store
 from toolkit.cache.settings import default_dir, from_config
-from toolkit.cache.store import EntryStore, unpack
+from toolkit.cache.store import LAYOUT, EntryStore, unpack
 from toolkit.compiler.pipeline import compile_model, recompile_precision
 from toolkit.config import Config
 from toolkit.errors import ConfigError
@@ -217,7 +217,7 @@ def test_edit_outside_patchable_ops_recompiles_and_reuses_kernels(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- corruption
 def _entry(tmp_path, ns) -> list:
-    return sorted((tmp_path / "v1" / ns).iterdir())
+    return sorted((tmp_path / LAYOUT / ns).iterdir())
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
@@ -315,7 +315,7 @@ def test_lru_eviction_keeps_recently_used_entries(tmp_path):
 def _foreign_tree(root):
     """Files a user keeps under a folder mistaken for a cache: names that are not keys, keys outside the kind
     folders, a key-named folder and symlink, an upper-case key. Returns their paths."""
-    v1 = root / "v1"
+    v1 = root / LAYOUT
     (v1 / "compile").mkdir(parents=True, exist_ok=True)
     (v1 / "other").mkdir(parents=True, exist_ok=True)
     (v1 / "kernel" / ("d" * 64)).mkdir(parents=True)           # a folder named like a key

@@ -100,15 +100,15 @@ def begin(work, config, disabled, model_path: str, t0: float) -> CompileCache | 
         return None
     cc = CompileCache(settings, t0)
     try:
-        cc.manifest = keys.Manifest.of(work)
+        cc.key = keys.compile_key(work, config, disabled)
     except keys.Uncacheable as exc:
         LOG.info("compile cache: not caching this model: %s", exc)
         return None
-    cc.key = cc.manifest.compile_key(config, disabled)
     ops_before = len(work.graph.node)
     if settings.reads:
         cc._exact(config, model_path)
-    if cc.result is None:
+    if cc.result is None:  # the manifest (per-node digests) only when the exact entry is not there
+        cc.manifest = keys.Manifest.of(work)
         cc.family = cc.manifest.family_key(config, disabled)
         if settings.reads:
             cc._patch(work, config, model_path)

@@ -1,14 +1,17 @@
 """Cache keys: sha256 over everything that changes what the compiler or a kernel build produces.
 
-- :func:`versions`: npuscope's version plus a digest of its own source files (code changes between releases
+- :func:`versions`: npuscope's version plus a digest of its own source files (path, size, mtime) (code changes between releases
   invalidate entries too), onnxruntime, onnx, onnxscript, numpy and Python versions.
 - :func:`machine`: CPU architecture and instruction-set flags; part of kernel keys only, because onnxruntime's
   optimised kernel models (NCHWc layouts) are specific to the CPU they were optimised on.
 - :class:`Manifest`: per-node and per-initializer digests of the model to compile (after input shapes are
   bound): ``full`` digests cover values (weights by digest, attribute values), ``struct`` digests only names,
   op types, wiring, attribute names, tensor dtypes and dims. The family key hashes the structural ones, so
-  a model that differs from a cached one only in some values finds it (toolkit.cache.patch). The compile
-  key hashes the full digests, the config fields that change code, skipped passes and the versions.
+  a model that differs from a cached one only in some values finds it (toolkit.cache.patch). A manifest is
+  made only when the exact entry misses (or to store one).
+- :func:`compile_key`: the whole bound model's deterministic serialisation (every node, weight and other
+  field), the config fields that change code, skipped passes, the registered passes/rules and the versions.
+  One sha256 over the model's bytes (~3 ms on PP-OCRv4 det) instead of one per node and weight (~6 ms).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ def _sha(*parts: bytes | str) -> str:
 
 @functools.cache
 def _source_digest() -> str:
-    """sha256 over the path and bytes of every .py file of the installed toolkit package."""
+    """sha256 over the path, size and modification time (ns) of every .py file of the installed toolkit
+    package: an edited, reinstalled or checked-out file changes it. Stat instead of reading the ~200 files
+    (~1 ms instead of ~13 ms in a new process); a file touched without a change only costs a recompile."""
     import toolkit
 
     root = Path(toolkit.__file__).parent
@@ -48,8 +53,8 @@ def _source_digest() -> str:
     for p in sorted(root.rglob("*.py")):
         if "__pycache__" in p.parts:
             continue
-        h.update(str(p.relative_to(root)).encode())
-        h.update(p.read_bytes())
+        st = p.stat()
+        h.update(f"{p.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return h.hexdigest()[:16]
 
 
@@ -171,12 +176,11 @@ class Manifest:
     @classmethod
     def of(cls, model: onnx.ModelProto) -> "Manifest":
         """Raises Uncacheable when a tensor's data is not inside the model (external data)."""
+        check_cacheable(model)
         nodes = [[n.name, _sha(n.SerializeToString(deterministic=True)), _sha(_node_struct(n))]
                  for n in model.graph.node]
         inits = {}
         for t in model.graph.initializer:
-            if t.data_location == onnx.TensorProto.EXTERNAL:
-                raise Uncacheable(f"initializer '{t.name}' refers to external data")
             inits[t.name] = [_sha(t.SerializeToString(deterministic=True)),
                              _sha(json.dumps([t.name, t.data_type, list(t.dims)]))]
         return cls(_rest_digest(model), nodes, inits)
@@ -188,21 +192,32 @@ class Manifest:
     def from_dict(cls, d: dict) -> "Manifest":
         return cls(d["rest"], d["nodes"], d["inits"])
 
-    def _key(self, which: int, config, disabled) -> str:
-        body = {"rest": self.rest, "nodes": [n[which] for n in self.nodes],
-                "inits": sorted((k, v[which - 1]) for k, v in self.inits.items()),
-                "config": code_config(config), "disabled": sorted(disabled), "versions": versions(),
-                "registry": registry_digest()}
-        return _sha("compile" if which == 1 else "family", json.dumps(body, sort_keys=True, default=str))
-
-    def compile_key(self, config, disabled=()) -> str:
-        """Key of a compile entry: every node and weight by digest, the graph's inputs (shapes as bound),
-        outputs and opsets, the config fields that change code, the passes skipped, the versions."""
-        return self._key(1, config, disabled)
-
     def family_key(self, config, disabled=()) -> str:
         """Key shared by models that differ from this one only in attribute values and weight values."""
-        return self._key(2, config, disabled)
+        body = {"rest": self.rest, "nodes": [n[2] for n in self.nodes],
+                "inits": sorted((k, v[1]) for k, v in self.inits.items()), **_compile_options(config, disabled)}
+        return _sha("family", json.dumps(body, sort_keys=True, default=str))
+
+
+def _compile_options(config, disabled) -> dict:
+    return {"config": code_config(config), "disabled": sorted(disabled), "versions": versions(),
+            "registry": registry_digest()}
+
+
+def check_cacheable(model: onnx.ModelProto) -> None:
+    """Raises Uncacheable when a tensor's data is not inside the model (external data)."""
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            raise Uncacheable(f"initializer '{t.name}' refers to external data")
+
+
+def compile_key(model: onnx.ModelProto, config, disabled=()) -> str:
+    """Key of a compile entry (module docstring): the bound model (every node and weight, the graph's inputs
+    with their shapes as bound, outputs, opsets, metadata), the config fields that change code, the passes
+    skipped, the registered passes and rules, the versions. Raises Uncacheable (external data)."""
+    check_cacheable(model)
+    body = hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    return _sha("compile", body, json.dumps(_compile_options(config, disabled), sort_keys=True, default=str))
 
 
 def kernel_key(model_digest: str, level) -> str:

@@ -1,9 +1,13 @@
-"""A directory of content-addressed entries: ``<root>/v1/<namespace>/<key>``.
+"""A directory of content-addressed entries: ``<root>/v2/<namespace>/<key>``.
 
 Entry file format (little-endian)::
 
-    magic b"NPUSCC1\\n" (8 bytes) | sha256 of meta+payload (32 bytes) | len(meta) u32 | len(payload) u64 |
-    meta (UTF-8 JSON object) | payload (bytes)
+    magic b"NPUSCC2\\n" (8 bytes) | CRC-32 (zlib.crc32) of meta+payload u32 | len(meta) u32 |
+    len(payload) u64 | meta (UTF-8 JSON object) | payload (bytes)
+
+The key (the file name) is a sha256 digest of what the entry was built from; the CRC-32 in the file only
+detects truncated or altered bytes, and costs ~1.4 ms per 10 MB read against ~5.4 ms for a second sha256
+(layout v1 used sha256 here; its folder is ignored).
 
 - Writes are atomic: a temporary file in the same folder, then ``os.replace`` (readers never see a partial
   entry; two writers of one key leave one whole entry, both being the same content). They run on one
@@ -21,7 +25,6 @@ No locks: readers only ever open whole files, and a file removed under a reader 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -30,13 +33,14 @@ import struct
 import tempfile
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LOG = logging.getLogger("npuscope.cache")
-MAGIC = b"NPUSCC1\n"
-_HEAD = struct.Struct("<8s32sIQ")
-LAYOUT = "v1"
+MAGIC = b"NPUSCC2\n"
+_HEAD = struct.Struct("<8sIIQ")
+LAYOUT = "v2"
 #: the namespaces (kinds) of entries npuscope writes; ``recipes`` was written by earlier versions
 KINDS = ("compile", "family", "kernel", "bundle", "recipes")
 #: an entry file's name: a sha256 key in hex; a temporary file of :meth:`EntryStore._write` (tempfile.mkstemp
@@ -80,22 +84,21 @@ def encode_meta(meta: dict) -> bytes:
 def pack(meta: dict | bytes, payload: bytes = b"") -> bytes:
     """The entry file bytes for ``meta`` (JSON-serialisable dict, or its encode_meta bytes) and ``payload``."""
     mb = meta if isinstance(meta, bytes) else encode_meta(meta)
-    h = hashlib.sha256(mb)
-    h.update(payload)
-    return b"".join((_HEAD.pack(MAGIC, h.digest(), len(mb), len(payload)), mb, payload))
+    crc = zlib.crc32(payload, zlib.crc32(mb))
+    return b"".join((_HEAD.pack(MAGIC, crc, len(mb), len(payload)), mb, payload))
 
 
 def unpack(data: bytes) -> tuple[dict, bytes]:
     """(meta, payload) of entry file bytes. Raises CorruptEntry (what is wrong, one line)."""
     if len(data) < _HEAD.size:
         raise CorruptEntry(f"{len(data)} bytes, shorter than the {_HEAD.size}-byte header (truncated)")
-    magic, digest, n_meta, n_pay = _HEAD.unpack_from(data)
+    magic, crc, n_meta, n_pay = _HEAD.unpack_from(data)
     if magic != MAGIC:
         raise CorruptEntry("bad magic (not an npuscope cache entry)")
     if len(data) != _HEAD.size + n_meta + n_pay:
         raise CorruptEntry(f"{len(data)} bytes but the header says {_HEAD.size + n_meta + n_pay} (truncated)")
     body = memoryview(data)[_HEAD.size:]
-    if hashlib.sha256(body).digest() != digest:
+    if zlib.crc32(body) != crc:
         raise CorruptEntry("checksum mismatch (altered bytes)")
     try:
         meta = json.loads(bytes(body[:n_meta]))
@@ -220,7 +223,7 @@ class EntryStore:
                 yield Path(f.path), st.st_size, st.st_mtime, is_tmp
 
     def foreign_files(self) -> int:
-        """Files under ``<root>/v1`` that are not entries or temporary files of the store (left alone)."""
+        """Files under ``<root>/<LAYOUT>`` that are not entries or temporary files of the store (left alone)."""
         if not self.base.is_dir():
             return 0
         ours = {p for p, *_ in self._files()}
@@ -255,7 +258,7 @@ class EntryStore:
 
     def info(self) -> dict:
         """{"dir", "entries": {namespace: count}, "bytes" (entries and temporary files), "limit_bytes",
-        "foreign_files" (other files under <root>/v1, never counted in bytes, never deleted)} of the store."""
+        "foreign_files" (other files under <root>/<LAYOUT>, never counted in bytes, never deleted)} of the store."""
         flush()
         entries, total = {}, 0
         for p, size, _, is_tmp in self._files():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolkit.cache.settings import from_config
-from toolkit.cache.store import EntryStore
+from toolkit.cache.store import LAYOUT, EntryStore
 from toolkit.errors import UsageError
 
 ACTIONS = ("info", "clear")
@@ -39,6 +39,6 @@ def cache_command(action: str, folder: str | None = None) -> dict:
         lines.insert(1, f"cleared {_human(out['freed_bytes'])}")
     if info["foreign_files"]:
         verb = "left" if action == "clear" else "ignored"
-        lines.append(f"{verb} {info['foreign_files']} file(s) under {info['dir']}/v1 that are not cache entries")
+        lines.append(f"{verb} {info['foreign_files']} file(s) under {info['dir']}/{LAYOUT} that are not cache entries")
     out["summary"] = lines
     return out

@@ -203,7 +203,7 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
         ModelError: dynamic dims left unbound, unsupported constructs.
     """
     _load_passes()
-    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
+    from toolkit.compiler.passes.bind_shapes import bind_input_shapes, check_inference
     from toolkit.ir.load import normalise_node_names
 
     config = config or Config()
@@ -215,12 +215,15 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     normalise_node_names(work)
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
-    bind_input_shapes(work, shapes)
+    declared = bind_input_shapes(work, shapes, check=False)
     from toolkit.cache import compile_cache  # the compile cache (docs/compile-cache.md); None when disabled
 
     cached = compile_cache.begin(work, config, disabled, model_path, t0)
     if cached is not None and cached.result is not None:
+        # a hit: this bound model compiled before, so its shape-inference check passed then; a patch: it differs
+        # from one that did only in Conv values and attributes that keep every shape (toolkit.cache.patch)
         return cached.result
+    check_inference(work, declared, shapes)
     ops_before = len(work.graph.node)
     ctx = CompileContext(Graph(work), config, model_path)
     logs = _run_passes(ctx, config, PASS_ORDER, disabled)
