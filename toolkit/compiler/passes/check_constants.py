@@ -16,18 +16,26 @@ FP32_PARAMETERS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
 
 
 def fp16_constant_issues(arr: np.ndarray) -> dict:
-    """Evidence dict of what FP16 conversion does to ``arr`` (empty if harmless)."""
-    a = arr.astype(np.float64)
-    h = arr.astype(np.float16).astype(np.float64)
+    """Evidence dict of what FP16 conversion does to float32 ``arr`` (empty if harmless).
+
+    Computed in float32 (every float16 value is exact in float32), with one early exit: when every finite
+    |value| is at most 2048 and no non-zero one is below 2**-25 (half the smallest FP16 subnormal), nothing
+    can overflow, round to zero or lose integer exactness."""
+    a = np.asarray(arr, dtype=np.float32)
+    mag = np.abs(a)
     fin = np.isfinite(a)
+    if fin.all():
+        if not a.size or (mag.max() <= 2048 and not ((mag > 0) & (mag <= 2.0 ** -25)).any()):
+            return {}
+    h = a.astype(np.float16).astype(np.float32)
     ev = {}
-    over = fin & (np.abs(a) > FP16_MAX)
+    over = fin & (mag > FP16_MAX)
     if over.any():
-        ev["overflow"] = {"count": int(over.sum()), "absmax": float(np.abs(a[over]).max())}
+        ev["overflow"] = {"count": int(over.sum()), "absmax": float(mag[over].max())}
     under = fin & (a != 0) & (h == 0)
     if under.any():
-        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(np.abs(a[under]).min())}
-    ints = fin & (a == np.round(a)) & (np.abs(a) > 2048) & (h != a) & ~over
+        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(mag[under].min())}
+    ints = fin & (a == np.round(a)) & (mag > 2048) & (h != a) & ~over
     if ints.any():
         ev["integer_inexact"] = {"count": int(ints.sum()), "example": float(a[ints].flat[0])}
     return ev
