@@ -55,16 +55,67 @@ def producers(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
     return out
 
 
+#: strided-sample size used by :func:`percentile_linear` to narrow the partition to a window of candidates
+_SAMPLE = 4096
+#: arrays up to this size are partitioned whole (numpy's partial sort is already ~1 ns/value there)
+_WINDOW_FROM = 16384
+
+
 def percentile_linear(x: np.ndarray, q: float) -> float:
-    """The ``q``-th percentile of the 1-D array ``x`` with linear interpolation between order statistics
-    (numpy's default ``method="linear"``: position q/100·(n-1)), from a partial sort: ~15x faster than
-    ``np.percentile`` on 1M float32 values (numpy 2.4), which matters for range analysis of every tensor."""
-    pos = q / 100.0 * (x.size - 1)
+    """The ``q``-th percentile of the 1-D finite array ``x`` with linear interpolation between order statistics
+    (numpy's default ``method="linear"``: position q/100·(n-1)), exact.
+
+    Large arrays: the order statistics of a strided sample of :data:`_SAMPLE` values give a value window
+    [t_lo, t_hi] expected to hold the wanted ranks; when the counts of values below and above the window
+    confirm it does, only the window's values are partitioned (about 0.5% of them for q = 99.9); otherwise (or
+    when ``x`` holds NaN) the whole array is. Measured with numpy 2.4 on |N(0,1)| float32, q = 99.9: 1M values
+    0.42 ms vs 3.75 ms for a partial sort of the whole array (np.percentile sorts more: ~10x slower still);
+    65,536 values 21 µs vs 446 µs. Range analysis takes this percentile of every tensor."""
+    n = x.size
+    pos = q / 100.0 * (n - 1)
     lo = int(np.floor(pos))
-    hi = min(lo + 1, x.size - 1)
-    part = np.partition(x, [lo, hi]) if hi != lo else np.partition(x, lo)
-    a, b = float(part[lo]), float(part[hi])
+    hi = min(lo + 1, n - 1)
+    win = _window(x, pos, lo, hi) if n > _WINDOW_FROM else None
+    part, base = win if win is not None else (x, 0)
+    k = [lo - base, hi - base] if hi != lo else [lo - base]
+    part = np.partition(part, k)
+    a, b = float(part[lo - base]), float(part[hi - base])
     return a + (b - a) * (pos - lo)
+
+
+def _window(x: np.ndarray, pos: float, lo: int, hi: int):
+    """(values of ``x`` inside a sample-derived window around ranks lo..hi, count of values below it), or None
+    when the window misses those ranks (the caller then partitions the whole array)."""
+    n = x.size
+    sample = x[:: max(1, n // _SAMPLE)]
+    m = sample.size
+    p = pos / (n - 1)
+    r = p * (m - 1)
+    margin = 4.0 * np.sqrt(m * p * (1.0 - p)) + 8.0
+    r_lo, r_hi = int(np.floor(r - margin)), int(np.ceil(r + margin))
+    if r_lo <= 0 and r_hi >= m - 1:
+        return None
+    ks = [k for k in (r_lo, r_hi) if 0 <= k < m]
+    ps = np.partition(sample, ks)
+    if r_lo > 0:
+        t_lo = ps[r_lo]
+        below = int(np.count_nonzero(x < t_lo))
+    else:
+        t_lo, below = None, 0
+    if r_hi < m - 1:
+        t_hi = ps[r_hi]
+        above = int(np.count_nonzero(x > t_hi))
+    else:
+        t_hi, above = None, 0
+    if below > lo or n - above <= hi:
+        return None
+    if t_lo is not None and t_hi is not None:
+        cand = x[(x >= t_lo) & (x <= t_hi)]
+    else:
+        cand = x[x >= t_lo] if t_lo is not None else x[x <= t_hi]
+    if below + cand.size + above != n:  # NaN in x: no order statistics to trust here
+        return None
+    return cand, below
 
 
 class RangeStats:
@@ -90,24 +141,29 @@ class RangeStats:
     def _add_one(self, name: str, a: np.ndarray) -> None:
         f = np.abs(a.astype(np.float32, copy=False).reshape(-1))
         fin = np.isfinite(f)
+        all_fin = bool(fin.all())
         s = self.acc.setdefault(name, {"min": np.inf, "max": -np.inf, "absmax": 0.0, "p999": 0.0, "over": 0,
                                        "sub": 0, "flush": 0, "nonzero": 0, "n": 0, "int": True, "inputs": 0})
         s["n"] += a.size
         s["inputs"] += 1
-        s["over"] += int(np.count_nonzero(f[fin] > FP16_MAX)) + int(np.count_nonzero(np.isinf(f)))
-        if fin.any():
-            af = f[fin] if not fin.all() else f
-            raw = a.reshape(-1)[fin] if not fin.all() else a.reshape(-1)
-            s["min"] = min(s["min"], float(raw.min()))
-            s["max"] = max(s["max"], float(raw.max()))
-            s["absmax"] = max(s["absmax"], float(af.max()))
+        af = f if all_fin else f[fin]
+        s["over"] += int(np.count_nonzero(af > FP16_MAX)) + (0 if all_fin else int(np.count_nonzero(np.isinf(f))))
+        if af.size:
+            raw = a.reshape(-1) if all_fin else a.reshape(-1)[fin]
+            lo, hi = float(raw.min()), float(raw.max())
+            s["min"] = min(s["min"], lo)
+            s["max"] = max(s["max"], hi)
+            # |x| in float32 is exact, so max |x| = max(-min, max) for float32 data
+            absmax = float(np.float32(max(-lo, hi))) if raw.dtype == np.float32 else float(af.max())
+            s["absmax"] = max(s["absmax"], absmax)
             s["p999"] = max(s["p999"], percentile_linear(af, 99.9))
-            nz = af > 0
-            s["nonzero"] += int(np.count_nonzero(nz))
-            s["sub"] += int(np.count_nonzero(nz & (af < FP16_MIN_NORMAL)))
-            s["flush"] += int(np.count_nonzero(nz & (af < FP16_FLUSH)))
+            nonzero = int(np.count_nonzero(af))
+            zeros = af.size - nonzero
+            s["nonzero"] += nonzero
+            s["sub"] += int(np.count_nonzero(af < FP16_MIN_NORMAL)) - zeros
+            s["flush"] += int(np.count_nonzero(af < FP16_FLUSH)) - zeros
             if s["int"]:
-                s["int"] = bool(np.all(raw == np.round(raw)))
+                s["int"] = _integer_valued(raw)
 
     def frame(self) -> pd.DataFrame:
         """One row per float tensor seen, in graph order (columns: :data:`COLUMNS`)."""
@@ -125,6 +181,14 @@ class RangeStats:
                                                                                           and s["absmax"] > FP16_INT_EXACT),
                          "Elements": s["n"], "Inputs": s["inputs"]})
         return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _integer_valued(raw: np.ndarray, head: int = 4096) -> bool:
+    """Every value of the finite 1-D ``raw`` is an integer (the first ``head`` values are tried alone first:
+    most float tensors fail there, without a pass over the whole array)."""
+    if raw.size > head and not np.all(raw[:head] == np.round(raw[:head])):
+        return False
+    return bool(np.all(raw == np.round(raw)))
 
 
 def analyse_ranges(model: onnx.ModelProto, runs) -> pd.DataFrame:

@@ -34,11 +34,39 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.isolate import isolate
-from toolkit.compare.metrics import compare_tensors
+from toolkit.compare.metrics import METRICS, compare_tensors
+from toolkit.compare.metrics.reductions import as_flat64, reduce_pair
 from toolkit.precision.ranges import FP16_MAX
 
 COLUMNS = ["Rank", "Kernel", "KeepName", "OpType", "Nodes", "LocalCosine", "LocalRED", "LocalMaxAbs",
            "LocalOverflow", "RangeOverflow", "AccCosine", "AccRED", "OutputShare"]
+
+
+#: the metrics the sensitivity table reads from a comparison
+LOCAL_METRICS = ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")
+
+
+def compare_metrics(x, y, names) -> dict:
+    """``compare_tensors(x, y, thresholds={})`` computing only the metrics ``names`` (+ the NaN/Inf counts and
+    OverFlow): for a pair of finite float arrays of one non-empty shape, only the ``reduce_pair`` families those
+    metrics need are computed (same code, so the same values: the std and KL passes are skipped); any other
+    pair (NaN/inf, integers, shape mismatch, empty) goes through ``compare_tensors`` whole.
+
+    Returns a dict with ``names``, CompareFailReason, OverFlow, DeviceNaN, DeviceInf, GoldenNaN, GoldenInf
+    (a full compare_tensors row on the fallback path)."""
+    xa, ya = np.asarray(x), np.asarray(y)
+    if xa.shape != ya.shape or xa.size == 0 or xa.dtype.kind != "f" or ya.dtype.kind != "f":
+        return compare_tensors(xa, ya, thresholds={})
+    with np.errstate(all="ignore"):
+        if not (np.isfinite(xa).all() and np.isfinite(ya).all()):
+            return compare_tensors(xa, ya, thresholds={})
+        specs = [METRICS[n] for n in names]
+        if any(sp.from_sums is None or sp.dtype_class != "float" for sp in specs):
+            return compare_tensors(xa, ya, thresholds={})
+        sums = reduce_pair(as_flat64(xa), as_flat64(ya), families={sp.family for sp in specs})
+        row = {sp.name: sp.from_sums(sums) for sp in specs}
+    row.update(CompareFailReason="", OverFlow=False, DeviceNaN=0, DeviceInf=0, GoldenNaN=0, GoldenInf=0)
+    return row
 
 
 def keep_name(kernel) -> str:
@@ -81,8 +109,8 @@ def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
             continue
         outs = [t for t in k.outputs if t in golden and np.asarray(golden[t]).dtype.kind == "f"]
         local = isolate(runtime, k.name, golden) or {}
-        lrows = [compare_tensors(local[t], golden[t], thresholds={}) for t in outs if t in local]
-        arows = [compare_tensors(dumps[t], golden[t], thresholds={}) for t in outs if t in dumps]
+        lrows = [compare_metrics(local[t], golden[t], LOCAL_METRICS) for t in outs if t in local]
+        arows = [compare_metrics(dumps[t], golden[t], LOCAL_METRICS) for t in outs if t in dumps]
         lc, lr, lm, lo = _worst(lrows)
         ac, ar, _, _ = _worst(arows)
         rng = any(_beyond_fp16(golden[t]) for t in outs + [i for i in ins.get(k.name, []) if i in golden])

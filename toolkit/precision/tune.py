@@ -4,12 +4,13 @@ The loop (all on one compiled graph; only the precision passes re-run per try, s
 toolkit.compiler.pipeline.recompile_precision, and only kernels whose precision changed are rebuilt, since
 kernel sessions are cached by model digest):
 
-1. FP32 reference of every input: final outputs (the target is on them) and a range analysis
-   (toolkit.precision.ranges).
-2. The plan in the given config (default allow_mix_precision) on every input: if the target holds, the set
-   is empty.
-3. Sensitivity (toolkit.precision.sensitivity) on the worst input: single-kernel isolation for every FP16
-   kernel, ranked by overflow evidence, measured share of the output error and local error.
+1. FP32 reference of every input: final outputs (the target is on them), a range analysis
+   (toolkit.precision.ranges) and, from input 0, the tensor shapes for the FLOP estimate (coverage).
+2. The plan in the given config (default allow_mix_precision) on every input, each right after its
+   reference: if the target holds, the set is empty.
+3. Sensitivity (toolkit.precision.sensitivity) on the worst input, whose full reference step 1 kept:
+   single-kernel isolation for every FP16 kernel, ranked by overflow evidence, measured share of the output
+   error and local error.
 4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
    (about 2·log2(p) tries instead of p); then each chosen node is dropped again if the target still holds
    without it (least sensitive first).
@@ -31,7 +32,7 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compare.metrics import METRICS, compare_tensors
+from toolkit.compare.metrics import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.compare.metrics.thresholds import check_metric_name
 from toolkit.compiler.pipeline import compile_model, recompile_precision
@@ -40,7 +41,11 @@ from toolkit.engine import Session, shapes_of
 from toolkit.errors import InputError, UsageError
 from toolkit.precision import coverage as cov
 from toolkit.precision.ranges import RangeStats, range_findings
-from toolkit.precision.sensitivity import kernel_sensitivity, rank_kernels
+from toolkit.precision.sensitivity import (
+    compare_metrics,
+    kernel_sensitivity,
+    rank_kernels,
+)
 from toolkit.runtime.npu import NpuRuntime
 from toolkit.runtime.reference import ReferenceRunner
 
@@ -76,26 +81,37 @@ def parse_target(text: str) -> list[tuple[str, str, float]]:
     return out
 
 
+#: metric columns of a check_outputs row
+_ROW_METRICS = ("CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance", "MeanRelativeError")
+
+
 def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], float]:
     """(met, rows, error): per float output a compare row with ``Met`` and the failing ``Failed`` conditions;
     ``error`` = worst RelativeEuclideanDistance over outputs (inf when NaN/inf appear)."""
     rows, err, met = [], 0.0, True
+    names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
         g = np.asarray(g)
         if g.dtype.kind != "f" or name not in npu:
             continue
-        r = compare_tensors(npu[name], g, thresholds={})
+        r = compare_metrics(npu[name], g, names)
         bad = [f"{m}{op}{v:g}" for m, op, v in target if not (not math.isnan(r[m]) and _OPS[op](r[m], v))]
         nonfinite = r["OverFlow"] or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
         if nonfinite:
             bad.append("finite outputs")
         red = r["RelativeEuclideanDistance"]
         err = max(err, math.inf if nonfinite or math.isnan(red) else red)
-        rows.append({"Output": name, **{m: r[m] for m in ("CosineSimilarity", "MaxAbsoluteError",
-                                                           "RelativeEuclideanDistance", "MeanRelativeError")},
+        rows.append({"Output": name, **{m: r[m] for m in _ROW_METRICS},
                      "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Met": not bad, "Failed": ", ".join(bad)})
         met &= not bad
     return met, rows, err
+
+
+def keep_config(config: Config, keep) -> Config:
+    """``config`` with the node names ``keep`` added to its keep_dtype (entries already there are not repeated;
+    order: the config's entries, then ``keep``'s). This is the config tune writes for a chosen set."""
+    extra = [k for k in keep if k not in config.keep_dtype]
+    return dataclasses.replace(config, keep_dtype=list(config.keep_dtype) + extra)
 
 
 @dataclass
@@ -165,8 +181,7 @@ class Tuner:
         self.ref: ReferenceRunner | None = None
 
     def config_for(self, keep) -> Config:
-        extra = [k for k in keep if k not in self.config.keep_dtype]
-        return dataclasses.replace(self.config, keep_dtype=list(self.config.keep_dtype) + extra)
+        return keep_config(self.config, keep)
 
     def runtime_for(self, keep) -> NpuRuntime:
         self.builds += 1
@@ -244,7 +259,27 @@ def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:
     return chosen, True
 
 
-def _golden_pass(tuner: Tuner, ranges: RangeStats, progress) -> ReferenceRunner:
+@dataclass
+class _Start:
+    """What the per-input reference + baseline pass leaves: the baseline's rows/tasks/errors, the full FP32
+    reference of the worst input (graph inputs included) and the tensor shapes of input 0."""
+
+    rows: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    tasks: list = field(default_factory=list)
+    met: bool = True
+    host_ms: float = 0.0
+    worst_golden: dict | None = None
+    shapes: dict = field(default_factory=dict)
+    baseline_ms: float = 0.0
+
+
+def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress) -> _Start:
+    """Per input: the FP32 reference of every tensor (folded into ``ranges``; the graph outputs kept as the
+    golden), then the given config's plan checked against it. The full reference of the input with the worst
+    baseline error (first one on ties, as the search order) is kept for the sensitivity step, so that step does
+    not run the reference again; at most two full references are alive at once."""
+    st = _Start()
     ref = tuner.ref = ReferenceRunner(tuner.model)
     for i, (label, feed) in enumerate(tuner.feeds):
         progress(f"FP32 reference of input {i + 1}/{len(tuner.feeds)} ({label})")
@@ -252,7 +287,21 @@ def _golden_pass(tuner: Tuner, ranges: RangeStats, progress) -> ReferenceRunner:
         g.update(feed)
         ranges.add(g)
         tuner.golden_out.append({o: g[o] for o in tuner.outputs if o in g})
-    return ref
+        if i == 0:
+            st.shapes = {k: v.shape for k, v in g.items() if isinstance(v, np.ndarray)}
+        t = time.perf_counter()
+        ok, rows, err, tk, res = tuner.check_one(base_rt, i)
+        st.baseline_ms += (time.perf_counter() - t) * 1e3
+        st.rows += rows
+        st.tasks += tk
+        st.met &= ok
+        if i == 0:
+            st.host_ms = res.total_ms
+        if not st.errors or err > max(st.errors):
+            st.worst_golden = g
+        st.errors.append(err)
+        del g
+    return st
 
 
 def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
@@ -302,27 +351,22 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     tm: dict[str, float] = {}
     progress("compiling")
     tuner = Tuner(model, feeds, config, target, tasks, progress)
+    base_rt = NpuRuntime(tuner.base)
     ranges = RangeStats(model)
-    _golden_pass(tuner, ranges, progress)
+    progress(f"FP32 reference and baseline ({config.precision_mode}) on {len(feeds)} input(s)")
+    st = _reference_and_baseline(tuner, ranges, base_rt, progress)
     range_df = ranges.frame()
     findings = range_findings(range_df)
-    tm["reference_ms"] = (time.perf_counter() - t0) * 1e3
-    progress(f"baseline ({config.precision_mode}) on {len(feeds)} input(s)")
-    base_rt = NpuRuntime(tuner.base)
-    before_rows, errs, tasks_before, met0, host_before = [], [], [], True, 0.0
-    for i in range(len(feeds)):
-        ok, rows, err, tk, res = tuner.check_one(base_rt, i)
-        before_rows += rows
-        errs.append(err)
-        tasks_before += tk
-        met0 &= ok
-        host_before = res.total_ms if i == 0 else host_before
+    # reference_ms: compile + FP32 references + range analysis; the baseline runs count to search_ms (as before)
+    tm["reference_ms"] = (time.perf_counter() - t0) * 1e3 - st.baseline_ms
+    before_rows, errs, tasks_before, met0, host_before = st.rows, st.errors, st.tasks, st.met, st.host_ms
     tuner.order = sorted(range(len(feeds)), key=lambda i: -errs[i])
     tuner.cache[()] = Trial((), met0, max(errs), before_rows, len(feeds))
     ranking = pd.DataFrame()
     log: list[str] = []
     if not met0:
-        ranking = _rank(tuner, base_rt, tuner.order[0], top_k, progress)
+        ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, top_k, progress)
+        st.worst_golden = None  # the search needs only the graph outputs
         tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
         progress(f"searching over {len(ranking)} ranked kernels")
         meets = lambda keep: tuner.trial(keep).met  # noqa: E731
@@ -338,7 +382,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     else:  # the tuned config is the given one, whose from-scratch compile the baseline already ran
         after_plan, after_rows, tasks_after, met, host_after = tuner.base.plan, before_rows, tasks_before, met0, host_before
     tm["verify_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
-    flops = cov.node_flops(model, _shapes_of_reference(model, feeds[0][1]))
+    flops = cov.node_flops(model, st.shapes)
     c0, c1 = cov.coverage(tuner.base.plan, flops), cov.coverage(after_plan, flops)
     tm["total_ms"] = (time.perf_counter() - t0) * 1e3
     return TuneResult(met=met, chosen=chosen, config=tuned_cfg, target=target, before=pd.DataFrame(before_rows),
@@ -363,30 +407,10 @@ def _verify(tuner: Tuner, tuned_cfg: Config):
     return sess.plan, rows, tasks, met, host
 
 
-def _shapes_of_reference(model, feed) -> dict:
-    """{tensor: shape} from shape inference with the feed's shapes bound (no extra reference run)."""
-    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    bind_input_shapes(m, shapes_of(feed))
-    try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:
-        pass
-    out = {}
-    for v in list(m.graph.input) + list(m.graph.value_info) + list(m.graph.output):
-        dims = v.type.tensor_type.shape.dim
-        if v.type.HasField("tensor_type") and all(d.HasField("dim_value") for d in dims):
-            out[v.name] = tuple(d.dim_value for d in dims)
-    return out
-
-
-def _rank(tuner: Tuner, base_rt, worst: int, top_k: int, progress) -> pd.DataFrame:
+def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress) -> pd.DataFrame:
+    """Sensitivity ranking on input ``worst``, whose full FP32 reference (graph inputs included) is ``golden``."""
     progress(f"sensitivity: isolating every FP16 kernel on input {tuner.feeds[worst][0]}")
     feed = tuner.feeds[worst][1]
-    golden = tuner.ref.run(feed)
-    golden.update(feed)
     dumps = base_rt.run(feed, dump=True).dumps
     df = kernel_sensitivity(base_rt, golden, dumps)
     del golden, dumps
