@@ -1,8 +1,9 @@
 """Turn a :class:`~toolkit.compare.diagnosis.Diagnosis` into the plain data the report templates loop over.
 
-All formatting happens here; the templates only loop and branch over strings, lists and dicts. Nothing built
-here is marked safe: every model-derived string reaches the template as a plain ``str`` and is escaped by
-jinja2's autoescape. Generic shapes used throughout:
+All formatting happens here; the templates only loop and branch over strings, lists and dicts. Every
+model-derived string reaches the template as a plain ``str`` and is escaped by jinja2's autoescape, except in
+the per-tensor table rows (:func:`rows_html`: thousands of rows, built here as Markup with markupsafe.escape
+applied to every value). Generic shapes used throughout:
 
 - facts: list of ``{"key": str, "value": str}`` (a two-column key/value table);
 - grid: ``{"columns": [str], "rows": [{"css": str, "mark": str, "cells": [{"text": str, "sort": str}]}]}``
@@ -86,15 +87,46 @@ def facts(mapping: dict | None, keys=None) -> list[dict]:
     return [{"key": str(k), "value": fmt(mapping[k])} for k in keys]
 
 
+def _float_cells(values: np.ndarray) -> tuple[list[str], list[str]]:
+    """:func:`fmt` and :func:`sort_key` of a float column in two list passes (no per-cell type dispatch)."""
+    nums, missing = values.tolist(), np.isnan(values).tolist()
+    texts = ["" if nan else f"{v:.6g}" for v, nan in zip(nums, missing)]
+    for i, text in enumerate(texts):
+        if (text == "1" or text == "-1") and abs(nums[i]) != 1:  # a cosine of 0.99999994 is not 1
+            texts[i] = f"{nums[i]:.10g}"
+    return texts, ["" if nan else repr(v) for v, nan in zip(nums, missing)]
+
+
+def column_cells(col: pd.Series) -> tuple[list[str], list[str]]:
+    """Display text (:func:`fmt`) and sort key (:func:`sort_key`) of every value of ``col``, in row order.
+
+    numpy float, int and bool columns are formatted a whole column at a time; any other dtype (object, str,
+    categorical, nullable, datetime) value by value, with a shortcut for plain ``str`` values. The result is
+    the same as calling fmt / sort_key on each value the column yields when iterated."""
+    dtype = col.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        return _float_cells(col.to_numpy())
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        nums = col.to_numpy().tolist()
+        return [str(v) for v in nums], [repr(float(v)) for v in nums]
+    if isinstance(dtype, np.dtype) and dtype.kind == "b":
+        return ["yes" if v else "no" for v in col.to_numpy().tolist()], [""] * len(col)
+    # object and string columns: to_numpy yields the same objects as iterating, without pandas' per-item access
+    values = col.to_numpy(dtype=object).tolist() if dtype == object or isinstance(dtype, pd.StringDtype) else list(col)
+    return ([v if type(v) is str else fmt(v) for v in values],
+            ["" if type(v) is str else sort_key(v) for v in values])
+
+
 def grid(df: pd.DataFrame | None, columns=None, row_css=None, row_mark=None) -> dict:
     """A DataFrame as a grid (see module docstring); ``row_css``/``row_mark`` are per-row string lists."""
     if df is None or df.empty:
         return {"columns": [], "rows": []}
     cols = [c for c in (columns or df.columns) if c in df.columns]
-    rows = []
-    for i, rec in enumerate(df[cols].itertuples(index=False, name=None)):
-        rows.append({"css": row_css[i] if row_css else "", "mark": row_mark[i] if row_mark else "",
-                     "cells": [{"text": fmt(v), "sort": sort_key(v)} for v in rec]})
+    sub = df[cols]
+    cells = [list(zip(*column_cells(sub.iloc[:, j]))) for j in range(sub.shape[1])]
+    rows = [{"css": row_css[i] if row_css else "", "mark": row_mark[i] if row_mark else "",
+             "cells": [{"text": text, "sort": sort} for text, sort in rec]}
+            for i, rec in enumerate(zip(*cells))]
     return {"columns": [str(c) for c in cols], "rows": rows}
 
 
@@ -168,6 +200,8 @@ def tasks_section(diag: Diagnosis) -> list[dict]:
 
 
 def table_section(diag: Diagnosis) -> dict:
+    """The per-tensor table: {"columns", "rows_html" (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
+    "n_rows", "n_abnormal", "n_origin"}. Columns: LEADING_COLUMNS first, then the rest in table order."""
     t = diag.table
     cols = [c for c in LEADING_COLUMNS if c in t.columns] + [c for c in t.columns if c not in LEADING_COLUMNS]
     abnormal = (t["Abnormal"].fillna(False).astype(bool) if "Abnormal" in t.columns
@@ -175,26 +209,38 @@ def table_section(diag: Diagnosis) -> dict:
     origin = origin_mask(diag).tolist()
     css = [" ".join(c for c, on in (("abnormal", a), ("origin", o)) if on) for a, o in zip(abnormal, origin)]
     mark = ["origin" if o else ("abnormal" if a else "") for a, o in zip(abnormal, origin)]
-    g = grid(t, cols, css, mark)
-    g.update(n_rows=len(t), n_abnormal=int(sum(abnormal)), n_origin=int(sum(origin)))
-    # thousands of rows: render each row once here (markupsafe escapes every model-derived string) instead of
-    # a per-cell template loop, which dominated report time on large models
-    g["rows_html"] = [_row_html(r) for r in g["rows"]]
-    return g
+    counts = {"n_rows": len(t), "n_abnormal": int(sum(abnormal)), "n_origin": int(sum(origin))}
+    if t.empty:
+        return {"columns": [], "rows_html": [], **counts}
+    return {"columns": [str(c) for c in cols], "rows_html": rows_html(t[cols], css, mark), **counts}
 
 
-def _cell_html(c: dict) -> str:
-    text = escape(c["text"])  # a Markup value passes unchanged, anything else is escaped
-    sort = c.get("sort")
-    return f'<td data-v="{escape(sort)}">{text}</td>' if sort not in (None, "") else f"<td>{text}</td>"
+def _column_html(col: pd.Series) -> list[str]:
+    """``<td>`` cells of one column: ``data-v`` holds the sort key of numbers; text escaped with
+    markupsafe.escape unless the column is numeric (digits, signs, '.', 'e', 'inf' need no escaping)."""
+    texts, sorts = column_cells(col)
+    if not (isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiub"):
+        texts = escape_all(texts)
+    return [f'<td data-v="{sort}">{text}</td>' if sort else f"<td>{text}</td>" for text, sort in zip(texts, sorts)]
 
 
-def _row_html(r: dict) -> Markup:
-    """One table row; every value escaped with markupsafe.escape (plain string joins: Markup.format per cell
-    made the table of a 900-tensor model cost 0.6 s)."""
-    cls = f' class="{escape(r["css"])}"' if r.get("css") else ""
-    cells = "".join(_cell_html(c) for c in r["cells"])
-    return Markup(f'<tr{cls}><td>{escape(r.get("mark", ""))}</td>{cells}</tr>')
+def escape_all(texts: list[str]) -> list[str]:
+    """markupsafe.escape of every (plain) string, in one call on the NUL-joined list (escape leaves NUL alone);
+    value by value when a text holds a NUL itself."""
+    joined = "\x00".join(texts)
+    if joined.count("\x00") != len(texts) - 1:
+        return [str(escape(text)) for text in texts]
+    return str(escape(joined)).split("\x00")
+
+
+def rows_html(df: pd.DataFrame, row_css: list[str], row_mark: list[str]) -> list[Markup]:
+    """One ``<tr>`` per row of ``df``: a mark cell, then a cell per column. Thousands of rows: built a column
+    at a time here (every model-derived string escaped with markupsafe.escape) rather than by a per-cell
+    template loop, which dominated report time on large models."""
+    cells = [_column_html(df.iloc[:, j]) for j in range(df.shape[1])]
+    heads = [f'<tr class="{escape(c)}"><td>{escape(m)}</td>' if c else f"<tr><td>{escape(m)}</td>"
+             for c, m in zip(row_css, row_mark)]
+    return [Markup(head + "".join(row) + "</tr>") for head, row in zip(heads, zip(*cells))]
 
 
 def fusion_section(diag: Diagnosis) -> dict:

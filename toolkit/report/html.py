@@ -11,11 +11,12 @@ escaped. The only strings marked safe are ours: the plotly.js bundle and figure 
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
+import re
 from pathlib import Path
 
 import jinja2
-import plotly.graph_objects as go
 from markupsafe import Markup
 
 from toolkit.compare.diagnosis import Diagnosis
@@ -47,11 +48,39 @@ def templates_dir() -> Path:
                             "(pip install .) so the templates are packaged")
 
 
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """jinja2's file cache of compiled templates (a file per template path, reused only while the source
+    checksum matches). Compiling the report templates costs ~35 ms per process; a failed write only costs the
+    next run that compile again."""
+
+    def dump_bytecode(self, bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
+#: Options of :func:`environment`; they shape the compiled code, so they are part of the bytecode file names.
+_ENV_OPTIONS = {"autoescape": True, "undefined": jinja2.StrictUndefined, "trim_blocks": True, "lstrip_blocks": True}
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """A :class:`_BytecodeCache` in jinja2's per-user temporary folder (``<tmp>/_jinja2-cache-<uid>``, mode
+    0700); files named after the jinja2 version and the environment options. None when no safe folder exists."""
+    tag = hashlib.sha256(repr(sorted((k, getattr(v, "__name__", v)) for k, v in _ENV_OPTIONS.items()))
+                         .encode()).hexdigest()[:12]
+    try:
+        return _BytecodeCache(pattern=f"npuscope-{jinja2.__version__}-{tag}-%s.cache")
+    except (OSError, RuntimeError):
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """The jinja2 environment: autoescape on for every template, undefined names raise."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    """The jinja2 environment: autoescape on for every template, undefined names raise; compiled templates
+    kept between runs (:func:`_bytecode_cache`)."""
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
+                              bytecode_cache=_bytecode_cache(), **_ENV_OPTIONS)
 
 
 def script_json(text: str) -> Markup:
@@ -64,25 +93,29 @@ def plotly_js() -> Markup:
     """The plotly.js bundle of the installed plotly package, for inlining once (about 4.6 MB)."""
     from plotly.offline import get_plotlyjs
 
-    js = get_plotlyjs()
-    if "</script" in js.lower():  # would end the inline <script> early
-        js = js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
-    return Markup(js)
+    # "</script" in any letter case would end the inline <script> early (a regex: js.lower() copies 4.6 MB)
+    return Markup(re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE))
 
 
-def build_figures(diag: Diagnosis) -> dict[str, go.Figure]:
-    """{"layers", "precision", "kernels"} figures of a diagnosis."""
+def build_figures(diag: Diagnosis) -> dict[str, figures.FigureSpec]:
+    """{"layers", "precision", "kernels"} figures of a diagnosis, as plotly figure data (``.to_json()`` for
+    plotly.js, ``.to_figure()`` for a plotly.graph_objects.Figure)."""
     lines = diag.summary.get("thresholds") if isinstance(diag.summary.get("thresholds"), dict) else None
     return {
-        "layers": figures.layer_error_figure(diag.table, origin=context.origin_mask(diag), lines=lines),
-        "precision": figures.precision_figure(diag.precision),
-        "kernels": figures.kernel_time_figure(diag.kernel_times, top=context.KERNEL_TOP),
+        "layers": figures.layer_error_spec(diag.table, origin=context.origin_mask(diag), lines=lines),
+        "precision": figures.precision_spec(diag.precision),
+        "kernels": figures.kernel_time_spec(diag.kernel_times, top=context.KERNEL_TOP),
     }
+
+
+def figure_blocks(figs: dict) -> dict[str, dict]:
+    """{key: {"id": "fig-<key>", "json": script-safe figure JSON}}: what the ``figure`` template macro takes."""
+    return {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in figs.items()}
 
 
 def render_html(diag: Diagnosis, out_dir: Path | None = None) -> str:
     """The report as an HTML string (``out_dir`` is used to show artifact sizes)."""
-    figs = {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in build_figures(diag).items()}
+    figs = figure_blocks(build_figures(diag))
     ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs)
     return environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js())
 
