@@ -59,18 +59,23 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
         from toolkit.gears.workflow import run_gears_command
         return run_gears_command(model, config, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                                  output=output, out=out, plan=plan, progress=progress)
+    loaded = None
+    if plan:
+        from toolkit.memory.planio import load_plan, model_for_plan
+        loaded = load_plan(plan)
+        model = model_for_plan(model, loaded, plan)
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
     from toolkit.compiler.passes.bind_shapes import check_input_shapes, raise_if_reference_fails
     from toolkit.runtime.npu import KernelRuntimeError
 
-    check_input_shapes(m, config.input_shapes())  # a bad input_shape is a config error (exit 2) before any data
+    check_input_shapes(m, config.input_shapes(), where=config.where("input_shape"))  # a bad input_shape is a config error (exit 2) before any data
     feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
     progress(f"inputs: {feed.origin}")
     progress("compiling and building kernels")
     if plan:
-        sess = _session_with_plan(m, plan, config, feed.arrays)
+        sess = _session_with_plan(m, loaded, plan, config, feed.arrays)
     else:
         sess = Session(m, config, input_shapes=shapes_of(feed.arrays))
     sess.path = str(src.path)
@@ -248,20 +253,21 @@ def signoff_lines(run, folder: Path, html: bool) -> list[str]:
 
 
 def regress_command(baseline: str, new: str, *, tolerance: str | None = None, out: str | None = None,
-                    html: bool = True, progress=_noop) -> dict:
+                    html: bool = True, allow_different_models: bool = False, progress=_noop) -> dict:
     """Compare two report folders (toolkit.signoff.regress); write regress.json and regress.html into ``out``
-    (default reports/regress-<time>/)."""
+    (default reports/regress-<time>/). ``allow_different_models``: compare results of two models (a warning
+    line first) instead of refusing them."""
     from toolkit.report.csvjson import _dumps, atomic_write_text
     from toolkit.signoff.regress import parse_tolerance, regress
 
-    rep = regress(baseline, new, parse_tolerance(tolerance))
+    rep = regress(baseline, new, parse_tolerance(tolerance), allow_different_models=allow_different_models)
     with output_dir(out, REPORTS_DIR, "regress") as folder:
         atomic_write_text(folder / "regress.json", _dumps(rep))
         files = {"regress": "regress.json"}
         if html:
             from toolkit.report.signoff_html import render_regress
             files["report"] = render_regress(rep, folder).name
-    summary = [f"regress: {rep['verdict']}"]
+    summary = [f"WARNING: {w}" for w in rep["warnings"]] + [f"regress: {rep['verdict']}"]
     for c in rep["environment_changes"][:10]:
         summary.append(f"  changed {c['key']}: {c['baseline']} -> {c['new']}")
     summary += [f"  - {r}" for r in rep["reasons"][:20]]
@@ -276,27 +282,11 @@ def regress_command(baseline: str, new: str, *, tolerance: str | None = None, ou
 
 
 def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
-    """Check the environment against the compatibility table (toolkit.signoff.doctor); with ``model``, also
-    its opset and IR version."""
-    import json
+    """Check the environment against the compatibility table; with ``model``, also its opset and IR version
+    (toolkit.signoff.doctor.doctor_command; ``exit_code`` in the result)."""
+    from toolkit.signoff.doctor import doctor_command
 
-    from toolkit.signoff.doctor import doctor
-
-    m, name = None, "model"
-    if model:
-        src = resolve_model(model)
-        m, name = load_model(src.path), src.name
-    rep = doctor(m, name)
-    if as_json:
-        from toolkit.report.csvjson import json_safe
-        lines = [json.dumps(json_safe(rep), indent=1)]
-    else:
-        env = rep["environment"]
-        lines = [f"python {env['python']} on {env['platform']}; CPU {env['cpu']} x{env['cpu_count']}"]
-        lines += [f"{'ok ' if c['passed'] else 'BAD'} {c['message']}" for c in rep["checks"]]
-        lines.append("environment variables: " + (", ".join(f"{k}={v}" for k, v in env["env"].items()) or "(none set)"))
-        lines.append("doctor: " + ("OK" if rep["ok"] else "MISMATCH (see BAD lines)"))
-    return {"summary": lines, "ok": rep["ok"], "report": rep}
+    return doctor_command(model, as_json)
 
 
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
@@ -310,9 +300,10 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     from toolkit.artifacts import write_json, write_text
     from toolkit.compare.tasks import TASKS, load_task
     from toolkit.precision.feeds import load_feed_sets
-    from toolkit.precision.tune import DEFAULT_TARGET, tune
+    from toolkit.precision.tune import DEFAULT_TARGET, format_target, parse_target, tune
     from toolkit.source import _zoo_name_of
 
+    parsed_target = parse_target(target or DEFAULT_TARGET)  # a bad target is a usage error before any work
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -320,7 +311,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     progress(f"{len(feeds)} input set(s)")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]
-    res = tune(m, feeds, config, target or DEFAULT_TARGET, tasks=tasks, progress=progress)
+    res = tune(m, feeds, config, parsed_target, tasks=tasks, progress=progress)
     with output_dir(out, REPORTS_DIR, f"{src.name}-tune") as folder:
         progress("writing keep_dtype.txt, tuned_config.json and the report")
         files = {"keep_dtype": "keep_dtype.txt", "config": "tuned_config.json", "summary": "summary.json",
@@ -339,7 +330,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
             files["report"] = render_tune_report(res, folder, src.name, artifacts=dict(files)).name
     c0, c1 = res.coverage_before, res.coverage_after
     lines = [f"target {'MET' if res.met else 'NOT MET'} on {len(feeds)} input(s): "
-             + ", ".join(f"{mt}{o}{v:g}" for mt, o, v in res.target),
+             + ", ".join(format_target(res.target)),
              f"{len(res.chosen)} node(s) kept in FP32 ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
     lines += [f"  - {e['node']} ({e['op_type']}): local RED {e['local_red']:.3g}"
               + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")
@@ -348,7 +339,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     worst = res.after.sort_values("CosineSimilarity").head(1).to_dict("records") if len(res.after) else []
     if worst:
         w = worst[0]
-        lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity {w['CosineSimilarity']:.6g}, "
+        lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity {w['CosineSimilarity']:.10g}, "
                      f"MaxAbsoluteError {w['MaxAbsoluteError']:.3g}")
     flops = (f"FLOPs {c0['flops_fp16_share']:.1%} -> {c1['flops_fp16_share']:.1%}" if c0["flops_total"]
              else "no Conv/MatMul/Gemm FLOPs")
@@ -364,19 +355,19 @@ def plan_config(plan, where) -> Config:
     return Config.from_dict(plan.config, where=f"plan '{where}' config")
 
 
-def _session_with_plan(m, plan_path, config: Config | None, arrays):
-    """An engine Session whose runtime executes the loaded plan.json (config: the plan's own when None)."""
+def _session_with_plan(m, plan, plan_path, config: Config | None, arrays):
+    """An engine Session whose runtime executes ``plan`` (a loaded Plan, read from the file ``plan_path``;
+    config: the plan's own when None)."""
     from toolkit.compiler.pipeline import compile_model
     from toolkit.engine import Session
-    from toolkit.memory.planio import attach_plan, load_plan
+    from toolkit.memory.planio import attach_plan, plan_where
     from toolkit.runtime.npu import NpuRuntime
 
-    plan = load_plan(plan_path) if isinstance(plan_path, (str, Path)) else plan_path
     cfg = config if config is not None else plan_config(plan, plan_path)
     sess = Session.__new__(Session)
     sess.model, sess.path, sess.config = m, "", cfg
     fresh = compile_model(m, cfg, input_shapes=shapes_of(arrays))
-    sess.compiled = attach_plan(fresh, plan, where=f"plan '{plan_path}'")
+    sess.compiled = attach_plan(fresh, plan, where=plan_where(plan_path))
     sess.runtime = NpuRuntime(sess.compiled)
     return sess
 
@@ -398,19 +389,20 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     from toolkit.memory.planio import relocate
     from toolkit.report.csvjson import atomic_write_text
 
+    loaded = None
+    if plan:
+        from toolkit.memory.planio import load_plan, model_for_plan
+        loaded = load_plan(plan)
+        model = model_for_plan(model, loaded, plan)
+        config = config if config is not None else plan_config(loaded, plan)
+    config = config or Config()
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    loaded = None
-    if plan:
-        from toolkit.memory.planio import load_plan
-        loaded = load_plan(plan)
-        config = config if config is not None else plan_config(loaded, plan)
-    config = config or Config()
     feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
     progress("compiling")
     if loaded is not None:
-        sess = _session_with_plan(m, loaded, config, feed.arrays)
+        sess = _session_with_plan(m, loaded, plan, config, feed.arrays)
     else:
         sess = Session(m, config or Config(), input_shapes=shapes_of(feed.arrays))
     progress("checking: static, dynamic (poisoned run), differential (reuse off vs plan)")

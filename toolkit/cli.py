@@ -28,10 +28,7 @@ def _progress(msg: str) -> None:
 def _config(config_path, **overrides):
     from toolkit.config import Config
 
-    cfg = Config.load(config_path)
-    data = cfg.to_dict()
-    data.update({k: v for k, v in overrides.items() if v is not None})
-    return Config.from_dict(data, where="command line") if overrides else cfg
+    return Config.load(config_path).with_overrides(**overrides)
 
 
 COMMON = [
@@ -65,6 +62,8 @@ def cli(verbose, quiet):
 
     from toolkit.logs.plog import setup_logging
 
+    if quiet and verbose:
+        raise click.UsageError("-q/--quiet and -v/--verbose contradict each other; give one of them")
     _VERBOSITY["progress"] = False if quiet else (True if verbose else None)
     setup_logging()
     enable_global_thread_pool()
@@ -115,7 +114,8 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
 
 @cli.command("memcheck")
 @click.argument("model", required=False)
-@click.option("--plan", "plan_path", type=click.Path(), help="plan.json to check (default: compile MODEL).")
+@click.option("--plan", "plan_path", type=click.Path(), help="plan.json to check (default: compile MODEL). "
+              "Without MODEL: the model the plan records, else a usage error.")
 @click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
 @click.option("--memory-reuse", type=click.Choice(["off", "conservative", "aggressive"]),
               help="Overrides the config's memory_reuse (default aggressive).")
@@ -238,13 +238,16 @@ def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, i
 @click.option("--tolerance", help='Allowed worsening per metric, e.g. "CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02" '
               "(defaults: CosineSimilarity=1e-3, RelativeEuclideanDistance=1e-2).")
 @click.option("--no-html", is_flag=True, help="Skip regress.html (regress.json is always written).")
+@click.option("--allow-different-models", is_flag=True, help="Compare results of two different models (refused "
+              "by default); a warning is printed.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/regress-<time>/.")
-def regress_cmd(baseline, new, tolerance, no_html, out):
+def regress_cmd(baseline, new, tolerance, no_html, allow_different_models, out):
     """Compare two report folders (diagnose, compare or signoff): environment changes first, per-layer metric
     deltas, layers newly abnormal, changed fusion / precision / placement decisions. Exit code 1 on regression."""
     from toolkit import api
 
-    res = api.regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html, progress=_progress)
+    res = api.regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html,
+                              allow_different_models=allow_different_models, progress=_progress)
     for line in res["summary"]:
         click.echo(line)
     if res["regressed"]:
@@ -262,8 +265,8 @@ def doctor_cmd(model, as_json):
     res = api.doctor_command(model, as_json=as_json)
     for line in res["summary"]:
         click.echo(line)
-    if not res["ok"]:
-        sys.exit(1)
+    if res["exit_code"]:
+        sys.exit(res["exit_code"])
 
 
 @cli.command("tune")
@@ -450,8 +453,17 @@ def main(argv=None) -> None:
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("npuscope: aborted", err=True)
+    except click.exceptions.Abort as exc:
+        # click turns KeyboardInterrupt (Ctrl-C, or SIGTERM via _terminate) *and* EOFError into Abort; an
+        # EOFError from our own code (a truncated file we failed to check) is a bug, never an interrupt
+        if isinstance(exc.__cause__, EOFError):
+            import traceback
+
+            traceback.print_exception(exc.__cause__)
+            click.echo(f"npuscope: internal error (EOFError: {exc.__cause__}); please report it with the traceback "
+                       "above", err=True)
+            sys.exit(3)
+        click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
         sys.exit(_SIGNALLED["code"])
     except click.ClickException as exc:
         msg = " ".join(exc.format_message().split())

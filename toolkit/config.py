@@ -15,7 +15,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from toolkit.errors import ConfigError
 
@@ -27,12 +27,24 @@ REUSE_POLICIES = ("off", "conservative", "aggressive", "greedy")  # "greedy": ol
 _MAX_DIM = 2**63 - 1
 
 
+#: At most this many valid names are listed when no close match exists (e.g. ~200 ONNX op types).
+SUGGEST_MAX_NAMES = 10
+
+
 def suggest(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest of ``choices``, or a list of valid names."""
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
+    """' (did you mean 'x'?)' for the closest of ``choices`` (difflib ratio >= 0.5; a case-insensitive
+    equal name first), else ' (valid: a, b, ...)' with at most :data:`SUGGEST_MAX_NAMES` names sorted, then
+    '... (N more)'."""
+    names = [str(c) for c in choices]
+    same_case = [n for n in names if n.lower() == str(word).lower()]
+    close = same_case[:1] or difflib.get_close_matches(str(word), names, n=1, cutoff=0.5)
     if close:
         return f" (did you mean '{close[0]}'?)"
-    return f" (valid: {', '.join(sorted(choices))})"
+    shown = sorted(names)
+    more = len(shown) - SUGGEST_MAX_NAMES
+    if more > 0:
+        return f" (valid: {', '.join(shown[:SUGGEST_MAX_NAMES])}, ... ({more} more))"
+    return f" (valid: {', '.join(shown)})"
 
 
 def _cache_mode_default() -> str:
@@ -108,6 +120,11 @@ class Config:
     op_compiler_cache_mode: str = field(default_factory=lambda: _cache_mode_default())
     op_compiler_cache_dir: str = ""
 
+    #: The config file this config was read from ("" for defaults / a dict); not an option (not in to_dict).
+    source: ClassVar[str] = ""
+    #: Options the command line overrode (their errors do not name the file); see :meth:`with_overrides`.
+    overridden: ClassVar[frozenset] = frozenset()
+
     # ---------------------------------------------------------------- construction
     @classmethod
     def from_dict(cls, data: dict[str, Any], base: Path | None = None, where: str = "config") -> "Config":
@@ -133,22 +150,23 @@ class Config:
             raise ConfigError(f"config file '{path}' {what}; pass a .json or .toml file to --config")
         if p.suffix.lower() not in (".json", ".toml"):
             raise ConfigError(f"config file '{p}' has suffix '{p.suffix}'; configs are .json or .toml")
-        text = _read_text(p, "config", "config")
+        text = _read_text(p, "config", None)
         try:
             data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file '{p}' is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file '{p}' must hold an object of options, got {type(data).__name__}")
-        return cls.from_dict(data, p.parent, where=f"config '{p}'")
+        cfg = cls.from_dict(data, p.parent, where=f"config '{p}'")
+        cfg.source = str(p)
+        return cfg
 
     @classmethod
     def _load_stream(cls, p: Path) -> "Config":
         """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config '{p}' cannot be read ({type(exc).__name__}); pass a .json or .toml file") from None
+        from toolkit.textfile import read_user_text
+
+        text = read_user_text(p, "config", ConfigError, "pass a .json or .toml file")
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
@@ -158,7 +176,34 @@ class Config:
                 raise ConfigError(f"config '{p}' is neither valid JSON nor valid TOML ({exc})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config '{p}' must hold an object of options, got {type(data).__name__}")
-        return cls.from_dict(data, Path.cwd(), where=f"config '{p}'")
+        cfg = cls.from_dict(data, Path.cwd(), where=f"config '{p}'")
+        cfg.source = str(p)
+        return cfg
+
+    def with_overrides(self, **overrides) -> "Config":
+        """A copy with the options given (not None) replaced, validated as ``command line``; the copy keeps
+        :attr:`source` and records the replaced names in :attr:`overridden`. Raises ConfigError."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if not given:
+            return self
+        data = self.to_dict()
+        data.update(given)
+        cfg = Config.from_dict(data, where="command line")
+        cfg.source, cfg.overridden = self.source, frozenset(given) | self.overridden
+        return cfg
+
+    def origin(self, *options: str) -> str:
+        """Where ``options`` were set, for messages: ``config 'a.toml'`` when read from a file, ``command line``
+        when the command line overrode one of them, else ``config``."""
+        if any(o in self.overridden for o in options):
+            return "command line"
+        return f"config '{self.source}'" if self.source else "config"
+
+    def where(self, option: str) -> str:
+        """``option`` prefixed with the config file it came from (``config 'a.toml': input_shape``), for
+        errors found later (e.g. against the model at compile time); just ``option`` for defaults/dicts."""
+        origin = self.origin(option)
+        return option if origin == "config" else f"{origin}: {option}"
 
     def _resolve_files(self, base: Path, where: str) -> None:
         if isinstance(self.keep_dtype, str):
@@ -228,6 +273,7 @@ class Config:
             for op in self.modify_mixlist[key]:
                 if op not in ("to-add", "to-remove"):
                     raise ConfigError(f"{where}: modify_mixlist['{key}'] key '{op}'{suggest(op, ['to-add', 'to-remove'])}")
+        _check_mixlist_conflicts(self.modify_mixlist, where)
         sw = self.fusion_switch_file
         if sw:
             if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
@@ -300,6 +346,21 @@ def _check_placement(table, where: str) -> None:
             raise ConfigError(f"{where}: op_placement['{key}'] = {val!r}; expected 'CPU' or 'NPU'{hint}")
 
 
+def _check_mixlist_conflicts(mixlist: dict, where: str) -> None:
+    """Refuse a modify_mixlist that adds one op type to two lists (e.g. black and white), or adds and removes
+    it in the same list: the converter's result would depend on the order the edits are applied."""
+    owner: dict[str, str] = {}
+    for key, edits in mixlist.items():
+        added, removed = set(edits.get("to-add", ())), set(edits.get("to-remove", ()))
+        for op in sorted(added & removed):
+            raise ConfigError(f"{where}: modify_mixlist['{key}'] both adds and removes '{op}'; keep one of them")
+        for op in sorted(added):
+            if op in owner:
+                raise ConfigError(f"{where}: modify_mixlist adds '{op}' to both '{owner[op]}' and '{key}'; an op type "
+                                  "belongs to one list: remove it from one of them")
+            owner[op] = key
+
+
 def _check_op_type(op: str, where: str) -> None:
     """Refuse an op type that is not an ONNX op (case matters: 'MatMul', not 'matmul')."""
     import onnx
@@ -320,13 +381,11 @@ def fusion_pass_names(level: str) -> list[str]:
     return [BN_RULE] + [r.name for r in load_rules()]
 
 
-def _read_text(p: Path, what: str, where: str) -> str:
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{where}: {what} file '{p}' is not UTF-8 text; save it as UTF-8") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: {what} file '{p}' cannot be read ({exc.strerror})") from None
+def _read_text(p: Path, what: str, where: str | None) -> str:
+    """The text of a user's file (UTF-8, a BOM is skipped: toolkit.textfile). Raises ConfigError."""
+    from toolkit.textfile import read_user_text
+
+    return read_user_text(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
 
 
 def _read_lines(p: Path, what: str, where: str) -> list[str]:

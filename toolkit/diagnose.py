@@ -1,9 +1,14 @@
 """`diagnose`: compile, run the FP32 reference and the NPU plan on the same inputs, compare every tensor,
 advise, triage the stage, check the task, and return a :class:`Diagnosis`.
 
-Verdict: FAIL when a final output is abnormal, a task check fails or the compile stage changed the math;
-WARN when intermediate tensors are abnormal or the compiler found FP16-unrepresentable constants but the
-outputs and tasks hold; PASS otherwise.
+Verdict: FAIL when a final output is abnormal or could not be compared, no tensor at all could be compared,
+a task check fails or the compile stage changed the math; WARN when intermediate tensors are abnormal, the
+FP32 reference of a graph output holds NaN/Inf (finding ``golden_nonfinite``), the compiler found
+FP16-unrepresentable constants, or any other error-severity finding stands, but the outputs and tasks hold
+(a verdict is never PASS beside an error finding); PASS otherwise.
+
+A model without graph outputs is a ModelError (nothing to compare). A graph output the compiler computed at
+compile time (constant folding) is compared as the folded constant against the reference's output.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compare.advisor import advise, first_divergence
+from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.env import environment
+from toolkit.errors import ModelError
 from toolkit.ir.load import load_model
 from toolkit.runtime.reference import ReferenceRunner
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
@@ -51,10 +57,19 @@ def prepare(model_arg: str | None, inputs: str | None = None, seed: int = 0, val
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
+    require_outputs(model, src.path)
     feed = prepare_inputs(model, src, inputs, seed, val_range, input_shapes)
     progress(f"inputs: {feed.origin}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     return Prepared(model, src.name, src.path, zname, feed.arrays, feed.origin, feed.seed)
+
+
+def require_outputs(model: onnx.ModelProto, path) -> None:
+    """Raise ModelError when ``model`` declares no graph output: nothing it computes could be compared (a
+    comparison of the inputs with themselves would pass on nothing)."""
+    if not len(model.graph.output):
+        raise ModelError(f"the model has no graph outputs ('{path}'): there is nothing to compare; declare the "
+                         "tensors to check as graph outputs when exporting it")
 
 
 def _precision_frame(plan, model) -> pd.DataFrame:
@@ -164,8 +179,17 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     n_ab = int((df["Abnormal"] | df["OverFlow"]).sum())
     if n_ab:
         reasons.append(f"{n_ab} intermediate tensor(s) abnormal; outputs and task checks hold")
+    for _, r in golden_nonfinite_rows(df, outputs).iterrows():
+        reasons.append(f"the FP32 reference output '{r['TensorName']}' holds NaN/Inf ({int(r['GoldenNaN'])} NaN, "
+                       f"{int(r['GoldenInf'])} Inf): the model computes it in FP32; compared where finite")
     if any(f.kind == "fp16_constant" for f in findings):
         reasons.append("constants not representable in FP16 (see findings)")
+    explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if n_ab else set())
+    errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
+    if errors:
+        reasons.append(f"{len(errors)} error finding(s) stand: "
+                       + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5])
+                       + (" ..." if len(errors) > 5 else "") + " (see findings)")
     if reasons:
         return "WARN", reasons
     return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
@@ -186,6 +210,7 @@ def _run_or_explain(sess, prep: Prepared):
 
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"})."""
+    require_outputs(prep.model, prep.path)
     t = {}
     t0 = time.perf_counter()
     progress("compiling")
@@ -205,9 +230,12 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     ts = time.perf_counter()
     device = dict(npu.dumps)
     device.update({k: v for k, v in prep.feeds.items()})
+    for k, v in npu.outputs.items():  # graph outputs folded at compile time: the constant the plan returns
+        device.setdefault(k, v)
+    outputs = [o.name for o in prep.model.graph.output]
     df = layer_table(prep.model, sess.plan, golden, device, thresholds)
     df = refine_origins(df, sess.runtime, golden, thresholds)
-    findings = advise(df, sess.plan, sess.compiled.findings)
+    findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs)
     from toolkit.compiler.pipeline import Finding
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
@@ -230,7 +258,6 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
                                    f"the plan diverges from the reference even in force_fp32 at kernel "
                                    f"'{fp32_first['kernel']}': a rewrite or fusion changed the math; switch that "
                                    "fusion off (fusion_switch_file) and report it"))
-    outputs = [o.name for o in prep.model.graph.output]
     tasks = run_tasks(prep.zoo_name, list(task_metrics),
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
     verdict, reasons = _verdict(df, outputs, tasks, stage, findings)

@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from toolkit.errors import UserError
+from toolkit.errors import ConfigError, UserError
 
 #: pip requirement of the wheel that carries the models.
 WHEEL_REQUIREMENT = "rapidocr-onnxruntime==1.4.4"
@@ -134,6 +134,15 @@ def model_info(name: str) -> ZooModel:
         ) from None
 
 
+def _check_cache_env() -> None:
+    """Refuse ``$NPUSCOPE_MODEL_CACHE`` naming a file (or a path under one), as the compile cache does for
+    ``$NPUSCOPE_COMPILE_CACHE`` (toolkit.cache.settings.check_dir). Raises ConfigError (exit 2)."""
+    if os.environ.get(CACHE_ENV, "").strip():
+        from toolkit.cache.settings import check_dir
+
+        check_dir(cache_dir(), f"environment variable {CACHE_ENV}")
+
+
 def cached_path(name: str) -> Path:
     """Where model ``name`` lives in the cache (it may not exist yet)."""
     return cache_dir() / model_info(name).filename
@@ -160,8 +169,10 @@ def fetch(name: str, *, wheel: Path | None = None) -> Path:
     Raises:
         UserError: unknown name, pip failure, wheel or model sha256 mismatch, model missing from wheel,
             cache directory not writable.
+        ConfigError: ``$NPUSCOPE_MODEL_CACHE`` is a file or lies under one, or cannot be created (exit 2).
     """
     info = model_info(name)
+    _check_cache_env()
     if is_cached(name):
         return cached_path(name)
     others = [n for n in MODELS if n != name and not is_cached(n)]
@@ -235,7 +246,8 @@ def _install_from_wheel(wheel: Path, name: str, others: list[str]) -> None:
     try:
         target_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(
+        error = ConfigError if os.environ.get(CACHE_ENV, "").strip() else UserError  # the user's setting: exit 2
+        raise error(
             f"cannot create model cache {target_dir} ({exc.strerror}); set {CACHE_ENV} to a writable folder"
         ) from None
     try:

@@ -53,6 +53,9 @@ STALE_TMP_S = 3600.0
 
 _WRITER: dict = {"pool": None, "pending": {}, "futures": []}
 _LOCK = threading.Lock()
+#: Cache folders already reported as not writable in this process (the warning is logged once per folder,
+#: however many stores a command opens: compile, kernel and bundle caches each have one).
+_UNWRITABLE_WARNED: set[str] = set()
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -150,7 +153,7 @@ class EntryStore:
     # ------------------------------------------------------------------ write
     def put(self, ns: str, key: str, meta: dict, payload: bytes = b"", evict: bool = False) -> None:
         """Queue entry ``ns/key`` for an atomic write on the writer thread (then evict when ``evict``); a
-        folder that is not writable is warned about once per store and the compile goes on."""
+        folder that is not writable is logged as a warning once per process (per folder) and the compile goes on."""
         p = self.path(ns, key)
         try:
             mb = encode_meta(meta)  # now: the objects ``meta`` refers to may change after this call
@@ -182,10 +185,13 @@ class EntryStore:
                 self._unlink(Path(tmp))
                 raise
         except (OSError, ValueError, TypeError) as exc:
-            if not self._write_failed:
+            with _LOCK:
+                first = str(self.root) not in _UNWRITABLE_WARNED
+                _UNWRITABLE_WARNED.add(str(self.root))
+            if first:
                 LOG.warning("compile cache %s is not writable (%s); compiling without storing entries",
                             self.root, getattr(exc, "strerror", None) or exc)
-                self._write_failed = True
+            self._write_failed = True
         finally:
             with _LOCK:
                 if _WRITER["pending"].get(p, (None, None))[0] is meta:

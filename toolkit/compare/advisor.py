@@ -1,8 +1,11 @@
 """The first-divergence advisor: findings in the compare tool's order.
 
 1. static: FP16-unrepresentable constants reported by the compiler (before any run);
-2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or the
-   reference itself passing 65504 in a tensor stored in FP16 — which saturation mode would hide);
+2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or a
+   finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide);
+   NaN/Inf the FP32 reference already holds is not FP16 overflow: a graph output whose reference holds
+   NaN/Inf is its own error finding, ``golden_nonfinite`` (:func:`golden_nonfinite`, when ``advise`` is given
+   the graph outputs), listed right after the static findings;
 3. inputs that already differ;
 4. the origin: the first abnormal tensor whose producing kernel's inputs are all normal, as distinct from
    tensors that only inherit an upstream error (propagated; counted in the evidence).
@@ -55,24 +58,53 @@ def nonfinite_inputs(df: pd.DataFrame) -> bool:
 
 
 def overflow_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows where FP16 overflow/NaN/Inf shows: device non-finite with finite golden, or golden beyond the
-    FP16 range in a tensor stored as FP16. When a graph input already holds NaN/Inf, non-finite values
-    downstream follow from it (kernels spread them differently, e.g. inf·0 in a blocked convolution), so
-    only the golden-range evidence counts as FP16 overflow then."""
+    """Rows where FP16 overflow/NaN/Inf shows: device non-finite where the golden is finite (``OverFlow``),
+    or a *finite* golden value beyond the FP16 range (``GoldenAbsMax`` > 65504, over the finite values only)
+    in a tensor stored as FP16. NaN/Inf the reference itself holds is never FP16 overflow, on either side:
+    the same NaN/Inf on the device at those positions is the FP32 model's own (see
+    :func:`golden_nonfinite_rows`). When a graph input already holds NaN/Inf, non-finite values downstream
+    follow from it (kernels spread them differently, e.g. inf·0 in a blocked convolution), so only the
+    golden-range evidence counts as FP16 overflow then."""
     stored16 = df.get("NPUDump", pd.Series("", index=df.index)).astype(str) == "float16"
-    ratio = pd.to_numeric(df.get("GoldenFP16OverflowRatio", pd.Series(float("nan"), index=df.index)), errors="coerce")
-    beyond = stored16 & (ratio > 0)
+    absmax = pd.to_numeric(df.get("GoldenAbsMax", pd.Series(float("nan"), index=df.index)), errors="coerce")
+    beyond = stored16 & (absmax > FP16_MAX)
     if not nonfinite_inputs(df):
         return df[df["OverFlow"] | beyond]
-    # the ratio counts the reference's own inf too: require a *finite* reference value beyond the FP16 range
-    absmax = pd.to_numeric(df.get("GoldenAbsMax", pd.Series(float("nan"), index=df.index)), errors="coerce")
-    return df[stored16 & (absmax > FP16_MAX)]
+    return df[beyond]
 
 
-def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None) -> list[Finding]:
-    """Findings, most important first (see module docstring)."""
+def golden_nonfinite_rows(df: pd.DataFrame, outputs) -> pd.DataFrame:
+    """Rows of graph outputs (``outputs``: tensor names) whose FP32 reference holds NaN or Inf
+    (GoldenNaN + GoldenInf > 0)."""
+    counts = [pd.to_numeric(df.get(c, pd.Series(0, index=df.index)), errors="coerce").fillna(0)
+              for c in ("GoldenNaN", "GoldenInf")]
+    return df[df["TensorName"].isin(list(outputs)) & ((counts[0] + counts[1]) > 0) & (df["OpType"] != "Input")]
+
+
+def golden_nonfinite(df: pd.DataFrame, outputs) -> list[Finding]:
+    """One error finding ``golden_nonfinite`` per graph output whose FP32 reference holds NaN/Inf: the model
+    itself computes NaN/Inf in FP32 (or is fed it), so no precision setting of the NPU plan can fix those
+    positions and the comparison covers only the finite ones. Evidence: counts of NaN/Inf on both sides."""
+    out = []
+    for _, r in golden_nonfinite_rows(df, outputs).iterrows():
+        ev = _evidence(r)
+        nan, inf = int(r.get("GoldenNaN", 0) or 0), int(r.get("GoldenInf", 0) or 0)
+        cause = ("a graph input holds NaN/Inf: fix the inputs" if nonfinite_inputs(df)
+                 else "fix the model (weights, a division by zero, log of 0, ...) or its inputs")
+        out.append(Finding("error", "golden_nonfinite", r["TensorName"], ev,
+                           f"the FP32 reference output '{r['TensorName']}' already holds {nan} NaN and {inf} Inf: "
+                           f"the model computes NaN/Inf in FP32, so no NPU precision setting can help; {cause}"))
+    return out
+
+
+def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None,
+           outputs=None) -> list[Finding]:
+    """Findings, most important first (see module docstring). ``outputs``: the graph output tensor names,
+    when known: adds a ``golden_nonfinite`` finding per output whose FP32 reference holds NaN/Inf."""
     kernels = {k.name: k for k in plan.kernels}
     out: list[Finding] = list(f for f in compile_findings)
+    if outputs is not None:
+        out += golden_nonfinite(df, outputs)
     ov = overflow_rows(df)
     if len(ov):
         r = ov.iloc[0]

@@ -3,13 +3,25 @@
 :class:`Diagnosis` is what ``npuscope diagnose`` / ``compare`` compute and what the HTML report, the CSV and
 the JSON are made from. Everything in it is plain data (DataFrames, dicts, lists of Findings).
 
-``table`` (result.csv) has one row per ONNX tensor of the reference run, in execution order, with columns:
-Index, OpType, NodeName, TensorName, TensorIndex, Kernel, KernelOpType, FusedNodes (';'-joined original node
-names of the kernel), Rule, Precision, ImplMode, NPUDump (storage dtype), DataType, Shape, the metric columns of
-toolkit.compare.metrics (CosineSimilarity, MaxAbsoluteError, ... ExactMatchRate, DeviceNaN, DeviceInf,
-GoldenNaN, GoldenInf, GoldenFP16OverflowRatio, OverFlow, Abnormal, AbnormalMetrics, WithinExpectedNoise),
-CompareFailReason (why a row has no metrics, e.g. "fused into kernel conv_1"), Role ("origin",
-"propagated" or "") and GoldenMin / GoldenMax / GoldenAbsMax.
+``table`` (result.csv) has one row per ONNX tensor of the reference run, in execution order, and always the
+same columns in the same order (toolkit.compare.layerwise.RESULT_COLUMNS), whatever the model; a value that
+does not apply to a row is an empty cell:
+
+- Index, OpType, NodeName, TensorName, TensorIndex, Kernel, KernelIndex, KernelOpType, FusedNodes (';'-joined
+  original node names of the kernel), Rule (the fusion rule, or "fold_constants" for a graph output the
+  compiler computed at compile time and the plan returns as a constant), Precision, ImplMode, NPUDump
+  (storage dtype), DataType, Shape;
+- GoldenMin, GoldenMax, GoldenAbsMax (over the reference's finite values);
+- the row of toolkit.compare.metrics.compare_tensors (ROW_KEYS): CompareFailReason (why a row has no
+  metrics, e.g. "fused into kernel conv_1"), OverFlow, DeviceNaN, DeviceInf, GoldenNaN, GoldenInf,
+  NonFiniteMasked, ComparedCount, GoldenFP16OverflowRatio, the metrics (CosineSimilarity, MaxAbsoluteError,
+  ... ExactMatchRate), WithinExpectedNoise, Abnormal, AbnormalMetrics;
+- Role ("origin", "propagated" or "");
+- LocalCosineSimilarity, LocalRelativeEuclideanDistance, LocalAbnormal (single-kernel isolation of origin
+  rows; empty elsewhere).
+
+``npuscope compare-dumps`` writes these columns but the Local* ones, plus GoldenDump and TargetDump, in the
+fixed order of toolkit.dumps.table.COLUMNS.
 """
 
 from __future__ import annotations

@@ -12,10 +12,13 @@ import numpy as np
 
 
 def _as_stored(value, dtype: str):
+    """``value`` converted to the storage dtype, as the device stores it: a value beyond the FP16 range becomes
+    ±inf (an intended overflow, so numpy's overflow warning is silenced here)."""
     arr = np.asarray(value)
     if dtype in ("object",) or arr.dtype.kind not in "fiub":
         return arr
-    return arr.astype(np.dtype(dtype), copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return arr.astype(np.dtype(dtype), copy=False)
 
 
 def isolate(runtime, kernel_name: str, golden: dict) -> dict[str, np.ndarray] | None:

@@ -3,7 +3,10 @@
 Every tensor a node of the original model produces gets a row, in execution order. A tensor the NPU plan
 still stores is compared (toolkit.compare.metrics, with the op class' expected FP16 noise from the numerics
 contract when its kernel ran in FP16). A tensor the compiler removed gets a reason instead: computed at
-compile time, or fused into kernel K. Each row names the kernel that produced the tensor and the original
+compile time, or fused into kernel K — except a tensor computed at compile time whose value the device side
+still holds (a graph output folded to a constant, which the plan returns): that constant is compared with
+the reference, since it matches only if the folder is right. The columns are fixed
+(:data:`RESULT_COLUMNS`). Each row names the kernel that produced the tensor and the original
 nodes fused into it.
 """
 
@@ -13,11 +16,22 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compare.metrics import compare_tensors
+from toolkit.compare.metrics import ROW_KEYS, compare_tensors
 from toolkit.precision.contract import expected_noise
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
                 "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
+RANGE_COLUMNS = ["GoldenMin", "GoldenMax", "GoldenAbsMax"]
+LOCAL_COLUMNS = ["LocalCosineSimilarity", "LocalRelativeEuclideanDistance", "LocalAbnormal"]
+#: The columns of the layer table (result.csv), in this order, whatever the model: :data:`INFO_COLUMNS`,
+#: :data:`RANGE_COLUMNS`, the metric row of :func:`toolkit.compare.metrics.compare_tensors`
+#: (:data:`~toolkit.compare.metrics.ROW_KEYS`: CompareFailReason, OverFlow, ..., metrics, ..., Abnormal,
+#: AbnormalMetrics), Role, then :data:`LOCAL_COLUMNS` (filled by :func:`refine_origins`). A value that does not
+#: apply to a row is empty ("" in text columns, NaN elsewhere).
+RESULT_COLUMNS = INFO_COLUMNS + RANGE_COLUMNS + list(ROW_KEYS) + ["Role"] + LOCAL_COLUMNS
+#: Text columns: "" where not applicable.
+TEXT_COLUMNS = [c for c in INFO_COLUMNS if c not in ("Index", "TensorIndex", "KernelIndex")] + \
+    ["CompareFailReason", "Role"]
 
 
 
@@ -94,7 +108,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 row["DataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
                 row.update(golden_range(g))
-            if t in folded:
+            if t in folded and t not in device:
                 row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
             elif k is not None and t in k.internal:
                 row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
@@ -105,19 +119,18 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
             else:
                 d = device[t]
                 row["NPUDump"] = str(np.asarray(d).dtype)
+                if t in folded:  # a folded graph output: the constant the plan returns
+                    row["Rule"] = "fold_constants"
                 # FP16 noise is expected wherever FP16-rounded data has flowed in
                 rounded = k is not None and k.name in reads16
                 noise = expected_noise(k.op_class) if (use_noise and rounded) else None
                 row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise))
             rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in INFO_COLUMNS + ["CompareFailReason"]:
-        if col not in df.columns:
-            df[col] = ""
-    df["CompareFailReason"] = df["CompareFailReason"].fillna("")
-    df["Abnormal"] = df.get("Abnormal", pd.Series(False, index=df.index)).fillna(False).astype(bool)
-    df["OverFlow"] = df.get("OverFlow", pd.Series(False, index=df.index)).fillna(False).astype(bool)
-    df["Role"] = assign_roles(df, plan)
+    df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
+    df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")
+    df["Abnormal"] = df["Abnormal"].astype(object).fillna(False).astype(bool)
+    df["OverFlow"] = df["OverFlow"].astype(object).fillna(False).astype(bool)
+    df["Role"] = assign_roles(df, plan) if len(df) else []
     return df
 
 
@@ -128,10 +141,10 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
     from toolkit.compare.isolate import isolate
 
     kernels = {k.name: k for k in runtime.plan.kernels}
-    df = df.copy()
+    df = df.reindex(columns=RESULT_COLUMNS)  # a copy, in the fixed column order
     for col in ("LocalCosineSimilarity", "LocalRelativeEuclideanDistance"):
         df[col] = np.nan
-    df["LocalAbnormal"] = None
+    df["LocalAbnormal"] = pd.Series(None, index=df.index, dtype=object)
     cache: dict[str, dict | None] = {}
     for i in df.index[df["Role"] == "origin"]:
         kname, t = df.at[i, "Kernel"], df.at[i, "TensorName"]

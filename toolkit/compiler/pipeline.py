@@ -215,7 +215,7 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     normalise_node_names(work)
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
-    declared = bind_input_shapes(work, shapes, check=False)
+    declared = bind_input_shapes(work, shapes, check=False, where=config.where("input_shape"))
     from toolkit.cache import compile_cache  # the compile cache (docs/compile-cache.md); None when disabled
 
     cached = compile_cache.begin(work, config, disabled, model_path, t0)

@@ -20,6 +20,11 @@ if the run fails before any input was evaluated successfully; once such a result
 (that is what makes a killed run resumable). A stored result that cannot be read or is not a valid record
 (truncated, empty, foreign, a folder in its place) counts as missing: removed, logged and evaluated again.
 Report files are (re)written at the end.
+
+One run at a time: a run holds an exclusive lock on ``.npuscope-run.lock`` in the folder (``fcntl.flock``,
+taken before the folder's contents are inspected, released and removed at exit; the kernel releases it when
+the process dies, so a crashed run leaves no stale lock and can be resumed). A second run on the same folder is
+refused with a one-line UserError (exit 1) naming the holder's pid.
 """
 
 from __future__ import annotations
@@ -32,17 +37,23 @@ import os
 import shutil
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
+    fcntl = None
+
 import numpy as np
 
 from toolkit.artifacts import new_run_dir, safe_filename
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
-from toolkit.errors import UsageError
+from toolkit.errors import UsageError, UserError
 from toolkit.report.csvjson import _dumps, atomic_write_text, json_safe
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
 LOG = "log.jsonl"
+LOCK = ".npuscope-run.lock"
 FORMAT = 1
 #: Manifest keys that must match for a folder to be resumed.
 KEYED = ("format", "command", "model_sha256", "config", "thresholds", "task_metrics", "columns", "tensors_sha256")
@@ -287,7 +298,59 @@ def _resume_or_restart(path: Path, manifest: dict) -> bool:
 
 
 def _only_store_files(path: Path) -> bool:
-    return all(p.name in (MANIFEST, LOG, RESULTS) or p.name.startswith(".aggregate-") for p in path.iterdir())
+    return all(p.name in (MANIFEST, LOG, RESULTS, LOCK) or p.name.startswith(".aggregate-") for p in path.iterdir())
+
+
+def _has_content(path: Path) -> bool:
+    """True when ``path`` holds anything besides the run lock."""
+    return any(p.name != LOCK for p in path.iterdir())
+
+
+def _lock_owner(path: Path) -> str:
+    try:
+        pid = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "another process"
+
+
+def acquire_lock(folder: Path) -> int | None:
+    """Take the exclusive run lock of ``folder`` (``folder/LOCK``, the holder's pid written in it) and return
+    its file descriptor (None where fcntl does not exist). Raises UserError when another process holds it."""
+    if fcntl is None:
+        return None
+    path = folder / LOCK
+    for _ in range(10):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise UserError(f"output folder '{folder}' is in use by another dataset run ({_lock_owner(path)}, "
+                            f"lock {LOCK}); wait for it to finish or choose another --out") from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:  # not a file its previous holder removed between our open and our flock
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+            return fd
+        os.close(fd)
+    raise UserError(f"could not lock output folder '{folder}' ({LOCK} keeps changing); retry or choose another --out")
+
+
+def release_lock(folder: Path, fd: int | None) -> None:
+    """Remove ``folder/LOCK`` (when it is still the file ``fd`` locks) and release the lock."""
+    if fd is None:
+        return
+    path = folder / LOCK
+    try:
+        if os.path.samestat(os.fstat(fd), os.stat(path)):
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    os.close(fd)
 
 
 @contextlib.contextmanager
@@ -306,22 +369,32 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
     path = Path(explicit) if explicit else new_run_dir(base, stem)
     if path.exists() and not path.is_dir():
         raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
-    resumed = restarted = False
-    if path.is_dir() and any(path.iterdir()):
-        resumed = _resume_or_restart(path, manifest)
-        restarted = not resumed
+    if path.is_dir() and _has_content(path) and not (path / MANIFEST).is_file():
+        _resume_or_restart(path, manifest)  # raises: not empty, no manifest (checked before taking any lock)
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create output folder '{path}' ({exc.strerror}); choose a writable --out") from None
-    if not resumed:
-        atomic_write_text(path / MANIFEST, _dumps(manifest))
-    store = Store(path, resumed, manifest.get("n_tensors"))
-    store.restarted = restarted
+    lock = acquire_lock(path)  # before the folder's contents decide new / resume / restart
+    store = None
     try:
+        resumed = restarted = False
+        if _has_content(path):
+            resumed = _resume_or_restart(path, manifest)
+            restarted = not resumed
+        if not resumed:
+            atomic_write_text(path / MANIFEST, _dumps(manifest))
+        store = Store(path, resumed, manifest.get("n_tensors"))
+        store.restarted = restarted
         yield store
     except BaseException:
-        if (created or restarted) and not store.has_ok_result():
+        if store is None:
+            remove = created
+        else:
+            remove = (created or store.restarted) and not store.has_ok_result()
+        if remove:
             shutil.rmtree(path, ignore_errors=True)
         raise
+    finally:
+        release_lock(path, lock)

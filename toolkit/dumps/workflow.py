@@ -7,8 +7,10 @@ and returns a :class:`~toolkit.compare.diagnosis.Diagnosis`. :func:`compare_dump
 result.csv, summary.json, findings.json, kernel_times.csv (empty: dumps carry no times) and index.html.
 
 Verdict: FAIL when an abnormal (or overflowing) tensor is a model output (with ``model``) or any abnormal
-tensor (without: the outputs are unknown), or when no tensor at all could be compared; WARN when intermediates are abnormal or rows could not be compared
-(missing, unreadable, mis-shaped dumps; "fused into" rows do not count); PASS otherwise.
+tensor (without: the outputs are unknown); with ``model``, also when a graph output could not be compared
+(its dump missing on a side, unreadable or mis-shaped: nothing vouches for it, as in ``compare``); and when
+no tensor at all could be compared. WARN when intermediates are abnormal or intermediate rows could not be
+compared (missing, unreadable, mis-shaped dumps; "fused into" rows do not count); PASS otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from toolkit.artifacts import output_dir
-from toolkit.compare.advisor import advise, first_divergence
+from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds
 from toolkit.compiler.pipeline import Finding
@@ -84,10 +86,10 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     ts = time.perf_counter()
     df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
     plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
-    findings = advise(df, plan) + gap_findings(df)
-    first = first_divergence(df)
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
-    verdict, reasons = judge(df, outputs)
+    findings = advise(df, plan, outputs=outputs) + gap_findings(df)
+    first = first_divergence(df)
+    verdict, reasons = judge(df, outputs, findings)
     timings = {"read_ms": read_ms, "compare_ms": (time.perf_counter() - ts) * 1e3,
                "total_ms": (time.perf_counter() - t0) * 1e3}
     summary = _summary(golden, target, g, t, pairing, df, mapping, model_info, lines, verdict, reasons, first, timings)
@@ -136,15 +138,21 @@ def _load_model(model: str | None, progress):
     return m, {"model": str(src.path), "model_name": src.name, "model_sha256": sha}
 
 
-def judge(df: pd.DataFrame, outputs: list[str] | None) -> tuple[str, list[str]]:
-    """(verdict, reasons): see module docstring. ``outputs``: the model's output tensors, None without a model."""
+def judge(df: pd.DataFrame, outputs: list[str] | None, findings=()) -> tuple[str, list[str]]:
+    """(verdict, reasons): see module docstring. ``outputs``: the model's output tensors, None without a model.
+    ``findings``: the advisor's; an error-severity finding the table does not already explain (abnormal rows,
+    an output whose golden holds NaN/Inf) makes a PASS a WARN: never PASS beside an error finding."""
     bad = df["Abnormal"] | df["OverFlow"]
     failing = df[bad & df["TensorName"].isin(outputs)] if outputs is not None else df[bad]
+    reasons = []
     if len(failing):
         what = "output" if outputs is not None else "tensor"
         reasons = [f"{what} '{r.TensorName}' is abnormal ({_crossed(r)})" for r in failing.head(10).itertuples()]
         if len(failing) > 10:
             reasons.append(f"... and {len(failing) - 10} more abnormal {what}(s) (result.csv)")
+    reasons += [f"output '{name}' could not be compared ({why}): nothing vouches for it"
+                for name, why in uncompared_outputs(df, outputs)]
+    if reasons:
         return "FAIL", reasons
     if len(df) and not (df["CompareFailReason"] == "").any():
         return "FAIL", [f"no tensor could be compared ({len(df)} row(s), see CompareFailReason): check that the "
@@ -152,12 +160,38 @@ def judge(df: pd.DataFrame, outputs: list[str] | None) -> tuple[str, list[str]]:
     reasons = []
     if bad.any():
         reasons.append(f"{int(bad.sum())} intermediate tensor(s) abnormal; the model outputs hold")
+    for r in golden_nonfinite_rows(df, outputs or []).itertuples():
+        reasons.append(f"the golden output '{r.TensorName}' holds NaN/Inf ({int(r.GoldenNaN)} NaN, "
+                       f"{int(r.GoldenInf)} Inf): the model computes it; compared where finite")
     gaps = _gap_counts(df)
     if gaps:
         reasons.append("not compared: " + ", ".join(f"{n} {kind}" for kind, n in gaps.items()))
+    explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if bad.any() else set())
+    errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
+    if errors:
+        reasons.append(f"{len(errors)} error finding(s) stand: "
+                       + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5]) + " (see findings)")
     if reasons:
         return "WARN", reasons
     return "PASS", ["every compared tensor within the abnormal lines"]
+
+
+def uncompared_outputs(df: pd.DataFrame, outputs: list[str] | None) -> list[tuple[str, str]]:
+    """[(output tensor, why)] for each graph output (``outputs``; none without a model) that has no compared
+    row: its dump is missing on a side, unreadable or mis-shaped (the row's CompareFailReason; "fused into"
+    rows are the device's intermediates, never outputs, and do not count), or no row names it at all."""
+    if outputs is None:
+        return []
+    out = []
+    for name in outputs:
+        rows = df[df["TensorName"] == name]
+        if not len(rows):
+            out.append((name, "no dump on either side"))
+            continue
+        why = [r for r in rows["CompareFailReason"] if r and reason_kind(r) not in EXPECTED_GAPS]
+        if len(why) == len(rows):
+            out.append((name, why[0]))
+    return out
 
 
 def _crossed(r) -> str:

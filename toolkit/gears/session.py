@@ -184,11 +184,12 @@ class GearSession:
     def __init__(self, model, config: Config, eager: bool = False, progress=None):
         self.model, self.path = as_model(model)
         self.config = config
-        spec = parse_gears(config)
+        where = config.origin("input_shape", "dynamic_dims", "dynamic_batch_size", "pad_value")
+        spec = parse_gears(config, where)
         if spec is None:
             raise ConfigError("GearSession needs gears: set dynamic_dims or dynamic_batch_size and -1 dims in "
                               "input_shape")
-        check_against_model(spec, self.model)
+        check_against_model(spec, self.model, where)
         self.spec: GearSpec = spec
         self.progress = progress or (lambda msg: None)
         #: gears from the fewest input elements to the most (the order gears are tried in)

@@ -56,18 +56,22 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     with ``column`` the named column of a CSV with a header row (empty cells skipped).
 
     Raises:
-        InputError: missing/unreadable file, unknown column, a value that is not a positive integer (named by
+        InputError: missing, unreadable, empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column, a value that is not a positive integer (named by
         line number), or no lengths at all.
     """
+    from toolkit.textfile import read_user_text
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"lengths file '{p}' does not exist; give one length per line, or a CSV with --column")
+    if not p.exists() or p.is_dir():
+        raise InputError(f"lengths file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; give a file with "
+                         "one length per line, or a CSV with --column")
+    text = read_user_text(p, "lengths file", InputError, "give one length per line, or a CSV with --column")
+    if not text.strip():
+        kind = "" if p.is_file() else " (not a regular file)"
+        raise InputError(f"lengths file '{p}'{kind} is empty; give one positive integer per line")
     if column:
-        return _csv_column(p, column)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"lengths file '{p}' cannot be read as UTF-8 text ({exc}); give one length per line") from None
+        return _csv_column(p, text, column)
+    lines = text.splitlines()
     out = []
     for no, raw in enumerate(lines, 1):
         text = raw.strip()
@@ -110,9 +114,11 @@ def _length(text: str, where: str, hint: str = "") -> int:
     return val
 
 
-def _csv_column(p: Path, column: str) -> np.ndarray:
+def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
+    import io
+
     try:
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"lengths file '{p}' is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
     if column not in df.columns:

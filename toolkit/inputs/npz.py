@@ -29,15 +29,17 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
         dict in the order of ``model_inputs``; arrays are fully read into memory.
 
     Raises:
-        InputError: file missing or not an npz archive, an array needs pickle, or the feed does not fit.
+        InputError: file missing, empty (0 bytes) or not an npz (zip) archive, an array needs pickle, or the
+            feed does not fit.
     """
     path = Path(path)
     source = f"npz file {str(path)!r}"
     if not path.is_file():
         raise InputError(f"{source} does not exist; pass an existing .npz written by np.savez")
+    _check_magic(path, source)
     try:
         archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise InputError(
             f"{source} cannot be read as .npz ({_first_line(exc)}); write it with np.savez(path, name=array)"
         ) from None
@@ -52,6 +54,30 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
             feed[key] = _read_member(archive, key, source)
     check_feed(feed, model_inputs, source)
     return {spec.name: feed[spec.name] for spec in model_inputs}
+
+
+#: First bytes of a zip archive (local file header, or the end record of an empty archive): PKWARE APPNOTE 4.3.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+#: First bytes of a single-array .npy file (numpy.lib.format, NEP 1).
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def _check_magic(path: Path, source: str) -> None:
+    """Refuse, before numpy reads it, a file that is empty or not a zip archive: numpy would raise EOFError
+    (which click reports as an abort) or fall back to pickle and advise ``allow_pickle``. Raises InputError."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{source} cannot be read ({exc.strerror}); check its permissions") from None
+    if not head:
+        raise InputError(f"{source} is empty (0 bytes); write it with np.savez(path, name=array)")
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{source} is a single-array .npy file, not an npz (zip) archive; "
+                         "save with np.savez(path, name=array)")
+    if not head.startswith(_ZIP_MAGIC):
+        raise InputError(f"{source} is not an npz (zip) archive (it starts with {head[:4]!r}); "
+                         "write it with np.savez(path, name=array)")
 
 
 def _first_line(exc: BaseException) -> str:

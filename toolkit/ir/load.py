@@ -68,8 +68,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(f"'{p}' fails the ONNX checker: {first}; fix the exporter or the model") from None
+        raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
     normalise_node_names(model)
     return model
 
@@ -111,14 +110,14 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
         need = numel * itemsize
         try:
             offset = int(info.offset or 0)
-            length = int(info.length) if info.length is not None else fsize - offset
+            length = int(info.length) if info.length is not None else None
         except (TypeError, ValueError):
             raise ModelError(f"tensor '{t.name}' in '{src}': external data offset/length are not integers; "
                              "re-save the model's external data") from None
-        if offset < 0 or length < 0 or offset + length > fsize or (t.data_type != onnx.TensorProto.STRING and length < need):
-            raise ModelError(f"tensor '{t.name}' in '{src}': external data '{loc}' declares offset {offset} and "
-                             f"length {length} bytes, needs {need} bytes, file has {fsize}; the data file is "
-                             "truncated or does not belong to this model")
+        problem = _extent_problem(offset, length, need if t.data_type != onnx.TensorProto.STRING else 0, fsize)
+        if problem:
+            raise ModelError(f"tensor '{t.name}' in '{src}': external data '{loc}' {problem}; the data file is "
+                             "truncated or does not belong to this model (re-save the model's external data)")
     if ext:
         onnx.load_external_data_for_model(model, str(base))
 
@@ -193,3 +192,37 @@ def normalise_node_names(model: onnx.ModelProto) -> int:
             onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
                                                 "npuscope.renamed_nodes": str(renamed)})
     return renamed
+
+
+def _extent_problem(offset: int, length: int | None, need: int, fsize: int) -> str:
+    """What is wrong with an external-data extent as declared (ONNX external data: ``offset`` and ``length``
+    in bytes into the data file; a missing length means "to the end of the file"), or "" when it fits.
+    ``need``: bytes the tensor's dims x element size take (0: unknown, for strings); ``fsize``: file bytes."""
+    if offset < 0:
+        return f"declares offset {offset}, which is negative"
+    if offset > fsize:
+        return f"declares offset {offset}, beyond the end of the data file ({fsize} bytes)"
+    if length is None:
+        if fsize - offset < need:
+            return (f"declares offset {offset} and no length; the {fsize - offset} bytes from there to the end "
+                    f"of the file ({fsize} bytes) are fewer than the {need} bytes the tensor needs")
+        return ""
+    if length < 0:
+        return f"declares length {length}, which is negative"
+    if offset + length > fsize:
+        return (f"declares {length} bytes at offset {offset}, ending at byte {offset + length}, beyond the end of "
+                f"the data file ({fsize} bytes)")
+    if length < need:
+        return f"declares length {length} bytes, fewer than the {need} bytes the tensor needs"
+    return ""
+
+
+#: Longest checker message kept in our one-line error (characters).
+CHECKER_MESSAGE_MAX = 400
+
+
+def checker_message(exc: BaseException) -> str:
+    """onnx.checker's message on one line: all its lines joined (the node's name and op type are often on the
+    second and third line), whitespace collapsed, cut to :data:`CHECKER_MESSAGE_MAX` characters."""
+    text = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+    return text if len(text) <= CHECKER_MESSAGE_MAX else text[:CHECKER_MESSAGE_MAX - 3] + "..."

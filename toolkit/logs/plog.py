@@ -14,7 +14,8 @@ Environment (read by :func:`setup_logging`, which the CLI calls once per command
 
 - ``NPUSCOPE_LOG_LEVEL``: 0 debug, 1 info, 2 warning, 3 error (default), 4 none. Any other value raises
   :class:`toolkit.errors.ConfigError` (exit code 2).
-- ``NPUSCOPE_LOG_TO_STDOUT``: ``1`` (or true/yes/on) writes log lines to stdout; otherwise they go to stderr.
+- ``NPUSCOPE_LOG_TO_STDOUT``: ``1``/``true``/``yes``/``on`` writes log lines to stdout; ``0``/``false``/``no``/``off``
+  or unset (or empty) to stderr (case-insensitive). Any other value raises :class:`toolkit.errors.ConfigError`.
 - ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``).
 """
 
@@ -38,6 +39,7 @@ LEVELS = {0: logging.DEBUG, 1: logging.INFO, 2: logging.WARNING, 3: logging.ERRO
 LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING", logging.ERROR: "ERROR",
                logging.CRITICAL: "ERROR"}
 _TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 _MODULE_UNSAFE = re.compile(r"[^A-Za-z0-9_]+")
 
 #: One plog line; groups level, module, pid, process, time, file, line, message. Also reads the device
@@ -94,6 +96,19 @@ def level_from_env(environ=None) -> int:
     return LEVELS[int(raw)]
 
 
+def to_stdout_from_env(environ=None) -> bool:
+    """Whether NPUSCOPE_LOG_TO_STDOUT asks for stdout (module docstring; default False: stderr).
+
+    Raises:
+        ConfigError: the value is not one of 1/true/yes/on, 0/false/no/off (any case) or empty.
+    """
+    raw = (environ if environ is not None else os.environ).get(ENV_STDOUT, "").strip()
+    if raw.lower() in _TRUE | _FALSE:
+        return raw.lower() in _TRUE
+    raise ConfigError(f"{ENV_STDOUT}={raw[:40]!r} is not a boolean; use 1/true/yes/on (log to stdout) or "
+                      "0/false/no/off (stderr, the default), or unset it")
+
+
 def _handler(environ) -> logging.Handler:
     path = environ.get(ENV_FILE, "").strip()
     if path:
@@ -102,7 +117,7 @@ def _handler(environ) -> logging.Handler:
         except OSError as exc:
             raise ConfigError(f"{ENV_FILE}={path!r}: cannot open the log file ({exc.strerror}); "
                               "give a writable path or unset it") from None
-    to_stdout = environ.get(ENV_STDOUT, "").strip().lower() in _TRUE
+    to_stdout = to_stdout_from_env(environ)
     return logging.StreamHandler(sys.stdout if to_stdout else sys.stderr)
 
 
@@ -113,10 +128,12 @@ def setup_logging(environ=None, process: str = "npuscope") -> logging.Logger:
     logger. ``environ`` defaults to ``os.environ``.
 
     Raises:
-        ConfigError: NPUSCOPE_LOG_LEVEL has an invalid value, or NPUSCOPE_LOG_FILE cannot be opened.
+        ConfigError: NPUSCOPE_LOG_LEVEL or NPUSCOPE_LOG_TO_STDOUT has an invalid value, or NPUSCOPE_LOG_FILE
+            cannot be opened.
     """
     environ = os.environ if environ is None else environ
     level = level_from_env(environ)
+    to_stdout_from_env(environ)  # a bad value is refused even when nothing will be logged
     logger = logging.getLogger(ROOT)
     for h in [h for h in logger.handlers if getattr(h, "_npuscope", False)]:
         logger.removeHandler(h)

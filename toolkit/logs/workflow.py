@@ -25,7 +25,9 @@ is truncated with a marker giving its original length (toolkit.logs.textcap); nu
 beyond 1e18 make their record malformed (toolkit.logs.numbers). A file no parser recognises (empty, binary, unknown format) or whose parser fails is
 *skipped* — listed in parse_summary.json, the HTML meta and the summary lines — as long as another file was
 parsed; when no file could be parsed, an InputError names each file, why, and the formats supported (exit
-code 1). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed.
+code 1). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed, and
+so does one that holds no record at all (0 records, no op row, every table empty: e.g. an onnxruntime profile
+with no kernel event): a report of nothing is never written.
 """
 
 from __future__ import annotations
@@ -139,7 +141,17 @@ def read_file(path: Path) -> tuple[ParseResult | None, str]:
               len(res.op_summary))
     if res.records == 0 and res.malformed > 0:
         return res, f"{det.parser.name}: no readable record, {res.malformed} malformed"
+    if nothing_read(res):
+        note = f" ({res.notes[0]})" if res.notes else ""
+        return res, f"{det.parser.name}: no record in it{note}"
     return res, ""
+
+
+def nothing_read(res: ParseResult) -> bool:
+    """True when a parse produced no data at all: no record, no op row, every table empty (e.g. an
+    onnxruntime profile holding only non-kernel events). Such a file counts as not parsed."""
+    return (res.records == 0 and not len(res.op_summary)
+            and not any(df is not None and len(df) for df in res.tables.values()))
 
 
 def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:

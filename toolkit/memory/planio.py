@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from toolkit.compiler.plan import Plan
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UsageError, UserError
 from toolkit.memory.planner import align
 
 
@@ -36,6 +36,30 @@ def load_plan(path) -> Plan:
             raise InputError(f"plan '{p}': tensor '{t.name}' at offset {t.offset} with {t.nbytes} bytes does not "
                              f"fit the arena of {plan.arena_bytes} bytes; raise arena_bytes or move the tensor")
     return plan
+
+
+def plan_where(path) -> str:
+    """How messages name a plan: ``plan file '<path>'`` (the file the user gave, never the Plan's repr)."""
+    return f"plan file '{path}'"
+
+
+def model_for_plan(model: str | None, plan: Plan, path) -> str:
+    """The MODEL argument to compile for ``plan`` (loaded from ``path``): ``model`` when given, else the model
+    the plan records (``plan.model``: a path, bundled sample or zoo name, see toolkit.source.resolve_model).
+    Raises UsageError (exit 2) when neither names a model that exists."""
+    if model:
+        return model
+    if not plan.model:
+        raise UsageError(f"{plan_where(path)} does not record which model it was compiled from; give MODEL "
+                         f"before --plan (the model the plan was made for)")
+    from toolkit.source import resolve_model
+
+    try:
+        resolve_model(plan.model)
+    except UserError:
+        raise UsageError(f"{plan_where(path)} records model '{plan.model}', which cannot be found from here; give "
+                         f"MODEL before --plan") from None
+    return plan.model
 
 
 def attach_plan(compiled, plan: Plan, where: str = "plan"):

@@ -80,10 +80,13 @@ def coverage(plan, flops: dict[str, float]) -> dict:
 FP32_CUBE_RATE = 0.25
 
 
-def fallback_cost(before: dict, after: dict, host_ms_before: float, host_ms_after: float) -> dict:
+def fallback_cost(before: dict, after: dict, host_ms_before: float, host_ms_after: float,
+                  host_runs: int = 1) -> dict:
     """The estimated cost of the fallback: Casts added, activation bytes added, FP32 cube FLOPs added and their
     estimated extra cube time relative to the FP16 plan (:data:`FP32_CUBE_RATE`), and the measured host time
-    ratio of the simulation (host time, not device time)."""
+    ratio of the simulation (host time, not device time). ``host_ms_*``: ms per run, the median of
+    ``host_runs`` runs after an untimed warm-up (toolkit.precision.tune.host_time_ms); ``host_time_measure``
+    says so in the result."""
     fp32_flops = (after["flops_total"] - after["flops_fp16"]) - (before["flops_total"] - before["flops_fp16"])
     cube = before["flops_total"] or 1.0
     return {"casts_added": after["casts"] - before["casts"],
@@ -92,4 +95,6 @@ def fallback_cost(before: dict, after: dict, host_ms_before: float, host_ms_afte
             "fp32_flops_added": fp32_flops,
             "est_cube_time_increase": fp32_flops * (1.0 / FP32_CUBE_RATE - 1.0) / cube,
             "host_ms_before": host_ms_before, "host_ms_after": host_ms_after,
+            "host_time_measure": f"median of {host_runs} run(s) after a warm-up; host time of the simulation, "
+                                 "not device time",
             "host_time_ratio": host_ms_after / host_ms_before if host_ms_before else float("nan")}

@@ -34,7 +34,7 @@ import pandas as pd
 
 from toolkit.compare.metrics import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-from toolkit.compare.metrics.thresholds import check_metric_name
+from toolkit.compare.metrics.thresholds import _in_range, _number, check_metric_name
 from toolkit.compiler.pipeline import compile_model, recompile_precision
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
@@ -59,7 +59,9 @@ def _noop(msg: str) -> None:
 
 def parse_target(text: str) -> list[tuple[str, str, float]]:
     """``"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"`` → [(metric, op, value)]: the conditions an output
-    must SATISFY (unlike --thresholds, which name abnormal lines). Raises UsageError naming the bad item."""
+    must SATISFY (unlike --thresholds, which name abnormal lines). Values follow the same range rules as
+    --thresholds (toolkit.compare.metrics.thresholds: CosineSimilarity in [-1, 1], errors >= 0, no NaN).
+    Raises UsageError naming the bad item."""
     out = []
     for item in filter(str.strip, (text or "").split(",")):
         op = next((o for o in (">=", "<=", ">", "<") if o in item), None)
@@ -72,13 +74,17 @@ def parse_target(text: str) -> list[tuple[str, str, float]]:
             good = ">=" if higher else "<="
             raise UsageError(f"target '{item.strip()}': {name} is {'higher' if higher else 'lower'}-is-better; "
                              f"write {name}{good}{raw}")
-        try:
-            out.append((name, op, float(raw)))
-        except ValueError:
-            raise UsageError(f"target '{item.strip()}': '{raw}' is not a number") from None
+        context = f"target '{item.strip()}'"
+        out.append((name, op, _in_range(name, _number(raw, context), context)))
     if not out:
         raise UsageError(f"target '{text}' has no condition; e.g. '{DEFAULT_TARGET}'")
     return out
+
+
+def format_target(target) -> list[str]:
+    """``[(metric, op, value)]`` → ``["CosineSimilarity>=0.9999999", ...]``: each value as ``repr(float)``, the
+    shortest text that reads back to the same number (never rounded, unlike ``%g``)."""
+    return [f"{m}{o}{float(v)!r}" for m, o, v in target]
 
 
 #: metric columns of a check_outputs row
@@ -95,7 +101,7 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
         if g.dtype.kind != "f" or name not in npu:
             continue
         r = compare_metrics(npu[name], g, names)
-        bad = [f"{m}{op}{v:g}" for m, op, v in target if not (not math.isnan(r[m]) and _OPS[op](r[m], v))]
+        bad = [c for c, (m, op, v) in zip(format_target(target), target) if not (not math.isnan(r[m]) and _OPS[op](r[m], v))]
         nonfinite = r["OverFlow"] or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
         if nonfinite:
             bad.append("finite outputs")
@@ -148,7 +154,7 @@ class TuneResult:
     inputs: list[str] = field(default_factory=list)
 
     def summary(self) -> dict:
-        return {"met": self.met, "keep_dtype": self.chosen, "target": [f"{m}{o}{v:g}" for m, o, v in self.target],
+        return {"met": self.met, "keep_dtype": self.chosen, "target": format_target(self.target),
                 "trials": self.trials, "inputs": self.inputs, "timings_ms": self.timings_ms,
                 "coverage_before": self.coverage_before, "coverage_after": self.coverage_after, "cost": self.cost,
                 "tasks_before": self.tasks_before, "tasks_after": self.tasks_after, "evidence": self.evidence,
@@ -268,7 +274,6 @@ class _Start:
     errors: list = field(default_factory=list)
     tasks: list = field(default_factory=list)
     met: bool = True
-    host_ms: float = 0.0
     worst_golden: dict | None = None
     shapes: dict = field(default_factory=dict)
     baseline_ms: float = 0.0
@@ -290,13 +295,11 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
         if i == 0:
             st.shapes = {k: v.shape for k, v in g.items() if isinstance(v, np.ndarray)}
         t = time.perf_counter()
-        ok, rows, err, tk, res = tuner.check_one(base_rt, i)
+        ok, rows, err, tk, _ = tuner.check_one(base_rt, i)
         st.baseline_ms += (time.perf_counter() - t) * 1e3
         st.rows += rows
         st.tasks += tk
         st.met &= ok
-        if i == 0:
-            st.host_ms = res.total_ms
         if not st.errors or err > max(st.errors):
             st.worst_golden = g
         st.errors.append(err)
@@ -359,7 +362,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     findings = range_findings(range_df)
     # reference_ms: compile + FP32 references + range analysis; the baseline runs count to search_ms (as before)
     tm["reference_ms"] = (time.perf_counter() - t0) * 1e3 - st.baseline_ms
-    before_rows, errs, tasks_before, met0, host_before = st.rows, st.errors, st.tasks, st.met, st.host_ms
+    before_rows, errs, tasks_before, met0 = st.rows, st.errors, st.tasks, st.met
     tuner.order = sorted(range(len(feeds)), key=lambda i: -errs[i])
     tuner.cache[()] = Trial((), met0, max(errs), before_rows, len(feeds))
     ranking = pd.DataFrame()
@@ -378,33 +381,48 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     tuned_cfg = tuner.config_for(chosen)
     if chosen:
         progress("verifying the tuned config from scratch on every input")
-        after_plan, after_rows, tasks_after, met, host_after = _verify(tuner, tuned_cfg)
+        after_plan, after_rows, tasks_after, met, after_rt = _verify(tuner, tuned_cfg)
     else:  # the tuned config is the given one, whose from-scratch compile the baseline already ran
-        after_plan, after_rows, tasks_after, met, host_after = tuner.base.plan, before_rows, tasks_before, met0, host_before
+        after_plan, after_rows, tasks_after, met, after_rt = tuner.base.plan, before_rows, tasks_before, met0, base_rt
     tm["verify_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
+    progress(f"host time: median of {HOST_TIME_RUNS} runs after a warm-up, before and after the fallback")
+    host_before = host_time_ms(base_rt, feeds[0][1])
+    host_after = host_time_ms(after_rt, feeds[0][1]) if after_rt is not base_rt else host_before
+    tm["host_timing_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
     flops = cov.node_flops(model, st.shapes)
     c0, c1 = cov.coverage(tuner.base.plan, flops), cov.coverage(after_plan, flops)
     tm["total_ms"] = (time.perf_counter() - t0) * 1e3
     return TuneResult(met=met, chosen=chosen, config=tuned_cfg, target=target, before=pd.DataFrame(before_rows),
                       after=pd.DataFrame(after_rows), ranking=ranking, ranges=range_df, findings=findings,
                       evidence=_evidence(chosen, ranking, tuner, findings), coverage_before=c0, coverage_after=c1,
-                      cost=cov.fallback_cost(c0, c1, host_before, host_after), tasks_before=tasks_before,
+                      cost=cov.fallback_cost(c0, c1, host_before, host_after, HOST_TIME_RUNS), tasks_before=tasks_before,
                       tasks_after=tasks_after, log=log, trials=tuner.builds, timings_ms=tm,
                       inputs=[lbl for lbl, _ in feeds])
 
 
+#: timed runs per plan for the host time of the cost estimate (after one untimed warm-up run)
+HOST_TIME_RUNS = 5
+
+
+def host_time_ms(rt: NpuRuntime, feed: dict, runs: int = HOST_TIME_RUNS) -> float:
+    """Host wall time of one simulated run of ``rt`` on ``feed`` in ms: the median of ``runs`` runs'
+    ``total_ms`` after one untimed warm-up run, so first-run effects (kernel session creation, caches) are
+    not counted. Host time of the simulation, not device time."""
+    rt.run(feed)
+    return float(np.median([rt.run(feed).total_ms for _ in range(max(1, runs))]))
+
+
 def _verify(tuner: Tuner, tuned_cfg: Config):
     """Compile ``tuned_cfg`` from scratch (no reuse of the search's compiled graph) and check every input:
-    (plan, rows, task results, target met, host ms of the first input)."""
+    (plan, rows, task results, target met, the runtime that ran)."""
     sess = Session(tuner.model, tuned_cfg, input_shapes=shapes_of(tuner.feeds[0][1]))
-    rows, tasks, met, host = [], [], True, 0.0
+    rows, tasks, met = [], [], True
     for i in range(len(tuner.feeds)):
-        ok, r, _, tk, res = tuner.check_one(sess.runtime, i)
+        ok, r, _, tk, _ = tuner.check_one(sess.runtime, i)
         rows += r
         tasks += tk
         met &= ok
-        host = res.total_ms if i == 0 else host
-    return sess.plan, rows, tasks, met, host
+    return sess.plan, rows, tasks, met, sess.runtime
 
 
 def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress) -> pd.DataFrame:

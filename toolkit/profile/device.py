@@ -28,6 +28,7 @@ from pathlib import Path
 
 from toolkit.config import suggest
 from toolkit.errors import ConfigError
+from toolkit.textfile import read_user_text
 
 DEVICES_DIR = Path(__file__).with_name("devices")
 DEFAULT_DEVICE = "atlas300i_pro"
@@ -128,9 +129,7 @@ def file_label(path: Path, name: str) -> str:
 
 def _from_file(path: Path) -> DeviceProfile:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"device file '{path}' cannot be read ({exc}); save it as UTF-8 JSON") from None
+        data = json.loads(read_user_text(path, "device file", ConfigError, "save it as UTF-8 JSON"))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from toolkit.precision.tune import format_target
 from toolkit.report.context import facts, fmt, grid
 from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import LOG_FLOOR, esc
@@ -64,7 +65,7 @@ def build_context(res, model_name: str, artifacts: dict | None = None) -> dict:
     return {
         "title": f"npuscope tune: {model_name}",
         "met": res.met, "verdict": "PASS" if res.met else "FAIL", "css": "pass" if res.met else "fail",
-        "facts": facts({"target": ", ".join(f"{m}{o}{v:g}" for m, o, v in res.target),
+        "facts": facts({"target": ", ".join(format_target(res.target)),
                         "nodes kept in FP32": len(res.chosen), "inputs": len(res.inputs), "trials": res.trials,
                         "config": res.config.precision_mode}),
         "timings": facts({k: round(v, 1) for k, v in res.timings_ms.items()}),

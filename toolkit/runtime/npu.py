@@ -43,7 +43,8 @@ class NpuRuntime:
         progress: optional callable(i, n) called while kernels are built.
 
     Raises:
-        ModelError: a kernel cannot be built by onnxruntime.
+        ModelError: a kernel cannot be built by onnxruntime, or the plan's arena would take more than 80% of
+            this machine's memory (toolkit.engine.check_host_memory; checked before anything is allocated).
     """
 
     def __init__(self, compiled: CompileResult, progress=None):
@@ -53,6 +54,9 @@ class NpuRuntime:
         t0 = time.perf_counter()
         self.kernels = build_kernels(self.plan, compiled.model, overflow, cache=getattr(compiled, "cache", None))
         self.build_ms = (time.perf_counter() - t0) * 1e3
+        from toolkit.engine import check_host_memory  # here, not at import: toolkit.engine imports this module
+
+        check_host_memory(self.plan)  # every path that executes a plan (run, memcheck --plan, ...) checks first
         self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {}
         for t in self.plan.tensors.values():
@@ -118,7 +122,8 @@ class NpuRuntime:
 
         Args:
             feeds: {graph input name: array} with the planned shapes and declared dtypes.
-            dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``.
+            dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``, and of every graph
+                output folded to a constant at compile time.
             on_kernel: optional callable(index, kernel_spec, outputs dict) after each kernel.
             before_kernel: optional callable(index, kernel_spec) before each kernel reads its inputs
                 (toolkit.memory.dynamic: ownership checks), and once with (len(kernels), None) before the
@@ -172,6 +177,9 @@ class NpuRuntime:
             if on_kernel is not None:
                 on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
         res.total_ms = (time.perf_counter() - t_all) * 1e3
+        if dump:  # graph outputs folded at compile time: no kernel wrote them, the plan carries their value
+            for name, val in self.const_outputs.items():
+                res.dumps.setdefault(name, np.array(val, copy=True))
         if before_kernel is not None:
             before_kernel(len(self.kernels), None)
         for name in self.plan.graph_outputs:

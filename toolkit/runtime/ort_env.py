@@ -15,19 +15,31 @@ from toolkit.errors import ConfigError
 _STATE = {"global": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
 
 
+def max_threads() -> int:
+    """The largest NPUSCOPE_THREADS accepted: 4 x ``os.cpu_count()`` (4 when the count is unknown).
+
+    Intra-op threads beyond the logical CPU count only add contention (onnxruntime's pool threads spin while
+    waiting); 4x leaves room for oversubscription experiments, while a typo such as 99999 would otherwise
+    create ~100k spinning threads, exhaust memory and make the process ignore SIGTERM for minutes."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def intra_op_threads() -> int:
-    """The intra-op thread count of the global pool from the environment variable NPUSCOPE_THREADS: a
-    non-negative integer; 0 or unset (or empty) = onnxruntime's default (one per physical core).
+    """The intra-op thread count of the global pool from the environment variable NPUSCOPE_THREADS: an
+    integer in 0..:func:`max_threads` (4 x the logical CPU count); 0 or unset (or empty) = onnxruntime's
+    default (one per physical core).
 
     Raises:
-        ConfigError: any other value (``abc``, ``-2``, ``1.5``), exit code 2.
+        ConfigError: any other value (``abc``, ``-2``, ``1.5``, ``99999``), exit code 2.
     """
     text = os.environ.get("NPUSCOPE_THREADS", "").strip()
     if not text:
         return 0
-    if not (text.isascii() and text.isdigit()):
-        raise ConfigError(f"NPUSCOPE_THREADS='{text[:40]}' is not a non-negative integer; set it to the number of "
-                          "onnxruntime intra-op threads (e.g. 2), 0 for onnxruntime's default, or unset it")
+    limit = max_threads()
+    if not (text.isascii() and text.isdigit()) or int(text) > limit:
+        raise ConfigError(f"NPUSCOPE_THREADS='{text[:40]}' is not a non-negative integer in 0..{limit} (at most 4 x "
+                          f"the {os.cpu_count() or 1} CPUs); set it to the number of onnxruntime intra-op threads (e.g. 2), 0 for "
+                          "onnxruntime's default, or unset it")
     return int(text)
 
 
@@ -39,7 +51,7 @@ def enable_global_thread_pool() -> None:
     opt in (or set NPUSCOPE_GLOBAL_POOL=1). Use :func:`session_options` for sessions of your own.
 
     Raises:
-        ConfigError: NPUSCOPE_THREADS is set to something else than a non-negative integer
+        ConfigError: NPUSCOPE_THREADS is set to something else than an integer in 0..max_threads()
             (:func:`intra_op_threads`); checked here, once, before any session exists.
     """
     intra_op_threads()

@@ -4,17 +4,23 @@ The table (:data:`COMPATIBILITY`) lists, per package, the version range npuscope
 inclusive, upper bound exclusive), as the real toolchain insists that its software and driver versions match.
 The engine's accepted model range is reported with it: default-domain opsets ``MIN_OPSET..MAX_OPSET``
 (toolkit.ir.load) and IR versions ``MIN_IR_VERSION..onnx.IR_VERSION``. Given a model, its opset and IR version
-are checked against those ranges too.
+are checked against those ranges too: a model the engine refuses to load (e.g. opset 99) is still read for
+these checks, and the refusal is one more failing check (``<name> loads``).
+
+:func:`doctor_command` is the CLI workflow; with ``as_json`` every outcome is one JSON document on stdout,
+errors included (``{"ok": false, "error": "...", "exit_code": 1}``), with the same exit code as without.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass
 
 import onnx
 
 from toolkit.env import environment
+from toolkit.errors import ModelError, UserError
 
 #: {package: (minimum inclusive, maximum exclusive)}; None = unbounded.
 COMPATIBILITY: dict[str, tuple[str | None, str | None]] = {
@@ -124,3 +130,68 @@ def doctor(model: onnx.ModelProto | None = None, model_name: str = "model") -> d
     return {"ok": all(c.passed for c in checks), "checks": [c.to_dict() for c in checks], "environment": env,
             "compatibility": {"packages": {k: range_text(*v) for k, v in COMPATIBILITY.items()},
                               "opsets": [lo, hi], "ir_versions": list(accepted_ir_versions())}}
+
+
+def read_model(path) -> tuple[onnx.ModelProto, str | None]:
+    """(model, why the engine refuses it or None): the checked model from toolkit.ir.load.load_model, else the
+    raw protobuf when it parses and holds a graph (so its opset / IR version can still be reported). Raises
+    ModelError when the file is not an ONNX model at all."""
+    from toolkit.ir.load import load_model
+
+    try:
+        return load_model(path), None
+    except ModelError as exc:
+        try:
+            raw = onnx.load_model(str(path), load_external_data=False)
+        except Exception:  # noqa: BLE001 - onnx raises assorted types for garbage; the engine's message says it
+            raise exc from None
+        if not raw.graph.node and not raw.graph.output:
+            raise
+        return raw, str(exc)
+
+
+def load_check(name: str, error: str | None) -> Check:
+    return Check(f"{name} loads", error is None, "refused" if error else "ok", "loads",
+                 f"model '{name}' " + (f"is refused by the engine: {error}" if error else "loads"))
+
+
+def _json_line(data) -> str:
+    from toolkit.report.csvjson import json_safe
+
+    return json.dumps(json_safe(data), indent=1)
+
+
+def text_lines(rep: dict) -> list[str]:
+    """The terminal lines of a doctor report."""
+    env = rep["environment"]
+    lines = [f"python {env['python']} on {env['platform']}; CPU {env['cpu']} x{env['cpu_count']}"]
+    lines += [f"{'ok ' if c['passed'] else 'BAD'} {c['message']}" for c in rep["checks"]]
+    lines.append("environment variables: " + (", ".join(f"{k}={v}" for k, v in env["env"].items()) or "(none set)"))
+    lines.append("doctor: " + ("OK" if rep["ok"] else "MISMATCH (see BAD lines)"))
+    return lines
+
+
+def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
+    """The ``doctor`` workflow: {"summary": lines, "ok", "exit_code" (0, or 1 on a mismatch, or the
+    UserError's code), "report"}. ``model``: path, bundled sample or zoo name (toolkit.source.resolve_model).
+    Raises UserError (without ``as_json``; with it the error becomes the JSON document
+    ``{"ok": false, "error", "exit_code"}``)."""
+    from toolkit.source import resolve_model
+
+    try:
+        m, name, error = None, "model", None
+        if model:
+            src = resolve_model(model)
+            name = src.name
+            m, error = read_model(src.path)
+        rep = doctor(m, name)
+        if m is not None:
+            rep["checks"].append(load_check(name, error).to_dict())
+            rep["ok"] = rep["ok"] and error is None
+    except UserError as exc:
+        if not as_json:
+            raise
+        return {"summary": [_json_line({"ok": False, "error": str(exc), "exit_code": exc.exit_code})], "ok": False,
+                "exit_code": exc.exit_code, "report": None}
+    lines = [_json_line(rep)] if as_json else text_lines(rep)
+    return {"summary": lines, "ok": rep["ok"], "exit_code": 0 if rep["ok"] else 1, "report": rep}

@@ -115,10 +115,13 @@ def load_policy(path: str | Path) -> Policy:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"policy file '{p}' does not exist; check the --policy path")
+    from toolkit.textfile import read_user_text
+
+    text = read_user_text(p, "policy file", ConfigError, "save the policy as UTF-8 TOML")
     raw = p.read_bytes()
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
     pol = policy_from_dict(data, where=f"policy '{p}'", base_dir=p.parent)
     pol.path, pol.sha256 = str(p), hashlib.sha256(raw).hexdigest()

@@ -6,6 +6,9 @@ Reads from each folder: summary.json (required: verdict, environment, config, si
 A regression is any of: a verdict that got worse (PASS < WARN < FAIL), a signoff criterion that passed and now
 fails, a tensor abnormal (or overflowing) now that was not before, or a tolerance metric that got worse by more
 than its tolerance (absolute change in the metric's bad direction; defaults :data:`DEFAULT_TOLERANCE`).
+Both folders must be results of diagnose/compare or signoff (:func:`result_kind`), of the same kind of input
+(a dataset run, ``--inputs`` folder, is not compared with a single-input run) and of the same model (same
+``model_sha256``) unless ``allow_different_models`` is set, which only adds a warning to the report.
 Environment and config changes, decision changes (precision, placement, fusion) and fusion statistics are
 reported, not counted as regressions: they explain them.
 """
@@ -60,14 +63,66 @@ def _read_json(folder: Path, name: str, required: bool = False):
         raise InputError(f"'{p}' is not valid JSON ({exc}); re-run the command that wrote it") from None
 
 
+#: files that name the command that wrote a folder without a diagnose/compare/signoff summary.json
+_OTHER_RESULTS = {"memcheck.json": "a memcheck result", "regress.json": "a regress result",
+                  "tuned_config.json": "a tune result", "outputs.npz": "a run result", "plan.json": "a compile result"}
+
+
+def _what(folder: Path, summary: dict | None) -> str:
+    """What a folder that is not a diagnose/compare/signoff result is, for the error message."""
+    if isinstance(summary, dict) and "keep_dtype" in summary and "met" in summary:
+        return "a tune result"
+    for name, what in _OTHER_RESULTS.items():
+        if (folder / name).is_file():
+            return what
+    return "not a report folder" if summary is None else "a summary.json of another command"
+
+
+def result_kind(folder: Path, summary) -> str:
+    """``"signoff"``, ``"dataset"`` (diagnose/compare on an ``--inputs`` folder: summary has ``dataset``) or
+    ``"single"`` (diagnose/compare on one input set), from summary.json. Raises InputError naming the folder
+    and what it is when it is none of them (e.g. a tune or memcheck folder)."""
+    if isinstance(summary, dict) and "verdict" in summary and "model_sha256" in summary:
+        if "criteria" in summary and "policy" in summary:
+            return "signoff"
+        if "triage" in summary or "counts" in summary:
+            return "dataset" if summary.get("dataset") else "single"
+    raise InputError(f"'{folder}' is {_what(folder, summary)}, not a diagnose, compare or signoff result; "
+                     "regress compares two folders written by those commands")
+
+
 def load_run(folder: str | Path) -> dict:
-    """{"summary", "table" (DataFrame or None), "plan", "fusion"} of a report folder. Raises InputError."""
+    """{"summary", "kind" (:func:`result_kind`), "table" (DataFrame or None), "plan", "fusion"} of a report
+    folder. Raises InputError (missing folder or summary.json, not a diagnose/compare/signoff result)."""
     f = Path(folder)
     if not f.is_dir():
         raise InputError(f"report folder '{f}' does not exist")
+    if not (f / "summary.json").is_file():
+        raise InputError(f"'{f}' has no summary.json ({_what(f, None)}); pass a report folder written by "
+                         "diagnose, compare or signoff")
+    summary = _read_json(f, "summary.json", required=True)
+    kind = result_kind(f, summary)
     table = pd.read_csv(f / "result.csv") if (f / "result.csv").is_file() else None
-    return {"summary": _read_json(f, "summary.json", required=True), "table": table,
+    return {"summary": summary, "kind": kind, "table": table,
             "plan": _read_json(f, "plan.json"), "fusion": _read_json(f, "fusion_result.json")}
+
+
+def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: bool = False) -> list[str]:
+    """Warnings for two loaded runs that may be compared; raises InputError when they may not: a dataset run
+    with a single-input run, or different models (``model_sha256``) without ``allow_different_models``."""
+    kinds = {ra["kind"], rb["kind"]}
+    if kinds == {"dataset", "single"}:
+        d, o = (baseline, new) if ra["kind"] == "dataset" else (new, baseline)
+        raise InputError(f"'{d}' is a dataset run (--inputs folder) but '{o}' is a single-input run; compare two "
+                         "dataset runs or two single-input runs")
+    ha, hb = ra["summary"].get("model_sha256"), rb["summary"].get("model_sha256")
+    if ha == hb:
+        return []
+    names = f"'{ra['summary'].get('model_name')}' ({ha}) vs '{rb['summary'].get('model_name')}' ({hb})"
+    if not allow_different_models:
+        raise InputError(f"'{baseline}' and '{new}' are results of different models: {names}; compare runs of "
+                         "one model, or pass --allow-different-models")
+    return [f"DIFFERENT MODELS: {names}; tensor and decision changes compare unrelated graphs"]
 
 
 def _flatten(d, prefix="") -> dict:
@@ -173,10 +228,13 @@ def fusion_changes(fa: dict | None, fb: dict | None) -> list[dict]:
             for p, lv in sorted(set(ca) | set(cb)) if ca.get((p, lv)) != cb.get((p, lv))]
 
 
-def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None) -> dict:
-    """The regress report (regress.json content; see module docstring). Raises InputError."""
+def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None,
+            allow_different_models: bool = False) -> dict:
+    """The regress report (regress.json content; see module docstring; ``warnings``: e.g. different models).
+    Raises InputError (see :func:`load_run` and :func:`check_comparable`)."""
     tol = dict(DEFAULT_TOLERANCE if tolerance is None else tolerance)
     ra, rb = load_run(baseline), load_run(new)
+    warnings = check_comparable(ra, rb, baseline, new, allow_different_models)
     sa, sb = ra["summary"], rb["summary"]
     env = dict_changes(sa.get("environment"), sb.get("environment"), "environment.")
     env += dict_changes(sa.get("config"), sb.get("config"), "config.")
@@ -191,7 +249,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
                 f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
-            "baseline": str(baseline), "new": str(new), "tolerance": tol, "environment_changes": env,
+            "baseline": str(baseline), "new": str(new), "warnings": warnings, "tolerance": tol,
+            "environment_changes": env,
             "verdict_changes": verdicts, **layers,
             "decision_changes": decision_changes(ra["plan"], rb["plan"]),
             "fusion_changes": fusion_changes(ra["fusion"], rb["fusion"])}

@@ -101,6 +101,22 @@ def place(tensors: dict[str, TensorSpec], kernels, graph_inputs, graph_outputs, 
     return arena, lower_bound(list(groups.values())), log
 
 
+def check_disable_reuse(cfg, graph, kernels, tensors) -> None:
+    """Refuse a ``disable_reuse`` name that is no tensor, node or kernel of the model (as keep_dtype refuses
+    unknown nodes); a model tensor fused inside a kernel has no range and is accepted. Raises ConfigError
+    (exit 2) naming the config file, with a did-you-mean."""
+    from toolkit.config import suggest
+    from toolkit.errors import ConfigError
+
+    _, unknown = exclusive_tensors(cfg.disable_reuse, kernels, tensors)
+    model_names = {n.name for n in graph.nodes} | {t for n in graph.nodes for t in (*n.input, *n.output) if t}
+    unknown = [u for u in unknown if u not in model_names]
+    if unknown:
+        known = {n for k in kernels for n in (k.name, *k.nodes)} | set(tensors) | model_names
+        raise ConfigError(f"{cfg.where('disable_reuse')} names '{unknown[0]}', which is no tensor, node or kernel "
+                          f"of the model{suggest(unknown[0], known)}; use names from plan.json or remove it")
+
+
 @register_pass("plan_memory", requires=("casts",), provides=("plan",))
 def run(ctx) -> PassResult:
     g, cfg = ctx.graph, ctx.config
@@ -110,6 +126,7 @@ def run(ctx) -> PassResult:
     for k in ctx.kernels:
         for t in k.outputs:
             tensors[t] = _spec(g, t, k.name, k.precision, k.cast_of, k.placement)
+    check_disable_reuse(cfg, g, ctx.kernels, tensors)
     arena, lb, log = place(tensors, ctx.kernels, g.inputs, g.outputs, cfg.memory_reuse, cfg.memory_alignment,
                            cfg.disable_reuse)
     ctx.plan = Plan(model=ctx.model_path, config=cfg.to_dict(), kernels=ctx.kernels, tensors=tensors,
