@@ -1,8 +1,10 @@
 """Pass ``fold_constants``: evaluate at compile time every node whose inputs are known.
 
-Uses the onnxscript optimizer's constant folder (which also folds shape subgraphs once input shapes are
-static), then turns ``Constant`` nodes into initializers. Tensors computed away are recorded in
-``ctx.folded`` so comparisons list them as "computed at compile time".
+``Constant`` nodes become initializers; then the computable part of the graph (constant-input nodes and shape
+subgraphs, once input shapes are bound) is evaluated once by onnxruntime and replaced by initializers
+(toolkit.ir.const_eval). Graphs with control flow (If/Loop/Scan), or whose constant part onnxruntime refuses,
+go through the onnxscript optimizer's constant folder instead (it folds into subgraphs; ~0.4 s to import).
+Tensors computed away are recorded in ``ctx.folded`` so comparisons list them as "computed at compile time".
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.ir import const_eval
 from toolkit.ir.graph import Graph
 
 #: Largest tensor the folder will create, in elements (bigger results stay runtime kernels).
@@ -64,9 +67,9 @@ SHAPE_OPS = frozenset({"Shape", "Size"})
 def has_foldable_nodes(model: onnx.ModelProto) -> bool:
     """Whether the constant folder could compute anything beyond turning Constant nodes into initializers: a
     node whose every input is constant, a shape op (Shape/Size, folded once input shapes are bound), or a
-    node holding a subgraph (If/Loop/Scan). When none exists the folder (and its ~0.4 s import of onnxscript,
-    onnx_ir and sympy) is skipped; what it would still do then is remove no-op Cast/Reshape/Identity nodes,
-    which the engine runs as ordinary kernels instead."""
+    node holding a subgraph (If/Loop/Scan). When none exists no folder runs (only Constant nodes become
+    initializers); the onnxscript folder would still remove no-op Cast/Reshape/Identity nodes, which the engine
+    runs as ordinary kernels instead."""
     consts = {i.name for i in model.graph.initializer}
     consts |= {o for n in model.graph.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx") for o in n.output}
     for n in model.graph.node:
@@ -85,6 +88,37 @@ def run(ctx) -> PassResult:
     model = ctx.graph.sync()
     if not has_foldable_nodes(model):
         return _constants_only(ctx, model)
+    if not const_eval.has_subgraphs(model):
+        done = _fold_with_onnxruntime(ctx, model)
+        if done is not None:
+            return done
+    return _fold_with_onnxscript(ctx, model)
+
+
+def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
+    """toolkit.ir.const_eval on a graph without control flow; None (graph untouched) if onnxruntime refuses."""
+    before = {o for n in model.graph.node for o in n.output if o}
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    n_const = constants_to_initializers(work)
+    try:
+        done = const_eval.fold(work, FOLD_OUTPUT_LIMIT)
+    except Exception as exc:  # noqa: BLE001 - NotFoldable or a graph it cannot read: the other folder tries
+        logging.getLogger("npuscope.compiler").debug("fold_constants: onnxruntime did not fold the constant part "
+                                                     "(%s); using the onnxscript folder", exc)
+        return None
+    _drop_orphaned_default_inputs(model, done.model)
+    ctx.graph = Graph(done.model)
+    folded = sorted(before - {o for n in done.model.graph.node for o in n.output if o})
+    ctx.folded.extend(folded)
+    log = [f"{len(folded)} tensors computed at compile time (onnxruntime, one session); {n_const} Constant nodes "
+           "made initializers"]
+    if folded:
+        log.append("folded: " + ", ".join(folded[:12]) + (" ..." if len(folded) > 12 else ""))
+    return PassResult(len(folded), log)
+
+
+def _fold_with_onnxscript(ctx, model: onnx.ModelProto) -> PassResult:
     from onnxscript import optimizer
 
     before = {o for n in model.graph.node for o in n.output if o}
