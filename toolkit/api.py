@@ -41,11 +41,12 @@ def compile_command(model: str | None, config: Config, out: str | None = None, p
     return {"summary": compile_summary(compiled), "out": folder, "files": files, "compiled": compiled}
 
 
-def run_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
+def run_command(model: str | None, config: Config | None, *, inputs: str | None = None, seed: int = 0,
                 val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
                 out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
-    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio).
+    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio);
+    ``config`` None: the plan's own recorded config (the defaults without ``plan``).
     With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command).
     ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
     output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
@@ -55,15 +56,16 @@ def run_command(model: str | None, config: Config, *, inputs: str | None = None,
     from toolkit.gears.spec import has_gears
 
     check_dump_dir(dump_dir, out)
+    check_output_paths(output, dump_dir, out)
+    loaded = None
+    if plan:  # config None: the plan's own (as memcheck --plan)
+        from toolkit.memory.planio import open_plan
+        loaded, model, config = open_plan(plan, model, config)
+    config = config if config is not None else Config()
     if has_gears(config):
         from toolkit.gears.workflow import run_gears_command
         return run_gears_command(model, config, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                                  output=output, out=out, plan=plan, progress=progress)
-    loaded = None
-    if plan:
-        from toolkit.memory.planio import load_plan, model_for_plan
-        loaded = load_plan(plan)
-        model = model_for_plan(model, loaded, plan)
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -132,6 +134,23 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}
+
+
+def check_output_paths(output: str | None, dump_dir: str | None, out: str | None) -> None:
+    """Refuse, before any work (UsageError, exit 2), an ``--output`` file that exists, is the ``--dump`` folder
+    or lies inside it, or is the ``--out`` folder itself."""
+    from toolkit.errors import UsageError
+
+    if not output:
+        return
+    o = Path(output).resolve()
+    if Path(output).exists():
+        raise UsageError(f"output file '{output}' already exists; choose another --output")
+    if dump_dir and (o == Path(dump_dir).resolve() or Path(dump_dir).resolve() in o.parents):
+        raise UsageError(f"--output '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "
+                         "must be new or empty); give each its own path")
+    if out and o == Path(out).resolve():
+        raise UsageError(f"--output and --out both name '{output}'; --output is a .npz file, --out a folder")
 
 
 def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
@@ -301,6 +320,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     from toolkit.compare.tasks import TASKS, load_task
     from toolkit.precision.feeds import load_feed_sets
     from toolkit.precision.tune import DEFAULT_TARGET, format_target, parse_target, tune
+    from toolkit.signoff.criteria import show
     from toolkit.source import _zoo_name_of
 
     parsed_target = parse_target(target or DEFAULT_TARGET)  # a bad target is a usage error before any work
@@ -334,13 +354,15 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
              f"{len(res.chosen)} node(s) kept in FP32 ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
     lines += [f"  - {e['node']} ({e['op_type']}): local RED {e['local_red']:.3g}"
               + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")
-              + (f"; without it the target {e['without_it']}" if e["without_it"] not in ("met", "not tried") else "")
+              + (f"; without it the target {e['without_it']}" if str(e["without_it"]).startswith("fails") else "")
               for e in res.evidence[:10]]
     worst = res.after.sort_values("CosineSimilarity").head(1).to_dict("records") if len(res.after) else []
     if worst:
         w = worst[0]
-        lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity {w['CosineSimilarity']:.10g}, "
-                     f"MaxAbsoluteError {w['MaxAbsoluteError']:.3g}")
+        lim = {m: [v for t, _, v in res.target if t == m] for m in ("CosineSimilarity", "MaxAbsoluteError")}
+        lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity "
+                     f"{show(w['CosineSimilarity'], *lim['CosineSimilarity'], digits=10)}, "
+                     f"MaxAbsoluteError {show(w['MaxAbsoluteError'], *lim['MaxAbsoluteError'], digits=3)}")
     flops = (f"FLOPs {c0['flops_fp16_share']:.1%} -> {c1['flops_fp16_share']:.1%}" if c0["flops_total"]
              else "no Conv/MatMul/Gemm FLOPs")
     lines.append(f"FP16 coverage: ops {c0['ops_fp16_share']:.1%} -> {c1['ops_fp16_share']:.1%}, {flops}; "
@@ -351,8 +373,10 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
 
 
 def plan_config(plan, where) -> Config:
-    """The Config a plan.json was compiled with."""
-    return Config.from_dict(plan.config, where=f"plan '{where}' config")
+    """The Config a plan.json was compiled with (toolkit.memory.planio.plan_config)."""
+    from toolkit.memory.planio import plan_config as _plan_config
+
+    return _plan_config(plan, where)
 
 
 def _session_with_plan(m, plan, plan_path, config: Config | None, arrays):
@@ -391,10 +415,8 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
 
     loaded = None
     if plan:
-        from toolkit.memory.planio import load_plan, model_for_plan
-        loaded = load_plan(plan)
-        model = model_for_plan(model, loaded, plan)
-        config = config if config is not None else plan_config(loaded, plan)
+        from toolkit.memory.planio import open_plan
+        loaded, model, config = open_plan(plan, model, config)
     config = config or Config()
     src = resolve_model(model)
     progress(f"loading {src.path}")

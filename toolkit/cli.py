@@ -1,7 +1,8 @@
 """The ``npuscope`` command line: parses arguments and calls the public API (no logic of its own).
 
 Exit codes: 0 success (for diagnose/compare: verdict PASS or WARN), 1 bad input or a failing verdict,
-2 usage error (unknown option, bad config), 3 internal error; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+2 usage error (unknown option, bad config), 3 internal error; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM),
+141 the output could not be written because its reader closed stdout (``| head``: 128 + SIGPIPE).
 """
 
 from __future__ import annotations
@@ -96,14 +97,17 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
               "Default <out>/outputs.npz.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
 @click.option("--plan", "plan_path", type=click.Path(), help="Run this plan.json (e.g. edited by hand) instead of the "
-              "compiled memory plan; kernels and tensor layouts must match the model compiled with --config.")
+              "compiled memory plan; kernels and tensor layouts must match the model compiled with the plan's own config "
+              "(or --config and the options above when given).")
 def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, dump_dir,
             output, out, plan_path):
     """Run MODEL in simulated NPU mode and write its outputs (npz) and, with --dump, every kernel output.
     With gears: exit code 1 when padding to the gear changes an output (outputs and padding.json still written)."""
     from toolkit import api
 
-    cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    cfg = None  # --plan alone: the plan's own config
+    if not plan_path or any(o is not None for o in (config_path, precision_mode, fusion_level, input_shape)):
+        cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                           output=output, out=out, plan=plan_path, progress=_progress)
     for line in res["summary"]:
@@ -446,6 +450,9 @@ def main(argv=None) -> None:
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="npuscope")))
         sys.exit(0)
+    from toolkit.logs.plog import SIGPIPE_EXIT, silence_stdout, stdout_closed
+
+    stdout = sys.stdout
     try:
         cli.main(args=args, prog_name="npuscope", standalone_mode=False)
     except UserError as exc:
@@ -481,3 +488,7 @@ def main(argv=None) -> None:
         click.echo(f"npuscope: internal error ({type(exc).__name__}: {exc}); please report it with the traceback above",
                    err=True)
         sys.exit(3)
+    finally:
+        if stdout_closed(stdout):  # the reader of stdout went away (| head, | true): 128 + SIGPIPE, quietly
+            silence_stdout()
+            sys.exit(SIGPIPE_EXIT)

@@ -124,6 +124,9 @@ class Config:
     source: ClassVar[str] = ""
     #: Options the command line overrode (their errors do not name the file); see :meth:`with_overrides`.
     overridden: ClassVar[frozenset] = frozenset()
+    #: {option: path} of the options read from their own file (keep_dtype, modify_mixlist, fusion_switch_file),
+    #: named by :meth:`where`; not an option (not in to_dict).
+    files: ClassVar[dict] = {}
 
     # ---------------------------------------------------------------- construction
     @classmethod
@@ -190,6 +193,7 @@ class Config:
         data.update(given)
         cfg = Config.from_dict(data, where="command line")
         cfg.source, cfg.overridden = self.source, frozenset(given) | self.overridden
+        cfg.files = {k: v for k, v in self.files.items() if k not in cfg.overridden}
         return cfg
 
     def origin(self, *options: str) -> str:
@@ -201,17 +205,27 @@ class Config:
 
     def where(self, option: str) -> str:
         """``option`` prefixed with the config file it came from (``config 'a.toml': input_shape``), for
-        errors found later (e.g. against the model at compile time); just ``option`` for defaults/dicts."""
+        errors found later (e.g. against the model at compile time); just ``option`` for defaults/dicts. An
+        option read from its own file also names it (``config 'a.toml': keep_dtype file 'keep.txt'``)."""
         origin = self.origin(option)
-        return option if origin == "config" else f"{origin}: {option}"
+        text = option if origin == "config" else f"{origin}: {option}"
+        if option in self.files and option not in self.overridden:
+            text += f" file '{self.files[option]}'"
+        return text
 
     def _resolve_files(self, base: Path, where: str) -> None:
+        files = {}
         if isinstance(self.keep_dtype, str):
+            files["keep_dtype"] = self.keep_dtype
             self.keep_dtype = _read_lines(base / self.keep_dtype, "keep_dtype", where)
         if isinstance(self.modify_mixlist, str):
+            files["modify_mixlist"] = self.modify_mixlist
             self.modify_mixlist = _read_json(base / self.modify_mixlist, "modify_mixlist", where)
         if isinstance(self.fusion_switch_file, str) and self.fusion_switch_file:
+            files["fusion_switch_file"] = self.fusion_switch_file
             self.fusion_switch_file = _read_json(base / self.fusion_switch_file, "fusion_switch_file", where)
+        if files:
+            self.files = files
         if isinstance(self.optypelist_for_implmode, str):
             self.optypelist_for_implmode = [s.strip() for s in self.optypelist_for_implmode.split(",") if s.strip()]
 
@@ -242,6 +256,9 @@ class Config:
                 for op in ops:
                     _check_op_type(op, f"{where}: modify_mixlist['{key}']")
         for entry in self.keep_dtype:
+            if not entry.strip():
+                raise ConfigError(f"{where}: keep_dtype has an empty entry {entry!r}; give node names or "
+                                  "'OpType::X' entries, one per line in a keep_dtype file")
             if entry.startswith("OpType::"):
                 _check_op_type(entry[len("OpType::"):], f"{where}: keep_dtype entry '{entry}'")
         for op in self.optypelist_for_implmode:
@@ -274,20 +291,7 @@ class Config:
                 if op not in ("to-add", "to-remove"):
                     raise ConfigError(f"{where}: modify_mixlist['{key}'] key '{op}'{suggest(op, ['to-add', 'to-remove'])}")
         _check_mixlist_conflicts(self.modify_mixlist, where)
-        sw = self.fusion_switch_file
-        if sw:
-            if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
-                raise ConfigError(f"{where}: fusion_switch_file must be {{\"Switch\": {{\"GraphFusion\": {{...}}, \"UBFusion\": {{...}}}}}}")
-            for level, passes in sw["Switch"].items():
-                if level not in ("GraphFusion", "UBFusion"):
-                    raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, ['GraphFusion', 'UBFusion'])}")
-                known = fusion_pass_names(level)
-                for pname, state in passes.items():
-                    if pname != "ALL" and pname not in known:
-                        raise ConfigError(f"{where}: fusion switch names an unknown {level} pass '{pname}'"
-                                          f"{suggest(pname, known)}")
-                    if state not in ("on", "off"):
-                        raise ConfigError(f"{where}: fusion switch '{pname}' = '{state}'; expected 'on' or 'off'")
+        _check_fusion_switch(self.fusion_switch_file, where)
         self.input_shapes(dynamic=True)  # validates the syntax
         from toolkit.gears.spec import validate_gears
 
@@ -344,6 +348,34 @@ def _check_placement(table, where: str) -> None:
         if val not in PLACEMENTS:
             hint = f" (did you mean '{val.upper()}'?)" if isinstance(val, str) and val.upper() in PLACEMENTS else ""
             raise ConfigError(f"{where}: op_placement['{key}'] = {val!r}; expected 'CPU' or 'NPU'{hint}")
+
+
+#: Levels of the fusion switch file and the shape every error about it shows.
+FUSION_LEVELS = ("GraphFusion", "UBFusion")
+_SWITCH_SHAPE = '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
+
+
+def _check_fusion_switch(sw, where: str) -> None:
+    """Refuse a fusion switch file that is not {"Switch": {level: {pass name or "ALL": "on" | "off"}}}: every
+    level's type (an object, not a list or a string), its level and pass names, and every value."""
+    if not sw:
+        return
+    if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
+        raise ConfigError(f"{where}: fusion_switch_file must be {_SWITCH_SHAPE}")
+    for level, passes in sw["Switch"].items():
+        if level not in FUSION_LEVELS:
+            raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, FUSION_LEVELS)}")
+        if not isinstance(passes, dict):
+            raise ConfigError(f"{where}: fusion_switch_file must be {_SWITCH_SHAPE}; \"{level}\" is "
+                              f"{json.dumps(passes)}, expected an object {{pass name or \"ALL\": \"on\" | \"off\"}}")
+        known = fusion_pass_names(level)
+        for pname, state in passes.items():
+            if pname != "ALL" and pname not in known:
+                raise ConfigError(f"{where}: fusion switch names an unknown {level} pass '{pname}'"
+                                  f"{suggest(pname, known)}")
+            if not isinstance(state, str) or state not in ("on", "off"):
+                raise ConfigError(f"{where}: fusion switch {level} '{pname}' = {json.dumps(state)}; "
+                                  "expected \"on\" or \"off\"")
 
 
 def _check_mixlist_conflicts(mixlist: dict, where: str) -> None:

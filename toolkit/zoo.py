@@ -143,6 +143,26 @@ def _check_cache_env() -> None:
         check_dir(cache_dir(), f"environment variable {CACHE_ENV}")
 
 
+def _prepare_cache_dir() -> Path:
+    """Create the model cache folder and check that files can be created in it (a temporary file, deleted).
+    Raises ConfigError (exit 2) when ``$NPUSCOPE_MODEL_CACHE`` is set (the user's setting), else UserError,
+    with one line naming the folder and the reason."""
+    from toolkit.cache.settings import unwritable_reason
+
+    target_dir = cache_dir()
+    error = ConfigError if os.environ.get(CACHE_ENV, "").strip() else UserError
+    try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise error(
+            f"cannot create model cache {target_dir} ({exc.strerror}); set {CACHE_ENV} to a writable folder"
+        ) from None
+    problem = unwritable_reason(target_dir)
+    if problem:
+        raise error(f"model cache {target_dir} is not writable ({problem}); set {CACHE_ENV} to a writable folder")
+    return target_dir
+
+
 def cached_path(name: str) -> Path:
     """Where model ``name`` lives in the cache (it may not exist yet)."""
     return cache_dir() / model_info(name).filename
@@ -169,12 +189,14 @@ def fetch(name: str, *, wheel: Path | None = None) -> Path:
     Raises:
         UserError: unknown name, pip failure, wheel or model sha256 mismatch, model missing from wheel,
             cache directory not writable.
-        ConfigError: ``$NPUSCOPE_MODEL_CACHE`` is a file or lies under one, or cannot be created (exit 2).
+        ConfigError: ``$NPUSCOPE_MODEL_CACHE`` is a file or lies under one, cannot be created or cannot be
+            written (exit 2); checked before downloading.
     """
     info = model_info(name)
     _check_cache_env()
     if is_cached(name):
         return cached_path(name)
+    _prepare_cache_dir()  # before any download: a cache we cannot write would waste it
     others = [n for n in MODELS if n != name and not is_cached(n)]
     if wheel is not None:
         _install_from_wheel(Path(wheel), name, others)
@@ -242,14 +264,7 @@ def _install_from_wheel(wheel: Path, name: str, others: list[str]) -> None:
             f"wheel {wheel.name} has sha256 {actual}, expected {WHEEL_SHA256}; "
             f"the download is corrupt or not {WHEEL_REQUIREMENT}: delete it and fetch again"
         )
-    target_dir = cache_dir()
-    try:
-        target_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        error = ConfigError if os.environ.get(CACHE_ENV, "").strip() else UserError  # the user's setting: exit 2
-        raise error(
-            f"cannot create model cache {target_dir} ({exc.strerror}); set {CACHE_ENV} to a writable folder"
-        ) from None
+    target_dir = _prepare_cache_dir()
     try:
         with zipfile.ZipFile(wheel) as zf:
             _extract_verified(zf, MODELS[name], target_dir)

@@ -9,6 +9,8 @@ Resolution (first that is set wins):
   ``$XDG_CACHE_HOME/npuscope/compile``, else ``~/.cache/npuscope/compile``.
 - a folder that is a file (or under one) is a ConfigError naming where it came from, and so is an invalid
   ``$NPUSCOPE_COMPILE_CACHE_MODE`` (named as the environment variable, not as a command-line option).
+- a folder that exists but cannot be written (:func:`unwritable_reason`) is not an error for a compile (it
+  runs without storing entries and warns once); ``npuscope cache info`` reports it, ``cache clear`` refuses it.
 - size limit: ``$NPUSCOPE_COMPILE_CACHE_MAX_BYTES`` in bytes (default 2 GiB); least-recently-used entries
   are evicted when a write takes the cache above it.
 """
@@ -67,6 +69,31 @@ def check_dir(root: Path, what: str) -> None:
                 raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
                                   "missing) or unset it")
             return
+
+
+def unwritable_reason(root: Path) -> str | None:
+    """Why files cannot be created in the folder ``root``, or None when they can. An existing folder is probed
+    by creating and deleting a temporary file in it (``tempfile.mkstemp``: permissions, read-only or virtual
+    file systems such as /proc); a missing one by ``os.access`` (write + search) on its nearest existing
+    parent, which would have to create it. Nothing is left behind."""
+    import tempfile
+
+    root = Path(root)
+    if root.is_dir():
+        try:
+            fd, name = tempfile.mkstemp(prefix=".npuscope-probe-", dir=root)
+        except OSError as exc:
+            return f"creating a file there fails: {exc.strerror or type(exc).__name__}"
+        os.close(fd)
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
+        return None
+    parent = next((p for p in root.parents if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return f"'{parent}' does not allow creating it"
+    return None
 
 
 def _dir_source(explicit: str) -> str:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from toolkit.config import suggest
 from toolkit.errors import InputError
+from toolkit.textfile import read_user_text
 
 _SHAPE = 'expected {"device_op": ["orig_node", ...], ...}'
 
@@ -32,10 +34,9 @@ def load_mapping(path: str | Path) -> dict[str, list[str]]:
     where = f"mapping file '{p}'"
     if not p.is_file():
         raise InputError(f"{where} does not exist; give a JSON file {_SHAPE}")
+    text = read_user_text(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}")  # a BOM is fine
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where} cannot be read ({exc}); give a UTF-8 JSON file {_SHAPE}") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                          f"{_SHAPE}") from None
@@ -58,3 +59,19 @@ def _checked(data: dict, where: str) -> dict[str, list[str]]:
                                  "a node is fused into one device op")
             owner[n] = op
     return {op: list(nodes) for op, nodes in data.items()}
+
+
+def check_mapping_model(mapping: dict[str, list[str]], nodes, where: str, model: str) -> None:
+    """Refuse an original node name of ``mapping`` that is not one of ``nodes`` (the node names of ``--model``):
+    a typo would otherwise silently leave the fused op uncompared.
+
+    Raises:
+        InputError: one line naming the mapping file, the device op, the unknown node and the closest model node.
+    """
+    known = set(nodes)
+    for op, originals in mapping.items():
+        for n in originals:
+            if n not in known:
+                raise InputError(f"{where}: '{op}' lists node '{n}', which is not a node of --model '{model}'"
+                                 f"{suggest(n, sorted(known)) if known else ''}; list the model's original node "
+                                 "names")

@@ -148,10 +148,11 @@ def read_npuscope(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
 
 def _load_index(path: Path, spec: SideSpec) -> dict:
     where = f"{spec.label}/{INDEX_FILE}"
+    from toolkit.textfile import read_user_text
+
+    text = read_user_text(path, f"{spec.role} index file", InputError, "re-run npuscope run --dump")
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where} cannot be read ({exc}); re-run npuscope run --dump") from None
+        index = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run npuscope run --dump") from None
     if not isinstance(index, dict):

@@ -30,7 +30,7 @@ from toolkit.compiler.pipeline import Finding
 from toolkit.env import environment
 
 from .entry import DumpSet
-from .mapping import load_mapping
+from .mapping import check_mapping_model, load_mapping
 from .match import Pairing, pair_with_model, pair_without_model
 from .readers import SideSpec, read_side
 from .table import compare_pairs, reason_kind
@@ -76,6 +76,9 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     lines = resolve_thresholds(thresholds)
     maps = load_mapping(mapping) if mapping else None
     onnx_model, model_info = _load_model(model, progress)
+    if maps and onnx_model is not None:
+        check_mapping_model(maps, [n.name for n in onnx_model.graph.node if n.name], f"mapping file '{mapping}'",
+                            model)
     progress(f"reading golden {golden.path}")
     g = read_side(golden)
     progress(f"reading target {target.path}")

@@ -29,12 +29,15 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
         dict in the order of ``model_inputs``; arrays are fully read into memory.
 
     Raises:
-        InputError: file missing, empty (0 bytes) or not an npz (zip) archive, an array needs pickle, or the
-            feed does not fit.
+        InputError: file missing, not a regular file (a folder, /dev/null, a pipe), empty (0 bytes) or not an
+            npz (zip) archive, a member that is not a .npy array, an array needs pickle, or the feed does not fit.
     """
     path = Path(path)
     source = f"npz file {str(path)!r}"
     if not path.is_file():
+        if path.exists():
+            raise InputError(f"{source} exists but is not a regular file (it is {_file_kind(path)}); pass an "
+                             ".npz file written by np.savez")
         raise InputError(f"{source} does not exist; pass an existing .npz written by np.savez")
     _check_magic(path, source)
     try:
@@ -80,14 +83,33 @@ def _check_magic(path: Path, source: str) -> None:
                          "write it with np.savez(path, name=array)")
 
 
+def _file_kind(path: Path) -> str:
+    """What a path that is not a regular file is: 'a folder', 'a character device', ... (os.stat mode)."""
+    import stat
+
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
 
 
 def _read_member(archive: np.lib.npyio.NpzFile, key: str, source: str) -> np.ndarray:
+    """One array of the archive. numpy returns the raw bytes of a member that is not a .npy file (no
+    ``\\x93NUMPY`` magic, numpy.lib.format); that is refused here, naming the member. Raises InputError."""
+    member = key if key in archive.zip.namelist() else f"{key}.npy"
     try:
-        return archive[key]
+        value = archive[key]
+        if not isinstance(value, np.ndarray):
+            raise InputError(f"{source}: member {member!r} is not a valid .npy array (it does not start with the "
+                             ".npy header); re-save the inputs with np.savez(path, name=array)")
+        return value
     except ValueError as exc:
         if "pickle" in str(exc):
             raise InputError(

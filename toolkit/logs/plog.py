@@ -17,6 +17,9 @@ Environment (read by :func:`setup_logging`, which the CLI calls once per command
 - ``NPUSCOPE_LOG_TO_STDOUT``: ``1``/``true``/``yes``/``on`` writes log lines to stdout; ``0``/``false``/``no``/``off``
   or unset (or empty) to stderr (case-insensitive). Any other value raises :class:`toolkit.errors.ConfigError`.
 - ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``).
+
+A closed stdout or stderr (``npuscope ... | head -1``) stops the handler silently (no ``--- Logging error ---``
+blocks); :func:`stdout_closed` tells the CLI, which then exits with :data:`SIGPIPE_EXIT` (141).
 """
 
 from __future__ import annotations
@@ -109,6 +112,47 @@ def to_stdout_from_env(environ=None) -> bool:
                       "0/false/no/off (stderr, the default), or unset it")
 
 
+#: Set when a log line could not be written to stdout because the reader closed it (EPIPE).
+_STDOUT_CLOSED = {"closed": False}
+#: Exit code of a command whose output could not be written (128 + SIGPIPE, as a shell reports a process
+#: killed by SIGPIPE).
+SIGPIPE_EXIT = 141
+
+
+class _PipeSafeStreamHandler(logging.StreamHandler):
+    """A StreamHandler that stops writing, silently, once its stream's reader has gone away (BrokenPipeError,
+    e.g. ``npuscope ... | head -1``), instead of printing a ``--- Logging error ---`` block per record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not getattr(self, "_closed_pipe", False):
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        if isinstance(sys.exc_info()[1], BrokenPipeError):
+            self._closed_pipe = True
+            if self.stream is sys.stdout:
+                _STDOUT_CLOSED["closed"] = True
+            return
+        super().handleError(record)
+
+
+def stdout_closed(stdout_at_start=None) -> bool:
+    """Whether output to stdout was lost because its reader closed it: a log line hit BrokenPipeError, or
+    click replaced ``sys.stdout`` (it does so, and exits 1, when ``click.echo`` hits EPIPE) since
+    ``stdout_at_start`` (the ``sys.stdout`` the caller saw before running the command)."""
+    return _STDOUT_CLOSED["closed"] or (stdout_at_start is not None and sys.stdout is not stdout_at_start)
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at os.devnull, so that flushing stdout at interpreter exit does not print
+    ``Exception ignored ... BrokenPipeError`` (the recipe of the Python docs, signal module, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
 def _handler(environ) -> logging.Handler:
     path = environ.get(ENV_FILE, "").strip()
     if path:
@@ -118,7 +162,7 @@ def _handler(environ) -> logging.Handler:
             raise ConfigError(f"{ENV_FILE}={path!r}: cannot open the log file ({exc.strerror}); "
                               "give a writable path or unset it") from None
     to_stdout = to_stdout_from_env(environ)
-    return logging.StreamHandler(sys.stdout if to_stdout else sys.stderr)
+    return _PipeSafeStreamHandler(sys.stdout if to_stdout else sys.stderr)
 
 
 def setup_logging(environ=None, process: str = "npuscope") -> logging.Logger:

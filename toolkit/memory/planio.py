@@ -19,23 +19,120 @@ from toolkit.errors import InputError, UsageError, UserError
 from toolkit.memory.planner import align
 
 
+#: plan.json versions this reader understands (toolkit/compiler/plan.py).
+PLAN_VERSIONS = (1,)
+
+_STR, _OPT_STR, _STRS = "a string", "a string or null", "a list of strings"
+_KERNEL_FIELDS = {"name": _STR, "op_type": _STR, "op_class": _STR, "nodes": _STRS, "rule": _OPT_STR,
+                  "fusion": ("none", "graph", "ub", "cast", "copy"), "inputs": _STRS, "outputs": _STRS,
+                  "internal": _STRS, "precision": ("fp16", "fp32"), "implmode": ("high_precision",
+                  "high_performance"), "cast_of": _OPT_STR, "placement": ("NPU", "CPU"), "exec_nodes": _STRS}
+_TENSOR_FIELDS = {"name": _STR, "dtype": _STR, "shape": "a list of ints (null for dynamic dims) or null",
+                  "nbytes": "an int >= 0", "storage": ("arena", "dynamic", "host"), "offset": "an int",
+                  "first": "an int >= -1", "last": "an int >= -1", "producer": _OPT_STR, "stream": ("npu", "cpu"),
+                  "alias_of": _OPT_STR}
+_PLAN_FIELDS = {"version": "an int", "model": _OPT_STR, "config": "an object", "kernels": "a list of objects",
+                "tensors": "a list of objects", "graph_inputs": _STRS, "graph_outputs": _STRS, "folded": _STRS,
+                "arena_bytes": "an int >= 0", "lower_bound_bytes": "an int >= 0", "alignment": "an int >= 1"}
+_REQUIRED = {"plan": ("config", "kernels", "tensors", "graph_inputs", "graph_outputs"),
+             "kernel": ("name", "op_type", "op_class", "nodes"), "tensor": ("name", "dtype", "shape")}
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _fits(value, want) -> bool:
+    """Whether ``value`` (parsed JSON) is what the description ``want`` of a field asks for."""
+    if isinstance(want, tuple):
+        return value in want
+    if want == _STR:
+        return isinstance(value, str)
+    if want == _OPT_STR:
+        return value is None or isinstance(value, str)
+    if want == _STRS:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    if want.startswith("a list of ints"):
+        return value is None or (isinstance(value, list) and all(x is None or (_is_int(x) and x >= 0) for x in value))
+    if want.startswith("an int"):
+        low = int(want.rsplit(" ", 1)[1]) if ">=" in want else None
+        return _is_int(value) and (low is None or value >= low)
+    if want == "an object":
+        return isinstance(value, dict)
+    if want == "a list of objects":
+        return isinstance(value, list) and all(isinstance(x, dict) for x in value)
+    raise AssertionError(want)
+
+
+def _check_fields(d: dict, spec: dict, kind: str, where: str) -> None:
+    """Raise InputError naming the first unknown, missing or wrongly typed field of ``d`` (a plan, kernel or
+    tensor object, described by ``where``)."""
+    for key in d:
+        if key not in spec:
+            raise InputError(f"{where}: unknown field '{key}' in a {kind}; the plan.json format "
+                             "(toolkit/compiler/plan.py) has " + ", ".join(spec))
+    for key in _REQUIRED[kind]:
+        if key not in d:
+            raise InputError(f"{where}: the {kind} has no field '{key}'; write the plan with `npuscope compile`")
+    for key, want in spec.items():
+        if key in d and not _fits(d[key], want):
+            desc = "one of " + ", ".join(repr(w) for w in want) if isinstance(want, tuple) else want
+            raise InputError(f"{where}: field '{key}' is {json.dumps(d[key])[:60]} but must be {desc}")
+
+
+def validate_plan_dict(d, path) -> None:
+    """Check the parsed plan.json ``d`` (from file ``path``) field by field: known version, every field of the
+    plan, of each kernel and each tensor of the documented type and range (toolkit/compiler/plan.py).
+    Raises InputError naming the file, the kernel/tensor and the field."""
+    where = plan_where(path)
+    if not isinstance(d, dict):
+        raise InputError(f"{where} holds a JSON {type(d).__name__}, not a plan object; write it with `npuscope compile`")
+    _check_fields(d, _PLAN_FIELDS, "plan", where)
+    if d.get("version", 1) not in PLAN_VERSIONS:
+        raise InputError(f"{where}: field 'version' is {json.dumps(d['version'])[:40]} but this npuscope reads "
+                         f"plan.json version {', '.join(map(str, PLAN_VERSIONS))}; recompile with `npuscope compile`")
+    for i, k in enumerate(d["kernels"]):
+        _check_fields(k, _KERNEL_FIELDS, "kernel", f"{where}, kernel #{i} '{str(k.get('name'))[:60]}'")
+    for i, t in enumerate(d["tensors"]):
+        _check_fields(t, _TENSOR_FIELDS, "tensor", f"{where}, tensor #{i} '{str(t.get('name'))[:60]}'")
+
+
 def load_plan(path) -> Plan:
-    """Read plan.json. Raises InputError (missing file, bad JSON, missing fields, bad offsets)."""
+    """Read plan.json and validate it (:func:`validate_plan_dict`). Raises InputError (missing file, bad JSON,
+    an unknown version, missing/unknown/wrongly typed fields, offsets outside the arena)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"plan file '{p}' does not exist; write one with `npuscope compile` (plan.json)")
     try:
-        plan = Plan.from_dict(json.loads(p.read_text(encoding="utf-8")))
+        data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise InputError(f"plan file '{p}' is not valid JSON: {exc}") from None
-    except (TypeError, KeyError) as exc:
-        raise InputError(f"plan file '{p}' does not follow the plan.json format (toolkit/compiler/plan.py): "
-                         f"{exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"plan file '{p}' is not UTF-8 text; give the plan.json written by `npuscope compile`") from None
+    validate_plan_dict(data, p)
+    plan = Plan.from_dict(data)
     for t in plan.tensors.values():
         if t.storage == "arena" and (t.offset < 0 or t.offset + t.nbytes > plan.arena_bytes):
             raise InputError(f"plan '{p}': tensor '{t.name}' at offset {t.offset} with {t.nbytes} bytes does not "
                              f"fit the arena of {plan.arena_bytes} bytes; raise arena_bytes or move the tensor")
     return plan
+
+
+def plan_config(plan: Plan, path):
+    """The toolkit.config.Config ``plan`` (read from ``path``) records; raises ConfigError (exit 2) when the
+    recorded config is not valid (an unknown option or value)."""
+    from toolkit.config import Config
+
+    return Config.from_dict(plan.config, where=f"{plan_where(path)} config")
+
+
+def open_plan(path, model: str | None, config):
+    """What ``run --plan`` and ``memcheck --plan`` start from: (plan, MODEL, Config). ``config`` None means
+    the plan's own recorded config (:func:`plan_config`); ``model`` None the model the plan records
+    (:func:`model_for_plan`). Raises InputError (bad plan file), UsageError/ConfigError (exit 2)."""
+    plan = load_plan(path)
+    model = model_for_plan(model, plan, path)
+    return plan, model, (config if config is not None else plan_config(plan, path))
 
 
 def plan_where(path) -> str:
@@ -72,6 +169,17 @@ def attach_plan(compiled, plan: Plan, where: str = "plan"):
         raise InputError(f"{where}: kernel #{i} is {got[i] if i < len(got) else 'missing'!r} but compiling the model "
                          f"with the plan's config gives {want[i] if i < len(want) else 'nothing'!r}; the plan was "
                          "made for another model or config")
+    for i, (mine, theirs) in enumerate(zip(plan.kernels, fresh.kernels)):
+        a, b = dataclasses.asdict(mine), dataclasses.asdict(theirs)
+        key = next((f for f in a if a[f] != b[f]), None)
+        if key is not None:
+            raise InputError(f"{where}: kernel #{i} '{mine.name}' has {key} {a[key]!r} but compiling the model with "
+                             f"the plan's config gives {b[key]!r}; only offsets and lifetimes may be edited "
+                             "(change precision or placement in the config and recompile)")
+    for key in ("graph_inputs", "graph_outputs"):
+        if getattr(plan, key) != getattr(fresh, key):
+            raise InputError(f"{where}: {key} is {getattr(plan, key)!r} but compiling the model with the plan's "
+                             f"config gives {getattr(fresh, key)!r}; only offsets and lifetimes may be edited")
     for name, t in fresh.tensors.items():
         mine = plan.tensors.get(name)
         if mine is None or (mine.dtype, mine.shape, mine.nbytes, mine.storage) != (t.dtype, t.shape, t.nbytes,

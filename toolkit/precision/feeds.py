@@ -9,6 +9,7 @@ against the model's inputs (toolkit.inputs.check_feed). Without ``--inputs`` the
 from __future__ import annotations
 
 import importlib.util
+import reprlib
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +37,58 @@ def _from_script(spec_text: str, specs) -> list[tuple[str, dict]]:
     if not callable(fn):
         raise InputError(f"--inputs loader script '{path}' defines no function '{fn_name}()' returning feed dicts")
     out = []
-    for i, feed in enumerate(fn()):
-        if i >= MAX_SETS:
-            break
+    for i, feed in enumerate(_call_loader(fn, path, fn_name)):
         if not isinstance(feed, dict):
             raise InputError(f"--inputs loader '{path}:{fn_name}' gave a {type(feed).__name__} as set {i}; "
                              "yield dicts {input name: array}")
-        feed = {k: np.asarray(v) for k, v in feed.items()}
+        feed = _as_arrays(feed, path, fn_name, i)
         check_feed(feed, specs, f"loader '{path.name}' set {i}")
         out.append((f"{path.name}[{i}]", feed))
+    return out
+
+
+def _call_loader(fn, path: Path, fn_name: str):
+    """Yield at most :data:`MAX_SETS` items of ``fn()``; any exception while calling ``fn`` (e.g. it takes
+    arguments), taking its result as an iterable (e.g. it returns 5) or iterating it (e.g. the generator
+    raises after the first feed) becomes a one-line InputError naming the script and function."""
+    where = f"--inputs loader script '{path}'"
+    try:
+        result = fn()
+    except Exception as exc:
+        raise InputError(f"{where}: calling {fn_name}() raised {type(exc).__name__}: {_one_line(exc)}; it must "
+                         "take no arguments and return or yield feed dicts {input name: array}") from None
+    if isinstance(result, dict):
+        raise InputError(f"{where}: {fn_name}() returned one dict; return a list of feed dicts or yield them")
+    try:
+        it = iter(result)
+    except Exception:
+        raise InputError(f"{where}: {fn_name}() returned {reprlib.repr(result)} ({type(result).__name__}), not a "
+                         "list or generator of feed dicts {input name: array}") from None
+    for i in range(MAX_SETS):
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        except Exception as exc:
+            raise InputError(f"{where}: {fn_name}() raised {type(exc).__name__}: {_one_line(exc)} while producing "
+                             f"set {i}") from None
+        yield item
+
+
+def _one_line(exc: BaseException) -> str:
+    """``str(exc)`` on one line (a user's exception text may hold newlines)."""
+    return " ".join(str(exc).split())
+
+
+def _as_arrays(feed: dict, path: Path, fn_name: str, i: int) -> dict:
+    """{name: np.ndarray} of one loader feed; a value numpy cannot turn into an array is an InputError."""
+    out = {}
+    for k, v in feed.items():
+        try:
+            out[k] = np.asarray(v)
+        except Exception as exc:
+            raise InputError(f"--inputs loader '{path}:{fn_name}' set {i}: input {k!r} is not an array "
+                             f"({type(exc).__name__}: {_one_line(exc)})") from None
     return out
 
 

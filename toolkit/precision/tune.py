@@ -307,21 +307,38 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
     return st
 
 
+#: ``without_it`` of a node when the target is not met with the whole chosen set either: what fails without
+#: the node says nothing about that node.
+NOT_MET_WITH_IT = "not decisive: the target is not met with it either"
+
+
+def _without_it(chosen, name, tuner) -> str:
+    """What happens to the target without ``name`` (the rest of ``chosen`` kept): "met", "fails <conditions>",
+    "not tried", or :data:`NOT_MET_WITH_IT` when the search's trial of the whole set did not meet the target."""
+    with_it = tuner.cache.get(tuple(sorted(chosen)))
+    if with_it is not None and not with_it.met:
+        return NOT_MET_WITH_IT
+    without = tuner.cache.get(tuple(sorted(c for c in chosen if c != name)))
+    if without is None:
+        return "not tried"
+    fails = sorted({x["Failed"] for x in without.rows if x["Failed"]})
+    return "fails " + "; ".join(fails) if fails else "met"
+
+
 def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
+    """Per chosen node: its sensitivity ranking row, range findings and :func:`_without_it`."""
     by = {r["KeepName"]: r for r in ranking.to_dict("records")} if len(ranking) else {}
     kernels = {k.name: k for k in tuner.base.plan.kernels}
     out = []
     for name in chosen:
         r = by.get(name, {})
         nodes = kernels[r["Kernel"]].nodes if r.get("Kernel") in kernels else [name]
-        without = tuner.cache.get(tuple(sorted(c for c in chosen if c != name)))
-        fails = sorted({x["Failed"] for x in without.rows if x["Failed"]}) if without else []
         out.append({"node": name, "kernel": r.get("Kernel", ""), "op_type": r.get("OpType", ""),
                     "rank": r.get("Rank"), "local_cosine": r.get("LocalCosine"), "local_red": r.get("LocalRED"),
                     "local_overflow": bool(r.get("LocalOverflow", False)),
                     "range_overflow": bool(r.get("RangeOverflow", False)), "acc_red": r.get("AccRED"),
                     "output_share": r.get("OutputShare"),
-                    "without_it": "fails " + "; ".join(fails) if fails else ("not tried" if without is None else "met"),
+                    "without_it": _without_it(chosen, name, tuner),
                     "range_findings": [f.kind for f in findings if f.subject in nodes]})
     return out
 

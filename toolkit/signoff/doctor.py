@@ -4,8 +4,9 @@ The table (:data:`COMPATIBILITY`) lists, per package, the version range npuscope
 inclusive, upper bound exclusive), as the real toolchain insists that its software and driver versions match.
 The engine's accepted model range is reported with it: default-domain opsets ``MIN_OPSET..MAX_OPSET``
 (toolkit.ir.load) and IR versions ``MIN_IR_VERSION..onnx.IR_VERSION``. Given a model, its opset and IR version
-are checked against those ranges too: a model the engine refuses to load (e.g. opset 99) is still read for
-these checks, and the refusal is one more failing check (``<name> loads``).
+are checked against those ranges too, and it must declare at least one graph output (``<name> outputs``; compare
+refuses a model without); a model the engine refuses to load (e.g. opset 99) is still read for these checks, and
+the refusal is one more failing check (``<name> loads``).
 
 :func:`doctor_command` is the CLI workflow; with ``as_json`` every outcome is one JSON document on stdout,
 errors included (``{"ok": false, "error": "...", "exit_code": 1}``), with the same exit code as without.
@@ -117,7 +118,17 @@ def model_checks(model: onnx.ModelProto, name: str) -> list[Check]:
                                                       "onnx.version_converter")),
             Check(f"{name} ir_version", ok_ir, str(model.ir_version), f"{ilo}..{ihi}",
                   f"model '{name}' IR version {model.ir_version} " + ("ok" if ok_ir else f"is outside {ilo}..{ihi}; "
-                                                                       "re-export with a supported onnx"))]
+                                                                       "re-export with a supported onnx")),
+            outputs_check(model, name)]
+
+
+def outputs_check(model: onnx.ModelProto, name: str) -> Check:
+    """The model declares at least one graph output (what compare/diagnose/signoff refuse otherwise:
+    toolkit.diagnose.require_outputs)."""
+    n = len(model.graph.output)
+    return Check(f"{name} outputs", n > 0, str(n), ">=1",
+                 f"model '{name}' has {n} graph output(s)" + ("" if n else ": there is nothing to compare; declare "
+                                                               "the tensors to check as graph outputs when exporting it"))
 
 
 def doctor(model: onnx.ModelProto | None = None, model_name: str = "model") -> dict:

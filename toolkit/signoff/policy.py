@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
-from toolkit.config import suggest
+from toolkit.config import _check_op_type, suggest
 from toolkit.errors import ConfigError
 
 #: {section: {key: (python types accepted, description)}}; "outputs" is special (a table per output name).
@@ -125,7 +125,33 @@ def load_policy(path: str | Path) -> Policy:
         raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
     pol = policy_from_dict(data, where=f"policy '{p}'", base_dir=p.parent)
     pol.path, pol.sha256 = str(p), hashlib.sha256(raw).hexdigest()
+    check_task_metrics(pol)
     return pol
+
+
+def check_task_metrics(policy: Policy) -> None:
+    """Import every ``[tasks] metrics`` entry (``module:function``) now, so that a bad one is refused naming the
+    policy file and key before any input runs (not later as if given by --task-metric).
+
+    Raises:
+        ConfigError: the entry is not module:function, cannot be imported, or is not callable.
+    """
+    import importlib
+
+    where = f"policy '{policy.path}'" if policy.path else "policy"
+    for spec in (policy.section("tasks") or {}).get("metrics", []):
+        head = f"{where}: [tasks] metrics entry '{spec}'"
+        mod, sep, fn = spec.partition(":")
+        if not sep or not mod or not fn:
+            raise ConfigError(f"{head} is not 'module:function', e.g. 'mypkg.checks:my_check'")
+        try:
+            obj = getattr(importlib.import_module(mod), fn)
+        except Exception as exc:  # ImportError, AttributeError, SyntaxError in the user's module, ...
+            msg = " ".join(str(exc).split())
+            raise ConfigError(f"{head} cannot be loaded ({type(exc).__name__}: {msg}); the module must be "
+                              "importable (set PYTHONPATH to its folder) and define the function") from None
+        if not callable(obj):
+            raise ConfigError(f"{head} is not callable; name a function (golden, npu, model) -> dict")
 
 
 def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | None = None) -> Policy:
@@ -161,6 +187,9 @@ def _check_section(sec: str, body: dict, where: str) -> None:
         if (sec, key) in STRING_LISTS and not all(isinstance(v, str) and v for v in val):
             raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected a list of {STRING_LISTS[sec, key]} "
                               "(non-empty strings)")
+        if (sec, key) == ("placement", "allowed_cpu_ops"):
+            for op in val:  # ONNX op types, as the config's op type options (toolkit.config._check_op_type)
+                _check_op_type(op, f"{where}: [placement] allowed_cpu_ops")
     _check_ranges(sec, body, where)
 
 
@@ -208,6 +237,11 @@ def _check_latency(body: dict, where: str) -> tuple[str, str] | None:
 
 def _check_outputs(body: dict, where: str) -> None:
     for out, limits in body.items():
+        if not isinstance(limits, dict) and out in METRICS:
+            raise ConfigError(f"{where}: [outputs] {out} = {limits!r}: '{out}' was read as an output name (each key "
+                              "of [outputs] names a graph output); for limits on every output write "
+                              f"[outputs.\"*\"] with {out} = <number> under it, e.g. [outputs.\"*\"] "
+                              f"{out} = {_example_limit(out)}")
         if not isinstance(limits, dict) or not limits:
             raise ConfigError(f"{where}: [outputs.\"{out}\"] must be a table of metric = limit, e.g. CosineSimilarity = 0.999")
         for metric, limit in limits.items():
@@ -220,6 +254,11 @@ def _check_outputs(body: dict, where: str) -> None:
                 rng = f"{lo:g}..{hi:g}" if math.isfinite(hi) else f"a finite number >= {lo:g}"
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r} is outside the metric's range; "
                                   f"expected {rng} ({METRICS[metric].unit})")
+
+
+def _example_limit(metric: str) -> str:
+    """A plausible limit of ``metric`` for an example in a message (0.999 for higher-is-better, 0.01 else)."""
+    return "0.999" if METRICS[metric].direction == HIGHER_IS_BETTER else "0.01"
 
 
 def bound_of(metric: str) -> str:

@@ -125,6 +125,30 @@ def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: 
     return [f"DIFFERENT MODELS: {names}; tensor and decision changes compare unrelated graphs"]
 
 
+#: summary.json keys that describe a run's inputs: ``inputs`` (diagnose/compare: the origin text, e.g.
+#: "random seed=0 range=x:[0,100]" or the .npz path; signoff: the input set labels), ``seed``, and a dataset run's
+#: ``dataset.inputs_dir`` / ``dataset.inputs`` (folder and count).
+INPUT_KEYS = ("inputs", "seed", "dataset.inputs_dir", "dataset.inputs")
+
+
+def input_changes(sa: dict, sb: dict) -> list[dict]:
+    """[{"key", "baseline", "new"}] for each :data:`INPUT_KEYS` entry whose value differs between the two
+    summaries (a key absent from both is skipped: older summaries may not record it)."""
+    out = []
+    for key in INPUT_KEYS:
+        head, _, tail = key.partition(".")
+        va, vb = ((s.get(head) or {}).get(tail) if tail else s.get(head) for s in (sa, sb))
+        if va != vb:
+            out.append({"key": key, "baseline": va, "new": vb})
+    return out
+
+
+def _brief(v, n: int = 80) -> str:
+    """``v`` as short text for a one-line warning (JSON, cut to ``n`` characters)."""
+    text = json.dumps(v, default=str)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _flatten(d, prefix="") -> dict:
     out = {}
     for k, v in (d or {}).items():
@@ -240,6 +264,12 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     env += dict_changes(sa.get("config"), sb.get("config"), "config.")
     if sa.get("model_sha256") != sb.get("model_sha256"):
         env.insert(0, {"key": "model_sha256", "baseline": sa.get("model_sha256"), "new": sb.get("model_sha256")})
+    inputs = input_changes(sa, sb)
+    env[:0] = inputs
+    if inputs:
+        warnings.append("the two runs used different inputs: " + "; ".join(
+            f"{c['key']} {_brief(c['baseline'])} -> {_brief(c['new'])}" for c in inputs)
+            + "; metric and verdict changes may come from the inputs, not from the build")
     verdicts = verdict_changes(sa, sb)
     layers = layer_changes(ra["table"], rb["table"], tol)
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]

@@ -53,7 +53,8 @@ def run(ctx) -> PassResult:
     unknown = sorted(keep_names - all_nodes - set(ctx.folded))
     if unknown:
         from toolkit.config import suggest
-        raise ConfigError(f"keep_dtype names node '{unknown[0]}', which is not in the model{suggest(unknown[0], all_nodes)}")
+        raise ConfigError(f"{cfg.where('keep_dtype')} names node '{unknown[0]}', which is not in the model"
+                          f"{suggest(unknown[0], all_nodes)}")
     storage: dict[str, str] = {t: "fp32" for t in g.inputs}
     counts = {"fp16": 0, "fp32": 0}
     for k in ctx.kernels:

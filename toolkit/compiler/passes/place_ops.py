@@ -81,7 +81,8 @@ def check_keys(ctx, entries: dict) -> list[str]:
         if key in {s.name for s in onnx.defs.get_all_schemas()}:
             log.append(f"op_placement entry '{key}' matches no node of this model (ignored)")
             continue
-        raise ConfigError(f"op_placement names '{key}', which is neither a node of the model nor an ONNX op type"
+        raise ConfigError(f"{ctx.config.where('op_placement')} names '{key}', which is neither a node of the model "
+                          "nor an ONNX op type"
                           f"{suggest(key, nodes | used_types)}; op types are case-sensitive ('Relu'), node names "
                           "are those of the .onnx file")
     return log
