@@ -49,19 +49,24 @@ def cls_argmax(golden, npu, model) -> dict:
 TASKS: dict[str, Callable] = {"ppocr_det": det_iou, "ppocr_rec": rec_text, "ppocr_cls": cls_argmax}
 
 
-def load_task(spec: str) -> Callable:
-    """``module:function`` → the callable (UsageError if it cannot be imported)."""
+def load_task(spec: str, label: str = "", error: type = UsageError) -> Callable:
+    """``module:function`` → the callable.
+
+    ``label``: how messages name the entry (default ``--task-metric '<spec>'``; a policy passes
+    ``policy 'p.toml': [tasks] metrics entry '<spec>'``). Raises ``error`` (UsageError by default) when the
+    entry is malformed, cannot be imported or is not callable."""
+    head = label or f"--task-metric '{spec}'"
     mod, sep, fn = spec.partition(":")
     if not sep or not mod or not fn:
-        raise UsageError(f"--task-metric '{spec}' is not 'module:function'")
+        raise error(f"{head} is not 'module:function', e.g. 'mypkg.checks:my_check'")
     try:
         obj = getattr(importlib.import_module(mod), fn)
     except Exception as exc:  # ImportError, AttributeError, SyntaxError in the user's module, ...
         msg = " ".join(str(exc).split())
-        raise UsageError(f"--task-metric '{spec}' cannot be loaded ({type(exc).__name__}: {msg}); the module must "
-                         "be importable (set PYTHONPATH to its folder) and define the function") from None
+        raise error(f"{head} cannot be loaded ({type(exc).__name__}: {msg}); the module must be importable "
+                    "(set PYTHONPATH to its folder) and define the function") from None
     if not callable(obj):
-        raise UsageError(f"--task-metric '{spec}' is not callable")
+        raise error(f"{head} is not callable; name a function (golden, npu, model) -> dict")
     return obj
 
 

@@ -136,22 +136,11 @@ def check_task_metrics(policy: Policy) -> None:
     Raises:
         ConfigError: the entry is not module:function, cannot be imported, or is not callable.
     """
-    import importlib
+    from toolkit.compare.tasks import load_task
 
     where = f"policy '{policy.path}'" if policy.path else "policy"
     for spec in (policy.section("tasks") or {}).get("metrics", []):
-        head = f"{where}: [tasks] metrics entry '{spec}'"
-        mod, sep, fn = spec.partition(":")
-        if not sep or not mod or not fn:
-            raise ConfigError(f"{head} is not 'module:function', e.g. 'mypkg.checks:my_check'")
-        try:
-            obj = getattr(importlib.import_module(mod), fn)
-        except Exception as exc:  # ImportError, AttributeError, SyntaxError in the user's module, ...
-            msg = " ".join(str(exc).split())
-            raise ConfigError(f"{head} cannot be loaded ({type(exc).__name__}: {msg}); the module must be "
-                              "importable (set PYTHONPATH to its folder) and define the function") from None
-        if not callable(obj):
-            raise ConfigError(f"{head} is not callable; name a function (golden, npu, model) -> dict")
+        load_task(spec, f"{where}: [tasks] metrics entry '{spec}'", ConfigError)
 
 
 def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | None = None) -> Policy:
