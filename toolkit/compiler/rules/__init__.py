@@ -35,8 +35,12 @@ class Rule:
     level: str = "GraphFusion"
 
 
-#: Registered rules, in the order they are tried.
+#: Registered rules, in registration order (which depends on which module was imported first: use
+#: :func:`load_rules` for the order they are tried in).
 RULES: list[Rule] = []
+#: The built-in rule modules, in the order their rules are tried (attention before its parts, then
+#: activations, then norms); rules registered from elsewhere (plugins, tests) come after them.
+RULE_MODULES = ("attention", "activation", "norm")
 
 
 def rule(name: str, anchors):
@@ -50,6 +54,15 @@ def rule(name: str, anchors):
 
 
 def load_rules() -> list[Rule]:
-    from toolkit.compiler.rules import attention, activation, norm  # noqa: F401  (registration order)
+    """Every registered rule in the order graph_fusion tries them: the built-in modules in RULE_MODULES order,
+    each module's rules in definition order, then any other rule in registration order. The order does not
+    depend on which module happened to be imported first (it decides which of two overlapping matches wins,
+    and it is part of the compile cache key)."""
+    from toolkit.compiler.rules import activation, attention, norm  # noqa: F401  (registration)
 
-    return RULES
+    def rank(item):
+        pos, r = item
+        mod = getattr(r.match, "__module__", "").rsplit(".", 1)[-1]
+        return (RULE_MODULES.index(mod) if mod in RULE_MODULES else len(RULE_MODULES), pos)
+
+    return [r for _, r in sorted(enumerate(RULES), key=rank)]
