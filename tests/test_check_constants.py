@@ -22,7 +22,8 @@ def reference(arr: np.ndarray) -> dict:
         ev["overflow"] = {"count": int(over.sum()), "absmax": float(np.abs(a[over]).max())}
     under = fin & (a != 0) & (h == 0)
     if under.any():
-        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(np.abs(a[under]).min())}
+        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(np.abs(a[under]).min()),
+                                   "nonzero": int((fin & (a != 0)).sum())}
     ints = fin & (a == np.round(a)) & (np.abs(a) > 2048) & (h != a) & ~over
     if ints.any():
         ev["integer_inexact"] = {"count": int(ints.sum()), "example": float(a[ints].flat[0])}
@@ -56,3 +57,18 @@ def test_random_arrays_over_many_decades():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert fp16_constant_issues(a) == reference(a)
+
+
+@pytest.mark.parametrize("values,want", [
+    ([1e-12], "error"),                      # an eps that becomes 0
+    ([1e-12, -3e-9, 0.0], "error"),          # every non-zero value flushes
+    ([0.5, 1e-12, 0.25, -0.75], "warning"),  # some weights flush: each moves by < 2**-25
+    ([1e5, 0.5], "error"),                   # overflow
+    ([4097.0, 2.0], "warning"),              # integer exactness only
+])
+def test_severity(values, want):
+    from toolkit.compiler.passes.check_constants import severity
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert severity(fp16_constant_issues(np.array(values, np.float32))) == want

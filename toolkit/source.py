@@ -43,7 +43,8 @@ def resolve_model(arg: str | None) -> ModelSource:
         path = zoo.resolve(arg)
     except UserError as exc:
         raise UserError(f"{exc}; bundled samples: {', '.join(samples.SAMPLES)}") from None
-    return ModelSource(path, path.stem, _zoo_name_of(path) and "zoo" or "file")
+    zname = _zoo_name_of(path)  # a zoo model given by its path: its zoo name finds its realistic input
+    return ModelSource(path, zname or path.stem, "zoo" if zname else "file")
 
 
 def _zoo_name_of(path: Path) -> str | None:

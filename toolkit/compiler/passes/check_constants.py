@@ -35,11 +35,23 @@ def fp16_constant_issues(arr: np.ndarray) -> dict:
         ev["overflow"] = {"count": int(over.sum()), "absmax": float(mag[over].max())}
     under = fin & (a != 0) & (h == 0)
     if under.any():
-        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(mag[under].min())}
+        ev["underflow_to_zero"] = {"count": int(under.sum()), "absmin": float(mag[under].min()),
+                                   "nonzero": int((fin & (a != 0)).sum())}
     ints = fin & (a == np.round(a)) & (mag > 2048) & (h != a) & ~over
     if ints.any():
         ev["integer_inexact"] = {"count": int(ints.sum()), "example": float(a[ints].flat[0])}
     return ev
+
+
+def severity(ev: dict) -> str:
+    """``error`` when FP16 changes what the constant means: a value overflows to inf, or every non-zero value
+    rounds to zero (an eps of 1e-12 becomes 0, a scale becomes 0); ``warning`` when only some values of a
+    tensor flush to zero (each moves by less than 2**-25, below FP16's own resolution near them) or integers
+    lose exactness."""
+    under = ev.get("underflow_to_zero")
+    if "overflow" in ev or (under is not None and under["count"] == under["nonzero"]):
+        return "error"
+    return "warning"
 
 
 def constant_reads(ctx, k):
@@ -70,7 +82,7 @@ def run(ctx) -> PassResult:
                 continue
             kinds = ", ".join(ev)
             ctx.findings.append(Finding(
-                "error" if "overflow" in ev or "underflow_to_zero" in ev else "warning", "fp16_constant", cname,
+                severity(ev), "fp16_constant", cname,
                 {**ev, "reader": reader, "kernel": k.name},
                 f"constant '{cname}' read by '{reader}' is not representable in FP16 ({kinds}): keep '{reader}' "
                 "in FP32 (keep_dtype) or clamp the constant into the FP16 range"))
