@@ -72,3 +72,4 @@ def test_severity(values, want):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert severity(fp16_constant_issues(np.array(values, np.float32))) == want
+

@@ -57,6 +57,9 @@ def golden_range(y) -> dict:
         a = np.asarray(y)
         if a.size == 0 or a.dtype.kind not in "fiub":
             return {}
+        lo, hi = float(a.min()), float(a.max())  # one pass each, no float64 copy (conversion is monotonic)
+        if np.isfinite(lo) and np.isfinite(hi):  # no NaN/inf: the finite range is the whole range
+            return {"GoldenMin": lo, "GoldenMax": hi, "GoldenAbsMax": max(abs(lo), abs(hi))}
         f = a.astype(np.float64)
         fin = f[np.isfinite(f)]
         if fin.size == 0:
