@@ -214,7 +214,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     t = {}
     t0 = time.perf_counter()
     progress("compiling")
-    sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds))
+    sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
     t["compile_ms"] = sess.compiled.compile_ms
     t["kernel_build_ms"] = sess.runtime.build_ms
     progress(f"running the NPU plan ({len(sess.plan.kernels)} kernels)")

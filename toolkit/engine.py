@@ -62,14 +62,17 @@ class Session:
         input_shapes: {input name: dims} binding dynamic dims (default: the model's static shapes).
         compiled: an existing CompileResult of this model to run instead of compiling (e.g. from
             toolkit.compiler.pipeline.recompile_precision).
+        model_path: the file a loaded ``model`` came from (recorded in the plan, so ``memcheck --plan`` and
+            ``run --plan`` find the model); ignored when ``model`` is a path.
 
     Raises:
         ModelError, ConfigError, InputError: see toolkit.errors.
     """
 
     def __init__(self, model, config: Config | None = None, input_shapes=None, progress=None,
-                 compiled: CompileResult | None = None):
+                 compiled: CompileResult | None = None, model_path: str = ""):
         self.model, self.path = as_model(model)
+        self.path = self.path or str(model_path)  # a loaded model: the file it came from, recorded in plan.json
         self.config = config or Config()
         self.compiled: CompileResult = compiled or compile_model(self.model, self.config, input_shapes=input_shapes,
                                                                  model_path=self.path)
