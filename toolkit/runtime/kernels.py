@@ -69,8 +69,9 @@ def _source(plan: Plan, tensor: str, cast_src: dict[str, str]) -> str:
 def _round_const(c: np.ndarray, overflow_mode: str) -> np.ndarray:
     if overflow_mode == "saturation":
         c = np.clip(c, -FP16_MAX, FP16_MAX)
-    with np.errstate(over="ignore"):  # overflow to inf is the contract's inf_nan behaviour (and is reported by
-        return c.astype(np.float16).astype(np.float32)  # check_constants), not a Python warning
+    # overflow to inf is the contract's inf_nan behaviour (check_constants reports it), not a Python warning
+    with np.errstate(over="ignore"):
+        return c.astype(np.float16).astype(np.float32)
 
 
 def _cast_kernel(spec: KernelSpec, plan: Plan, overflow_mode: str):
