@@ -188,18 +188,36 @@ def test_rules_and_passes_changed_at_run_time_invalidate(tmp_path, monkeypatch, 
 
 
 # ---------------------------------------------------------------------------------------------- one-node edits
-@pytest.mark.parametrize("edit", ["initializer", "constant_node", "conv_attribute"])
+#: a value edit that makes a weight overflow FP16 (and one that flushes every weight to zero) must give the
+#: findings a fresh compile gives (only check_constants reads values after a value-only patch)
+_OVER = W1.copy()
+_OVER[0, 0, 0, 0] = 7e4
+
+
+@pytest.mark.parametrize("edit", ["initializer", "constant_node", "conv_attribute", "fp16_overflow",
+                                  "fp16_underflow", "overflow_fixed"])
 def test_value_edit_is_patched_and_rebuilds_one_kernel(tmp_path, edit):
     c = cfg(tmp_path)
-    build(make_model(), c)
+    build(make_model(w1=_OVER) if edit == "overflow_fixed" else make_model(), c)
     model = {"initializer": lambda: make_model(w1=W1 * 1.01), "constant_node": lambda: make_model(w2=W2 * 1.01),
-             "conv_attribute": lambda: make_model(dil2=(2, 2))}[edit]()  # 1x1 kernel: dilation keeps shapes
+             "conv_attribute": lambda: make_model(dil2=(2, 2)),  # 1x1 kernel: dilation keeps shapes
+             "fp16_overflow": lambda: make_model(w1=_OVER), "fp16_underflow": lambda: make_model(w2=W2 * 1e-9),
+             "overflow_fixed": lambda: make_model()}[edit]()
     got, rt = build(model, c)
     assert got.cache["status"] == "patched"
     assert (got.cache["kernel_hits"], got.cache["kernel_misses"]) == (n_sessions(rt) - 1, 1)
     ref, rt_ref = fresh(model, c)
     assert plan_dict(got) == plan_dict(ref)
     assert [f.to_dict() for f in got.findings] == [f.to_dict() for f in ref.findings]
+    weights = {"w1": {"fp16_overflow": _OVER}.get(edit, W1 * 1.01 if edit == "initializer" else W1),
+               "w2": {"fp16_underflow": W2 * 1e-9}.get(edit, W2 * 1.01 if edit == "constant_node" else W2)}
+    with np.errstate(over="ignore"):  # expected from numpy: a value overflows or a non-zero value flushes to 0
+        expected = {n for n, w in weights.items()
+                    if np.isinf(w.astype(np.float16)).any() or ((w != 0) & (w.astype(np.float16) == 0)).any()}
+    assert expected == {"fp16_overflow": {"w1"}, "fp16_underflow": {"w2"}}.get(edit, set())
+    assert {f.subject for f in got.findings if f.kind == "fp16_constant"} == expected
+    log = {p.name: p.log for p in got.passes}["check_constants"]
+    assert log == {p.name: p.log for p in ref.passes}["check_constants"]
     assert onnx.load_from_string(got.model.SerializeToString()) == onnx.load_from_string(ref.model.SerializeToString())
     np.testing.assert_array_equal(run(rt), run(rt_ref))
     again, _ = build(model, c)  # the patched compile is an entry of its own
@@ -446,3 +464,21 @@ def test_cli_cache_info_and_clear(tmp_path):
     assert not (tmp_path / "v1").exists()
     bad = subprocess.run([sys.executable, "-m", "toolkit", "cache", "purge"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
+
+
+def test_lazy_payload_is_made_once_and_read_before_its_write(tmp_path):
+    """A LazyPayload entry reads back (from memory before the writer thread ran, then from disk) as the bytes
+    its maker returns, and the maker runs exactly once however many readers and the writer ask."""
+    calls = []
+
+    def make():
+        calls.append(1)
+        return b"payload-" + bytes(range(256)) * 100
+
+    s = EntryStore(tmp_path, 10**9)
+    key = "ab" * 32
+    s.put("compile", key, {"k": 1}, store.LazyPayload(make))
+    assert s.get("compile", key) == ({"k": 1}, b"payload-" + bytes(range(256)) * 100)
+    store.flush()
+    assert EntryStore(tmp_path, 10**9).get("compile", key) == ({"k": 1}, b"payload-" + bytes(range(256)) * 100)
+    assert len(calls) == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import threading
 import time
 from pathlib import Path
 
@@ -117,20 +118,27 @@ def _quick_close(d, g) -> bool:
     return bool(np.max(np.abs(d64[fg] - g64[fg])) <= 1e-3 * np.max(np.abs(g64[fg])) + 1e-6)
 
 
-def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None) -> dict:
-    """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
-    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter.
-
-    Tensors are screened cheaply in execution order; the first that fails the screen is compared with the
-    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence."""
-    from toolkit.compare.metrics import compare_tensors
-
+def triage_run(prep: Prepared, config: Config, compiled=None):
+    """(Session, RunResult with dumps) of the same compilation in force_fp32 (keep_dtype cleared); with
+    ``compiled`` (the NPU compile) only the precision passes run again (recompile_precision)."""
     from toolkit.compiler.pipeline import recompile_precision
 
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
     again = recompile_precision(compiled, cfg) if compiled is not None else None
     sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
-    res = sess.run(prep.feeds, dump=True)
+    return sess, sess.run(prep.feeds, dump=True)
+
+
+def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None, ran=None) -> dict:
+    """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
+    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter.
+    ``ran``: the (Session, RunResult) of :func:`triage_run` when it already ran (else it runs here).
+
+    Tensors are screened cheaply in execution order; the first that fails the screen is compared with the
+    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence."""
+    from toolkit.compare.metrics import compare_tensors
+
+    sess, res = triage_run(prep, config, compiled) if ran is None else ran
     owner = sess.plan.kernel_of_tensor()
     checked = 0
     for node in prep.model.graph.node:
@@ -195,6 +203,43 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
     return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
 
 
+def _timed(fn, *args) -> tuple[object, float]:
+    """(fn(*args), its wall time in ms)."""
+    ts = time.perf_counter()
+    out = fn(*args)
+    return out, (time.perf_counter() - ts) * 1e3
+
+
+def _reference_run(prep: Prepared) -> dict:
+    """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner)."""
+    golden = ReferenceRunner(prep.model).run(prep.feeds)
+    golden.update(prep.feeds)
+    return golden
+
+
+class _Background:
+    """``fn(*args)`` on a daemon thread; :meth:`result` waits and returns its value or raises its exception.
+
+    Daemon: an interrupted diagnose (Ctrl-C, SIGTERM) exits without waiting for onnxruntime to finish."""
+
+    def __init__(self, fn, *args):
+        self._out: dict = {}
+        self._thread = threading.Thread(target=self._work, args=(fn, args), name="npuscope-background", daemon=True)
+        self._thread.start()
+
+    def _work(self, fn, args) -> None:
+        try:
+            self._out["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by result()
+            self._out["error"] = exc
+
+    def result(self):
+        self._thread.join()
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
+
+
 def _run_or_explain(sess, prep: Prepared):
     """The NPU run; a kernel failure on inputs the model itself cannot take becomes a one-line ModelError
     (toolkit.compiler.passes.bind_shapes.raise_if_reference_fails), any other stays an internal error."""
@@ -213,7 +258,8 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     require_outputs(prep.model, prep.path)
     t = {}
     t0 = time.perf_counter()
-    progress("compiling")
+    reference = _Background(_timed, _reference_run, prep)  # onnxruntime runs it without the GIL while we compile
+    progress("compiling (the FP32 reference runs alongside)")
     sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
     t["compile_ms"] = sess.compiled.compile_ms
     t["kernel_build_ms"] = sess.runtime.build_ms
@@ -221,13 +267,11 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     ts = time.perf_counter()
     npu = _run_or_explain(sess, prep)
     t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3
-    progress("running the FP32 reference (onnxruntime)")
+    progress("waiting for the FP32 reference (onnxruntime)")
+    golden, t["reference_run_ms"] = reference.result()
     ts = time.perf_counter()
-    golden = ReferenceRunner(prep.model).run(prep.feeds)
-    golden.update(prep.feeds)
-    t["reference_run_ms"] = (time.perf_counter() - ts) * 1e3
-    progress("comparing tensors")
-    ts = time.perf_counter()
+    fp32_run = _Background(_timed, triage_run, prep, config, sess.compiled)  # runs while we compare
+    progress("comparing tensors (the force_fp32 triage plan compiles and runs alongside)")
     device = dict(npu.dumps)
     device.update({k: v for k, v in prep.feeds.items()})
     for k, v in npu.outputs.items():  # graph outputs folded at compile time: the constant the plan returns
@@ -246,9 +290,10 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
                                        "runs are finite: check the input data"))
     first = first_divergence(df)
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
-    progress("stage triage: re-running the plan in force_fp32")
+    progress("stage triage: screening the force_fp32 run")
     ts = time.perf_counter()
-    tri = triage(prep, config, golden, thresholds, compiled=sess.compiled)
+    ran, t["triage_run_ms"] = fp32_run.result()
+    tri = triage(prep, config, golden, thresholds, ran=ran)
     t["triage_ms"] = (time.perf_counter() - ts) * 1e3
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")

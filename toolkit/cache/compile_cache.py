@@ -15,7 +15,7 @@ import time
 
 from toolkit.cache import compile_entry, keys, patch
 from toolkit.cache.settings import Settings, from_config
-from toolkit.cache.store import EntryStore
+from toolkit.cache.store import EntryStore, LazyPayload
 
 LOG = logging.getLogger("npuscope.cache")
 
@@ -69,7 +69,7 @@ class CompileCache:
             meta = compile_entry.to_meta(result, self.manifest.to_dict(), self.values)
         finally:
             result.passes = passes
-        self.store.put("compile", self.key, meta, result.model.SerializeToString())
+        self.store.put("compile", self.key, meta, LazyPayload(result.model.SerializeToString))
         self.store.put("family", self.family, {"compile": self.key}, evict=True)
 
     def _attach(self, result, ops_before: int) -> None:

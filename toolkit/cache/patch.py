@@ -12,9 +12,11 @@ toolkit.cache.keys.Manifest) is patchable when every difference is one of:
 Why this is exact: the passes before ``assign_precision`` read these nodes only through their op type, wiring
 and shapes (constant folding folds a node only when all its inputs are constant; buffer fusion groups by op
 type and wiring; graph-fusion rules never match Conv; BN folding is excluded), so the compiled graph of the
-edited model is the cached one with the same values substituted. The passes from ``assign_precision`` on
-(which read constant values: check_constants) run again through
-toolkit.compiler.pipeline.recompile_precision. Anything else returns None and the model compiles in full.
+edited model is the cached one with the same values substituted. After an attribute edit the passes from
+``place_ops`` on run again (toolkit.compiler.pipeline.recompile_precision). After a value-only edit the cached
+plan stands as it is: of those passes only ``check_constants`` reads constant values, so only the edited
+constants are checked again (toolkit.compiler.passes.check_constants.recheck). Anything else raises
+NotPatchable and the model compiles in full.
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ def patch(meta: dict, payload: bytes, base: Manifest, new: Manifest, model: onnx
           model_path: str):
     """The :class:`Patched` compile of ``model`` from cached entry (meta, payload) of a same-family model.
     Raises NotPatchable (the reason) when the difference is not a value edit covered above."""
+    from toolkit.compiler.passes import check_constants
     from toolkit.compiler.pipeline import recompile_precision
 
     if meta.get("stage") is None:
@@ -149,7 +152,7 @@ def patch(meta: dict, payload: bytes, base: Manifest, new: Manifest, model: onnx
         _check_value(name, arr, compiled, c_cons, new_cons, meta.get("values", {}), rewritten)
     by_name = {n.name: n for n in compiled.graph.node}
     opset = next((o.version for o in compiled.opset_import if o.domain in ("", "ai.onnx")), 0)
-    types = _types(compiled)
+    types = _types(compiled) if attrs else {}
     for node in attrs:
         _check_attrs(node, by_name, new_cons, types, rewritten, opset)
     for node in attrs:
@@ -158,7 +161,11 @@ def patch(meta: dict, payload: bytes, base: Manifest, new: Manifest, model: onnx
     for t in compiled.graph.initializer:
         if t.name in values:
             t.CopyFrom(numpy_helper.from_array(values[t.name], t.name))
-    result = recompile_precision(result_from(meta, compiled, config, model_path), config)
+    result = result_from(meta, compiled, config, model_path)
+    if attrs:
+        result = recompile_precision(result, config)
+    else:  # values only: no pass but check_constants reads a value, and the plan stays as it is
+        check_constants.recheck(result, set(values))
     what = [f"constant {n}" for n in sorted(values)] + [f"attributes of {n.name}" for n in attrs]
     digests = dict(meta.get("values", {}))
     digests.update({n: value_digest(a) for n, a in values.items()})

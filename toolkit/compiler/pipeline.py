@@ -133,7 +133,9 @@ class PassLog:
 @dataclass
 class CompileResult:
     plan: Plan
-    model: onnx.ModelProto  # the compiled graph (folded, BN-folded), ONNX names kept
+    #: the compiled graph (folded, BN-folded), ONNX names kept; read-only: the compile cache serialises it on
+    #: its writer thread after compile_model returns (copy it before changing it)
+    model: onnx.ModelProto
     passes: list[PassLog]
     findings: list[Finding]
     fusion_stats: dict

@@ -54,37 +54,85 @@ def severity(ev: dict) -> str:
     return "warning"
 
 
-def constant_reads(ctx, k):
-    """(constant name, reading node name) pairs of float32 data constants a kernel reads."""
-    by_name = {n.name: n for n in ctx.graph.nodes}
+def constant_reads(by_name: dict, is_f32_const, k):
+    """(constant name, reading node name) pairs of the float32 data constants kernel ``k`` reads.
+
+    ``by_name``: the graph's {node name: NodeProto}; ``is_f32_const(name)``: whether tensor ``name`` is a
+    float32 constant of the graph."""
     for nname in k.nodes:
         node = by_name.get(nname)
         if node is None:
             continue
         for idx, i in enumerate(node.input):
-            c = ctx.graph.const(i)
-            if c is not None and c.dtype == np.float32 and (node.op_type, idx) not in FP32_PARAMETERS:
+            if (node.op_type, idx) not in FP32_PARAMETERS and is_f32_const(i):
                 yield i, nname
 
 
-@register_pass("check_constants", requires=("casts",))
-def run(ctx) -> PassResult:
-    seen, log = set(), []
-    for k in ctx.kernels:
+def _findings(by_name, is_f32_const, kernels, issues) -> tuple[list[Finding], list[str]]:
+    """(findings, log lines) over the float32 constants FP16 ``kernels`` read, each constant once, in kernel
+    order; ``issues(name)`` gives its evidence (:func:`fp16_constant_issues`)."""
+    seen, found, log = set(), [], []
+    for k in kernels:
         if k.precision != "fp16":
             continue
-        for cname, reader in constant_reads(ctx, k):
+        for cname, reader in constant_reads(by_name, is_f32_const, k):
             if cname in seen:
                 continue
             seen.add(cname)
-            ev = fp16_constant_issues(ctx.graph.const(cname))
+            ev = issues(cname)
             if not ev:
                 continue
             kinds = ", ".join(ev)
-            ctx.findings.append(Finding(
+            found.append(Finding(
                 severity(ev), "fp16_constant", cname,
                 {**ev, "reader": reader, "kernel": k.name},
                 f"constant '{cname}' read by '{reader}' is not representable in FP16 ({kinds}): keep '{reader}' "
                 "in FP32 (keep_dtype) or clamp the constant into the FP16 range"))
             log.append(f"constant {cname} ({kinds}) read by {reader}")
-    return PassResult(len(log), log or ["all FP16 constants representable"])
+    return found, log
+
+
+def _summary(log: list[str]) -> list[str]:
+    return log or ["all FP16 constants representable"]
+
+
+@register_pass("check_constants", requires=("casts",))
+def run(ctx) -> PassResult:
+    g = ctx.graph
+
+    def is_f32_const(name: str) -> bool:
+        c = g.const(name)
+        return c is not None and c.dtype == np.float32
+
+    found, log = _findings(g.by_name, is_f32_const, ctx.kernels, lambda c: fp16_constant_issues(g.const(c)))
+    ctx.findings.extend(found)
+    return PassResult(len(log), _summary(log))
+
+
+_EVIDENCE_KEYS = ("overflow", "underflow_to_zero", "integer_inexact")
+
+
+def recheck(result, edited: set[str]) -> None:
+    """Bring the ``fp16_constant`` findings and the ``check_constants`` log of ``result`` (a CompileResult
+    whose compiled graph ``result.model`` already holds the new values) up to date after an edit of the
+    values of constants ``edited`` only: those are checked again, the evidence of the others is kept. The
+    result equals a fresh run of this pass (the only precision pass that reads constant values), in the same
+    order: this pass adds the last findings of a compile (toolkit.cache.patch uses it). The constants of a
+    compiled graph are its initializers (toolkit.ir.graph.Graph.sync); only the edited ones are decoded."""
+    import time
+
+    from onnx import TensorProto, numpy_helper
+
+    t0 = time.perf_counter()
+    g = result.model.graph
+    inits = {t.name: t for t in g.initializer}
+    old = {f.subject: {k: f.evidence[k] for k in _EVIDENCE_KEYS if k in f.evidence}
+           for f in result.findings if f.kind == "fp16_constant"}
+    found, log = _findings({n.name: n for n in g.node},
+                           lambda c: c in inits and inits[c].data_type == TensorProto.FLOAT, result.plan.kernels,
+                           lambda c: fp16_constant_issues(numpy_helper.to_array(inits[c])) if c in edited
+                           else old.get(c, {}))
+    result.findings = [f for f in result.findings if f.kind != "fp16_constant"] + found
+    for p in result.passes:
+        if p.name == "check_constants" and p.ran:
+            p.changed, p.log, p.ms = len(log), _summary(log), (time.perf_counter() - t0) * 1e3
