@@ -6,7 +6,6 @@ original unfolded) and what was folded away, for each kind of computable node: c
 size limit, inputs only known at run time)."""
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper

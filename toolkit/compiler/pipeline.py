@@ -172,8 +172,7 @@ _SNAPSHOT_FIELDS = ("groups", "node_group", "kernels", "folded", "findings", "fu
 
 def _run_optional(info: PassInfo, ctx: CompileContext) -> PassResult:
     """Run an optimisation pass; if it raises, put back the graph and context it started from and log why."""
-    snap_model = onnx.ModelProto()
-    snap_model.CopyFrom(ctx.graph.sync())
+    snap_graph = ctx.graph.snapshot()
     snap = {f: copy.deepcopy(getattr(ctx, f)) for f in _SNAPSHOT_FIELDS}
     try:
         return info.fn(ctx)
@@ -181,7 +180,7 @@ def _run_optional(info: PassInfo, ctx: CompileContext) -> PassResult:
         msg = " ".join(str(exc).split())[:300] or type(exc).__name__
         logging.getLogger("npuscope.compiler").warning("pass %s failed (%s: %s); compiling without it",
                                                         info.name, type(exc).__name__, msg)
-        ctx.graph = Graph(snap_model)
+        ctx.graph = Graph.restored(snap_graph)
         for f, v in snap.items():
             setattr(ctx, f, v)
         return PassResult(0, [f"FAILED ({type(exc).__name__}: {msg}); state restored, compiling without this pass"])

@@ -127,6 +127,32 @@ class Graph:
             g.input.extend(keep)
         return self.model
 
+    def snapshot(self) -> tuple:
+        """A copy of what a pass may change (the model's fields, ``nodes``, ``consts``) for :meth:`restored`.
+
+        Cheaper than ``sync()`` plus a model copy (~5 ms instead of ~25 ms on PP-OCRv4 rec): constants stay
+        numpy arrays (copied, in case a pass writes into one), and the model's own node and initializer lists,
+        which may be stale until the next sync, are replaced on restore."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.model)
+        nodes = []
+        for n in self.nodes:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            nodes.append(c)
+        return model, nodes, {k: np.array(v, copy=True) for k, v in self.consts.items()}
+
+    @classmethod
+    def restored(cls, snap: tuple) -> "Graph":
+        """The Graph a :meth:`snapshot` was taken of (tables rebuilt)."""
+        model, nodes, consts = snap
+        g = model.graph
+        del g.node[:]
+        g.node.extend(nodes)
+        del g.initializer[:]
+        g.initializer.extend(numpy_helper.from_array(a, name) for name, a in consts.items())
+        return cls(model)
+
     # ------------------------------------------------------------------ queries
     def const(self, name: str) -> np.ndarray | None:
         return self.consts.get(name)
