@@ -482,3 +482,30 @@ def test_lazy_payload_is_made_once_and_read_before_its_write(tmp_path):
     store.flush()
     assert EntryStore(tmp_path, 10**9).get("compile", key) == ({"k": 1}, b"payload-" + bytes(range(256)) * 100)
     assert len(calls) == 1
+
+
+def test_scratch_file_reused_across_kernels_holds_each_whole_model(tmp_path):
+    """One build writes every optimised kernel model to the same scratch file: a short model written after a
+    long one must be stored whole and alone (onnxruntime truncates the file), and the file is gone at the end."""
+    from toolkit.cache.kernel_entries import KernelCache
+
+    def chain(n):
+        nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"]) for i in range(n)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info(f"t{n}", TensorProto.FLOAT, [4])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+    kc = KernelCache(EntryStore(tmp_path, 10**9), reads=True, writes=True)
+    x = np.array([-1.0, 0.5, -2.0, 3.0], np.float32)
+    for n in (40, 2):
+        data = chain(n)
+        sess = kc.session(data, keys.hashlib.sha256(data).hexdigest(), "basic")
+        np.testing.assert_array_equal(sess.run(None, {"t0": x})[0], np.maximum(x, 0))
+        optimised, payload = kc.payloads[keys.hashlib.sha256(data).hexdigest()]
+        stored = onnx.load_from_string(payload)  # a whole model: parses, and runs like the original
+        got = ort.InferenceSession(stored.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"t0": x})
+        np.testing.assert_array_equal(got[0], np.maximum(x, 0))
+    scratch = kc._scratch
+    assert scratch is not None and os.path.exists(scratch)
+    kc.close()
+    assert not os.path.exists(scratch)

@@ -75,6 +75,7 @@ class KernelCache:
     def __init__(self, store: EntryStore, reads: bool, writes: bool):
         self.store, self.reads, self.writes = store, reads, writes
         self.hits = self.misses = self.in_memory = 0
+        self._scratch: str | None = None  # one file onnxruntime writes every optimised kernel model of this build to
         self.made: dict[int, tuple[str, object]] = {}  # id(session) -> (kernel model sha256, level)
         self.payloads: dict[str, tuple[bool, bytes]] = {}  # kernel model sha256 -> (optimised?, entry payload)
 
@@ -128,28 +129,44 @@ class KernelCache:
             self.store.put("kernel", keys.kernel_key(digest, level), {"level": level, "optimized": False}, data)
             self.payloads[digest] = (False, data)
             return sess
-        try:
-            fd, tmp = tempfile.mkstemp(prefix="npuscope-kernel-", suffix=".onnx", dir=_scratch_dir(self.store))
-            os.close(fd)
-        except OSError:
+        tmp = self._scratch_file()
+        if tmp is None:
             return make_session(data, optimize=level)
+        so = session_options(level)
+        so.optimized_model_filepath = tmp
+        sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=DISABLED_OPTIMIZERS)
         try:
-            so = session_options(level)
-            so.optimized_model_filepath = tmp
-            sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"],
-                                        disabled_optimizers=DISABLED_OPTIMIZERS)
             with open(tmp, "rb") as fh:
                 optimised = fh.read()
-            if optimised:
-                self.store.put("kernel", keys.kernel_key(digest, level), {"level": level, "optimized": True},
-                               optimised)
-                self.payloads[digest] = (True, optimised)
-            return sess
-        finally:
+        except OSError:
+            optimised = b""
+        if optimised:
+            self.store.put("kernel", keys.kernel_key(digest, level), {"level": level, "optimized": True},
+                           optimised)
+            self.payloads[digest] = (True, optimised)
+        return sess
+
+    def _scratch_file(self) -> str | None:
+        """The scratch file of this build (made on first use, removed by :meth:`close`), or None when no
+        folder can take one (the kernel is then built without storing its optimised model)."""
+        if self._scratch is None:
             try:
-                os.unlink(tmp)
+                fd, self._scratch = tempfile.mkstemp(prefix="npuscope-kernel-", suffix=".onnx",
+                                                     dir=_scratch_dir(self.store))
+                os.close(fd)
+            except OSError:
+                return None
+        return self._scratch
+
+    def close(self) -> None:
+        """Remove the scratch file (see :meth:`_scratch_file`)."""
+        if self._scratch is not None:
+            try:
+                os.unlink(self._scratch)
             except OSError:
                 pass
+            self._scratch = None
 
     def payload(self, digest: str, level) -> tuple[bool, bytes] | None:
         """(optimised?, bytes) of a kernel this build made or loaded, else read from its entry."""
@@ -287,4 +304,7 @@ def begin_build(plan, info: dict | None, overflow_mode: str) -> tuple["Build | N
 
 def end_build(token) -> None:
     if token is not None:
+        kc = _CURRENT.get()
         KernelCache.deactivate(token)
+        if kc is not None:
+            kc.close()

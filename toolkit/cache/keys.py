@@ -223,4 +223,10 @@ def compile_key(model: onnx.ModelProto, config, disabled=()) -> str:
 def kernel_key(model_digest: str, level) -> str:
     """Key of a kernel entry: the kernel model's sha256 (its subgraph, constants included), onnxruntime's
     optimisation level, the versions and the machine (optimised models are CPU-specific)."""
-    return _sha("kernel", model_digest, str(level), json.dumps(versions(), sort_keys=True), machine())
+    return _sha("kernel", model_digest, str(level), _versions_json(tuple(sorted(versions().items()))), machine())
+
+
+@functools.lru_cache(maxsize=8)
+def _versions_json(items: tuple) -> str:
+    """json.dumps of the versions, once per distinct value (a build makes ~200 kernel keys)."""
+    return json.dumps(dict(items), sort_keys=True)

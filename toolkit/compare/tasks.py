@@ -1,7 +1,16 @@
 """Task-level checks: does the NPU run still do the model's job? A small registry a user can extend.
 
 A task check is ``fn(golden_outputs, npu_outputs, model) -> dict(name, passed, value, detail)`` where the
-outputs are {graph output name: array}. Built-ins (selected by zoo name):
+outputs are {graph output name: array} and the returned dict holds (:data:`RESULT_KEYS`):
+
+- ``name``: str, non-empty; ``passed``: a Python ``bool`` or a numpy bool scalar (``numpy.bool_``; a string
+  such as ``"false"``, a number, None or an array is refused: its truth value is not a verdict);
+- ``value``: the measured value (any JSON-able value, None allowed); ``detail``: str, shown next to the verdict.
+
+A check whose return value breaks these rules (not a dict, a key missing, a wrong type) is reported as a
+*failing* task check whose detail names the function and what was wrong (:func:`validate_result`); a check that
+raises is a failing task check "raised <Exception>: ...". Neither ends the run. Built-ins (selected by zoo
+name):
 
 - ``ppocr_det``: IoU of the binarised probability maps (threshold 0.3), passes at >= 0.95;
 - ``ppocr_rec``: CTC greedy decoding with the dictionary in the model's ``character`` metadata: texts equal;
@@ -70,18 +79,74 @@ def load_task(spec: str, label: str = "", error: type = UsageError) -> Callable:
     return obj
 
 
+#: The keys a task check's result must hold (see the module docstring for their types).
+RESULT_KEYS = ("name", "passed", "value", "detail")
+
+
+def check_label(fn: Callable) -> str:
+    """How messages name a task check: ``module:qualname`` of a function, else its repr."""
+    mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    return f"{mod}:{qual}" if mod and qual else repr(fn)
+
+
+def _short(value, limit: int = 80) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _type_name(value) -> str:
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def result_problem(res) -> str | None:
+    """What is wrong with ``res``, a task check's return value (None: it follows the contract of the module
+    docstring). Pure: reads ``res`` only."""
+    if not isinstance(res, dict):
+        return f"returned {_short(res)} ({_type_name(res)}), not a dict with keys {', '.join(RESULT_KEYS)}"
+    missing = [k for k in RESULT_KEYS if k not in res]
+    if missing:
+        return (f"returned a dict without key(s) {', '.join(repr(k) for k in missing)} (it holds "
+                f"{', '.join(repr(k) for k in res) or 'no keys'}); a result needs {', '.join(RESULT_KEYS)}")
+    passed = res["passed"]
+    if not isinstance(passed, (bool, np.bool_)):
+        shape = f" of shape {tuple(np.shape(passed))}" if isinstance(passed, np.ndarray) else ""
+        return (f"returned 'passed' = {_short(passed)} ({_type_name(passed)}{shape}); it must be a Python bool "
+                "or a numpy bool scalar (True/False)")
+    if not isinstance(res["name"], str) or not res["name"].strip():
+        return f"returned 'name' = {_short(res['name'])} ({_type_name(res['name'])}); it must be a non-empty str"
+    if not isinstance(res["detail"], str):
+        return f"returned 'detail' = {_short(res['detail'])} ({_type_name(res['detail'])}); it must be a str"
+    return None
+
+
+def validate_result(fn: Callable, res) -> dict:
+    """``res`` (what ``fn`` returned) as a result dict with ``passed`` a Python bool; a return value that
+    breaks the contract becomes a failing result {name: the function's label, passed: False, value: None,
+    detail: "task check <label> returned ...: ..."} (:func:`result_problem`)."""
+    problem = result_problem(res)
+    if problem is None:
+        return {**res, "passed": bool(res["passed"])}
+    label = check_label(fn)
+    return {"name": label, "passed": False, "value": None,
+            "detail": f"task check {label} {problem}: fix what the check returns"}
+
+
+def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> dict:
+    """One task check's result (:func:`validate_result`); a check that raises gives a failing result whose
+    detail reads "task check <label> raised <Exception>: <message>"."""
+    try:
+        res = fn(golden, npu, model)
+    except Exception as exc:  # noqa: BLE001 - a user's check must not end the run
+        label = check_label(fn)
+        msg = " ".join(str(exc).split())
+        return {"name": label, "passed": False, "value": None,
+                "detail": f"task check {label} raised {type(exc).__name__}: {msg}"}
+    return validate_result(fn, res)
+
+
 def run_tasks(zoo_name: str | None, extra: list[str], golden: dict, npu: dict, model: onnx.ModelProto) -> list[dict]:
+    """Results of the built-in check of ``zoo_name`` (if any) and of each ``module:function`` in ``extra``
+    (:func:`run_check`), in that order. Raises UsageError when an ``extra`` entry cannot be loaded."""
     fns = ([TASKS[zoo_name]] if zoo_name in TASKS else []) + [load_task(s) for s in extra]
-    out = []
-    for fn in fns:
-        try:
-            res = dict(fn(golden, npu, model))
-        except Exception as exc:
-            res = {"name": getattr(fn, "__name__", str(fn)), "passed": False, "value": None,
-                   "detail": f"task check raised {type(exc).__name__}: {exc}"}
-        res.setdefault("name", getattr(fn, "__name__", "task"))
-        res.setdefault("value", None)
-        res.setdefault("detail", "")
-        res["passed"] = bool(res.get("passed"))
-        out.append(res)
-    return out
+    return [run_check(fn, golden, npu, model) for fn in fns]
