@@ -257,3 +257,26 @@ def npuscope(*args):
     """The CLI in a fresh process (it switches onnxruntime to a global thread pool)."""
     return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
                           timeout=120)
+
+
+@pytest.mark.parametrize("passed", ["false", "yes", 1, None, np.array([True, False])])
+def test_task_check_passed_must_be_a_real_bool(passed):
+    """A task check whose ``passed`` is not a bool (a string "false" is truthy) never counts as met: tune
+    validates results as diagnose does (toolkit.compare.tasks.run_check)."""
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def check(golden, npu, m):
+        return {"name": "acc", "passed": passed, "value": 0.1, "detail": "accuracy dropped"}
+
+    def good(golden, npu, m):
+        return {"name": "acc", "passed": bool(np.array_equal(npu["y"], np.maximum(x, 0))), "value": 1.0, "detail": ""}
+
+    cfg = Config(precision_mode="force_fp32")
+    assert tune(model, [("x", {"x": x})], cfg, tasks=[good]).met  # Relu in FP32 is exact: the target holds
+    res = tune(model, [("x", {"x": x})], cfg, tasks=[check])
+    assert not res.met
+    assert res.tasks_after and not any(t["passed"] for t in res.tasks_after)

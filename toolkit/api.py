@@ -22,11 +22,20 @@ def _noop(msg: str) -> None:
     pass
 
 
+def count_change(what: str, delta: int) -> str:
+    """``"Casts added 2"``, ``"Casts removed 1"`` or ``"Casts unchanged"`` for a signed change ``delta``."""
+    delta = int(delta)
+    return f"{what} {'added' if delta > 0 else 'removed'} {abs(delta)}" if delta else f"{what} unchanged"
+
+
 def compile_command(model: str | None, config: Config, out: str | None = None, progress=_noop) -> dict:
     """Compile and write plan.json, compile.log, fusion_result.json, compile_findings.json. With gears in the
-    config (dynamic_batch_size / dynamic_dims): one plan per gear (toolkit.gears.workflow.compile_gears_command)."""
+    config (dynamic_batch_size / dynamic_dims): one plan per gear (toolkit.gears.workflow.compile_gears_command).
+    Without input_shape, a zoo model's or sample's dynamic dims are bound to its registered input's shape, as
+    run / diagnose feed it (toolkit.source.default_input_shapes)."""
     from toolkit.compiler.pipeline import compile_model
     from toolkit.gears.spec import has_gears
+    from toolkit.source import default_input_shapes
 
     if has_gears(config):
         from toolkit.gears.workflow import compile_gears_command
@@ -34,11 +43,14 @@ def compile_command(model: str | None, config: Config, out: str | None = None, p
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    progress("compiling")
-    compiled = compile_model(m, config, model_path=str(src.path))
+    shapes = {} if config.input_shapes() else default_input_shapes(src, m)
+    progress("compiling" + (f" for the registered input shapes {shapes}" if shapes else ""))
+    compiled = compile_model(m, config, model_path=str(src.path), input_shapes=shapes or None)
     with output_dir(out, REPORTS_DIR, f"{src.name}-compile") as folder:
         files = write_compile_artifacts(compiled, folder)
-    return {"summary": compile_summary(compiled), "out": folder, "files": files, "compiled": compiled}
+    bound = [f"input shapes: {', '.join(f'{k} {v}' for k, v in shapes.items())} (registered input; "
+             "--input-shape changes them)"] if shapes else []
+    return {"summary": bound + compile_summary(compiled), "out": folder, "files": files, "compiled": compiled}
 
 
 def run_command(model: str | None, config: Config | None, *, inputs: str | None = None, seed: int = 0,
@@ -286,7 +298,8 @@ def regress_command(baseline: str, new: str, *, tolerance: str | None = None, ou
         if html:
             from toolkit.report.signoff_html import render_regress
             files["report"] = render_regress(rep, folder).name
-    summary = [f"WARNING: {w}" for w in rep["warnings"]] + [f"regress: {rep['verdict']}"]
+    summary = [f"WARNING: {w}" for w in rep["warnings"]] + [f"NOTE: {n}" for n in rep.get("notes", [])] + \
+        [f"regress: {rep['verdict']}"]
     for c in rep["environment_changes"][:10]:
         summary.append(f"  changed {c['key']}: {c['baseline']} -> {c['new']}")
     summary += [f"  - {r}" for r in rep["reasons"][:20]]
@@ -320,6 +333,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     from toolkit.compare.tasks import TASKS, load_task
     from toolkit.precision.feeds import load_feed_sets
     from toolkit.precision.tune import DEFAULT_TARGET, format_target, parse_target, tune
+    from toolkit.report.csvjson import to_csv_safe
     from toolkit.signoff.criteria import show
     from toolkit.source import _zoo_name_of
 
@@ -327,7 +341,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    feeds = load_feed_sets(m, src, inputs, seed)
+    feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes())
     progress(f"{len(feeds)} input set(s)")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]
@@ -342,8 +356,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
         summary = res.summary()
         summary.update({"model": str(src.path), "model_name": src.name, "files": files})
         write_json(folder / files["summary"], summary)
-        write_text(folder / files["ranking"], res.ranking.to_csv(index=False))
-        write_text(folder / files["ranges"], res.ranges.to_csv(index=False))
+        write_text(folder / files["ranking"], to_csv_safe(res.ranking, index=False))
+        write_text(folder / files["ranges"], to_csv_safe(res.ranges, index=False))
         if html:
             from toolkit.report.tune_html import render_tune_report
 
@@ -366,7 +380,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     flops = (f"FLOPs {c0['flops_fp16_share']:.1%} -> {c1['flops_fp16_share']:.1%}" if c0["flops_total"]
              else "no Conv/MatMul/Gemm FLOPs")
     lines.append(f"FP16 coverage: ops {c0['ops_fp16_share']:.1%} -> {c1['ops_fp16_share']:.1%}, {flops}; "
-                 f"Casts added {res.cost['casts_added']}")
+                 f"{count_change('Casts', res.cost['casts_added'])}")
     lines.append(f"wrote {folder / 'keep_dtype.txt'} and {folder / 'tuned_config.json'}")
     lines.append(f"report: {(folder / ('tune.html' if html else 'summary.json')).resolve()}")
     return {"summary": lines, "out": folder, "files": files, "result": res, "met": res.met}
@@ -411,7 +425,7 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     from toolkit.engine import Session
     from toolkit.memory.memcheck import memcheck, policy_totals
     from toolkit.memory.planio import relocate
-    from toolkit.report.csvjson import atomic_write_text
+    from toolkit.report.csvjson import atomic_write_text, to_csv_safe
 
     loaded = None
     if plan:
@@ -421,7 +435,9 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
+    from toolkit.source import CONFIG_BIND_FIX  # memcheck has no --input-shape: input_shape comes from --config
+
+    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes(), bind_fix=CONFIG_BIND_FIX)
     progress("compiling")
     if loaded is not None:
         sess = _session_with_plan(m, loaded, plan, config, feed.arrays)
@@ -433,7 +449,7 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     chk = res.check
     with output_dir(out, REPORTS_DIR, f"{src.name}-memcheck") as folder:
         files = {"conflicts": "conflicts.csv", "json": "memcheck.json", "plan": "plan.json"}
-        atomic_write_text(folder / "conflicts.csv", res.conflicts_table().to_csv(index=False))
+        atomic_write_text(folder / "conflicts.csv", to_csv_safe(res.conflicts_table(), index=False))
         sess.plan.to_json(folder / "plan.json")
         if res.fix:
             relocate(sess.plan, res.fix["disable_reuse"]).to_json(folder / "plan_fixed.json")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import UsageError
+from toolkit.report.console import printable
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -99,7 +100,8 @@ def write_compile_artifacts(compiled, out: Path) -> dict[str, Path]:
         "compile_findings": out / "compile_findings.json",
     }
     write_json(files["plan"], compiled.plan.to_dict())
-    write_text(files["compile_log"], "\n".join(compiled.log_lines()) + "\n")
+    # one line per entry, names escaped (toolkit.report.console.printable): a plain-text file people cat
+    write_text(files["compile_log"], "\n".join(map(printable, compiled.log_lines())) + "\n")
     write_json(files["fusion_result"], compiled.fusion_result_json())
     write_json(files["compile_findings"], [f.to_dict() for f in compiled.findings])
     return files

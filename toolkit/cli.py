@@ -23,7 +23,16 @@ def _progress(msg: str) -> None:
     if show is None:
         show = sys.stderr.isatty()
     if show:
-        click.echo(f"[npuscope {time.strftime('%H:%M:%S')}] {msg}", err=True)
+        _say(f"[npuscope {time.strftime('%H:%M:%S')}] {msg}", err=True)
+
+
+def _say(lines, err: bool = False) -> None:
+    """Echo workflow text (one line or a list of lines), each line through toolkit.report.console.printable:
+    names read from a model never reach the terminal as control characters or bidi overrides."""
+    from toolkit.report.console import printable
+
+    for line in [lines] if isinstance(lines, str) else lines:
+        click.echo(printable(line), err=err)
 
 
 def _config(config_path, **overrides):
@@ -80,9 +89,8 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
 
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.compile_command(model, cfg, out, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
-    click.echo(f"wrote {res['out']}")
+    _say(res["summary"])
+    _say(f"wrote {res['out']}")
 
 
 @cli.command("run")
@@ -110,8 +118,7 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
         cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                           output=output, out=out, plan=plan_path, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res.get("exit_code"):
         sys.exit(res["exit_code"])  # outputs written but wrong (a padding leak reaching an output)
 
@@ -139,8 +146,7 @@ def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_
         cfg = _config(config_path, memory_reuse=memory_reuse)
     res = api.memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
                                html=not no_html, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["conflicts"]:
         sys.exit(1)
 
@@ -180,8 +186,7 @@ def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs,
     res = api.diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
                                task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
                                percentiles=percentiles, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["verdict"] == "FAIL":
         sys.exit(1)
 
@@ -230,8 +235,7 @@ def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, i
     res = api.signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
                               out=out, html=not no_html, jobs=jobs, ray=ray_address, percentiles=percentiles,
                               progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["verdict"] != "PASS":
         sys.exit(1)
 
@@ -252,8 +256,7 @@ def regress_cmd(baseline, new, tolerance, no_html, allow_different_models, out):
 
     res = api.regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html,
                               allow_different_models=allow_different_models, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["regressed"]:
         sys.exit(1)
 
@@ -267,8 +270,7 @@ def doctor_cmd(model, as_json):
     from toolkit import api
 
     res = api.doctor_command(model, as_json=as_json)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["exit_code"]:
         sys.exit(res["exit_code"])
 
@@ -295,8 +297,7 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
                            html=not no_html, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if not res["met"]:
         sys.exit(1)
 
@@ -322,8 +323,7 @@ def gears_cmd(lengths, k, column, input_shape, dim, cost, no_html, out):
 
     res = gears_command(lengths, k, column=column, dim=dim, cost=cost, out=out, html=not no_html,
                         input_shape=input_shape, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
 
 
 _DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"])
@@ -359,8 +359,7 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format,
                                 html=not no_html, golden_format=golden_format, target_format=target_format,
                                 golden_runner=golden_runner, golden_iteration=golden_iteration,
                                 target_runner=target_runner, target_iteration=target_iteration, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
     if res["verdict"] == "FAIL":
         sys.exit(1)
 
@@ -388,8 +387,7 @@ def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, d
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
                           inputs=inputs, out=out, html=not no_html, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
 
 
 @cli.command("parse-log")
@@ -404,8 +402,7 @@ def parse_log_cmd(files, out, no_html):
     from toolkit.logs.workflow import parse_log_command
 
     res = parse_log_command(list(files), out=out, html=not no_html, progress=_progress)
-    for line in res["summary"]:
-        click.echo(line)
+    _say(res["summary"])
 
 
 @cli.command("cache")
@@ -416,17 +413,39 @@ def cache_cmd(action, folder):
     """Show the compile cache (folder, entries, bytes) or clear it. See docs/compile-cache.md."""
     from toolkit.cache.workflow import cache_command
 
-    for line in cache_command(action, folder)["summary"]:
-        click.echo(line)
+    _say(cache_command(action, folder)["summary"])
 
 
 _SIGNALLED = {"code": 130}  # 128 + the signal that stopped us: SIGINT (Ctrl-C) 130, SIGTERM 143
 
 
 def _terminate(signum, frame):
-    # SIGTERM (timeout, kill): unwind like Ctrl-C so output folders being written are removed
+    # SIGTERM (timeout, kill): unwind like Ctrl-C so output folders being written are removed; once main() is
+    # over (output written, the interpreter shutting down) there is nothing to unwind: exit 143 at once
     _SIGNALLED["code"] = 128 + signum
+    if _SIGNALLED.get("done"):
+        _exit_now(128 + signum)
     raise KeyboardInterrupt
+
+
+def _exit_now(code: int) -> None:
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a reader that went away: nothing more to deliver
+            pass
+    os._exit(code)
+
+
+def _ignore_sigterm_at_exit() -> None:
+    """atexit (runs after the atexit functions of modules imported later): Python restores the default SIGTERM
+    action while it finalises, which would end the process with -15 instead of 143. A SIGTERM from here on
+    finds the command complete and is ignored: the process exits with the command's own code."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _single_threaded_blas() -> None:
@@ -441,7 +460,38 @@ def _single_threaded_blas() -> None:
 
 
 def main(argv=None) -> None:
-    """Console entry point: user mistakes print one line and exit 1/2; internal errors exit 3."""
+    """Console entry point: user mistakes print one line and exit 1/2; internal errors exit 3. SIGTERM exits
+    143 wherever it arrives once main() runs (SIGINT 130): while the command works it unwinds (partial output
+    folders removed), while its result is printed or the process exits it ends the process at once."""
+    import atexit
+
+    atexit.register(_ignore_sigterm_at_exit)
+    _SIGNALLED["done"] = False
+    try:
+        _main(argv)
+    except KeyboardInterrupt:  # a signal while an error, the interruption or the summary was being printed
+        _SIGNALLED["done"] = True
+        _exit_interrupted(_SIGNALLED["code"])
+    except SystemExit as exc:
+        _SIGNALLED["done"] = True
+        if exc.code in (130, 143):
+            _exit_interrupted(exc.code)
+        raise
+    finally:
+        _SIGNALLED["done"] = True
+
+
+def _exit_interrupted(code: int) -> None:
+    """Exit ``code`` after an interrupt without finalising the interpreter: a thread may still be inside
+    onnxruntime (diagnose runs the FP32 reference in a daemon thread), and tearing the runtime down under it
+    aborts the process ("terminate called without an active exception", exit -6). atexit functions run first."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    _exit_now(code)
+
+
+def _main(argv) -> None:
     import signal
 
     _single_threaded_blas()
@@ -456,7 +506,7 @@ def main(argv=None) -> None:
     try:
         cli.main(args=args, prog_name="npuscope", standalone_mode=False)
     except UserError as exc:
-        click.echo(f"npuscope: error: {exc}", err=True)
+        _say(f"npuscope: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -466,15 +516,15 @@ def main(argv=None) -> None:
         if isinstance(exc.__cause__, EOFError):
             import traceback
 
-            traceback.print_exception(exc.__cause__)
-            click.echo(f"npuscope: internal error (EOFError: {exc.__cause__}); please report it with the traceback "
-                       "above", err=True)
+            _say("".join(traceback.format_exception(exc.__cause__)).splitlines(), err=True)
+            _say(f"npuscope: internal error (EOFError: {exc.__cause__}); please report it with the traceback "
+                 "above", err=True)
             sys.exit(3)
         click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
         sys.exit(_SIGNALLED["code"])
     except click.ClickException as exc:
         msg = " ".join(exc.format_message().split())
-        click.echo(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
+        _say(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
@@ -484,9 +534,9 @@ def main(argv=None) -> None:
     except Exception as exc:  # a bug in npuscope, not the user's fault
         import traceback
 
-        traceback.print_exc()
-        click.echo(f"npuscope: internal error ({type(exc).__name__}: {exc}); please report it with the traceback above",
-                   err=True)
+        _say(traceback.format_exc().splitlines(), err=True)
+        _say(f"npuscope: internal error ({type(exc).__name__}: {exc}); please report it with the traceback above",
+             err=True)
         sys.exit(3)
     finally:
         if stdout_closed(stdout):  # the reader of stdout went away (| head, | true): 128 + SIGPIPE, quietly

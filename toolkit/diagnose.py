@@ -135,15 +135,19 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     ``ran``: the (Session, RunResult) of :func:`triage_run` when it already ran (else it runs here).
 
     Tensors are screened cheaply in execution order; the first that fails the screen is compared with the
-    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence."""
+    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence. Tensors that
+    depend on a nondeterministic op (toolkit.compare.nondeterminism) are skipped: the two runs draw
+    different random numbers, which is no compile-stage fault."""
     from toolkit.compare.metrics import compare_tensors
+    from toolkit.compare.nondeterminism import dependent_tensors
 
     sess, res = triage_run(prep, config, compiled) if ran is None else ran
     owner = sess.plan.kernel_of_tensor()
+    random_dep = dependent_tensors(prep.model, golden)
     checked = 0
     for node in prep.model.graph.node:
         for t in node.output:
-            if not t or t not in res.dumps or t not in golden:
+            if not t or t not in res.dumps or t not in golden or t in random_dep:
                 continue
             checked += 1
             if _quick_close(res.dumps[t], golden[t]):
@@ -160,7 +164,24 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
 
 
-def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
+def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list[str]]:
+    """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
+    the reasons then print them. A crossed metric prints rounded away from its line
+    (toolkit.report.console.show_crossed): 0.9999999364 under 0.99999999 reads 0.999999, never 1."""
+    from toolkit.compare.metrics.registry import METRICS
+    from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+    from toolkit.report.console import show, show_crossed
+
+    def metric_text(m, v, crossed):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            return f"{m} {v}"
+        if m not in crossed or m not in METRICS:
+            return f"{m} {show(v)}"
+        below, line = METRICS[m].direction == HIGHER_IS_BETTER, (lines or {}).get(m)
+        if line is None:
+            return f"{m} {show_crossed(v, below)}"
+        return f"{m} {show_crossed(v, below, line)} {'<' if below else '>'} {show(line)}"
+
     reasons = []
     out_rows = df[df["TensorName"].isin(outputs)]
     bad_out = out_rows[out_rows["Abnormal"] | out_rows["OverFlow"]]
@@ -169,7 +190,7 @@ def _verdict(df, outputs, tasks, stage, findings) -> tuple[str, list[str]]:
         crossed = list(crossed) if isinstance(crossed, (list, tuple)) else []
         shown = {m: r.get(m) for m in (crossed or ["CosineSimilarity", "RelativeEuclideanDistance"])
                  if m in r and r.get(m) == r.get(m)}
-        evidence = ", ".join(f"{m} {v:.6g}" if isinstance(v, float) else f"{m} {v}" for m, v in shown.items())
+        evidence = ", ".join(metric_text(m, v, crossed) for m, v in shown.items())
         reasons.append(f"output '{r['TensorName']}' is abnormal ({evidence or 'not comparable: ' + str(r.get('CompareFailReason', ''))})")
     for _, r in out_rows[~(out_rows["Abnormal"] | out_rows["OverFlow"])].iterrows():
         why = not_compared_reason(r)
@@ -279,7 +300,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     outputs = [o.name for o in prep.model.graph.output]
     df = layer_table(prep.model, sess.plan, golden, device, thresholds)
     df = refine_origins(df, sess.runtime, golden, thresholds)
-    findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs)
+    findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
     from toolkit.compiler.pipeline import Finding
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
@@ -305,7 +326,9 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
                                    "fusion off (fusion_switch_file) and report it"))
     tasks = run_tasks(prep.zoo_name, list(task_metrics),
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
-    verdict, reasons = _verdict(df, outputs, tasks, stage, findings)
+    from toolkit.compare.metrics import resolve_thresholds
+
+    verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=resolve_thresholds(thresholds))
     origin = fp32_first if stage == "compile" else first
     k_by_name = {k.name: k for k in sess.plan.kernels}
     origin_nodes = []
@@ -313,10 +336,12 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
         k = k_by_name.get(origin["kernel"])
         origin_nodes = list(k.nodes) if k is not None and len(k.nodes) > 1 else [origin["node"]]
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
+    from toolkit.signoff.regress import input_digests
     sha = hashlib.sha256(Path(prep.path).read_bytes()).hexdigest() if prep.path and Path(prep.path).is_file() else ""
     summary = {
         "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
-        "model_sha256": sha, "inputs": prep.inputs_origin, "seed": prep.seed, "config": config.to_dict(),
+        "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),
+        "seed": prep.seed, "config": config.to_dict(),
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
         "counts": {"tensors": int(len(df)), "compared": int((df["CompareFailReason"] == "").sum()),
                    "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),

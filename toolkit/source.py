@@ -10,7 +10,10 @@ seeded random data whose range is set per input with ``--val-range``.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import numpy as np
 import onnx
 
 from toolkit import samples, zoo
-from toolkit.errors import InputError, UserError
+from toolkit.errors import InputError, ModelError, UserError
 from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
 from toolkit.inputs.synthetic import ALL_INPUTS
 
@@ -39,6 +42,7 @@ def resolve_model(arg: str | None) -> ModelSource:
         return ModelSource(samples.sample_path(arg), arg, "sample")
     if arg in zoo.MODELS:
         return ModelSource(zoo.fetch(arg), arg, "zoo")
+    _check_model_path(arg)
     try:
         path = zoo.resolve(arg)
     except UserError as exc:
@@ -47,16 +51,85 @@ def resolve_model(arg: str | None) -> ModelSource:
     return ModelSource(path, zname or path.stem, "zoo" if zname else "file")
 
 
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+#: Bytes read from a file whose size reads as 0 (procfs/sysfs report 0 for files that hold text).
+_PROBE_BYTES = 1 << 20
+
+
+def _check_model_path(arg: str) -> None:
+    """Refuse a MODEL path that exists but is no regular file with readable ONNX bytes, saying what it is:
+    a directory (its .onnx files listed), a FIFO / socket / device, a symlink loop or a dangling symlink, an
+    unreadable file, or a file whose size reads as 0 but that holds bytes (``/proc/self/status``: procfs
+    reports size 0), which is not an ONNX model. A path that does not exist is left to
+    :func:`toolkit.zoo.resolve`. Raises UserError / ModelError (exit 1)."""
+    p = Path(arg).expanduser()
+    fix = "pass the .onnx file itself, a bundled sample or a zoo name"
+    try:
+        st = p.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UserError(f"model path '{arg}' is a symlink loop (it never reaches a file); {fix}") from None
+        if isinstance(exc, FileNotFoundError):
+            if p.is_symlink():
+                raise UserError(f"model path '{arg}' is a symlink to '{os.readlink(p)}', which does not exist; "
+                                f"{fix}") from None
+            return
+        raise UserError(f"model path '{arg}' cannot be read ({exc.strerror or exc}); {fix}") from None
+    if stat.S_ISDIR(st.st_mode):
+        found = sorted(q.name for q in p.glob("*.onnx"))[:3]
+        inside = f" (it holds {', '.join(found)})" if found else " (it holds no .onnx file)"
+        raise UserError(f"model path '{arg}' is a directory{inside}; {fix}")
+    if not stat.S_ISREG(st.st_mode):
+        what = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "a special file")
+        raise UserError(f"model path '{arg}' is not a regular file but {what}; save the model to an .onnx file "
+                        "and pass that")
+    if st.st_size == 0:
+        data = _read(p, _PROBE_BYTES)
+        if data:
+            raise ModelError(f"model file '{arg}' is not an ONNX model: its size reads as 0 but it holds "
+                             f"{'over ' if len(data) >= _PROBE_BYTES else ''}{len(data)} bytes (a /proc or /sys "
+                             "file?); pass an .onnx file")
+
+
+def _read(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of ``path`` (at most ``limit``); ModelError (one line) when the file cannot be read."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read() if limit is None else fh.read(limit)
+    except OSError as exc:
+        raise ModelError(f"model file '{path}' cannot be read ({exc.strerror or exc}); pass a readable .onnx "
+                         "file") from None
+
+
 def _zoo_name_of(path: Path) -> str | None:
     """The zoo name whose sha256 this file has (so a downloaded PP-OCR model gets its realistic input)."""
     size = path.stat().st_size
     if size > 64 * 2**20:
         return None
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(_read(path)).hexdigest()
     for name, info in zoo.MODELS.items():
         if info.sha256 == digest:
             return name
     return None
+
+
+def default_input_shapes(src: ModelSource, model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """{input name: shape} binding ``model``'s dynamic inputs to the shapes the other commands feed by default
+    (:func:`prepare_inputs` without --inputs): a zoo model's registered input shape
+    (:attr:`toolkit.zoo.ZooModel.input_shape`, e.g. ppocr_cls x (1, 3, 48, 192)), a bundled sample's generator
+    shapes (seed 0). Only inputs with a dynamic dim are listed; {} for a plain file."""
+    dynamic = [s.name for s in input_specs(model) if not s.is_static]
+    if not dynamic:
+        return {}
+    if src.kind == "zoo":
+        info = zoo.model_info(src.name)
+        shapes = {info.input_name: tuple(info.input_shape)}
+    elif src.kind == "sample":
+        shapes = {k: tuple(np.shape(v)) for k, v in samples.sample(src.name).make_inputs(0).items()}
+    else:
+        return {}
+    return {k: v for k, v in shapes.items() if k in dynamic}
 
 
 @dataclass
@@ -77,8 +150,17 @@ def _check_shapes(feed: dict, input_shapes: dict, origin: str) -> None:
                              f"--input-shape / input_shape says {tuple(want)}; make them agree or drop one")
 
 
-def _generated_dims(specs, input_shapes: dict) -> dict:
+#: What a command's message says to do about unbound dynamic dims (``{example}``: ``name:d0,d1,...``); a command
+#: without --input-shape (memcheck) passes its own to :func:`prepare_inputs`.
+BIND_FIX = 'give its shape with --input-shape "{example}" (N: your sizes) or pass --inputs'
+#: The same for commands that take input_shape from the config file only.
+CONFIG_BIND_FIX = 'give its shape with input_shape = "{example}" (N: your sizes) in a --config file, or pass --inputs'
+
+
+def _generated_dims(specs, input_shapes: dict, bind_fix: str = BIND_FIX) -> dict:
     """{input name: full shape} for generated data; dynamic dims must be bound by input_shape."""
+    from toolkit.compiler.passes.bind_shapes import dynamic_dims_message
+
     dims = {}
     for spec in specs:
         if spec.name in input_shapes:
@@ -86,10 +168,7 @@ def _generated_dims(specs, input_shapes: dict) -> dict:
             continue
         shape = spec.shape or ()
         if spec.shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
-            example = ",".join(str(d) if isinstance(d, int) and d >= 0 else "1" for d in shape)
-            raise InputError(f"input '{spec.name}' has dynamic dims {list(shape) if shape else '(unknown rank)'}; "
-                             f"give its shape with --input-shape \"{spec.name}:{example}\" (replace the 1s with your "
-                             "sizes) or pass --inputs")
+            raise InputError(dynamic_dims_message(spec.name, spec.shape, bind_fix))
         dims[spec.name] = tuple(shape)
     for name, shape in dims.items():
         nbytes = int(np.prod(shape, dtype=np.float64)) * 8
@@ -100,29 +179,33 @@ def _generated_dims(specs, input_shapes: dict) -> dict:
 
 
 def prepare_inputs(model: onnx.ModelProto, src: ModelSource, inputs: str | None = None, seed: int = 0,
-                   val_range: str | None = None, input_shapes: dict | None = None) -> Feed:
+                   val_range: str | None = None, input_shapes: dict | None = None, *,
+                   bind_fix: str = BIND_FIX) -> Feed:
     """The feed for one run (see module docstring). ``input_shapes`` ({name: dims}, the converter's
-    input_shape) sets the shapes of generated data and must agree with given data. Raises InputError."""
-    feed = _prepare(model, src, inputs, seed, val_range, input_shapes or {})
+    input_shape) sets the shapes of generated data and must agree with given data. ``bind_fix``: what the
+    message for an unbound dynamic dim suggests (:data:`BIND_FIX`, :data:`CONFIG_BIND_FIX`). Raises
+    InputError; UsageError (exit 2) for a bad --val-range / --input-shape."""
+    feed = _prepare(model, src, inputs, seed, val_range, input_shapes or {}, bind_fix)
     feed.arrays = {k: (np.asarray(v) if v is not None and not isinstance(v, list) else v)
                    for k, v in feed.arrays.items()}
     _check_shapes(feed.arrays, input_shapes or {}, feed.origin)
     return feed
 
 
-def _val_ranges(text: str) -> dict:
-    """parse_val_range with usage-error semantics and finite float32 bounds."""
+def _val_ranges(text: str, specs=None) -> dict:
+    """parse_val_range with usage-error semantics (finite bounds, lo <= hi); with ``specs`` each input's range
+    must also lie within its dtype's finite values (toolkit.inputs.synthetic.check_val_range: float16 ±65504,
+    integer min/max, ...), else UsageError naming the input, its dtype and the range."""
     from toolkit.errors import UsageError
+    from toolkit.inputs.synthetic import check_val_range
 
     try:
         ranges = parse_val_range(text)
+        for spec in specs or ():
+            if spec.name in ranges or ALL_INPUTS in ranges:
+                check_val_range(spec, ranges.get(spec.name, ranges.get(ALL_INPUTS)))
     except InputError as exc:
         raise UsageError(f"--val-range: {exc}") from None
-    big = float(np.finfo(np.float32).max)
-    for name, (lo, hi) in ranges.items():
-        if not (np.isfinite(lo) and np.isfinite(hi)) or max(abs(lo), abs(hi)) > big:
-            raise UsageError(f"--val-range for '{name}' is [{lo}, {hi}]; bounds must be finite and within the "
-                             f"float32 range (|x| <= {big:.3g})")
     return ranges
 
 
@@ -140,9 +223,10 @@ def _check_options(model, specs, val_range, input_shapes) -> None:
         for name in _val_ranges(val_range):
             if name != ALL_INPUTS and name not in names:
                 raise UsageError(f"--val-range names '{name}', which is not an input of the model{suggest(name, names)}")
+        _val_ranges(val_range, specs)
 
 
-def _prepare(model, src, inputs, seed, val_range, input_shapes) -> Feed:
+def _prepare(model, src, inputs, seed, val_range, input_shapes, bind_fix=BIND_FIX) -> Feed:
     specs = input_specs(model)
     _check_options(model, specs, val_range, input_shapes)
     if inputs is not None and not str(inputs).strip():
@@ -161,6 +245,6 @@ def _prepare(model, src, inputs, seed, val_range, input_shapes) -> Feed:
     if src.kind == "sample" and not val_range and not input_shapes:
         return Feed(samples.sample(src.name).make_inputs(seed), f"sample generator seed={seed}", seed)
     ranges = _val_ranges(val_range) if val_range else None
-    dims = _generated_dims(specs, input_shapes)
+    dims = _generated_dims(specs, input_shapes, bind_fix)
     return Feed(random_inputs(specs, seed=seed, val_ranges=ranges, dim_values=dims),
                 f"random seed={seed} range={val_range or '[0,1)'}", seed)

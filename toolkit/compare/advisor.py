@@ -1,6 +1,8 @@
 """The first-divergence advisor: findings in the compare tool's order.
 
-1. static: FP16-unrepresentable constants reported by the compiler (before any run);
+1. static: FP16-unrepresentable constants reported by the compiler (before any run), then (when ``advise``
+   is given the model) one warning ``nondeterministic_op`` per op drawing random numbers
+   (toolkit.compare.nondeterminism: its dependent tensors are not compared);
 2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or a
    finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide);
    NaN/Inf the FP32 reference already holds is not FP16 overflow: a graph output whose reference holds
@@ -19,6 +21,7 @@ import math
 
 import pandas as pd
 
+from toolkit.compare import nondeterminism
 from toolkit.compiler.pipeline import Finding
 from toolkit.precision.contract import FP16_MAX
 
@@ -40,6 +43,15 @@ def _evidence(row) -> dict:
     if row.get("AbnormalMetrics"):
         ev["abnormal_metrics"] = list(row["AbnormalMetrics"]) if not isinstance(row["AbnormalMetrics"], str) else row["AbnormalMetrics"]
     return ev
+
+
+def _beyond_fp16(absmax) -> str:
+    """|x| for a message next to 'FP16 max 65504': past the max it is rounded up (never reads 65504)."""
+    from toolkit.report.console import show, show_crossed
+
+    if absmax is not None and float(absmax) > FP16_MAX:
+        return show_crossed(absmax, False, FP16_MAX, digits=4)
+    return show(absmax, FP16_MAX, digits=4)
 
 
 def _keep_advice(row, plan_kernels) -> str:
@@ -98,11 +110,15 @@ def golden_nonfinite(df: pd.DataFrame, outputs) -> list[Finding]:
 
 
 def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None,
-           outputs=None) -> list[Finding]:
+           outputs=None, model=None, values: dict | None = None) -> list[Finding]:
     """Findings, most important first (see module docstring). ``outputs``: the graph output tensor names,
-    when known: adds a ``golden_nonfinite`` finding per output whose FP32 reference holds NaN/Inf."""
+    when known: adds a ``golden_nonfinite`` finding per output whose FP32 reference holds NaN/Inf. ``model``
+    (the original onnx.ModelProto), when given: adds a ``nondeterministic_op`` warning per random op;
+    ``values``: the reference run's tensors (to read a Dropout ``training_mode`` that is not a constant)."""
     kernels = {k.name: k for k in plan.kernels}
     out: list[Finding] = list(f for f in compile_findings)
+    if model is not None:
+        out += nondeterminism.findings(model, outputs, values)
     if outputs is not None:
         out += golden_nonfinite(df, outputs)
     ov = overflow_rows(df)
@@ -110,7 +126,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         r = ov.iloc[0]
         out.append(Finding("error", "fp16_overflow", r["NodeName"], _evidence(r),
                            f"FP16 overflow/NaN/Inf first appears at '{r['NodeName']}' (golden |x| up to "
-                           f"{r.get('GoldenAbsMax', float('nan')):.4g}, FP16 max {FP16_MAX:.0f}): "
+                           f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}, FP16 max {FP16_MAX:.0f}): "
                            + _keep_advice(r, kernels) + (f", or {fusion_hint[r['NodeName']]}"
                                                          if fusion_hint and r["NodeName"] in fusion_hint else "")))
     inp = df[(df["OpType"] == "Input") & df["Abnormal"]]

@@ -5,7 +5,9 @@ still stores is compared (toolkit.compare.metrics, with the op class' expected F
 contract when its kernel ran in FP16). A tensor the compiler removed gets a reason instead: computed at
 compile time, or fused into kernel K — except a tensor computed at compile time whose value the device side
 still holds (a graph output folded to a constant, which the plan returns): that constant is compared with
-the reference, since it matches only if the folder is right. The columns are fixed
+the reference, since it matches only if the folder is right. A tensor that depends on a nondeterministic op
+(toolkit.compare.nondeterminism: RandomUniform, Dropout in training mode, ...) is not compared either: the
+two runs draw different random numbers; its reason names the op. The columns are fixed
 (:data:`RESULT_COLUMNS`). Each row names the kernel that produced the tensor and the original
 nodes fused into it.
 """
@@ -17,6 +19,7 @@ import onnx
 import pandas as pd
 
 from toolkit.compare.metrics import ROW_KEYS, compare_tensors
+from toolkit.compare.nondeterminism import dependent_tensors, reason as nondeterministic_reason
 from toolkit.precision.contract import expected_noise
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
@@ -37,7 +40,7 @@ TEXT_COLUMNS = [c for c in INFO_COLUMNS if c not in ("Index", "TensorIndex", "Ke
 
 #: CompareFailReason prefixes of rows rightly not compared: the value is the device's by construction (a
 #: kernel's on-chip intermediate, or computed at compile time). Other reasons mean the tensor could not be
-#: compared (non-finite everywhere, shape or dtype mismatch, ...).
+#: compared (non-finite everywhere, shape or dtype mismatch, depends on a nondeterministic op, ...).
 FUSED_INTO = "fused into kernel"
 COMPILE_TIME = "computed at compile time"
 SAME_BY_CONSTRUCTION = (FUSED_INTO, COMPILE_TIME)
@@ -86,6 +89,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
     reads16 = fp16_affected_kernels(plan)
     kindex = {k.name: i for i, k in enumerate(plan.kernels)}
     folded = set(plan.folded)
+    random_src = dependent_tensors(model, golden)
     rows = []
     idx = 0
     for name in plan.graph_inputs:
@@ -111,7 +115,9 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 row["DataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
                 row.update(golden_range(g))
-            if t in folded and t not in device:
+            if t in random_src:
+                row["CompareFailReason"] = nondeterministic_reason(random_src[t])
+            elif t in folded and t not in device:
                 row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
             elif k is not None and t in k.internal:
                 row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"

@@ -16,6 +16,7 @@ from onnx import helper
 
 from toolkit.artifacts import write_json, write_text
 from toolkit.ir.graph import node_reads
+from toolkit.report.console import printable
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict) -> tuple[onnx.ModelProto, dict, dict]:
@@ -62,6 +63,6 @@ def write_repro(model, node_names, golden, config: dict, folder: Path) -> Path:
     cfg.pop("input_shape", None)
     write_json(folder / "config.json", cfg)
     write_text(folder / "README.txt",
-               f"Minimal reproducer of the divergence at {', '.join(node_names)}.\n"
+               f"Minimal reproducer of the divergence at {printable(', '.join(node_names))}.\n"
                "Run:  npuscope diagnose model.onnx --inputs inputs.npz --config config.json\n")
     return folder

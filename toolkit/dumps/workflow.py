@@ -43,13 +43,34 @@ _ADVICE = {
     "shape mismatch": "the target may be in a device layout (NC1HWC0, FRACTAL_NZ): convert it with msaccucmp.py "
                       "convert -f NCHW, or check that --mapping names the right original node",
     "dtype class mismatch": "integer vs float dumps are of different tensors: check the names and the --mapping",
-    "golden dump unreadable": "re-dump these files: a truncated .npy means the dump was interrupted or the disk filled",
-    "target dump unreadable": "re-dump or re-convert these files: a truncated .npy means the dump was interrupted "
-                              "or the disk filled",
     "no target dump": "the target holds no dump of these tensors: fused on the device (give --mapping) or not dumped",
     "no golden dump": "the golden run holds no dump of these: ops the device compiler added (TransData, Cast) or "
                       "a golden run that dumped less",
 }
+
+
+#: Why a dump could not be read (toolkit.dumps.entry.read_npy's reasons) -> what to do about it.
+_UNREADABLE_ADVICE = {
+    "truncated": "a truncated .npy means the dump was interrupted or the disk filled: re-dump these files",
+    "object (pickled)": "object (pickled) arrays are refused for safety (loading them can run code): save the "
+                        "tensors as numeric arrays, np.save(path, np.asarray(t, dtype=np.float32))",
+    "not a readable .npy": "these files are not .npy arrays that NumPy can read: re-dump or re-convert them",
+}
+
+
+def _advice(kind: str, reasons) -> str:
+    """The recommendation for rows of ``kind``; for '<side> dump unreadable' the advice for each reason the
+    rows' CompareFailReason texts ``reasons`` give (truncated, pickled, not .npy)."""
+    if not kind.endswith("dump unreadable"):
+        return _ADVICE.get(kind, "see CompareFailReason in result.csv")
+    prefix = f"{kind} ("
+    found = []
+    for reason in reasons:
+        rest = reason[reason.find(prefix):].split("; target dump unreadable (")[0] if prefix in reason else ""
+        for why, advice in _UNREADABLE_ADVICE.items():
+            if f"): {why}" in rest and advice not in found:
+                found.append(advice)
+    return "; ".join(found) or "these dumps could not be read (CompareFailReason in result.csv says why): re-dump them"
 
 
 def _noop(msg: str) -> None:
@@ -198,8 +219,15 @@ def uncompared_outputs(df: pd.DataFrame, outputs: list[str] | None) -> list[tupl
 
 
 def _crossed(r) -> str:
+    """'CosineSimilarity 0.999999, OverFlow': each crossed metric rounded away from its line
+    (toolkit.report.console.show_crossed), so it never reads as the line or as 1."""
+    from toolkit.compare.metrics.registry import METRICS
+    from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+    from toolkit.report.console import show_crossed
+
     metrics = list(r.AbnormalMetrics) or ["OverFlow"]
-    shown = [f"{m} {getattr(r, m):.6g}" if m != "OverFlow" else "OverFlow" for m in metrics]
+    shown = [f"{m} {show_crossed(getattr(r, m), METRICS[m].direction == HIGHER_IS_BETTER)}"
+             if m != "OverFlow" else "OverFlow" for m in metrics]
     return ", ".join(shown)
 
 
@@ -222,7 +250,7 @@ def gap_findings(df: pd.DataFrame) -> list[Finding]:
         evidence = {"rows": n, "first_reason": first["CompareFailReason"],
                     "tensors": list(rows["TensorName"].head(5))}
         out.append(Finding(severity, kind.replace(" ", "_"), str(first["TensorName"]), evidence,
-                           _ADVICE.get(kind, "see CompareFailReason in result.csv")))
+                           _advice(kind, rows["CompareFailReason"])))
     return out
 
 

@@ -37,7 +37,7 @@ from toolkit.config import Config
 from toolkit.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.spec import MAX_GEARS, label
-from toolkit.report.csvjson import atomic_write_text, json_safe
+from toolkit.report.csvjson import atomic_write_text, json_safe, to_csv_safe
 
 REPORTS_DIR = Path("reports")
 #: Most distinct lengths the exact DP takes (O(K m^2): about 5 s at this size with K = 8).
@@ -234,7 +234,7 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
         if html:
             files["report"] = "gears.html"
         res["artifacts"] = dict(files)
-        atomic_write_text(folder / "gears.csv", res["table"].to_csv(index=False))
+        atomic_write_text(folder / "gears.csv", to_csv_safe(res["table"], index=False))
         write_json(folder / "gears.json", json_safe({**s, "strategies": res["table"], "curve": res["curve"],
                                                      "histogram": res["histogram"], "files": files}))
         if html:
@@ -336,7 +336,7 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
             "input_shapes": run.shapes, "gear_shapes": gs.spec.shapes(run.gear), "padded": run.padded,
             "pad_values": gs.spec.pad_values}))
         if report is not None:
-            atomic_write_text(folder / "padding.csv", report.table.to_csv(index=False))
+            atomic_write_text(folder / "padding.csv", to_csv_safe(report.table, index=False))
             files["padding"] = write_json(folder / "padding.json", json_safe(
                 {**report.summary, "findings": [f.to_dict() for f in report.findings]}))
         if dump_dir:

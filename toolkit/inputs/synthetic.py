@@ -118,18 +118,73 @@ def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32(name.encode("utf-8"))])
 
 
+def finite_limits(dtype) -> tuple[float, float] | None:
+    """(lowest, highest) finite value of ``dtype``, or None when a range does not apply (bool: clipped to
+    [0, 1]; string/object: not generated).
+
+    Floats: ``numpy.finfo`` (float16 ±65504, float32 ±3.4028235e38, float64 ±1.797e308) or ``ml_dtypes.finfo``
+    for the ml_dtypes types (bfloat16 ±3.3895314e38, float8 ...); complex: its real part's float; integers:
+    ``numpy.iinfo`` / ``ml_dtypes.iinfo`` min and max (ints).
+    """
+    dtype = np.dtype(dtype)
+    if dtype.kind in "bOSU":
+        return None
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    if dtype.kind == "c":
+        dtype = np.empty(0, dtype).real.dtype
+    if dtype.kind == "f":
+        info = np.finfo(dtype)
+        return float(info.min), float(info.max)
+    import ml_dtypes  # bfloat16, float8, int4: numpy kind 'V'
+
+    for kind in (ml_dtypes.finfo, ml_dtypes.iinfo):
+        try:
+            info = kind(dtype)
+        except (TypeError, ValueError):
+            continue
+        return (float(info.min), float(info.max)) if kind is ml_dtypes.finfo else (int(info.min), int(info.max))
+    return None
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:.8g}"
+
+
+def check_val_range(spec: InputSpec, val_range: tuple[float, float]) -> None:
+    """Raise InputError when ``val_range`` (lo, hi) reaches outside the finite values of ``spec.dtype``
+    (:func:`finite_limits`): generated data would overflow to inf in the cast (floats) or be clipped (integers).
+    Integer inputs compare ceil(lo) and floor(hi), the values actually drawn. Bool inputs are not checked."""
+    limits = finite_limits(spec.dtype)
+    if limits is None:
+        return
+    lo, hi = val_range
+    if np.dtype(spec.dtype).kind in "iu":
+        lo, hi = math.ceil(lo), math.floor(hi)
+    if lo < limits[0] or hi > limits[1]:
+        raise InputError(
+            f"value range [{_num(val_range[0])}, {_num(val_range[1])}] for input {spec.name!r} reaches outside its "
+            f"dtype {np.dtype(spec.dtype).name} (finite values [{_num(limits[0])}, {_num(limits[1])}]); "
+            "give bounds within that range"
+        )
+
+
 def random_array(spec: InputSpec, shape: tuple[int, ...], rng: np.random.Generator,
                  val_range: tuple[float, float] | None = None) -> np.ndarray:
     """Random data of ``spec.dtype`` and ``shape``.
 
     Floats (incl. float16 and ml_dtypes types): uniform in [lo, hi), default [0, 1). Integers: uniform in
-    [ceil(lo), floor(hi)] clipped to the dtype, default [0, 9]. Bools: coin flips, or the range clipped to
+    [ceil(lo), floor(hi)], default [0, 9]. Bools: coin flips, or the range clipped to
     [0, 1]. Complex: real and imaginary parts each uniform in the float range.
 
     Raises:
-        InputError: string/object inputs, or an integer range containing no integer.
+        InputError: string/object inputs, a range outside the dtype's finite values (:func:`check_val_range`),
+            or an integer range containing no integer.
     """
     dtype = spec.dtype
+    if val_range is not None:
+        check_val_range(spec, val_range)
     if dtype.kind in "iub":
         lo, hi = DEFAULT_INT_RANGE if val_range is None else (math.ceil(val_range[0]), math.floor(val_range[1]))
         if dtype.kind == "b":

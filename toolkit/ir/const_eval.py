@@ -26,8 +26,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                              "Multinomial", "Bernoulli"})
+from toolkit.ir.nondeterminism import NONDETERMINISTIC  # never folded (random ops, Dropout)
+
 SHAPE_OPS = frozenset({"Shape", "Size"})
 
 

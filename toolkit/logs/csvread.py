@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.logs.detect import head_lines
+from toolkit.report.csvjson import undo_formula_safe
 
 
 def header(head: str) -> list[str]:
@@ -37,6 +38,7 @@ def read_counted(path: Path) -> tuple[pd.DataFrame, int]:
         df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", encoding_errors="replace",
                          on_bad_lines="warn", skip_blank_lines=True)
     skipped = sum(str(w.message).count("Skipping line") for w in caught)
+    df = undo_formula_safe(df)  # our own CSVs prefix formula-like names with ' (toolkit.report.csvjson)
     df.columns = [str(c).strip() for c in df.columns]
     return df, skipped
 

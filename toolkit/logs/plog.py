@@ -31,6 +31,7 @@ import sys
 import time
 
 from toolkit.errors import ConfigError
+from toolkit.report.console import printable
 
 ENV_LEVEL = "NPUSCOPE_LOG_LEVEL"
 ENV_STDOUT = "NPUSCOPE_LOG_TO_STDOUT"
@@ -79,6 +80,7 @@ class PlogFormatter(logging.Formatter):
         if record.stack_info:
             msg = f"{msg}\n{self.formatStack(record.stack_info)}"
         msg = msg.replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+        msg = printable(msg)  # names from a model: no escape sequence or bidi override reaches the terminal
         level = LEVEL_NAMES.get(record.levelno, "ERROR" if record.levelno > logging.ERROR else "DEBUG")
         return (f"[{level}] {module_name(record.name)}({record.process},{self.process}):{plog_time(record.created)} "
                 f"[{record.filename}:{record.lineno}]{msg}")

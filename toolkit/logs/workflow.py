@@ -50,7 +50,7 @@ from toolkit.profile.optable import (
     op_statistic,
     op_summary_frame,
 )
-from toolkit.report.csvjson import _dumps, atomic_write_text
+from toolkit.report.csvjson import _dumps, atomic_write_text, to_csv_safe
 
 REPORTS_DIR = Path("reports")
 _log = logging.getLogger("npuscope.logs")
@@ -252,7 +252,7 @@ def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = No
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
-    atomic_write_text(folder / name, df.to_csv(index=False, lineterminator="\n"))
+    atomic_write_text(folder / name, to_csv_safe(df, index=False, lineterminator="\n"))
     return name
 
 

@@ -182,12 +182,30 @@ def attach_plan(compiled, plan: Plan, where: str = "plan"):
                              f"config gives {getattr(fresh, key)!r}; only offsets and lifetimes may be edited")
     for name, t in fresh.tensors.items():
         mine = plan.tensors.get(name)
-        if mine is None or (mine.dtype, mine.shape, mine.nbytes, mine.storage) != (t.dtype, t.shape, t.nbytes,
-                                                                                   t.storage):
-            have = "missing" if mine is None else f"{mine.dtype}{mine.shape} {mine.storage}"
-            raise InputError(f"{where}: tensor '{name}' is {have} but the compiled model has {t.dtype}{t.shape} "
-                             f"{t.storage}; only offsets and lifetimes may be edited")
+        if mine is None:
+            raise InputError(f"{where}: tensor '{name}' is missing but the compiled model has it "
+                             f"({t.dtype}{t.shape} {t.storage}); only offsets and lifetimes may be edited")
+        diff = tensor_differences(mine, t)
+        if diff:
+            raise InputError(f"{where}: tensor '{name}' has {'; '.join(diff)}; only offsets and lifetimes may be "
+                             "edited (recompile with `npuscope compile` to change the rest)")
     return dataclasses.replace(compiled, plan=plan)
+
+
+#: Tensor fields a loaded plan must keep as compiled (kernels are built from them); offset, first, last and
+#: alias_of are the memory decisions a plan may change.
+FIXED_TENSOR_FIELDS = ("dtype", "shape", "nbytes", "storage")
+
+
+def tensor_differences(mine, compiled) -> list[str]:
+    """``["nbytes 100 but the compiled model has 65536", ...]``: each of :data:`FIXED_TENSOR_FIELDS` whose
+    value in the plan's tensor ``mine`` differs from the freshly compiled tensor ``compiled`` (JSON values)."""
+    out = []
+    for key in FIXED_TENSOR_FIELDS:
+        a, b = getattr(mine, key), getattr(compiled, key)
+        if a != b:
+            out.append(f"{key} {json.dumps(a)} but the compiled model has {json.dumps(b)}")
+    return out
 
 
 def no_reuse_plan(plan: Plan) -> Plan:

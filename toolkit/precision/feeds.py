@@ -92,13 +92,15 @@ def _as_arrays(feed: dict, path: Path, fn_name: str, i: int) -> dict:
     return out
 
 
-def load_feed_sets(model: onnx.ModelProto, src, inputs: str | None, seed: int = 0) -> list[tuple[str, dict]]:
-    """[(label, feed)] for ``--inputs`` (see module docstring); at most :data:`MAX_SETS`. Raises InputError."""
+def load_feed_sets(model: onnx.ModelProto, src, inputs: str | None, seed: int = 0,
+                   input_shapes: dict | None = None) -> list[tuple[str, dict]]:
+    """[(label, feed)] for ``--inputs`` (see module docstring); at most :data:`MAX_SETS`. ``input_shapes``
+    ({name: dims}, the config's input_shape) sets the shapes of generated data. Raises InputError."""
     from toolkit.source import prepare_inputs
 
     specs = input_specs(model)
     if not inputs:
-        feed = prepare_inputs(model, src, None, seed)
+        feed = prepare_inputs(model, src, None, seed, None, input_shapes)
         return [(feed.origin, feed.arrays)]
     if ".py" in inputs and (inputs.endswith(".py") or ".py:" in inputs):
         sets = _from_script(inputs, specs)

@@ -30,6 +30,7 @@ import onnx
 import pandas as pd
 
 from toolkit.compiler.pipeline import Finding
+from toolkit.report.console import show_crossed
 
 FP16_MAX = 65504.0
 #: smallest normal FP16 (2**-14 = 6.1035e-5): smaller non-zero values are subnormal (lose precision)
@@ -212,12 +213,14 @@ def range_findings(df: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
     for _, r in df[df["OverflowShare"] > 0].iterrows():
         out.append(Finding("error", "fp16_range_overflow", r["Node"], _ev(r, "AbsMax", "P999Abs", "OverflowShare"),
-                           f"'{r['Tensor']}' reaches |x| = {r['AbsMax']:.4g} (> {FP16_MAX:.0f}, "
+                           f"'{r['Tensor']}' reaches |x| = {show_crossed(r['AbsMax'], False, FP16_MAX, digits=4)} "
+                           f"(> {FP16_MAX:.0f}, "
                            f"{r['OverflowShare']:.2%} of values): FP16 storage turns it into inf; keep "
                            f"'{r['Node']}' in FP32 or rescale before it"))
     for _, r in df[df["IntegerInexact"]].iterrows():
         out.append(Finding("warning", "fp16_integer_inexact", r["Node"], _ev(r, "AbsMax"),
-                           f"'{r['Tensor']}' holds integers up to {r['AbsMax']:.6g} (> {FP16_INT_EXACT:.0f}): FP16 "
+                           f"'{r['Tensor']}' holds integers up to {show_crossed(r['AbsMax'], False, FP16_INT_EXACT)} "
+                           f"(> {FP16_INT_EXACT:.0f}): FP16 "
                            f"cannot hold them exactly; keep '{r['Node']}' in FP32"))
     for _, r in df[(df["FlushShare"] >= SHARE_LINE)].iterrows():
         out.append(Finding("warning", "fp16_flush_to_zero", r["Node"], _ev(r, "FlushShare", "AbsMax"),

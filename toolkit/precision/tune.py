@@ -203,15 +203,13 @@ class Tuner:
         return met and all(t["passed"] for t in tasks), rows, err, tasks, res
 
     def run_tasks(self, i: int, npu: dict) -> list[dict]:
-        """Every task check on input ``i`` (a check that raises counts as failed, as in diagnose)."""
+        """Every task check on input ``i``, validated as in diagnose (toolkit.compare.tasks.run_check: a check
+        that raises or returns anything but a result dict with a real bool ``passed`` counts as failed)."""
+        from toolkit.compare.tasks import run_check
+
         out = []
         for fn in self.tasks:
-            try:
-                res = dict(fn(self.golden_out[i], npu, self.model))
-            except Exception as exc:  # noqa: BLE001 - a user's check must not end the search
-                res = {"passed": False, "value": None, "detail": f"task check raised {type(exc).__name__}: {exc}"}
-            res.setdefault("name", getattr(fn, "__name__", "task"))
-            res["passed"] = bool(res.get("passed"))
+            res = run_check(fn, self.golden_out[i], npu, self.model)
             res["input"] = self.feeds[i][0]
             out.append(res)
         return out

@@ -237,9 +237,9 @@ def summary_lines(r: ProfileResult) -> list[str]:
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
-    from toolkit.report.csvjson import atomic_write_text
+    from toolkit.report.csvjson import atomic_write_text, to_csv_safe
 
-    atomic_write_text(folder / name, df.to_csv(index=False))
+    atomic_write_text(folder / name, to_csv_safe(df, index=False))
     return name
 
 

@@ -9,10 +9,18 @@ Files (all written atomically: a temporary file in the same folder, then ``os.re
   DataFrames become lists of records);
 - ``findings.json``: the findings as a list of {severity, kind, subject, evidence, recommendation};
 - ``kernel_times.csv``: ``Diagnosis.kernel_times`` (Kernel, OpType, Precision, Nodes, HostMs in ms).
+
+Every CSV npuscope writes goes through :func:`to_csv_safe` (:func:`csv_text` uses it): a text cell (or header)
+starting with ``=``, ``+``, ``-``, ``@``, TAB or CR — which a spreadsheet would run as a formula, e.g. a node named
+``=HYPERLINK("http://evil","x")`` — gets a leading ``'`` (:func:`formula_safe`; OWASP, "CSV Injection"), and when
+a text cell holds a CR every cell is quoted (Python 3.11's csv writer leaves a lone CR unquoted with ``\n``
+line ends, and a spreadsheet would start a new row, and a formula, there; quoted numbers still read as numbers).
+Numeric columns are never touched: a negative number stays a number.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -73,15 +81,79 @@ def _dumps(data) -> str:
     return json.dumps(json_safe(data), indent=1, allow_nan=False, ensure_ascii=False) + "\n"
 
 
-def _csv_text(df: pd.DataFrame | None) -> str:
+#: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection": = + - @ TAB CR).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _defuse(value):
+    """``'`` + value for a text value starting with a formula character or with ``'`` itself (so that
+    :func:`undo_formula_safe` can tell our prefix from a name's own quote)."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS + ("'",)) else value
+
+
+def _restore(value):
+    return value[1:] if isinstance(value, str) and value.startswith("'") and value[1:].startswith(
+        FORMULA_STARTS + ("'",)) else value
+
+
+def undo_formula_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """The inverse of :func:`formula_safe` for a CSV npuscope wrote and pandas read back (text cells and
+    headers): the leading ``'`` before a formula character or a ``'`` is removed, every other cell is kept.
+    Readers of our own CSVs (regress, parse-log) use it so that names compare as the model spells them."""
+    out = df.copy()
+    names = list(out.columns)
+    out.columns = range(len(names))
+    for i in range(len(names)):
+        col = out[i]
+        if col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            out[i] = pd.Series([_restore(v) for v in col], index=out.index, dtype=col.dtype)
+    out.columns = [_restore(n) for n in names]
+    return out
+
+
+def formula_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` safe to open in a spreadsheet: in text columns (object, string or categorical dtype)
+    every ``str`` cell starting with one of :data:`FORMULA_STARTS` gets a leading ``'`` — ``=1+2`` becomes
+    ``'=1+2``, shown as text by Excel / LibreOffice / Google Sheets — and so does such a column name (a cell
+    starting with ``'`` gets one more, so :func:`undo_formula_safe` reads every name back exactly). Numbers
+    (numeric columns, and non-``str`` cells of object columns) and every other cell are unchanged; the
+    values in ``df`` are never modified. Columns are handled by position (duplicate names are fine)."""
+    out = df.copy()
+    names = list(out.columns)
+    out.columns = range(len(names))
+    for i in range(len(names)):
+        col = out[i]
+        if col.dtype == object or isinstance(col.dtype, (pd.StringDtype, pd.CategoricalDtype)):
+            out[i] = pd.Series([_defuse(v) for v in col], index=out.index, dtype=object)
+    out.columns = [_defuse(n) for n in names]
+    return out
+
+
+def to_csv_safe(df: pd.DataFrame, **to_csv) -> str:
+    """``formula_safe(df).to_csv(**to_csv)`` as text; when a text cell or header holds a CR, ``quoting``
+    defaults to ``csv.QUOTE_ALL`` so that the CR stays inside its cell (QUOTE_NONNUMERIC would make pandas
+    write integer columns as floats; quoted numbers still parse as numbers in pandas and spreadsheets)."""
+    safe = formula_safe(df)
+    texts = [safe.iloc[:, i] for i in range(safe.shape[1]) if safe.iloc[:, i].dtype == object]
+    if any(isinstance(v, str) and "\r" in v for col in texts for v in col) or any("\r" in str(c) for c in safe.columns):
+        to_csv.setdefault("quoting", csv.QUOTE_ALL)
+    return safe.to_csv(**to_csv)
+
+
+def csv_text(df: pd.DataFrame | None) -> str:
+    """``df`` as CSV text (no index, ``\\n`` line ends): list cells of object columns joined with ';', missing
+    values empty, text cells made :func:`formula_safe`. ``None`` gives an empty file."""
     if df is None:
         df = pd.DataFrame()
     joined = df.copy()
-    for col in joined.columns:
-        if joined[col].dtype == object:
-            joined[col] = [";".join(map(str, v)) if isinstance(v, (list, tuple, set, np.ndarray)) else v
-                           for v in joined[col]]
-    return joined.to_csv(index=False, lineterminator="\n")
+    for i in range(joined.shape[1]):  # by position: duplicate column names are fine
+        if joined.iloc[:, i].dtype == object:
+            joined.iloc[:, i] = [";".join(map(str, v)) if isinstance(v, (list, tuple, set, np.ndarray)) else v
+                                 for v in joined.iloc[:, i]]
+    return to_csv_safe(joined, index=False, lineterminator="\n")
+
+
+_csv_text = csv_text  # the name other modules imported first
 
 
 def summary_data(diag: Diagnosis) -> dict:

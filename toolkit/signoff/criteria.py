@@ -16,6 +16,7 @@ import pandas as pd
 
 from toolkit.compare.layerwise import not_compared_reason
 from toolkit.memory.planner import Block, find_conflicts
+from toolkit.report.console import show  # the message number format; also imported from here
 from toolkit.signoff.policy import bound_of
 
 FP16_MAX = 65504.0
@@ -83,25 +84,6 @@ def shape_key(shapes: dict) -> tuple:
 def shape_label(key: tuple) -> str:
     """'x 1x1024x64, mask 1x1024' for a :func:`shape_key`."""
     return ", ".join(f"{name} {'x'.join(map(str, dims)) or 'scalar'}" for name, dims in key) or "no tensor inputs"
-
-
-def show(value, *limits, digits: int = 6) -> str:
-    """``value`` with ``digits`` significant digits, or more (up to 17) when that would print it as ±1 or as one of
-    ``limits`` (as ``show(limit)`` prints it) although it differs: a cosine of 0.9999998 is not 1, and a
-    latency of 0.2000004 ms over a 0.2 ms budget must not read "0.2". The rule of toolkit.report.context.fmt,
-    extended to the limits a message prints. NaN / inf as 'nan' / 'inf'; None as 'none'."""
-    if value is None:
-        return "none"
-    f = float(value)
-    if not math.isfinite(f):
-        return str(f)
-    avoid = {(t, float(t)) for t in ("1", "-1")} | {(show(lim), float(lim)) for lim in limits}
-    text = f"{f:.{digits}g}"
-    for d in range(digits, 18):
-        text = f"{f:.{d}g}"
-        if not any(text == t and f != v for t, v in avoid):
-            break
-    return text
 
 
 def not_comparable(row) -> str | None:

@@ -166,10 +166,12 @@ def load_check(name: str, error: str | None) -> Check:
                  f"model '{name}' " + (f"is refused by the engine: {error}" if error else "loads"))
 
 
-def _json_line(data) -> str:
+def _json_line(data) -> list[str]:
+    """The JSON document as lines (the CLI prints each line through printable(); ASCII-only JSON has no
+    control character inside a line)."""
     from toolkit.report.csvjson import json_safe
 
-    return json.dumps(json_safe(data), indent=1)
+    return json.dumps(json_safe(data), indent=1).split("\n")
 
 
 def text_lines(rep: dict) -> list[str]:
@@ -202,7 +204,7 @@ def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
     except UserError as exc:
         if not as_json:
             raise
-        return {"summary": [_json_line({"ok": False, "error": str(exc), "exit_code": exc.exit_code})], "ok": False,
+        return {"summary": _json_line({"ok": False, "error": str(exc), "exit_code": exc.exit_code}), "ok": False,
                 "exit_code": exc.exit_code, "report": None}
-    lines = [_json_line(rep)] if as_json else text_lines(rep)
+    lines = _json_line(rep) if as_json else text_lines(rep)
     return {"summary": lines, "ok": rep["ok"], "exit_code": 0 if rep["ok"] else 1, "report": rep}

@@ -17,9 +17,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import xml.etree.ElementTree as ET
 
 from toolkit.report.csvjson import json_safe
+
+#: characters XML 1.0 does not allow (C0 controls but TAB/LF/CR, lone surrogates, U+FFFE/U+FFFF): a model
+#: name holding one would make the whole file unparseable for the CI system
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _x(text) -> str:
+    """``text`` as XML 1.0 allows it: each forbidden character written as a visible ``\\xNN`` / ``\\uNNNN``."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                        str(text))
 
 
 def junit_xml(results, suite: str, properties: dict | None = None, time_s: float = 0.0) -> str:
@@ -27,18 +38,18 @@ def junit_xml(results, suite: str, properties: dict | None = None, time_s: float
     n, f = len(results), sum(not r.passed for r in results)
     counts = {"tests": str(n), "failures": str(f), "errors": "0"}
     root = ET.Element("testsuites", {"name": "npuscope signoff", **counts, "time": f"{time_s:.3f}"})
-    ts = ET.SubElement(root, "testsuite", {"name": suite, **counts, "skipped": "0", "time": f"{time_s:.3f}",
+    ts = ET.SubElement(root, "testsuite", {"name": _x(suite), **counts, "skipped": "0", "time": f"{time_s:.3f}",
                                            "timestamp": _dt.datetime.now().isoformat(timespec="seconds")})
     if properties:
         props = ET.SubElement(ts, "properties")
         for k, v in properties.items():
-            ET.SubElement(props, "property", {"name": str(k), "value": str(v)})
+            ET.SubElement(props, "property", {"name": _x(k), "value": _x(v)})
     for r in results:
-        tc = ET.SubElement(ts, "testcase", {"classname": f"signoff.{r.kind}", "name": r.name, "time": "0"})
-        evidence = json.dumps(json_safe(r.evidence), indent=1)
+        tc = ET.SubElement(ts, "testcase", {"classname": _x(f"signoff.{r.kind}"), "name": _x(r.name), "time": "0"})
+        evidence = json.dumps(json_safe(r.evidence), indent=1)  # JSON escapes controls itself
         if not r.passed:
-            fail = ET.SubElement(tc, "failure", {"message": r.message, "type": r.kind})
+            fail = ET.SubElement(tc, "failure", {"message": _x(r.message), "type": _x(r.kind)})
             fail.text = evidence
-        ET.SubElement(tc, "system-out").text = r.message + "\n" + evidence
+        ET.SubElement(tc, "system-out").text = _x(r.message) + "\n" + evidence
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

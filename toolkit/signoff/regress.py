@@ -11,19 +11,28 @@ Both folders must be results of diagnose/compare or signoff (:func:`result_kind`
 ``model_sha256``) unless ``allow_different_models`` is set, which only adds a warning to the report.
 Environment and config changes, decision changes (precision, placement, fusion) and fusion statistics are
 reported, not counted as regressions: they explain them.
+
+Inputs are compared by their data, not by how they were named: a diagnose/compare summary records
+``inputs_sha256`` ({input name: :func:`input_digest`}), a dataset run's inputs.csv the ``Sha256`` of each input
+file; two runs on the same data given by different paths match, the same path holding other data does not.
+A run without these digests (older npuscope, signoff) is compared by its input description as before, and
+the report's ``notes`` say so.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
 from toolkit.config import suggest
 from toolkit.errors import InputError, UsageError
+from toolkit.report.csvjson import undo_formula_safe
 from toolkit.signoff.criteria import show
 from toolkit.signoff.policy import BOUNDABLE
 
@@ -102,8 +111,8 @@ def load_run(folder: str | Path) -> dict:
                          "diagnose, compare or signoff")
     summary = _read_json(f, "summary.json", required=True)
     kind = result_kind(f, summary)
-    table = pd.read_csv(f / "result.csv") if (f / "result.csv").is_file() else None
-    return {"summary": summary, "kind": kind, "table": table,
+    table = undo_formula_safe(pd.read_csv(f / "result.csv")) if (f / "result.csv").is_file() else None
+    return {"summary": summary, "kind": kind, "table": table, "digests": run_digests(f, summary, kind),
             "plan": _read_json(f, "plan.json"), "fusion": _read_json(f, "fusion_result.json")}
 
 
@@ -127,8 +136,54 @@ def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: 
 
 #: summary.json keys that describe a run's inputs: ``inputs`` (diagnose/compare: the origin text, e.g.
 #: "random seed=0 range=x:[0,100]" or the .npz path; signoff: the input set labels), ``seed``, and a dataset run's
-#: ``dataset.inputs_dir`` / ``dataset.inputs`` (folder and count).
+#: ``dataset.inputs_dir`` / ``dataset.inputs`` (folder and count). Compared only when a run has no input
+#: digests (:func:`run_digests`).
 INPUT_KEYS = ("inputs", "seed", "dataset.inputs_dir", "dataset.inputs")
+
+#: summary.json key of diagnose/compare: {graph input name: :func:`input_digest` of the array fed}.
+DIGESTS_KEY = "inputs_sha256"
+
+
+def input_digest(value) -> str:
+    """sha256 (hex) over an input value's dtype (numpy ``dtype.str``, e.g. ``<f4``), shape (the tuple's text)
+    and C-order bytes (the elements' repr for object arrays); a sequence input (list) digests its elements'
+    digests in order; None (an absent optional input) digests the text ``None``."""
+    if value is None:
+        return hashlib.sha256(b"None").hexdigest()
+    if isinstance(value, (list, tuple)):
+        h = hashlib.sha256(b"sequence")
+        for v in value:
+            h.update(input_digest(v).encode())
+        return h.hexdigest()
+    arr = np.ascontiguousarray(value)
+    h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
+    h.update(repr(arr.tolist()).encode() if arr.dtype == object else arr.tobytes())
+    return h.hexdigest()
+
+
+def input_digests(feeds: dict) -> dict[str, str]:
+    """{input name: :func:`input_digest`} of a feed (the value of summary.json ``inputs_sha256``)."""
+    return {str(k): input_digest(v) for k, v in feeds.items()}
+
+
+def run_digests(folder: Path, summary: dict, kind: str) -> dict[str, str] | None:
+    """The digests of a run's inputs: ``inputs_sha256`` of a single-input run's summary; {input file:
+    Sha256 of the file} from a dataset run's inputs.csv; None when the run does not record them."""
+    if kind == "single":
+        d = summary.get(DIGESTS_KEY)
+        return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else None
+    if kind == "dataset" and (folder / "inputs.csv").is_file():
+        t = undo_formula_safe(pd.read_csv(folder / "inputs.csv", dtype=str, keep_default_na=False))
+        if {"Input", "Sha256"} <= set(t.columns) and (t["Sha256"] != "").all():
+            return dict(zip(t["Input"], t["Sha256"]))
+    return None
+
+
+def digest_changes(da: dict[str, str], db: dict[str, str]) -> list[dict]:
+    """[{"key": "inputs_sha256.<input>", "baseline", "new"}] for each input whose digest differs or that only
+    one run has (its digest None on the other side)."""
+    return [{"key": f"{DIGESTS_KEY}.{k}", "baseline": da.get(k), "new": db.get(k)}
+            for k in list(da) + [k for k in db if k not in da] if da.get(k) != db.get(k)]
 
 
 def input_changes(sa: dict, sb: dict) -> list[dict]:
@@ -141,6 +196,19 @@ def input_changes(sa: dict, sb: dict) -> list[dict]:
         if va != vb:
             out.append({"key": key, "baseline": va, "new": vb})
     return out
+
+
+def compare_inputs(ra: dict, rb: dict, baseline, new) -> tuple[list[dict], list[str]]:
+    """(input changes, notes) of two loaded runs: by their digests when both record them
+    (:func:`digest_changes`), else by their descriptions (:func:`input_changes`) with a note naming the
+    run(s) without digests."""
+    if ra.get("digests") is not None and rb.get("digests") is not None:
+        return digest_changes(ra["digests"], rb["digests"]), []
+    lacking = [f"'{f}'" for f, r in ((baseline, ra), (new, rb)) if r.get("digests") is None]
+    what = "inputs.csv Sha256" if "dataset" in (ra["kind"], rb["kind"]) else DIGESTS_KEY
+    note = (f"{' and '.join(lacking)} record(s) no input digests ({what}; written by diagnose/compare of this "
+            "version): inputs were compared by their description (path, seed), not by their data")
+    return input_changes(ra["summary"], rb["summary"]), [note]
 
 
 def _brief(v, n: int = 80) -> str:
@@ -254,7 +322,8 @@ def fusion_changes(fa: dict | None, fb: dict | None) -> list[dict]:
 
 def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None,
             allow_different_models: bool = False) -> dict:
-    """The regress report (regress.json content; see module docstring; ``warnings``: e.g. different models).
+    """The regress report (regress.json content; see module docstring; ``warnings``: e.g. different models
+    or inputs; ``notes``: e.g. inputs compared by description only).
     Raises InputError (see :func:`load_run` and :func:`check_comparable`)."""
     tol = dict(DEFAULT_TOLERANCE if tolerance is None else tolerance)
     ra, rb = load_run(baseline), load_run(new)
@@ -264,11 +333,12 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     env += dict_changes(sa.get("config"), sb.get("config"), "config.")
     if sa.get("model_sha256") != sb.get("model_sha256"):
         env.insert(0, {"key": "model_sha256", "baseline": sa.get("model_sha256"), "new": sb.get("model_sha256")})
-    inputs = input_changes(sa, sb)
+    inputs, notes = compare_inputs(ra, rb, baseline, new)
     env[:0] = inputs
     if inputs:
         warnings.append("the two runs used different inputs: " + "; ".join(
-            f"{c['key']} {_brief(c['baseline'])} -> {_brief(c['new'])}" for c in inputs)
+            f"{c['key']} {_brief(c['baseline'])} -> {_brief(c['new'])}" for c in inputs[:5])
+            + (f"; ... and {len(inputs) - 5} more (environment_changes)" if len(inputs) > 5 else "")
             + "; metric and verdict changes may come from the inputs, not from the build")
     verdicts = verdict_changes(sa, sb)
     layers = layer_changes(ra["table"], rb["table"], tol)
@@ -279,7 +349,7 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
                 f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
-            "baseline": str(baseline), "new": str(new), "warnings": warnings, "tolerance": tol,
+            "baseline": str(baseline), "new": str(new), "warnings": warnings, "notes": notes, "tolerance": tol,
             "environment_changes": env,
             "verdict_changes": verdicts, **layers,
             "decision_changes": decision_changes(ra["plan"], rb["plan"]),

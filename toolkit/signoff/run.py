@@ -60,15 +60,16 @@ class SignoffRun:
         return all(r.passed for r in self.results)
 
 
-def input_sets(model, src, inputs: str | None) -> list[tuple[str, dict]]:
-    """[(label, feeds)]: every .npz of a folder (sorted), one .npz file, or the model's default input."""
+def input_sets(model, src, inputs: str | None, input_shapes: dict | None = None) -> list[tuple[str, dict]]:
+    """[(label, feeds)]: every .npz of a folder (sorted), one .npz file, or the model's default input (shaped by
+    ``input_shapes``, the config's input_shape, where its dims are dynamic)."""
     if inputs and Path(inputs).is_dir():
         files = sorted(Path(inputs).glob("*.npz"))
         if not files:
             raise InputError(f"--inputs directory '{inputs}' holds no .npz files; write one per input set")
         specs = input_specs(model)
         return [(f.name, load_npz(f, specs)) for f in files]
-    feed = prepare_inputs(model, src, inputs)
+    feed = prepare_inputs(model, src, inputs, input_shapes=input_shapes)
     return [(feed.origin, feed.arrays)]
 
 
@@ -117,7 +118,7 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
-    sets = input_sets(model, src, inputs)
+    sets = input_sets(model, src, inputs, config.input_shapes())
     check_policy_model(policy, model)
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))

@@ -51,6 +51,25 @@ def _model_shape(dims: list) -> str:
     return "(" + ", ".join(str(d) if d is not None else "?" for d in dims) + ")"
 
 
+def dynamic_dims_message(name: str, dims: list | tuple | None, fix: str) -> str:
+    """The one message for an input whose dynamic dims nothing binds, e.g. ``input 'x' has dynamic dims:
+    declared shape (?, 3, ?, ?) (? = unnamed); give its shape with --input-shape "x:N,3,N,N"`` (every command uses
+    this wording). ``dims``: :func:`declared_dims` (int static, str symbolic, None unnamed; None for an unknown
+    rank). ``fix``: the command's own remedy, with ``{example}`` replaced by ``name:d0,d1,...`` (N for each
+    dynamic dim)."""
+    if dims is None:
+        return (f"input '{name}' has no declared rank; "
+                + fix.replace("{example}", f"{name}:d0,d1,...").replace(" (N: your sizes)", ""))
+    example = f"{name}:" + ",".join(str(d) if isinstance(d, int) and d >= 0 else "N" for d in dims)
+    unnamed = " (? = unnamed)" if any(d is None for d in dims) else ""
+    shape = _model_shape([d if d is None or isinstance(d, str) or d >= 0 else None for d in dims])
+    return f"input '{name}' has dynamic dims: declared shape {shape}{unnamed}; " + fix.replace("{example}", example)
+
+
+#: How the compiler's own message says to bind unbound dims (compile, run, diagnose, ... all take --input-shape).
+BIND_FIX = 'give its shape with --input-shape "{example}" (N: your sizes) or input_shape in the config'
+
+
 def check_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], *, where: str = "input_shape",
                        error: type = ConfigError, gear_dims: bool = False) -> None:
     """Check ``shapes`` ({input name: dims}) against the model's declared inputs, without binding.
@@ -115,13 +134,8 @@ def bind_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]
         dims = list(tt.shape.dim)
         want = shapes.get(vi.name)
         if want is None:
-            if not tt.HasField("shape"):
-                raise ModelError(f"input '{vi.name}' has no declared shape; give it with --input-shape {vi.name}:d0,d1,...")
-            dyn = [d.dim_param or "?" for d in dims if not _static(d)]
-            if dyn:
-                raise ModelError(f"input '{vi.name}' has dynamic dims {dyn}; bind them with --input-shape "
-                                 f"\"{vi.name}:{','.join(str(d.dim_value) if _static(d) else 'N' for d in dims)}\" "
-                                 "or pass inputs")
+            if not tt.HasField("shape") or not all(_static(d) for d in dims):
+                raise ModelError(dynamic_dims_message(vi.name, declared_dims(vi), BIND_FIX))
             continue
         if any(not 0 <= int(w) <= MAX_DIM for w in want):
             raise error(f"{where}: input '{vi.name}' shape {tuple(want)} has a dim outside 0..{MAX_DIM}")

@@ -1,0 +1,98 @@
+"""Fault kind: a command that generates its own input data ignores --input-shape, so a model with dynamic dims
+keeps asking for --input-shape although it was given (tune, signoff; the other commands are covered in
+tests/test_fixes_round3_inputs.py). The data is checked against an independent Relu."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+POLICY = """
+[policy]
+name = "dyn"
+[outputs."*"]
+CosineSimilarity = 0.999
+"""
+
+
+def _model(tmp_path):
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])])
+    path = tmp_path / "dyn.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("command", ["tune", "signoff"])
+def test_generated_inputs_take_the_given_input_shape(tmp_path, command):
+    model = _model(tmp_path)
+    extra = ["--policy", tmp_path / "p.toml"] if command == "signoff" else []
+    (tmp_path / "p.toml").write_text(POLICY)
+    without = _cli(command, model, *extra, "--out", tmp_path / "a", cwd=tmp_path)
+    assert without.returncode != 0 and "--input-shape" in without.stderr  # the dims really are dynamic
+    got = _cli(command, model, *extra, "--input-shape", "x:3,8", "--out", tmp_path / "b", cwd=tmp_path)
+    assert got.returncode == 0, got.stderr[-500:]
+    assert "dynamic dims" not in got.stdout + got.stderr
+
+
+def test_feed_sets_have_the_configured_shape(tmp_path):
+    from toolkit.ir.load import load_model
+    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.signoff.run import input_sets
+    from toolkit.source import resolve_model
+
+    path = _model(tmp_path)
+    src, m = resolve_model(str(path)), load_model(str(path))
+    for sets in (load_feed_sets(m, src, None, 0, {"x": (5, 8)}), input_sets(m, src, None, {"x": (5, 8)})):
+        (label, feed), = sets
+        assert feed["x"].shape == (5, 8) and feed["x"].dtype == np.float32
+        assert json.dumps(label)  # a printable label
+
+
+def test_junit_xml_stays_parseable_with_control_characters_in_names():
+    """Fault kind: names from a model reach junit.xml; characters XML 1.0 forbids make the file unparseable
+    for the CI system. Every forbidden character is written as a visible escape, in every attribute and text."""
+    import xml.etree.ElementTree as ET
+
+    from toolkit.signoff.criteria import Result
+    from toolkit.signoff.junit import junit_xml
+
+    bad = "y\x1b[31m\x00\x07\x0b\ufffe"
+    results = [Result(f"outputs.{bad}.CosineSimilarity", "outputs", False, f"output '{bad}' is abnormal",
+                      {"tensor": bad}), Result("memory", "memory", True, "ok")]
+    text = junit_xml(results, f"signoff.{bad}", {"model": bad})
+    root = ET.fromstring(text.split("\n", 1)[1])  # parses: no forbidden character left
+    case = root.find(".//testcase")
+    assert case.get("name") == "outputs.y\\x1b[31m\\x00\\x07\\x0b\\ufffe.CosineSimilarity"
+    assert "\\x1b" in case.find("failure").get("message")
+    assert root.find(".//property").get("value") == "y\\x1b[31m\\x00\\x07\\x0b\\ufffe"
+    assert json.loads(case.find("failure").text)["tensor"] == bad  # JSON evidence keeps the exact name
+
+
+def test_formula_safe_csv_reads_back_exactly():
+    """Our readers (regress, parse-log) undo the spreadsheet-safety prefix: every name reads back as the model
+    spells it, a name's own leading quote included; numbers stay numbers."""
+    import io
+
+    import pandas as pd
+
+    from toolkit.report.csvjson import formula_safe, to_csv_safe, undo_formula_safe
+
+    names = ["=HYPERLINK(\"x\")", "+cmd", "-n", "@at", "\tt", "'quoted", "''two", "'=q", "plain", "a=b"]
+    df = pd.DataFrame({"TensorName": names, "Value": np.arange(len(names)) - 3.5})
+    safe = formula_safe(df)
+    assert all(not v.startswith(("=", "+", "-", "@", "\t")) for v in safe["TensorName"])
+    back = undo_formula_safe(pd.read_csv(io.StringIO(to_csv_safe(df, index=False)), keep_default_na=False))
+    assert back["TensorName"].tolist() == names
+    np.testing.assert_array_equal(back["Value"].to_numpy(), df["Value"].to_numpy())
