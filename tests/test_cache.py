@@ -499,7 +499,7 @@ def test_scratch_file_reused_across_kernels_holds_each_whole_model(tmp_path):
     x = np.array([-1.0, 0.5, -2.0, 3.0], np.float32)
     for n in (40, 2):
         data = chain(n)
-        sess = kc.session(data, keys.hashlib.sha256(data).hexdigest(), "basic")
+        sess = kc.session(data, keys.hashlib.sha256(data).hexdigest(), "all")  # written out, read back
         np.testing.assert_array_equal(sess.run(None, {"t0": x})[0], np.maximum(x, 0))
         optimised, payload = kc.payloads[keys.hashlib.sha256(data).hexdigest()]
         stored = onnx.load_from_string(payload)  # a whole model: parses, and runs like the original
@@ -509,3 +509,41 @@ def test_scratch_file_reused_across_kernels_holds_each_whole_model(tmp_path):
     assert scratch is not None and os.path.exists(scratch)
     kc.close()
     assert not os.path.exists(scratch)
+
+
+@pytest.mark.parametrize("level", [False, "basic", "all"])
+def test_kernel_entry_of_every_level_loads_and_computes_the_same(tmp_path, level):
+    """Levels in STORED_AS_IS keep the kernel model itself (optimised again on load), the others onnxruntime's
+    optimised model: either way a later build loads the entry and computes what onnxruntime computes."""
+    from toolkit.cache.kernel_entries import STORED_AS_IS, KernelCache
+
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Add", ["m", "b"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [numpy_helper.from_array(np.full((1, 4), 3.0, np.float32), "k"),
+                           numpy_helper.from_array(np.full((1, 4), 0.5, np.float32), "b")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    digest = keys.hashlib.sha256(data).hexdigest()
+    x = np.array([[-1.0, 0.0, 2.0, 4.0]], np.float32)
+    kc = KernelCache(EntryStore(tmp_path, 10**9), reads=True, writes=True)
+    kc.session(data, digest, level)
+    kc.close()
+    store.flush()
+    meta, payload = EntryStore(tmp_path, 10**9).get("kernel", keys.kernel_key(digest, level))
+    assert meta["optimized"] is (level not in STORED_AS_IS)
+    assert (payload == data) is (level in STORED_AS_IS)
+    again = KernelCache(EntryStore(tmp_path, 10**9), reads=True, writes=False)
+    sess = again.session(data, digest, level)
+    assert (again.hits, again.misses) == (1, 0)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 3.0 + 0.5)
+
+
+@pytest.mark.parametrize("dist", ["onnxscript", "numpy", "onnx", "no-such-distribution-xyz"])
+def test_fast_distribution_version_agrees_with_importlib_metadata(dist):
+    from importlib import metadata
+
+    try:
+        want = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        want = "?"
+    assert keys._dist_version(dist) == want

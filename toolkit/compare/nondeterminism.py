@@ -40,9 +40,14 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
 
 
 def _lookup(graph: onnx.GraphProto, values: dict | None) -> Lookup:
-    consts = _constants(graph)
+    """Constant (else known) values by name; the constants are decoded on the first question only (a Dropout
+    asks; most models never do)."""
+    consts: dict | None = None
 
     def get(name: str):
+        nonlocal consts
+        if consts is None:
+            consts = _constants(graph)
         v = consts.get(name)
         if v is None and values is not None:
             v = values.get(name)
@@ -62,10 +67,18 @@ def _reads(node: onnx.NodeProto) -> set[str]:
     return names
 
 
+def _candidates(graph: onnx.GraphProto) -> bool:
+    """Whether any node (subgraphs included) has a registered op type: the cheap screen before the real test."""
+    return any((n.op_type in NONDETERMINISTIC and n.domain in ("", "ai.onnx"))
+               or any(_candidates(g) for g in _subgraphs(n)) for n in graph.node)
+
+
 def sources(model: onnx.ModelProto, values: dict | None = None) -> list[onnx.NodeProto]:
     """The top-level nodes of ``model`` that draw random numbers, graph order. ``values``: known tensor values
     {name: array} (e.g. the reference run's, feeds included) used to read a Dropout ``training_mode`` that is
     not a constant."""
+    if not _candidates(model.graph):
+        return []
     lookup = _lookup(model.graph, values)
     return [n for n in model.graph.node if is_nondeterministic(n, lookup)]
 
@@ -73,6 +86,8 @@ def sources(model: onnx.ModelProto, values: dict | None = None) -> list[onnx.Nod
 def dependent_tensors(model: onnx.ModelProto, values: dict | None = None) -> dict[str, onnx.NodeProto]:
     """{tensor: the nondeterministic node it depends on (the earliest in graph order)} for every tensor
     produced by a nondeterministic node or computed from one (top-level graph; graph order is topological)."""
+    if not _candidates(model.graph):
+        return {}
     lookup = _lookup(model.graph, values)
     nodes = list(model.graph.node)
     taint: dict[str, int] = {}  # tensor -> index of its source node
@@ -102,6 +117,8 @@ def findings(model: onnx.ModelProto, outputs=None, values: dict | None = None) -
     """One warning ``nondeterministic_op`` per nondeterministic node of ``model``. Evidence: op_type, seed
     (None when unset), dependent_tensors (count), outputs_affected (graph outputs depending on it; ``outputs``:
     graph output names, default the model's)."""
+    if not _candidates(model.graph):
+        return []
     outputs = [o.name for o in model.graph.output] if outputs is None else list(outputs)
     taint = dependent_tensors(model, values)
     out = []
