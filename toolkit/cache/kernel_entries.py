@@ -85,6 +85,7 @@ class KernelCache:
         self.store, self.reads, self.writes = store, reads, writes
         self.hits = self.misses = self.in_memory = 0
         self._scratch: str | None = None  # one file onnxruntime writes every optimised kernel model of this build to
+        self._fresh: bool | None = None  # see _fresh_store
         self.made: dict[int, tuple[str, object]] = {}  # id(session) -> (kernel model sha256, level)
         self.payloads: dict[str, tuple[bool, bytes]] = {}  # kernel model sha256 -> (optimised?, entry payload)
 
@@ -105,6 +106,8 @@ class KernelCache:
         if not self.reads:
             return None
         key = keys.kernel_key(digest, level)
+        if self._fresh_store() and not self.store.queued("kernel", key):
+            return None
         got = self.store.get("kernel", key)
         if got is None:
             return None
@@ -155,6 +158,13 @@ class KernelCache:
                            optimised)
             self.payloads[digest] = (True, optimised)
         return sess
+
+    def _fresh_store(self) -> bool:
+        """Whether the store had no kernel folder when this build first looked (an empty cache: every lookup
+        would be a failed file open, ~80 µs each; entries this process queued since are still found)."""
+        if self._fresh is None:
+            self._fresh = not (self.store.base / "kernel").is_dir()
+        return self._fresh
 
     def _scratch_file(self) -> str | None:
         """The scratch file of this build (made on first use, removed by :meth:`close`), or None when no

@@ -104,6 +104,13 @@ def encode_meta(meta: dict) -> bytes:
     return json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
+def pack_parts(meta: bytes, payload: bytes) -> tuple[bytes, bytes, bytes]:
+    """(header, meta, payload): the entry file in three pieces, written one after the other (no joined copy of
+    a large payload on the writer thread, which would hold the GIL for the copy)."""
+    crc = zlib.crc32(payload, zlib.crc32(meta))
+    return _HEAD.pack(MAGIC, crc, len(meta), len(payload)), meta, payload
+
+
 def pack(meta: dict | bytes, payload: bytes = b"") -> bytes:
     """The entry file bytes for ``meta`` (JSON-serialisable dict, or its encode_meta bytes) and ``payload``."""
     mb = meta if isinstance(meta, bytes) else encode_meta(meta)
@@ -143,6 +150,11 @@ class EntryStore:
         return self.base / ns / key
 
     # ------------------------------------------------------------------ read
+    def queued(self, ns: str, key: str) -> bool:
+        """Whether this process queued entry ``ns/key`` and its write has not finished yet."""
+        with _LOCK:
+            return self.path(ns, key) in _WRITER["pending"]
+
     def get(self, ns: str, key: str) -> tuple[dict, bytes] | None:
         """(meta, payload) of entry ``ns/key``, or None if absent or corrupted (then deleted, warned)."""
         p = self.path(ns, key)
@@ -195,12 +207,13 @@ class EntryStore:
 
     def _write(self, p: Path, meta: bytes, payload, evict: bool) -> None:
         try:
-            data = pack(meta, _bytes(payload))
+            parts = pack_parts(meta, _bytes(payload))
             p.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=p.parent)
             try:
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
+                    for part in parts:
+                        fh.write(part)
                 os.replace(tmp, p)
             except BaseException:
                 self._unlink(Path(tmp))
