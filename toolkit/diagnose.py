@@ -254,6 +254,10 @@ class _Background:
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by result()
             self._out["error"] = exc
 
+    def wait(self) -> None:
+        """Wait for the thread, whatever it returns or raises."""
+        self._thread.join()
+
     def result(self):
         self._thread.join()
         if "error" in self._out:
@@ -275,14 +279,28 @@ def _run_or_explain(sess, prep: Prepared):
 
 
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
-    """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"})."""
+    """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"}).
+
+    The FP32 reference runs on a thread while the plan compiles (onnxruntime releases the GIL while it runs).
+    When the diagnosis fails before it needs the reference (a compile error), that thread is waited for before
+    the error propagates: an interpreter torn down under a thread still inside onnxruntime aborts the process.
+    Measured and dropped: the force_fp32 triage alongside the comparison, and the analysis imports (pandas)
+    alongside the compile or the kernel build: both sides are mostly Python and slowed each other as much as
+    they gained."""
     require_outputs(prep.model, prep.path)
+    reference = _Background(_timed, _reference_run, prep)
+    try:
+        return _diagnose(prep, config, thresholds, task_metrics, progress, reference)
+    except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
+        raise
+    except BaseException:
+        reference.wait()
+        raise
+
+
+def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference) -> tuple[Diagnosis, dict]:
     t = {}
     t0 = time.perf_counter()
-    # the reference runs on a thread while we compile (onnxruntime releases the GIL while it runs). Measured and
-    # dropped: the force_fp32 triage alongside the comparison, and the analysis imports (pandas) alongside the
-    # compile or the kernel build: both sides are mostly Python, and each slowed the other as much as it gained
-    reference = _Background(_timed, _reference_run, prep)
     progress("compiling (the FP32 reference runs alongside)")
     sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
     t["compile_ms"] = sess.compiled.compile_ms
