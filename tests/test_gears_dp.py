@@ -48,9 +48,11 @@ def test_dp_all_levels_agree_with_single_calls():
 
 
 def test_power_of_two_gears_by_hand():
-    assert dp.power_of_two_gears([3, 5, 17]) == [4, 8, 16, 32]
+    # powers of two below the longest length, then the longest length itself (no gear above any input)
+    assert dp.power_of_two_gears([3, 5, 17]) == [4, 8, 16, 17]
     assert dp.power_of_two_gears([1]) == [1]
-    assert dp.power_of_two_gears([64, 65]) == [64, 128]
+    assert dp.power_of_two_gears([64, 65]) == [64, 65]
+    assert dp.power_of_two_gears([3, 64]) == [4, 8, 16, 32, 64]
 
 
 def test_metrics_by_hand():
@@ -73,9 +75,9 @@ def test_compare_gears_rows():
     t = dp.compare_gears(lengths, 2)
     assert list(t["Strategy"]) == ["optimal", "power_of_two", "optimal_at_6"]
     assert t.iloc[0]["Gears"] == [3, 100]
-    assert t.iloc[1]["Gears"] == [4, 8, 16, 32, 64, 128]
-    # power of two: 3 -> 4 (x3), 100 -> 128: padded 140, valid 109
-    assert t.iloc[1]["PaddedWork"] == 140 and t.iloc[1]["Waste"] == 31
+    assert t.iloc[1]["Gears"] == [4, 8, 16, 32, 64, 100]
+    # power of two capped at the longest length: 3 -> 4 (x3), 100 -> 100: padded 112, valid 109
+    assert t.iloc[1]["PaddedWork"] == 112 and t.iloc[1]["Waste"] == 3
 
 
 @pytest.mark.parametrize("bad,msg", [([], "no lengths"), ([0, 3], "positive"), ([1.5], "whole numbers")])
@@ -95,6 +97,9 @@ def test_read_lengths_lines_and_csv(tmp_path):
     assert read_lengths(p).tolist() == [12, 7, 30]
     c = tmp_path / "l.csv"
     c.write_text("id,len\na,4\nb,\nc,9\n")
+    with pytest.raises(InputError, match="line 3 column 'len'"):  # an empty cell is refused, not dropped
+        read_lengths(c, "len")
+    c.write_text("id,len\na,4\nc,9\n")
     assert read_lengths(c, "len").tolist() == [4, 9]
 
 

@@ -305,6 +305,7 @@ def regress_command(baseline: str, new: str, *, tolerance: str | None = None, ou
     summary += [f"  - {r}" for r in rep["reasons"][:20]]
     if len(rep["reasons"]) > 20:
         summary.append(f"  ... and {len(rep['reasons']) - 20} more (regress.json)")
+    summary += [f"  + improved {r}" for r in rep.get("improvements", [])[:20]]
     n_dec = len(rep["decision_changes"])
     if n_dec:
         summary.append(f"  {n_dec} changed decision(s) (precision/placement/fusion), e.g. "
@@ -469,6 +470,9 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
                f" vs lower bound {human_bytes(sess.plan.lower_bound_bytes)}",
                f"static conflicts: {len(chk.conflicts)}; dynamic events: {len(chk.events)}"]
     for c in chk.conflicts[:10]:
+        if c.kind == "misaligned":  # no second tensor involved: the detail names offset and alignment
+            summary.append(f"  CONFLICT {c.kind}: {c.detail}")
+            continue
         summary.append(f"  CONFLICT {c.kind}: kernel '{c.writer}' (step {c.writer_step}) writes '{c.written}' over "
                        f"'{c.victim}', still read by '{c.reader}' (step {c.reader_step})")
     if chk.divergence:

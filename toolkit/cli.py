@@ -310,8 +310,8 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
 @click.option("--column", help="CSV column holding the lengths (the file has a header row).")
 @click.option("--input-shape", help='input_shape template with -1 at the padded dim, e.g. "x:1,-1,64;mask:1,-1": '
               "the config snippet then includes it.")
-@click.option("--dim", default="seq", show_default=True, help="Name of the padded dim (labels; 'batch' gives "
-              "dynamic_batch_size).")
+@click.option("--dim", default="seq", show_default=True, help="Name of the padded dim, an identifier such as "
+              "seq or seq_len (labels; 'batch' gives dynamic_batch_size).")
 @click.option("--cost", type=click.Choice(["linear", "quadratic"]), default="linear", show_default=True,
               help="Work per input as a function of its gear: g (per-token ops) or g^2 (attention scores).")
 @click.option("--no-html", is_flag=True, help="Write gears.csv and gears.json only.")

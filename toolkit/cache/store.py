@@ -17,7 +17,9 @@ detects truncated or altered bytes, and costs ~1.4 ms per 10 MB read against ~5.
 - Every read checks the size and the checksum before the meta JSON is parsed; a truncated or altered entry is
   logged as a warning on logger ``npuscope.cache``, deleted and reported as a miss (the caller rebuilds it).
 - A hit sets the file's modification time to now: eviction removes the least-recently-used entries (oldest
-  mtime first) until the store is under its size limit, tolerating files that other processes remove.
+  mtime first) until the store is under its size limit, tolerating files that other processes remove. A
+  ``bundle`` is only reached through the ``compile`` entry of the same key: evicting ``compile/<key>`` also
+  removes ``bundle/<key>``, and bundles whose compile entry is already gone are evicted before anything else.
 No locks: readers only ever open whole files, and a file removed under a reader is a miss.
 - Only files named like entries (:data:`ENTRY_NAME`, :data:`TMP_NAME`) directly inside the :data:`KINDS`
   folders are ever counted, evicted or deleted; anything else a user put under the folder is left alone.
@@ -273,8 +275,9 @@ class EntryStore:
         return n
 
     def evict(self) -> int:
-        """Remove stale temporary files, then least-recently-used entries until the total is at most the
-        limit; returns the number of entries removed."""
+        """Remove stale temporary files, then, while the total is above the limit: ``bundle`` entries whose
+        ``compile`` entry (same key) is gone (nothing reaches them), then least-recently-used entries; a
+        ``compile`` entry takes its ``bundle`` with it. Returns the number of entries removed."""
         now, files, total = time.time(), [], 0
         for p, size, mtime, is_tmp in self._files():
             if is_tmp:
@@ -285,16 +288,31 @@ class EntryStore:
                 continue
             files.append((mtime, size, p))
             total += size
+        sizes = {p: size for _, size, p in files}
         removed = 0
-        for mtime, size, p in sorted(files):
+        for p in self._eviction_order(files):
             if total <= self.limit:
                 break
-            self._unlink(p)
-            total -= size
-            removed += 1
+            for q in (p, self.path("bundle", p.name)) if p.parent.name == "compile" else (p,):
+                if q in sizes:
+                    self._unlink(q)
+                    total -= sizes.pop(q)
+                    removed += 1
         if removed:
             LOG.info("compile cache over %d bytes: evicted %d least-recently-used entries", self.limit, removed)
         return removed
+
+    def _eviction_order(self, files) -> list[Path]:
+        """Entry paths of ``files`` ((mtime, size, path)) in eviction order: orphan bundles (no ``compile``
+        entry of the same key on disk or queued by this process), oldest first, then every other entry,
+        least recently used first."""
+        compiled = {p.name for _, _, p in files if p.parent.name == "compile"}
+        ordered = sorted(files)
+
+        def orphan(p: Path) -> bool:
+            return p.parent.name == "bundle" and p.name not in compiled and not self.queued("compile", p.name)
+
+        return [p for _, _, p in ordered if orphan(p)] + [p for _, _, p in ordered if not orphan(p)]
 
     def info(self) -> dict:
         """{"dir", "entries": {namespace: count}, "bytes" (entries and temporary files), "limit_bytes",

@@ -54,11 +54,20 @@ def _beyond_fp16(absmax) -> str:
     return show(absmax, FP16_MAX, digits=4)
 
 
-def _keep_advice(row, plan_kernels) -> str:
+#: The advice without a graph (compare-dumps without --model): keep_dtype names ONNX nodes, device dumps do not.
+NO_GRAPH_ADVICE = ("pass --model (the ONNX model the dumps come from) to check the inputs of each abnormal tensor, "
+                   "find where the error starts and get a precision recommendation")
+
+
+def _what(row, plan_kernels) -> str:
+    """"'node'", or "kernel 'k' (node, node)" when the row's kernel groups several original nodes."""
     k = plan_kernels.get(row.get("Kernel", ""))
     nodes = k.nodes if k is not None else [row["NodeName"]]
-    what = f"'{row['NodeName']}'" if len(nodes) <= 1 else f"kernel '{k.name}' ({', '.join(nodes)})"
-    return f"keep {what} in FP32 (keep_dtype)"
+    return f"'{row['NodeName']}'" if len(nodes) <= 1 else f"kernel '{k.name}' ({', '.join(nodes)})"
+
+
+def _keep_advice(row, plan_kernels) -> str:
+    return f"keep {_what(row, plan_kernels)} in FP32 (keep_dtype)"
 
 
 def nonfinite_inputs(df: pd.DataFrame) -> bool:
@@ -110,11 +119,13 @@ def golden_nonfinite(df: pd.DataFrame, outputs) -> list[Finding]:
 
 
 def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None,
-           outputs=None, model=None, values: dict | None = None) -> list[Finding]:
+           outputs=None, model=None, values: dict | None = None, graph_known: bool = True) -> list[Finding]:
     """Findings, most important first (see module docstring). ``outputs``: the graph output tensor names,
     when known: adds a ``golden_nonfinite`` finding per output whose FP32 reference holds NaN/Inf. ``model``
     (the original onnx.ModelProto), when given: adds a ``nondeterministic_op`` warning per random op;
-    ``values``: the reference run's tensors (to read a Dropout ``training_mode`` that is not a constant)."""
+    ``values``: the reference run's tensors (to read a Dropout ``training_mode`` that is not a constant).
+    ``graph_known=False`` (compare-dumps without --model: rows in dump order, producers' inputs unknown): the
+    origin is only the first abnormal tensor in dump order, and the advice is to pass --model, not keep_dtype."""
     kernels = {k.name: k for k in plan.kernels}
     out: list[Finding] = list(f for f in compile_findings)
     if model is not None:
@@ -127,7 +138,8 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         out.append(Finding("error", "fp16_overflow", r["NodeName"], _evidence(r),
                            f"FP16 overflow/NaN/Inf first appears at '{r['NodeName']}' (golden |x| up to "
                            f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}, FP16 max {FP16_MAX:.0f}): "
-                           + _keep_advice(r, kernels) + (f", or {fusion_hint[r['NodeName']]}"
+                           + (_keep_advice(r, kernels) if graph_known else NO_GRAPH_ADVICE)
+                           + (f", or {fusion_hint[r['NodeName']]}"
                                                          if fusion_hint and r["NodeName"] in fusion_hint else "")))
     inp = df[(df["OpType"] == "Input") & df["Abnormal"]]
     for _, r in inp.iterrows():
@@ -142,9 +154,15 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         if fusion_hint and r["NodeName"] in fusion_hint:
             advice += f", or {fusion_hint[r['NodeName']]}"
         kind = "first_divergence" if i == 0 else "divergence_origin"
+        group = _what(r, kernels)
+        where = ("is where the error starts; its inputs are normal. " + advice if graph_known else
+                 "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
+                                                                 else "")
+                 + "; without --model its inputs cannot be checked, so the error may start earlier (in a tensor "
+                 "not dumped); " + NO_GRAPH_ADVICE)
         out.append(Finding("error" if i == 0 else "warning", kind, r["NodeName"], ev,
                            f"'{r['NodeName']}' ({r['OpType']}, kernel {r.get('Kernel', '')} in {r.get('Precision', '')}) "
-                           f"is where the error starts; its inputs are normal. {advice}"))
+                           + where))
     return out
 
 

@@ -32,7 +32,7 @@ def divergence_section(diag: Diagnosis) -> dict:
     first = s.get("first_divergence")
     run = {"title": "Target vs golden", "found": bool(first), "facts": [], "evidence": []}
     if first:
-        run["facts"] = context.facts(first, ["node", "op_type", "tensor", "kernel", "precision", "kind"])
+        run["facts"] = context.facts(first, ["node", "op_type", "tensor", "kernel", "precision", "kind", "basis"])
         run["evidence"] = context.facts(first.get("evidence") or {})
     notes = {"order": s.get("order"), "roles": ("from the model's graph" if s.get("model") else
                                                 "no model: abnormal rows after the first count as propagated")}

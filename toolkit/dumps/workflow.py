@@ -36,6 +36,8 @@ from .readers import SideSpec, read_side
 from .table import compare_pairs, reason_kind
 
 REPORTS_DIR = Path("reports")
+#: summary.json first_divergence "basis" without --model: the graph, so each tensor's inputs, is unknown.
+NO_MODEL_BASIS = "dump order (no --model: its inputs cannot be checked; pass --model)"
 KERNEL_TIME_COLUMNS = ["Kernel", "OpType", "Precision", "Nodes", "HostMs"]
 #: CompareFailReason kinds that do not make the verdict WARN.
 EXPECTED_GAPS = ("fused into",)
@@ -111,8 +113,10 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
     plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
-    findings = advise(df, plan, outputs=outputs) + gap_findings(df)
+    findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None) + gap_findings(df)
     first = first_divergence(df)
+    if first:
+        first["basis"] = "graph" if onnx_model is not None else NO_MODEL_BASIS
     verdict, reasons = judge(df, outputs, findings)
     timings = {"read_ms": read_ms, "compare_ms": (time.perf_counter() - ts) * 1e3,
                "total_ms": (time.perf_counter() - t0) * 1e3}
@@ -293,7 +297,8 @@ def console_lines(diag: Diagnosis) -> list[str]:
     fd = s.get("first_divergence")
     if fd:
         lines.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, tensor {fd['tensor']}"
-                     + (f", device op {fd['kernel']}" if fd.get("kernel") else "") + f") [{fd['kind']}]")
+                     + (f", device op {fd['kernel']}" if fd.get("kernel") else "") + f") [{fd['kind']}]"
+                     + (f"; the first abnormal tensor in {fd['basis']}" if fd.get("basis", "graph") != "graph" else ""))
     for f in diag.findings[:5]:
         lines.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
     return lines

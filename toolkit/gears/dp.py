@@ -15,7 +15,9 @@ the answer is ``best[min(K, m)][m-1]``, traced back through the argmins (ties: t
 vectorised over i in numpy (m = 4096 distinct lengths, K = 8: about a second). Sums are int64 when they fit
 (2^62), else float64.
 
-Power-of-two gears: every 2^p from the smallest power of two >= min length to the smallest >= max length.
+Power-of-two gears (the usual bucketing, to compare with): every 2^p from the smallest power of two >= min
+length while below the max length, then the max length itself (buckets capped at the longest input, so no
+gear exceeds an observed length or :data:`MAX_LENGTH`).
 """
 
 from __future__ import annotations
@@ -139,11 +141,18 @@ def _hist(lengths) -> LengthHistogram:
 
 
 def power_of_two_gears(lengths) -> list[int]:
-    """Every power of two from the smallest >= min length to the smallest >= max length."""
+    """Power-of-two gears capped at the longest length (ascending): every power of two from the smallest one
+    >= the shortest length that is below the longest length, then the longest length itself (which may be a
+    power of two). No gear exceeds an observed length, so none exceeds :data:`MAX_LENGTH`.
+    ``[3, 5, 17]`` -> ``[4, 8, 16, 17]``; ``[64, 65]`` -> ``[64, 65]``; ``[5, 6]`` -> ``[6]``."""
     hist = _hist(lengths)
-    lo = 1 << (int(hist.values[0]) - 1).bit_length()
-    hi = 1 << (int(hist.values[-1]) - 1).bit_length()
-    return [1 << p for p in range(lo.bit_length() - 1, hi.bit_length())]
+    shortest, longest = int(hist.values[0]), int(hist.values[-1])
+    p = (shortest - 1).bit_length()  # 2**p: the smallest power of two >= shortest
+    gears = []
+    while (1 << p) < longest:
+        gears.append(1 << p)
+        p += 1
+    return gears + [longest]
 
 
 def assign(lengths, gears) -> np.ndarray:
@@ -182,7 +191,8 @@ def gear_metrics(lengths, gears, cost="linear") -> dict:
 
 def compare_gears(lengths, k: int, cost="linear") -> pd.DataFrame:
     """One row per strategy (:data:`STRATEGY_COLUMNS`): ``optimal`` (K gears), ``power_of_two`` and, when the
-    power-of-two set has a different size P, ``optimal_at_P`` (the DP with as many plans)."""
+    power-of-two set has a different size P, ``optimal_at_P`` (the DP with as many plans; its ``Plans`` is
+    min(P, distinct lengths): with fewer distinct lengths every one is a gear and nothing is wasted)."""
     hist = _hist(lengths)
     pow2 = power_of_two_gears(hist)
     rows = [{"Strategy": "optimal", **gear_metrics(hist, optimal_gears(hist, k, cost), cost)},

@@ -45,6 +45,7 @@ from toolkit.config import Config
 from toolkit.engine import Session, as_model
 from toolkit.errors import ConfigError, InputError, ModelError
 from toolkit.gears.spec import GearSpec, check_against_model, label, parse_gears
+from toolkit.inputs.validate import check_feed
 from toolkit.runtime.npu import KernelRuntimeError, RunResult
 
 
@@ -170,20 +171,35 @@ def _onnx_inference(m: onnx.ModelProto) -> onnx.ModelProto:
 class GearSession:
     """A model compiled per gear (see module docstring).
 
+    Example::
+
+        gs = GearSession("transformer_seq_masked", {"input_shape": "x:1,-1,64;mask:1,-1",
+                                                    "dynamic_dims": "16,16;32,32"})
+        r = gs.run({"x": np.zeros((1, 10, 64), np.float32), "mask": np.ones((1, 10), np.float32)})
+        r.outputs["y"].shape  # the exact shape (1, 10, ...): gear 16 ran, padded and sliced back
+
     Args:
-        model: path or loaded ModelProto, its gear dims dynamic (or matching each gear).
-        config: a Config with gears (dynamic_batch_size / dynamic_dims, input_shape with -1, pad_value).
-        eager: compile and build every gear now (default: on first use).
-        progress: optional callable(message).
+        model: an ``.onnx`` path, a bundled sample or zoo name (resolved as the CLI's MODEL argument,
+            :func:`toolkit.source.resolve_model`), or a loaded ``onnx.ModelProto``; its gear dims dynamic (or
+            matching each gear).
+        config: a :class:`toolkit.config.Config`, a dict of config options (validated as a config file:
+            :meth:`Config.from_dict`), or None (the defaults, which have no gears: ConfigError). It must set
+            gears: ``dynamic_batch_size`` or ``dynamic_dims``, ``input_shape`` with -1 at the gear dims,
+            optionally ``pad_value``.
+        eager: compile and build every gear now (default False: each on first use).
+        progress: optional callable(message: str).
 
     Raises:
-        ConfigError: the config has no gears, or gears the model cannot take (toolkit.gears.spec.check_against_model).
-        ModelError/InputError from compiling a gear.
+        TypeError: ``model`` is not a str / os.PathLike / ModelProto, or ``config`` not a Config, dict or None.
+        ConfigError: an unknown or invalid option, no gears, or gears the model cannot take
+            (toolkit.gears.spec.check_against_model).
+        UserError/ModelError: a model name or path that cannot be found or loaded; ModelError/InputError from
+            compiling a gear.
     """
 
-    def __init__(self, model, config: Config, eager: bool = False, progress=None):
-        self.model, self.path = as_model(model)
-        self.config = config
+    def __init__(self, model, config: "Config | dict | None" = None, eager: bool = False, progress=None):
+        self.model, self.path = _load(model)
+        self.config = config = _as_config(config)
         where = config.origin("input_shape", "dynamic_dims", "dynamic_batch_size", "pad_value")
         spec = parse_gears(config, where)
         if spec is None:
@@ -288,8 +304,28 @@ class GearSession:
         return self._inferred_cache[key]
 
     def run(self, feeds: dict[str, np.ndarray], dump: bool = False) -> GearRun:
-        """Pick the gear, pad, run, slice back. Raises InputError (no gear fits), ModelError (output unmapped)."""
+        """Pick the gear, pad, run, slice back.
+
+        Args:
+            feeds: ``{input name: numpy array}`` for every model input, each of the dtype the model declares
+                (no casting: a float64 array for a float32 input is refused, as ``npuscope run --inputs``
+                refuses it) and of the model's rank and static dims; gear dims (-1 of ``input_shape``) at
+                most the largest gear's value.
+            dump: keep every tensor of the gear run (``GearRun.run.dumps``, at the gear's shapes).
+
+        Returns:
+            :class:`GearRun`: ``outputs`` sliced to the exact shapes (dtypes as the model's outputs).
+
+        Raises:
+            TypeError: ``feeds`` is not a dict (e.g. one array), or a value is not a numpy array (a list).
+            InputError: a missing or unexpected input name, another dtype, rank or static dim
+                (toolkit.inputs.validate.check_feed), a shape that disagrees with ``input_shape``, or an input
+                larger than every gear.
+            ModelError: an output whose padded positions cannot be located (module docstring).
+        """
+        specs = check_feed_types(self.model, feeds)
         shapes = self.feed_shapes(feeds)
+        check_feed(feeds, specs, "feeds")
         gear = self.choose(shapes)
         target = self.spec.shapes(gear)
         padded = any(shapes[n] != target[n] for n in shapes)
@@ -305,6 +341,58 @@ class GearSession:
         return GearRun(outputs, gear, padded, shapes, res)
 
 
+def _load(model) -> tuple[onnx.ModelProto, str]:
+    """(ModelProto, path) of a GearSession ``model`` argument (see :class:`GearSession`). Raises TypeError."""
+    import os
+
+    if isinstance(model, onnx.ModelProto):
+        return as_model(model)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"GearSession model must be an .onnx path, a sample or zoo name, or an onnx.ModelProto; "
+                        f"got {type(model).__name__}")
+    from toolkit.source import resolve_model
+
+    return as_model(resolve_model(os.fspath(model)).path)
+
+
+def _as_config(config) -> Config:
+    """A GearSession ``config`` argument as a Config: a Config as it is, a dict validated as a config file
+    (ConfigError), None the defaults. Raises TypeError for anything else."""
+    if config is None:
+        return Config()
+    if isinstance(config, Config):
+        return config
+    if isinstance(config, dict):
+        return Config.from_dict(config, where="GearSession config")
+    raise TypeError(f"GearSession config must be a toolkit.config.Config, a dict of config options or None; "
+                    f"got {type(config).__name__}")
+
+
+def check_feed_types(model: onnx.ModelProto, feeds) -> list:
+    """The model's InputSpecs (toolkit.inputs.input_specs), once ``feeds`` is known to be a dict of numpy
+    arrays. :meth:`GearSession.run` then checks names, dtypes, ranks, static dims and shared symbolic dims as
+    ``npuscope run --inputs`` does (:func:`toolkit.inputs.validate.check_feed`, InputError).
+
+    Raises:
+        TypeError: ``feeds`` is not a Mapping (e.g. one array), or a value is not a numpy.ndarray (a list).
+    """
+    from collections.abc import Mapping
+
+    from toolkit.inputs import input_specs
+
+    specs = input_specs(model)
+    if not isinstance(feeds, Mapping):
+        raise TypeError(f"feeds must be a {{input name: numpy array}} dict (the model's inputs: "
+                        f"{[s.name for s in specs]}); got {type(feeds).__name__}")
+    dtypes = {s.name: s.dtype for s in specs}
+    for name, value in feeds.items():
+        if not isinstance(value, np.ndarray):
+            want = dtypes.get(name)
+            fix = f"np.asarray(value, dtype=np.{want.name})" if want is not None else "a numpy array"
+            raise TypeError(f"feeds: input {name!r} is a {type(value).__name__}, not a numpy array; pass {fix}")
+    return specs
+
+
 def _unmapped(name, axis, rule, size, gear, why) -> str:
     sym = f"'{rule[1]}'" if rule[0] == "other" and rule[1] else "unnamed"
     return (f"output '{name}' axis {axis} ({sym}) has size {size} in gear {label(gear)} but {why}; the padded "
@@ -317,4 +405,5 @@ def gear_elements(spec: GearSpec) -> dict[str, int]:
     return {label(g): spec.elements(g) for g in spec.gears}
 
 
-__all__ = ["GearRun", "GearSession", "gear_elements", "infer_output_shapes", "output_rules", "pad_feeds"]
+__all__ = ["GearRun", "GearSession", "check_feed_types", "gear_elements", "infer_output_shapes", "output_rules",
+           "pad_feeds"]

@@ -53,11 +53,12 @@ def _noop(msg: str) -> None:
 # ------------------------------------------------------------------------------------------- lengths file
 def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     """Observed lengths (int64) from ``path``: one integer per line (blank lines and '#' comments skipped), or
-    with ``column`` the named column of a CSV with a header row (empty cells skipped).
+    with ``column`` the named column of a CSV with a header row (blank lines skipped).
 
     Raises:
-        InputError: missing, unreadable, empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column, a value that is not a positive integer (named by
-        line number), or no lengths at all.
+        InputError: missing, unreadable, empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column or
+        one the header names twice, an empty cell in the column or a value that is not a positive integer in
+        ASCII digits (named by line number), or no lengths at all.
     """
     from toolkit.textfile import read_user_text
 
@@ -85,18 +86,24 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
 
 
 MAX_LENGTH = dp.MAX_LENGTH
-_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE)
-_INTEGER = re.compile(r"\+?\d+")
+#: Number syntax read from a lengths file: ASCII digits only (re.ASCII; int() and float() would also take
+#: full-width or other Unicode digits such as "１２").
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.IGNORECASE | re.ASCII)
+_INTEGER = re.compile(r"\+?\d+", re.ASCII)
 
 
 def _length(text: str, where: str, hint: str = "") -> int:
-    """One length from its text: a decimal integer (a whole float such as "12.0" or "1e3" is taken too).
+    """One length from its text: a decimal integer in ASCII digits (a whole float such as "12.0" or "1e3" is
+    taken too).
 
     Raises:
-        InputError naming ``where``: not a number, not finite (nan, inf, 1e400), not whole, < 1 or > MAX_LENGTH.
+        InputError naming ``where``: not a number (full-width or other non-ASCII digits included), not finite
+        (nan, inf, 1e400), not whole, < 1 or > MAX_LENGTH.
     """
     shown = text[:40] + ("..." if len(text) > 40 else "")
     if not _NUMBER.fullmatch(text):
+        if not text.isascii():
+            hint += " (only ASCII digits 0-9 are read)"
         raise InputError(f"{where}: '{shown}' is not a length{hint}; lengths are positive integers")
     if _INTEGER.fullmatch(text):
         digits = text.lstrip("+").lstrip("0") or "0"
@@ -115,17 +122,37 @@ def _length(text: str, where: str, hint: str = "") -> int:
 
 
 def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
+    """The lengths in column ``column`` of the CSV ``text`` (header row first; leading blank lines and rows
+    whose cells are all empty are skipped). Raises InputError naming the file: not a CSV, the column missing or
+    named twice in the header, an empty cell in the column (by line number), a bad value (:func:`_length`)."""
     import io
 
+    lines = text.split("\n")
+    lead = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.StringIO("\n".join(lines[lead:])), header=None, dtype=str, keep_default_na=False,
+                         skip_blank_lines=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(f"lengths file '{p}' is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
-    if column not in df.columns:
+    header = [str(c) for c in df.iloc[0]]
+    where = [i for i, name in enumerate(header) if name == column]
+    if not where:
         from toolkit.config import suggest
-        raise InputError(f"lengths file '{p}' has no column '{column}'{suggest(column, [str(c) for c in df.columns])}")
-    out = [_length(v.strip(), f"lengths file '{p}' line {i + 2} column '{column}'")
-           for i, v in enumerate(df[column]) if v.strip()]
+        raise InputError(f"lengths file '{p}' has no column '{column}'{suggest(column, header)}")
+    if len(where) > 1:
+        raise InputError(f"lengths file '{p}' has {len(where)} columns named '{column}' (columns "
+                         f"{', '.join(str(i + 1) for i in where)} of the header); rename them so that --column "
+                         "names one")
+    out = []
+    for i in range(1, len(df)):
+        row = [str(v).strip() for v in df.iloc[i]]
+        if not any(row):
+            continue  # a blank line
+        at = f"lengths file '{p}' line {lead + i + 1} column '{column}'"
+        if not row[where[0]]:
+            raise InputError(f"{at}: the cell is empty; give a positive integer length on every row (or delete "
+                             "the row)")
+        out.append(_length(row[where[0]], at))
     if not out:
         raise InputError(f"lengths file '{p}' column '{column}' holds no lengths")
     return np.asarray(out, dtype=np.int64)
@@ -133,6 +160,19 @@ def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------- recommendation
 _BATCH_DIMS = ("batch", "batch_size", "n")
+#: A ``--dim`` name: identifier-like (ASCII letter or '_' first, then letters, digits, '_'), at most 64 chars;
+#: it labels summaries and names the default output folder (``gears-<dim>-<time>``).
+DIM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def check_dim(dim) -> str:
+    """``dim`` when it is a dim name (:data:`DIM_NAME`, e.g. ``seq``, ``batch``, ``seq_len``); raises
+    UsageError (exit 2) for anything else (empty, ``a;b``, a path, spaces)."""
+    if isinstance(dim, str) and DIM_NAME.fullmatch(dim):
+        return dim
+    shown = repr(dim)[:40] if isinstance(dim, str) else type(dim).__name__
+    raise UsageError(f"--dim {shown} is not a dim name; give an identifier (an ASCII letter or '_' first, then "
+                     "letters, digits or '_', at most 64), e.g. seq, batch or seq_len")
 
 
 def _fill_template(template: str, value: int) -> str:
@@ -179,8 +219,9 @@ def recommend(lengths, k: int, cost: str = "linear", dim: str = "seq", source: s
 
     ``k`` above :data:`toolkit.gears.spec.MAX_GEARS` (100, the converter's limit) is clamped to it, with a note
     in ``summary["notes"]``; one gear (one distinct length, or k = 1) gives a static-shape snippet
-    (:func:`config_snippet`). Raises UsageError (too many distinct lengths for the search, k < 1) or
-    ConfigError (a bad ``input_shape`` template)."""
+    (:func:`config_snippet`). Raises UsageError (too many distinct lengths for the search, k < 1, ``dim`` not
+    a dim name, :func:`check_dim`) or ConfigError (a bad ``input_shape`` template)."""
+    check_dim(dim)
     notes = []
     k_used = k
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > MAX_GEARS:
@@ -224,7 +265,9 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
                   out: str | None = None, html: bool = True, input_shape: str | None = None,
                   progress=_noop) -> dict:
     """`npuscope gears`: read lengths, choose K gears, compare with power-of-two gears, write the folder.
-    ``input_shape``: a template with -1 at the padded dim; the config snippet then includes it (and is checked)."""
+    ``input_shape``: a template with -1 at the padded dim; the config snippet then includes it (and is checked).
+    ``dim``: the padded dim's name (:func:`check_dim`, checked before the file is read)."""
+    check_dim(dim)
     arr = read_lengths(lengths, column)
     progress(f"{arr.size} lengths, choosing {k} gear(s)")
     res = recommend(arr, k, cost, dim, source=str(lengths), input_shape=input_shape)
@@ -249,7 +292,9 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
     same = res["table"][res["table"]["Strategy"] == f"optimal_at_{p['Plans']}"]
     if len(same):
         r = same.iloc[0]
-        lines.append(f"optimal with {p['Plans']} plans: {r['Gears']}  waste {r['WasteShare']:.1%}")
+        why = (f" (as many as the {s['distinct']} distinct lengths; power of two uses {p['Plans']})"
+               if r["Plans"] < p["Plans"] else "")
+        lines.append(f"optimal with {r['Plans']} plans{why}: {r['Gears']}  waste {r['WasteShare']:.1%}")
     lines += [f"note: {n}" for n in s["notes"]]
     lines.append(_config_line(s))
     lines.append(f"report: {(folder / ('gears.html' if html else 'gears.json')).resolve()}")

@@ -252,7 +252,11 @@ def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = No
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
-    atomic_write_text(folder / name, to_csv_safe(df, index=False, lineterminator="\n"))
+    """Write ``df`` as ``name``; the profiler's integer columns (Task ID, Stream ID, ...) as integers
+    (toolkit.profile.optable.integer_columns)."""
+    from toolkit.profile.optable import integer_columns
+
+    atomic_write_text(folder / name, to_csv_safe(integer_columns(df), index=False, lineterminator="\n"))
     return name
 
 

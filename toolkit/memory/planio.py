@@ -82,7 +82,8 @@ def _check_fields(d: dict, spec: dict, kind: str, where: str) -> None:
 
 def validate_plan_dict(d, path) -> None:
     """Check the parsed plan.json ``d`` (from file ``path``) field by field: known version, every field of the
-    plan, of each kernel and each tensor of the documented type and range (toolkit/compiler/plan.py).
+    plan, of each kernel and each tensor of the documented type and range (toolkit/compiler/plan.py), each
+    tensor name once, every ``alias_of`` naming another tensor of the plan.
     Raises InputError naming the file, the kernel/tensor and the field."""
     where = plan_where(path)
     if not isinstance(d, dict):
@@ -95,11 +96,38 @@ def validate_plan_dict(d, path) -> None:
         _check_fields(k, _KERNEL_FIELDS, "kernel", f"{where}, kernel #{i} '{str(k.get('name'))[:60]}'")
     for i, t in enumerate(d["tensors"]):
         _check_fields(t, _TENSOR_FIELDS, "tensor", f"{where}, tensor #{i} '{str(t.get('name'))[:60]}'")
+    _check_tensor_names(d["tensors"], where)
+
+
+def _check_tensor_names(tensors: list[dict], where: str) -> None:
+    """Raise InputError for a tensor name listed twice, or an ``alias_of`` that names no tensor of the plan
+    (or the tensor itself): a plan maps each tensor name to one range, and an alias shares an existing one."""
+    first: dict[str, int] = {}
+    for i, t in enumerate(tensors):
+        name = t["name"]
+        if name in first:
+            raise InputError(f"{where}, tensor #{i} '{name[:60]}': the name is listed twice (also tensor "
+                             f"#{first[name]}); list each tensor once (write the plan with `npuscope compile`)")
+        first[name] = i
+    for i, t in enumerate(tensors):
+        alias = t.get("alias_of")
+        if alias is None:
+            continue
+        if alias == t["name"]:
+            raise InputError(f"{where}, tensor #{i} '{alias[:60]}': field 'alias_of' names the tensor itself; "
+                             "set it to null or to the tensor whose bytes it shares")
+        if alias not in first:
+            from toolkit.config import suggest
+            raise InputError(f"{where}, tensor #{i} '{t['name'][:60]}': field 'alias_of' names '{alias[:60]}', "
+                             f"which is not a tensor of the plan{suggest(alias, list(first))}; set it to null or "
+                             "to the tensor whose bytes it shares")
 
 
 def load_plan(path) -> Plan:
     """Read plan.json and validate it (:func:`validate_plan_dict`). Raises InputError (missing file, bad JSON,
-    an unknown version, missing/unknown/wrongly typed fields, offsets outside the arena)."""
+    an unknown version, missing/unknown/wrongly typed fields, a tensor listed twice, an ``alias_of`` naming no
+    tensor, offsets outside the arena). A misaligned offset is left to ``memcheck``
+    (toolkit.memory.static_check.misaligned)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"plan file '{p}' does not exist; write one with `npuscope compile` (plan.json)")

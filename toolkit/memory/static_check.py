@@ -7,6 +7,8 @@ is live at ``s`` (written at or before ``s`` and read at or after it), the write
 a share the runtime makes safe (toolkit.memory.aliases.benign_share): ``A`` is a view of ``V`` at the same
 offset, or a verified in-place op writing over an input whose last read is this step. Anything else is a
 :class:`Conflict`: the writer kernel, the tensor it writes, the victim and the reader that comes too late.
+An arena tensor whose offset breaks the plan's ``alignment`` is a conflict of kind ``misaligned`` (an edited
+plan.json; the planner never makes one).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class Conflict:
     written: the tensor it writes; victim: the live tensor whose bytes it overwrites;
     reader / reader_step: the first read of the victim at or after the write (``<graph outputs>`` = read-back);
     overlap: [start, end) bytes; kind: ``overlap`` | ``inplace_with_later_reader`` | ``view_outlives_base`` |
-    ``stream_read_in_flight`` | ``same_step`` | ``overwrites_own_input``; detail: one sentence.
+    ``stream_read_in_flight`` | ``same_step`` | ``overwrites_own_input`` | ``misaligned`` (an arena offset
+    that is not a multiple of the plan's alignment, :func:`misaligned`); detail: one sentence.
     """
 
     writer: str
@@ -87,7 +90,8 @@ def _classify(plan, life, s, k, v) -> tuple[str, int] | None:
 
 
 def static_conflicts(plan) -> list[Conflict]:
-    """All conflicts of ``plan`` (see module docstring), ordered by writer step then victim name."""
+    """All conflicts of ``plan`` (see module docstring) plus its :func:`misaligned` tensors, ordered by writer
+    step then victim name."""
     life = lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs)
     arena = sorted((t for t in plan.tensors.values() if t.storage == "arena" and t.nbytes > 0 and t.name in life),
                    key=lambda t: t.offset)
@@ -115,4 +119,28 @@ def static_conflicts(plan) -> list[Conflict]:
             out.append(Conflict(_kernel_name(plan, s), s, a.name, v.name, reader, rs, lo_b, hi_b, kind,
                                 f"'{_kernel_name(plan, s)}' writes '{a.name}' over bytes [{lo_b}, {hi_b}) of "
                                 f"'{v.name}', which '{reader}' (step {rs}) still reads"))
+    out += misaligned(plan, life)
     return sorted(out, key=lambda c: (c.writer_step, c.victim, c.written))
+
+
+def misaligned(plan, life=None) -> list[Conflict]:
+    """A ``misaligned`` :class:`Conflict` for every arena tensor (nbytes > 0) whose offset is not a multiple
+    of ``plan.alignment`` (bytes; the device addresses arena buffers at that granularity, and the planner only
+    ever places tensors on it, toolkit.memory.planner.align). The tensor is both ``written`` and ``victim``
+    (the fix moves it to an aligned range of its own); writer: its producer (``<graph inputs>`` for a feed),
+    reader: its first read after that (``<graph outputs>``: read-back); overlap: the tensor's own bytes."""
+    life = life if life is not None else lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs)
+    out = []
+    for t in plan.tensors.values():
+        if t.storage != "arena" or t.nbytes <= 0 or t.offset % plan.alignment == 0:
+            continue
+        lt = life.get(t.name)
+        s = lt.first if lt is not None else t.first
+        later = [r for r in lt.reads if r > s] if lt is not None else []
+        rs = later[0] if later else (lt.last if lt is not None else t.last)
+        writer = _kernel_name(plan, s)
+        out.append(Conflict(writer, s, t.name, t.name, _kernel_name(plan, rs), rs, t.offset, t.offset + t.nbytes,
+                            "misaligned", f"tensor '{t.name}' at offset {t.offset} breaks the plan's alignment of "
+                            f"{plan.alignment} bytes (the device needs aligned buffers); move it to a multiple of "
+                            f"{plan.alignment}"))
+    return out

@@ -15,7 +15,9 @@ A profile read from a user's file is labelled by the file name and the name insi
 computed on it cannot be mistaken for the built-in's.
 
 Units: TFLOPS = 1e12 floating-point operations per second; GB/s = 1e9 bytes per second; µs.
-Errors are :class:`toolkit.errors.ConfigError` with one line naming the file, the field and the fix.
+Errors are :class:`toolkit.errors.ConfigError` with one line naming the file, the field and the fix. A field
+given twice in one file is refused (JSON would silently keep the last), and every ``unsupported_ops`` entry must
+be an ONNX op type (``onnx.defs.get_all_schemas``; case-sensitive), the closest one suggested otherwise.
 """
 
 from __future__ import annotations
@@ -129,7 +131,8 @@ def file_label(path: Path, name: str) -> str:
 
 def _from_file(path: Path) -> DeviceProfile:
     try:
-        data = json.loads(read_user_text(path, "device file", ConfigError, "save it as UTF-8 JSON"))
+        data = json.loads(read_user_text(path, "device file", ConfigError, "save it as UTF-8 JSON"),
+                          object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -138,6 +141,25 @@ def _from_file(path: Path) -> DeviceProfile:
     if path.resolve().parent != DEVICES_DIR.resolve():
         dev = dataclasses.replace(dev, name=file_label(path, dev.name))
     return dev
+
+
+def _unique_keys(pairs: list[tuple[str, object]], path: Path) -> dict:
+    """``json.loads`` object hook: the object as a dict, refusing a key given twice (JSON parsers would keep
+    the last one silently, RFC 8259 §4 leaves it undefined). Raises ConfigError naming the key."""
+    out: dict = {}
+    for key, val in pairs:
+        if key in out:
+            raise ConfigError(f"device file '{path}': field '{key}' is given twice; keep one")
+        out[key] = val
+    return out
+
+
+def onnx_op_types() -> set[str]:
+    """Names of every ONNX op type onnx knows (``onnx.defs.get_all_schemas``: the default domain, ai.onnx.ml
+    and the preview domains)."""
+    import onnx.defs
+
+    return {s.name for s in onnx.defs.get_all_schemas()}
 
 
 def device_from_dict(data: dict, where: str = "device") -> DeviceProfile:
@@ -178,5 +200,10 @@ def _check_values(data: dict, where: str) -> None:
     ops = data.get("unsupported_ops", [])
     if not isinstance(ops, (list, tuple)) or not all(isinstance(o, str) for o in ops):
         raise ConfigError(f"{where}: unsupported_ops must be a list of ONNX op type names")
+    known = onnx_op_types() if ops else set()
+    for op in ops:
+        if op not in known:
+            raise ConfigError(f"{where}: unsupported_ops names '{op}', which is not an ONNX op type"
+                              f"{suggest(op, known)}; op types are case-sensitive ('Relu')")
     if not isinstance(data.get("source", {}), dict):
         raise ConfigError(f"{where}: source must be an object {{field: where the figure comes from}}")

@@ -3,7 +3,8 @@
 ``--pre file.py:fn`` names ``fn(request: int) -> feed`` (a dict {input name: array}, or one array for a
 single-input model); ``--post file.py:fn`` names ``fn(outputs: dict[str, np.ndarray]) -> anything``. Both are
 called once per request and timed with ``time.perf_counter`` on this host (TimeKind ``measured``); the
-device part is the simulated schedule of one request (TimeKind ``simulated``).
+device part is the simulated schedule of one request on the plan of its feed shapes (TimeKind ``simulated``;
+requests fed different shapes run different plans: ``devices`` in :func:`run_e2e`).
 
 Two schedules over N requests (toolkit.profile.schedule):
 
@@ -113,16 +114,26 @@ class Timed:
     value: object
 
 
+def time_call(fn: Callable, args: tuple, option: str, request: int) -> tuple[float, object]:
+    """(wall time in ms, value) of one call ``fn(*args)`` for request number ``request``.
+
+    Raises:
+        InputError: ``fn`` raised (SystemExit included), naming ``option`` and the request.
+    """
+    t0 = time.perf_counter()
+    try:
+        value = fn(*args)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in user code is an error, not our exit
+        raise InputError(f"{option} raised {_describe(exc)} on request {request}: {_one_line(exc)}") from None
+    return (time.perf_counter() - t0) * 1e3, value
+
+
 def time_calls(fn: Callable, args: list, option: str) -> Timed:
     """Call ``fn(*a)`` for each ``a`` in ``args``, timing each call (ms). Raises InputError if it raises."""
     ms, value = [], None
     for i, a in enumerate(args):
-        t0 = time.perf_counter()
-        try:
-            value = fn(*a)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in user code is an error, not our exit
-            raise InputError(f"{option} raised {_describe(exc)} on request {i}: {_one_line(exc)}") from None
-        ms.append((time.perf_counter() - t0) * 1e3)
+        t, value = time_call(fn, a, option, i)
+        ms.append(t)
     return Timed(ms, value)
 
 
@@ -195,14 +206,18 @@ def _pipeline_deps(req: list[Task], marks: list[_Marks]) -> None:
         req[-1].deps = sorted(set(req[-1].deps) | {prev.post})
 
 
-def e2e_tasks(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str) -> list[Task]:
-    """All tasks of N requests in issue order (module docstring); ``mode`` 'serial' or 'pipelined'."""
+def e2e_tasks(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str,
+              devices: list[list[Task]] | None = None) -> list[Task]:
+    """All tasks of N requests in issue order (module docstring); ``mode`` 'serial' or 'pipelined'.
+    ``devices``: one device task list per request (requests fed different shapes run different plans);
+    None: every request runs ``device``."""
     tasks: list[Task] = []
     marks: list[_Marks] = []
     for i, (pre, post) in enumerate(zip(pre_ms, post_ms)):
         base = len(tasks)
-        req = offset_tasks(request_tasks(device, pre, post, mode), base, i)
-        marks.append(_marks(device, base))
+        dev = device if devices is None else devices[i]
+        req = offset_tasks(request_tasks(dev, pre, post, mode), base, i)
+        marks.append(_marks(dev, base))
         if mode == "pipelined":
             _pipeline_deps(req, marks)
         elif i:
@@ -211,9 +226,11 @@ def e2e_tasks(device: list[Task], pre_ms: list[float], post_ms: list[float], mod
     return tasks
 
 
-def run_e2e(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str) -> pd.DataFrame:
-    """Events of the N-request schedule (toolkit.profile.schedule.EVENT_COLUMNS)."""
-    return simulate(e2e_tasks(device, pre_ms, post_ms, mode))
+def run_e2e(device: list[Task], pre_ms: list[float], post_ms: list[float], mode: str,
+            devices: list[list[Task]] | None = None) -> pd.DataFrame:
+    """Events of the N-request schedule (toolkit.profile.schedule.EVENT_COLUMNS); ``devices`` as in
+    :func:`e2e_tasks`."""
+    return simulate(e2e_tasks(device, pre_ms, post_ms, mode, devices))
 
 
 def request_latencies_ms(events: pd.DataFrame) -> np.ndarray:
@@ -238,13 +255,16 @@ def latency_table(schedules: dict[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=LATENCY_COLUMNS)
 
 
-def breakdown(device_events: pd.DataFrame, pre_ms: list[float] | None, post_ms: list[float] | None) -> pd.DataFrame:
-    """Per-request time per stage (ms): summed task durations of one request's device schedule (simulated)
-    and the mean measured pre/post time (measured). Stages that did not run are left out."""
+def breakdown(device_events: pd.DataFrame, pre_ms: list[float] | None, post_ms: list[float] | None,
+              requests: int = 1) -> pd.DataFrame:
+    """Per-request time per stage (ms): summed task durations of the device schedule in ``device_events``
+    divided by ``requests`` (the number of requests those events hold: 1 for one request's schedule, N for the
+    N-request serial schedule when requests ran different plans; simulated) and the mean measured pre/post time
+    (measured). Stages that did not run are left out."""
     rows = []
     if pre_ms:
         rows.append([STAGE_NAMES["pre"], float(np.mean(pre_ms)), "measured"])
-    sums = device_events.groupby("Stage")["DurationUs"].sum() / 1e3
+    sums = device_events.groupby("Stage")["DurationUs"].sum() / 1e3 / max(int(requests), 1)
     for stage in ("h2d", "device", "d2h", "cpu"):
         if stage in sums and (sums[stage] > 0 or stage == "device"):
             rows.append([STAGE_NAMES[stage], float(sums[stage]), "simulated"])

@@ -11,7 +11,10 @@ runs them in registration order. Rules and their thresholds (module constants):
   ``unsupported_ops``); ``cpu_placement`` (info) when the user's op_placement put it there (by node name, an
   original node name, or op type), worded "placed on the CPU by op_placement".
 - ``cast_islands``: Cast kernels take at least :data:`CAST_SHARE` of the device time; names the FP32 kernels
-  surrounded by Casts (islands of FP32 in FP16 code).
+  surrounded by Casts (islands of FP32 in FP16 code) and the graph inputs cast on the device. The
+  recommendation follows the evidence (:func:`cast_advice`): drop FP32 islands from the black list only when
+  there are islands; for Casts of FP32 graph inputs, feed the model FP16 (cast on the host); for other Casts,
+  fewer, larger FP32 regions.
 - ``transfers``: host-device copies take at least :data:`TRANSFER_SHARE` of one request's schedule.
 - ``prepost_bottleneck``: measured pre + post time per request exceeds the simulated device schedule.
 """
@@ -198,11 +201,46 @@ def cast_islands(d: ProfileData) -> list[Finding]:
     if not len(casts) or total <= 0 or cast_us / total < CAST_SHARE:
         return []
     islands = _islands(d, set(casts["Kernel"]))
+    inputs = _input_casts(d, casts)
     return [Finding("warning", "cast_islands", f"{len(casts)} Cast kernels",
                     {"casts": len(casts), "cast_ms": _ms(cast_us), "share": round(cast_us / total, 4),
-                     "fp32_islands": islands[:10], "islands": len(islands)},
-                    "Casts around FP32 kernels cost time: if these FP32 islands are not needed for accuracy, drop them "
-                    "from the black list (modify_mixlist) or keep_dtype; otherwise keep whole regions in FP32")]
+                     "fp32_islands": islands[:10], "islands": len(islands),
+                     "input_casts": sorted(inputs.values())[:10], "input_cast_ms": _ms(_us_of(casts, inputs)),
+                     "other_casts": len(casts) - len(inputs)},
+                    cast_advice(islands, sorted(inputs.values()), len(casts) - len(inputs)))]
+
+
+def _input_casts(d: ProfileData, casts: pd.DataFrame) -> dict[str, str]:
+    """{Cast kernel: graph input it converts} for the Casts that read a graph input (no kernel produces it)."""
+    out = {}
+    for k in casts["Kernel"]:
+        ins = d.kernel_io.get(k, ([], []))[0]
+        if ins and all(d.producers.get(t) is None for t in ins):
+            out[k] = ";".join(ins)
+    return out
+
+
+def _us_of(casts: pd.DataFrame, kernels) -> float:
+    return float(casts[casts["Kernel"].isin(list(kernels))]["DurationUs"].sum())
+
+
+def cast_advice(islands: list[str], input_casts: list[str], other: int) -> str:
+    """The cast_islands recommendation for what the evidence holds: FP32 islands (FP32 kernels with Casts on
+    both sides), Casts of FP32 graph inputs, and ``other`` Casts (at the borders of FP32 regions longer than one
+    kernel, or before CPU-placed ops). Only the parts present are named."""
+    parts = []
+    if islands:
+        parts.append("Casts around FP32 kernels cost time: if these FP32 islands are not needed for accuracy, drop "
+                     "them from the black list (modify_mixlist) or keep_dtype; otherwise keep whole regions in FP32")
+    if input_casts:
+        parts.append(f"the device casts the FP32 graph input(s) {', '.join(input_casts[:4])}"
+                     f"{', ...' if len(input_casts) > 4 else ''} to FP16 for every request: export the model with "
+                     "FP16 inputs and cast on the host in pre-processing (this also halves the host-to-device copy)")
+    if other and not islands:
+        parts.append(f"{other} Cast(s) sit at the borders of FP32 regions or before CPU-placed ops: fewer, larger "
+                     "FP32 regions (modify_mixlist / keep_dtype) or keeping CPU ops at the graph's edges need fewer "
+                     "Casts")
+    return "; ".join(parts)
 
 
 @finding_rule("transfers")

@@ -32,6 +32,8 @@ OP_SUMMARY_COLUMNS = [
 ]
 NUMERIC_COLUMNS = ["Task ID", "Stream ID", "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)",
                    "Block Dim"]
+#: Columns the profiler writes as integers (op_summary: Task ID, Stream ID, Block Dim; op_statistic: Count).
+INTEGER_COLUMNS = ["Task ID", "Stream ID", "Block Dim", "Count"]
 PROFILER_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)",
                               "Max Time(us)", "Ratio(%)"]
 OP_STATISTIC_COLUMNS = PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
@@ -55,6 +57,25 @@ def op_summary_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     for col in NUMERIC_COLUMNS:
         df[col] = pd.to_numeric(df[col], errors="coerce").astype(float)
     return df[OP_SUMMARY_COLUMNS].reset_index(drop=True)
+
+
+def integer_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``df`` for writing: each of its :data:`INTEGER_COLUMNS` whose present values are all whole
+    numbers becomes pandas' nullable ``Int64`` (a CSV then shows ``2``, not ``2.0``, and a missing value stays
+    an empty cell). A column holding a fractional or non-numeric value is left unchanged, so no value is
+    altered. In-memory tables keep float numeric columns (:func:`op_summary_frame`)."""
+    out = df.copy()
+    for col in INTEGER_COLUMNS:
+        if col not in out.columns:
+            continue
+        vals = pd.to_numeric(out[col], errors="coerce")
+        present = vals.dropna()
+        if present.notna().sum() != out[col].notna().sum() or not (present == present.round()).all():
+            continue
+        if len(present) and present.abs().max() >= 2 ** 53:
+            continue
+        out[col] = vals.round().astype("Int64")
+    return out
 
 
 def kind_order(kinds) -> list[str]:

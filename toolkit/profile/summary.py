@@ -86,11 +86,29 @@ def prepost_rows(name: str, stage: str, ms: list[float], model_name: str) -> lis
              "Source": f"{name} wall time on this host, request {i}"} for i, v in enumerate(ms)]
 
 
-def op_tables(events, costs, kernel_ms, pre_ms, post_ms, model_name: str, device: str):
+def op_tables(events, costs, kernel_ms, pre_ms, post_ms, model_name: str, device: str, plans=None):
     """(op_summary, op_statistic): every row kind above; the statistic per Time Kind (the function parse-log
-    uses, so parse-log on op_summary.csv gives back op_statistic.csv)."""
-    rows = simulated_rows(events, costs, model_name, device) + measured_rows(kernel_ms, costs, model_name)
+    uses, so parse-log on op_summary.csv gives back op_statistic.csv).
+
+    ``plans``: when requests ran several plans (one per feed shape), a list of (events, costs, kernel_ms, feed
+    label) per plan, used instead of the first three arguments: the simulated rows of every plan, then the
+    measured rows of every plan, each plan's Source ending in ``, feed <label>``.
+    """
+    plans = plans or [(events, costs, kernel_ms, "")]
+    rows = []
+    for ev, co, _ms, label in plans:
+        rows += _sourced(simulated_rows(ev, co, model_name, device), label)
+    for _ev, co, ms, label in plans:
+        rows += _sourced(measured_rows(ms, co, model_name), label)
     rows += prepost_rows("pre-processing", "pre", pre_ms, model_name)
     rows += prepost_rows("post-processing", "post", post_ms, model_name)
     summary = op_summary_frame(rows)
     return summary, op_statistic(summary)
+
+
+def _sourced(rows: list[dict], label: str) -> list[dict]:
+    """``rows`` with ``, feed <label>`` appended to their Source (unchanged for an empty label)."""
+    if label:
+        for r in rows:
+            r["Source"] = f"{r['Source']}, feed {label}"
+    return rows

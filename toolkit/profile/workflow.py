@@ -1,16 +1,31 @@
 """``npuscope profile``: where the time of one inference goes, end to end, and which ops to move.
 
-:func:`profile_model` compiles MODEL, runs it once in simulated NPU mode (measured host time per kernel),
-prices every kernel with the cost model on a device profile, schedules one request over the streams, times
-the user's pre/post-processing for real over N requests, builds the serial and pipelined end-to-end
-schedules, runs the placement advisor and the finding rules. :func:`profile_command` writes the result:
+:func:`profile_model` runs N requests. Request i: ``pre(i)`` (timed for real) gives its feed (without --pre,
+every request uses the usual feed: --inputs, the model's realistic input or seeded random data); the feed runs
+in simulated NPU mode on the plan compiled for *its* shapes, and ``post`` (timed for real) gets *that
+request's* outputs (a fresh copy, so a post that edits them in place cannot affect another request). One plan
+is compiled per distinct feed shape (``name:d0,d1,...`` per input, joined with ';'), the first time the shape
+is seen, with one warm-up and one measured run (measured host time per kernel); repeated shapes reuse it, and a
+feed equal to the previous one of its plan reuses its outputs instead of running again. More than
+:data:`MAX_PLANS` distinct shapes are refused (InputError: pad to a few fixed shapes in pre-processing).
 
-- ``op_summary.csv`` / ``op_statistic.csv``: the profiler's columns (toolkit.profile.optable);
-- ``kernel_costs.csv``: the cost table (toolkit.profile.cost.COST_COLUMNS);
-- ``schedule.csv``: one request's events; ``e2e_schedule.csv``: the pipelined N-request events
-  (toolkit.profile.schedule.EVENT_COLUMNS);
-- ``breakdown.csv`` (Stage, Ms, TimeKind), ``latency.csv`` (Schedule, p50/p90/p99(ms), Throughput(req/s)),
-  ``placement.csv`` (the advisor's steps);
+Every plan is priced with the cost model on a device profile and one request is scheduled over the streams;
+the serial and pipelined N-request schedules give request i the device tasks of its own plan. The *main plan*
+is the one most requests ran (the first seen on a tie): its cost table, schedule, measured kernel times and
+placement advice are the headline figures (``ProfileResult.costs`` etc.); the finding rules run on every plan
+(with several plans each finding's evidence lists the ``feed_shapes`` it was found on). :func:`profile_command`
+writes the result:
+
+- ``op_summary.csv`` / ``op_statistic.csv``: the profiler's columns (toolkit.profile.optable), integer columns
+  (Task ID, Stream ID, Block Dim, Count) written as integers; simulated and measured rows of every plan (with
+  several plans, Source ends in ``, feed <shapes>``);
+- ``kernel_costs.csv``: the cost table of every plan (toolkit.profile.cost.COST_COLUMNS, then FeedShapes);
+- ``schedule.csv``: one request's events per plan (then FeedShapes); ``e2e_schedule.csv``: the pipelined
+  N-request events (toolkit.profile.schedule.EVENT_COLUMNS);
+- ``requests.csv``: one row per request (:data:`REQUEST_COLUMNS`): its FeedShapes and Plan, measured Pre(ms)
+  / Post(ms), the simulated Device(ms) of its plan, its serial and pipelined latency (ms);
+- ``breakdown.csv`` (Stage, Ms, TimeKind; the mean over every request), ``latency.csv`` (Schedule,
+  p50/p90/p99(ms), Throughput(req/s)), ``placement.csv`` (the advisor's steps);
 - ``findings.json``, ``profile.json`` (summary), ``trace.json`` (Chrome trace of the pipelined schedule plus
   the measured kernel times), ``recommended_config.json`` (the config with the advisor's op_placement, when it
   moved something), ``profile.html``.
@@ -38,6 +53,10 @@ from toolkit.profile.summary import op_tables
 
 REPORTS_DIR = Path("reports")
 MAX_REQUESTS = 10000
+#: At most this many distinct feed shapes (one compiled plan each) per run.
+MAX_PLANS = 8
+REQUEST_COLUMNS = ["Request", "FeedShapes", "Plan", "Pre(ms)", "Device(ms)", "Post(ms)", "Serial latency(ms)",
+                   "Pipelined latency(ms)"]
 
 
 def _noop(msg: str) -> None:
@@ -65,6 +84,10 @@ class ProfileResult:
     advice: adv.Advice | None = None
     notes: list[str] = field(default_factory=list)
     meta: dict = field(default_factory=dict)
+    #: every compiled plan (PlanRun), in first-seen order; one per distinct feed shape
+    plans: list = field(default_factory=list)
+    #: one row per request (REQUEST_COLUMNS: which feed shape / plan it ran, its times)
+    requests: pd.DataFrame | None = None
 
     @property
     def device_ms(self) -> float:
@@ -77,22 +100,157 @@ class ProfileResult:
         return float(sum(self.kernel_ms))
 
 
-# ---------------------------------------------------------------- steps
-def _feeds(m, src, config, pre_fn, requests, inputs, seed, progress):
-    """(feed for the run, measured pre ms per request)."""
-    from toolkit.inputs import check_feed, input_specs
+# ---------------------------------------------------------------- requests, one plan per feed shape
+@dataclass
+class PlanRun:
+    """One compiled plan and what profiling it gave.
+
+    Attributes:
+        label: the feed shapes it was compiled for, ``name:d0,d1,...`` per input joined with ';' (a list feed:
+            ``name:list``, None: ``name:none``).
+        sess: the toolkit.engine.Session; kernel_ms: measured host wall time per kernel (ms, plan order) of its
+            measured run (after one warm-up run), on the first request of these shapes.
+        requests: the requests (0-based) fed these shapes.
+        costs / graph / events: cost table, device task graph and one request's simulated schedule (filled by
+            :func:`_price`).
+    """
+
+    label: str
+    sess: object
+    kernel_ms: list[float]
+    requests: list[int] = field(default_factory=list)
+    costs: pd.DataFrame | None = None
+    graph: object = None
+    events: pd.DataFrame | None = None
+    _feed: dict | None = field(default=None, repr=False)  # the last feed run and its outputs (outputs_for)
+    _outputs: dict | None = field(default=None, repr=False)
+
+    @property
+    def device_ms(self) -> float:
+        """Simulated time of one request's schedule on this plan, ms."""
+        return makespan_us(self.events) / 1e3
+
+    def outputs_for(self, feed: dict) -> dict:
+        """The outputs of ``feed`` (a fresh copy each call, so a post-processing that edits them in place
+        cannot change another request's): reused when ``feed`` equals the last feed run, else run."""
+        if self._feed is None or not _same_feed(feed, self._feed):
+            self._remember(feed, self.sess.run(feed).outputs)
+        return _copy(self._outputs)
+
+    def _remember(self, feed: dict, outputs: dict) -> None:
+        self._feed, self._outputs = _copy(feed), _copy(outputs)
+
+
+def _copy(values: dict) -> dict:
+    import copy
+
+    return {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else copy.deepcopy(v)) for k, v in values.items()}
+
+
+def _same_feed(a: dict, b: dict) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            nan = np.issubdtype(x.dtype, np.inexact) and x.dtype == y.dtype
+            if x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=bool(nan)):
+                return False
+        elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray) or x is not y:
+            return False
+    return True
+
+
+def feed_label(feed: dict, names: list[str]) -> str:
+    """``name:d0,d1,...`` per input of ``feed`` in ``names`` order, joined with ';' (``name:list`` for a sequence
+    feed, ``name:none`` for an empty optional)."""
+    parts = []
+    for n in names:
+        v = feed.get(n)
+        if v is None:
+            parts.append(f"{n}:none")
+        elif isinstance(v, list):
+            parts.append(f"{n}:list")
+        else:
+            parts.append(f"{n}:{','.join(str(d) for d in np.shape(v))}")
+    return ";".join(parts)
+
+
+@dataclass
+class _Requests:
+    """Every request's plan and measured times: plans by label in first-seen order; plan_of[i] = label of
+    request i; pre_ms / post_ms per request (empty when not given)."""
+
+    plans: dict[str, PlanRun]
+    plan_of: list[str]
+    pre_ms: list[float]
+    post_ms: list[float]
+
+
+def _fixed_feed(m, src, config, inputs, seed, progress) -> dict:
     from toolkit.source import prepare_inputs
 
-    if pre_fn is None:
-        feed = prepare_inputs(m, src, inputs, seed, None, config.input_shapes())
-        progress(f"inputs: {feed.origin}")
-        return feed.arrays, []
-    progress(f"timing pre-processing over {requests} request(s)")
+    feed = prepare_inputs(m, src, inputs, seed, None, config.input_shapes())
+    progress(f"inputs: {feed.origin}")
+    return feed.arrays
+
+
+def _pre_feed(pre_fn, i: int, specs) -> tuple[float, dict]:
+    """(measured ms, checked feed) of pre(i)."""
+    from toolkit.inputs import check_feed
+
+    ms, value = e2e.time_call(pre_fn, (i,), "--pre", i)
+    feed = e2e.as_feed(value, [s.name for s in specs])
+    check_feed(feed, specs, f"--pre result of request {i}")
+    return ms, feed
+
+
+def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, progress) -> PlanRun:
+    """The plan of ``label``, compiled (warm-up + measured run on ``feed``) the first time it is seen.
+
+    Raises:
+        InputError: a new label when :data:`MAX_PLANS` plans exist already.
+    """
+    from toolkit.errors import InputError
+
+    if label in plans:
+        return plans[label]
+    if len(plans) >= MAX_PLANS:
+        raise InputError(f"--pre returned a feed of shape {label} on request {i}, the {len(plans) + 1}th distinct "
+                         f"shape; profile compiles one plan per feed shape, at most {MAX_PLANS}: pad the inputs to "
+                         "a few fixed shapes in pre-processing, or profile each shape on its own")
+    note = f" for feed {label} (request {i})" if plans else ""
+    sess, res = _run(m, config, feed, progress, note)
+    plan = plans[label] = PlanRun(label, sess, res.kernel_ms)
+    plan._remember(feed, res.outputs)
+    return plan
+
+
+def _requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress) -> _Requests:
+    """Run every request as the module docstring says: pre(i) (timed) gives its feed, the plan of the feed's
+    shapes runs it, post(i) (timed) gets *its* outputs. Without --pre every request uses the one usual feed."""
+    from toolkit.inputs import input_specs
+
     specs = input_specs(m)
-    timed = e2e.time_calls(pre_fn, [(i,) for i in range(requests)], "--pre")
-    feed = e2e.as_feed(timed.value, [s.name for s in specs])
-    check_feed(feed, specs, "--pre result")
-    return feed, timed.ms
+    names = [s.name for s in specs]
+    fixed = None if pre_fn else _fixed_feed(m, src, config, inputs, seed, progress)
+    if pre_fn is not None or post_fn is not None:
+        progress(f"running {requests} request(s) through the user's "
+                 + " and ".join(x for x, f in (("pre", pre_fn), ("post", post_fn)) if f) + "-processing")
+    out = _Requests({}, [], [], [])
+    for i in range(requests):
+        if pre_fn is not None:
+            ms, feed = _pre_feed(pre_fn, i, specs)
+            out.pre_ms.append(ms)
+        else:
+            feed = fixed
+        label = feed_label(feed, names)
+        plan = _plan_for(out.plans, label, m, config, feed, i, progress)
+        plan.requests.append(i)
+        out.plan_of.append(label)
+        if post_fn is not None:
+            out.post_ms.append(e2e.time_call(post_fn, (plan.outputs_for(feed),), "--post", i)[0])
+    return out
 
 
 def device_config(m, config: Config, dev: DeviceProfile) -> Config:
@@ -105,11 +263,11 @@ def device_config(m, config: Config, dev: DeviceProfile) -> Config:
     return dataclasses.replace(config, op_placement={**(config.op_placement or {}), **extra})
 
 
-def _run(m, config, feed, progress):
+def _run(m, config, feed, progress, note: str = ""):
     """(Session, RunResult of a measured run after one warm-up run)."""
     from toolkit.engine import Session, shapes_of
 
-    progress("compiling and building kernels")
+    progress(f"compiling and building kernels{note}")
     sess = Session(m, config, input_shapes=shapes_of(feed))
     progress(f"running {len(sess.plan.kernels)} kernels (warm-up + measured run)")
     sess.run(feed)
@@ -161,11 +319,75 @@ def _profile_data(sess, costs, events, device, pre_ms, post_ms, config, user_con
                        {k.name: (k.inputs, k.outputs) for k in plan.kernels}, reasons, config)
 
 
-def _e2e(graph, pre_ms, post_ms, requests):
-    pre = pre_ms or [0.0] * requests
-    post = post_ms or [0.0] * requests
-    runs = {mode: e2e.run_e2e(graph.tasks, pre, post, mode) for mode in ("serial", "pipelined")}
-    return runs, e2e.latency_table(runs)
+def _price(plans: dict[str, PlanRun], dev: DeviceProfile) -> None:
+    """Fill every plan's cost table, device task graph and one request's simulated schedule."""
+    for p in plans.values():
+        p.costs = kernel_costs(p.sess.plan, p.sess.compiled.model, dev)
+        p.graph = device_graph(p.sess.plan, p.costs, dev)
+        p.events = simulate(p.graph.tasks)
+
+
+def _e2e(runs: _Requests, requests: int):
+    """(serial and pipelined N-request events, latency table): request i runs the device tasks of its plan."""
+    pre = runs.pre_ms or [0.0] * requests
+    post = runs.post_ms or [0.0] * requests
+    first = runs.plans[runs.plan_of[0]].graph.tasks
+    devices = [runs.plans[label].graph.tasks for label in runs.plan_of] if len(runs.plans) > 1 else None
+    events = {mode: e2e.run_e2e(first, pre, post, mode, devices) for mode in ("serial", "pipelined")}
+    return events, e2e.latency_table(events)
+
+
+def _breakdown(runs: _Requests, main: PlanRun, serial: pd.DataFrame, requests: int) -> pd.DataFrame:
+    """Per-request stage times: one request's schedule of the single plan, or, with several plans, the mean over
+    the N requests of the serial schedule (each request on its own plan)."""
+    if len(runs.plans) == 1:
+        return e2e.breakdown(main.events, runs.pre_ms, runs.post_ms)
+    device = serial[~serial["Stage"].isin(["pre", "post"])]
+    return e2e.breakdown(device, runs.pre_ms, runs.post_ms, requests=requests)
+
+
+def _findings(runs: _Requests, order: list[PlanRun], dev, config, user_config) -> list[Finding]:
+    """The finding rules on every plan (its own requests' pre/post times). With several plans each finding's
+    evidence gets ``feed_shapes``: the labels of the plans it was found on (an identical finding is listed
+    once)."""
+    if len(order) == 1:
+        p = order[0]
+        return run_rules(_profile_data(p.sess, p.costs, p.events, dev, runs.pre_ms, runs.post_ms, config,
+                                       user_config))
+    out: list[Finding] = []
+    seen: dict[tuple, Finding] = {}
+    for p in order:
+        pre = [runs.pre_ms[i] for i in p.requests] if runs.pre_ms else []
+        post = [runs.post_ms[i] for i in p.requests] if runs.post_ms else []
+        for f in run_rules(_profile_data(p.sess, p.costs, p.events, dev, pre, post, config, user_config)):
+            key = (f.kind, f.subject, f.recommendation)
+            if key in seen:
+                seen[key].evidence["feed_shapes"].append(p.label)
+                continue
+            f.evidence["feed_shapes"] = [p.label]
+            seen[key] = f
+            out.append(f)
+    return out
+
+
+def requests_table(runs: _Requests, order: list[PlanRun], events: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per request (:data:`REQUEST_COLUMNS`): Request, FeedShapes (its plan's label), Plan (index of the
+    plan in first-seen order), Pre(ms) / Post(ms) measured (NaN when not given), Device(ms) the simulated
+    one-request schedule of its plan, Serial latency(ms) / Pipelined latency(ms) from the N-request schedules."""
+    index = {p.label: i for i, p in enumerate(runs.plans.values())}
+    n = len(runs.plan_of)
+    lat = {m: e2e.request_latencies_ms(ev) for m, ev in events.items()}
+    return pd.DataFrame({
+        "Request": range(n), "FeedShapes": runs.plan_of, "Plan": [index[lb] for lb in runs.plan_of],
+        "Pre(ms)": runs.pre_ms or [float("nan")] * n,
+        "Device(ms)": [runs.plans[lb].device_ms for lb in runs.plan_of],
+        "Post(ms)": runs.post_ms or [float("nan")] * n,
+        "Serial latency(ms)": lat["serial"], "Pipelined latency(ms)": lat["pipelined"]}, columns=REQUEST_COLUMNS)
+
+
+def _shapes_meta(runs: _Requests) -> list[dict]:
+    return [{"feed_shapes": p.label, "plan": i, "requests": len(p.requests), "first_request": p.requests[0],
+             "simulated_device_ms": p.device_ms} for i, p in enumerate(runs.plans.values())]
 
 
 # ---------------------------------------------------------------- the analysis
@@ -174,10 +396,15 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
                   seed: int = 0, progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
+    Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
+    :data:`MAX_PLANS`) and ``post`` gets that request's outputs. The headline tables (``costs``, ``events``,
+    ``kernel_ms``, the advisor) are those of the main plan: the one most requests ran (the first seen on a tie);
+    ``plans`` holds every plan and ``requests`` says which plan each request ran.
+
     Raises:
         UsageError: ``requests`` outside 1..MAX_REQUESTS, or an empty ``pre``/``post``; ConfigError: bad device
         profile; InputError: bad --pre/--post file or a callable that raises (SystemExit included) / returns the
-        wrong thing;
+        wrong thing, or more than MAX_PLANS distinct feed shapes;
         ModelError: the model cannot be loaded or compiled.
     """
     from toolkit.ir.load import load_model
@@ -192,24 +419,30 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     progress(f"loading {src.path}")
     m = load_model(src.path)
     user_config, config = config, device_config(m, config, dev)
-    feed, pre_ms = _feeds(m, src, config, pre_fn, requests, inputs, seed, progress)
-    sess, res = _run(m, config, feed, progress)
-    post_ms = e2e.time_calls(post_fn, [(res.outputs,)] * requests, "--post").ms if post_fn else []
+    runs = _requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress)
+    pre_ms, post_ms = runs.pre_ms, runs.post_ms
     progress(f"cost model and schedule on device {dev.name}")
-    costs = kernel_costs(sess.plan, sess.compiled.model, dev)
-    graph = device_graph(sess.plan, costs, dev)
-    events = simulate(graph.tasks)
-    runs, latency = _e2e(graph, pre_ms, post_ms, requests)
+    _price(runs.plans, dev)
+    main = max(runs.plans.values(), key=lambda p: len(p.requests))
+    order = [main] + [p for p in runs.plans.values() if p is not main]
+    events, latency = _e2e(runs, requests)
     fixed_us = (float(np.mean(pre_ms)) if pre_ms else 0.0) * 1e3 + (float(np.mean(post_ms)) if post_ms else 0.0) * 1e3
-    advice = _advise(m, sess, config, costs, dev, fixed_us, progress) if advise else None
-    findings = run_rules(_profile_data(sess, costs, events, dev, pre_ms, post_ms, config, user_config))
+    advice = _advise(m, main.sess, config, main.costs, dev, fixed_us, progress) if advise else None
+    if advice is not None and len(order) > 1:
+        advice.notes.append(f"advice computed on the plan of feed {main.label} ({len(main.requests)} of {requests} "
+                            "requests)")
+    findings = _findings(runs, order, dev, config, user_config)
     findings += _advice_finding(advice) if advice is not None else []
-    summary, statistic = op_tables(events, costs, res.kernel_ms, pre_ms, post_ms, src.name, dev.name)
+    per_plan = [(p.events, p.costs, p.kernel_ms, p.label if len(order) > 1 else "") for p in runs.plans.values()]
+    summary, statistic = op_tables(None, None, None, pre_ms, post_ms, src.name, dev.name, plans=per_plan)
+    notes = list(dict.fromkeys(n for p in order for n in p.graph.notes))
     meta = {"model": str(src.path), "model_name": src.name, "device": dev.name, "requests": requests,
-            "pre": pre or "", "post": post or "", "notes": graph.notes}
-    return ProfileResult(src.name, dev, sess.compiled, costs, events, runs, latency,
-                         e2e.breakdown(events, pre_ms, post_ms), summary, statistic, findings, res.kernel_ms, pre_ms,
-                         post_ms, advice, graph.notes, meta)
+            "pre": pre or "", "post": post or "", "notes": notes, "main_feed_shapes": main.label,
+            "feed_shapes": _shapes_meta(runs)}
+    return ProfileResult(src.name, dev, main.sess.compiled, main.costs, main.events, events, latency,
+                         _breakdown(runs, main, events["serial"], requests), summary, statistic, findings,
+                         main.kernel_ms, pre_ms, post_ms, advice, notes, meta, list(runs.plans.values()),
+                         requests_table(runs, order, events))
 
 
 # ---------------------------------------------------------------- output
@@ -219,6 +452,7 @@ def summary_lines(r: ProfileResult) -> list[str]:
     lines = [f"device {r.device.name}: simulated schedule of one request {r.device_ms:.3f} ms ({len(r.costs)} kernels, "
              f"{n_npu} on the NPU) | measured host time of the simulated run {r.measured_ms:.3f} ms "
              "(onnxruntime kernels on this CPU, not a device time)"]
+    lines += _shape_lines(r)
     lines.append("breakdown per request: " + " | ".join(f"{s} {ms:.3f} ms ({k})" for s, ms, k in
                                                         r.breakdown.itertuples(index=False)))
     for row in r.latency.itertuples(index=False):
@@ -233,6 +467,22 @@ def summary_lines(r: ProfileResult) -> list[str]:
     lines += [f"note: {n}" for n in r.notes]
     warn = [f for f in r.findings if f.severity in ("warning", "error")]
     lines += [f"finding [{f.kind}] {f.subject}: {f.recommendation}" for f in warn[:8]]
+    return lines
+
+
+def _shape_lines(r: ProfileResult) -> list[str]:
+    """Which feed shapes the requests had: one line for one shape, else one line per shape (its plan's
+    simulated schedule) and a pointer to requests.csv."""
+    shapes = r.meta.get("feed_shapes") or []
+    n = r.meta.get("requests", 0)
+    if len(shapes) <= 1:
+        return [f"feed {shapes[0]['feed_shapes']} for all {n} request(s)"] if shapes else []
+    lines = [f"feed shapes: {len(shapes)} distinct over {n} requests, one plan compiled per shape; each request "
+             "ran its own plan and post-processing got its own outputs (per request: requests.csv); the schedule "
+             f"line above and the advisor use the main plan, feed {r.meta.get('main_feed_shapes')}; breakdown "
+             "and latency cover every request"]
+    lines += [f"  feed {s['feed_shapes']}: {s['requests']} request(s) (first: {s['first_request']}), simulated "
+              f"schedule of one request {s['simulated_device_ms']:.3f} ms" for s in shapes]
     return lines
 
 
@@ -252,9 +502,30 @@ def _json(folder: Path, name: str, data) -> str:
     return name
 
 
+def _plans(r: ProfileResult) -> list:
+    """The result's plans (a hand-built ProfileResult without ``plans``: its headline tables as one plan)."""
+    if r.plans:
+        return r.plans
+    return [PlanRun(r.meta.get("main_feed_shapes", ""), None, r.kernel_ms, costs=r.costs, events=r.events)]
+
+
 def _measured_frame(r: ProfileResult) -> pd.DataFrame:
-    return pd.DataFrame({"Kernel": r.costs["Kernel"], "OpType": r.costs["OpType"],
-                         "HostUs": [ms * 1e3 for ms in r.kernel_ms]})
+    """Kernel, OpType, HostUs of every plan's measured run, plan after plan (the order of op_summary.csv)."""
+    return pd.concat([pd.DataFrame({"Kernel": p.costs["Kernel"], "OpType": p.costs["OpType"],
+                                    "HostUs": [ms * 1e3 for ms in p.kernel_ms]}) for p in _plans(r)],
+                     ignore_index=True)
+
+
+def _per_plan(r: ProfileResult, attr: str) -> pd.DataFrame:
+    """Every plan's ``costs`` or ``events`` one after the other, with a last column FeedShapes (the plan's
+    label)."""
+    return pd.concat([getattr(p, attr).assign(FeedShapes=p.label) for p in _plans(r)], ignore_index=True)
+
+
+def _op_csv(folder: Path, name: str, df: pd.DataFrame) -> str:
+    from toolkit.profile.optable import integer_columns
+
+    return _csv(folder, name, integer_columns(df))
 
 
 def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = True) -> dict[str, str]:
@@ -262,14 +533,16 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
     from toolkit.report.csvjson import atomic_write_text
     from toolkit.profile.trace import trace_json
 
-    files = {"op_summary": _csv(folder, "op_summary.csv", r.op_summary),
-             "op_statistic": _csv(folder, "op_statistic.csv", r.op_statistic),
-             "kernel_costs": _csv(folder, "kernel_costs.csv", r.costs),
-             "schedule": _csv(folder, "schedule.csv", r.events),
+    files = {"op_summary": _op_csv(folder, "op_summary.csv", r.op_summary),
+             "op_statistic": _op_csv(folder, "op_statistic.csv", r.op_statistic),
+             "kernel_costs": _csv(folder, "kernel_costs.csv", _per_plan(r, "costs")),
+             "schedule": _csv(folder, "schedule.csv", _per_plan(r, "events")),
              "e2e_schedule": _csv(folder, "e2e_schedule.csv", r.e2e_events["pipelined"]),
              "breakdown": _csv(folder, "breakdown.csv", r.breakdown),
              "latency": _csv(folder, "latency.csv", r.latency),
              "findings": _json(folder, "findings.json", [f.to_dict() for f in r.findings])}
+    if r.requests is not None:
+        files["requests"] = _csv(folder, "requests.csv", r.requests)
     if r.advice is not None:
         files["placement"] = _csv(folder, "placement.csv", r.advice.steps)
         if r.advice.moved and adv.supports_placement(config):
@@ -277,8 +550,9 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
             files["recommended_config"] = _json(folder, "recommended_config.json",
                                                 dataclasses.replace(config, op_placement=merged).to_dict())
     stages = [st for st, ms in (("pre", r.pre_ms), ("post", r.post_ms)) if ms]
+    costs = _per_plan(r, "costs").drop_duplicates("Kernel")  # Task Type and views by kernel name
     atomic_write_text(folder / "trace.json", trace_json(r.e2e_events["pipelined"], measured=_measured_frame(r),
-                                                        title=f"{r.model_name} on {r.device.name}", costs=r.costs,
+                                                        title=f"{r.model_name} on {r.device.name}", costs=costs,
                                                         stages=stages))
     files["trace"] = "trace.json"
     files["summary"] = _json(folder, "profile.json", _summary_json(r, files))

@@ -17,7 +17,7 @@ import pandas as pd
 from toolkit.compare.layerwise import not_compared_reason
 from toolkit.memory.planner import Block, find_conflicts
 from toolkit.report.console import show  # the message number format; also imported from here
-from toolkit.signoff.policy import bound_of
+from toolkit.signoff.policy import bound_of, output_limits
 
 FP16_MAX = 65504.0
 LATENCY_SOURCE = "host-measured wall time of the simulated NPU run (NpuRuntime.run on this CPU), not device time"
@@ -62,6 +62,9 @@ class Evidence:
             unknown (then [latency] is simulated on ``compiled`` alone).
         compiled_by_shape: {shape key (:func:`shape_key`): CompileResult} of every distinct shape in ``shapes``
             (toolkit.signoff.run.conclude fills the missing ones); [latency] is simulated on each.
+        output_classes: {output: dtype class ("float", "integer", "other")} of the graph outputs whose type
+            the model declares (toolkit.signoff.run.conclude fills it); an ``[outputs."*"]`` metric bounds the
+            outputs of its class only (toolkit.signoff.policy.output_limits). Empty: every output.
     """
 
     outputs: list[str]
@@ -74,6 +77,7 @@ class Evidence:
     compiled: object = None
     shapes: list[dict] = field(default_factory=list)
     compiled_by_shape: dict = field(default_factory=dict)
+    output_classes: dict = field(default_factory=dict)
 
 
 def shape_key(shapes: dict) -> tuple:
@@ -121,18 +125,18 @@ def _worst(values: list, bound: str):
 
 # ------------------------------------------------------------------------------------------------ criteria
 def check_outputs(section: dict, ev: Evidence) -> list[Result]:
+    """One ``outputs.NAME.METRIC`` criterion per output and metric of toolkit.signoff.policy.output_limits
+    ([outputs.NAME] overrides "*" metric by metric, so a name is never built twice)."""
     out = []
-    for target, limits in section.items():
-        names = ev.outputs if target == "*" else [target]
-        for name in names:
-            for metric, limit in limits.items():
-                crit = f"outputs.{name}.{metric}"
-                rows = ev.output_rows.get(name)
-                if rows is None:
-                    out.append(Result(crit, "outputs", False, f"{crit}: the model has no output '{name}' "
-                                      f"(outputs: {', '.join(ev.outputs)})", {"outputs": ev.outputs}))
-                    continue
-                out.append(_output_result(crit, metric, limit, rows, ev))
+    for name, limits in output_limits(section, ev.outputs, ev.output_classes).items():
+        for metric, limit in limits.items():
+            crit = f"outputs.{name}.{metric}"
+            rows = ev.output_rows.get(name)
+            if rows is None:
+                out.append(Result(crit, "outputs", False, f"{crit}: the model has no output '{name}' "
+                                  f"(outputs: {', '.join(ev.outputs)})", {"outputs": ev.outputs}))
+                continue
+            out.append(_output_result(crit, metric, limit, rows, ev))
     return out
 
 
@@ -354,10 +358,21 @@ CRITERIA: dict[str, Callable[[dict, Evidence], list[Result]]] = {
 
 
 def evaluate(policy, ev: Evidence) -> list[Result]:
-    """Every criterion of ``policy`` (toolkit.signoff.policy.Policy) against ``ev``, in CRITERIA order."""
+    """Every criterion of ``policy`` (toolkit.signoff.policy.Policy) against ``ev``, in CRITERIA order.
+    Raises RuntimeError (an internal error, exit 3) if two criteria share a name (:func:`check_unique`)."""
     out: list[Result] = []
     for sec, check in CRITERIA.items():
         body = policy.section(sec)
         if body is not None:
             out.extend(check(body, ev))
-    return out
+    return check_unique(out)
+
+
+def check_unique(results: list[Result]) -> list[Result]:
+    """``results`` unchanged when every criterion name is unique (regress, JUnit and the report pair criteria
+    by name); else RuntimeError naming the duplicates: a bug in a check, not in the user's policy."""
+    seen: set[str] = set()
+    dup = sorted({r.name for r in results if r.name in seen or seen.add(r.name)})
+    if dup:
+        raise RuntimeError(f"signoff built criteria with the same name twice: {', '.join(dup)}")
+    return results

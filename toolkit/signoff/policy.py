@@ -16,6 +16,11 @@ Example::
     CosineSimilarity = 0.999               # a metric of toolkit.compare.metrics.METRICS: the limit is a minimum
     RelativeEuclideanDistance = 0.01       # for higher-is-better metrics and a maximum for lower-is-better ones
                                            # (ranges: CosineSimilarity -1..1, ExactMatchRate 0..1, errors >= 0)
+    [outputs.logits]                       # a named output overrides "*" for the metrics it sets (the others
+    CosineSimilarity = 0.99                # still come from "*"): one criterion per output and metric
+                                           # (:func:`output_limits`). ExactMatchRate applies to integer/bool
+                                           # outputs, every other metric to float ones: "*" applies each metric
+                                           # to the outputs of its kind, a named output must be of its kind
 
     [layers]
     max_abnormal = 5                       # tensors abnormal or overflowing (worst input), at most
@@ -288,13 +293,90 @@ def _hint(word: str, choices: list[str]) -> str:
     return f" (the model has {len(choices)}: {', '.join(shown)}{', ...' if len(choices) > 8 else ''})"
 
 
+def output_dtypes(model) -> dict[str, tuple[str, str]]:
+    """{graph output name: (numpy dtype name, dtype class)} of ``model`` (onnx.ModelProto) for the tensor outputs
+    whose element type the model declares; dtype class as toolkit.compare.metrics.dtype_class: "float",
+    "integer" (ints, uints, bool) or "other" (string...). Outputs of unknown type are left out."""
+    from onnx import helper
+
+    from toolkit.compare.metrics import dtype_class
+
+    out = {}
+    for o in model.graph.output:
+        elem = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else 0
+        try:
+            dt = helper.tensor_dtype_to_np_dtype(elem)
+        except (KeyError, ValueError, TypeError):
+            continue
+        out[o.name] = (str(getattr(dt, "name", dt)), dtype_class(dt))
+    return out
+
+
+def metric_applies(metric: str, dclass: str | None) -> bool:
+    """Whether ``metric`` can be computed on a tensor of dtype class ``dclass`` (METRICS[metric].dtype_class:
+    ExactMatchRate on integer/bool, the others on float); an unknown class (None) is not refused."""
+    return dclass is None or METRICS[metric].dtype_class == dclass
+
+
+def output_limits(section: dict, outputs: list[str], classes: dict[str, str] | None = None) -> dict[str, dict]:
+    """{output: {metric: limit}} of an ``[outputs]`` section: ``"*"`` gives its limits to every output in
+    ``outputs`` whose dtype class (``classes``: {output: class}, unknown ones get all) the metric applies to
+    (:func:`metric_applies`); an ``[outputs.NAME]`` table overrides "*" for the metrics it sets, the usual
+    specific-over-wildcard rule, so each (output, metric) has exactly one limit. Outputs in policy order
+    ("*" expanding to ``outputs`` in model order); a NAME not in ``outputs`` keeps its own limits only."""
+    classes = classes or {}
+    star = section.get("*", {})
+    order: dict[str, None] = {}
+    for target in section:
+        order.update(dict.fromkeys(outputs if target == "*" else [target]))
+    limits = {}
+    for name in order:
+        own = {m: v for m, v in star.items() if name in outputs and metric_applies(m, classes.get(name))}
+        own.update(section.get(name, {}) if name != "*" else {})
+        if own:
+            limits[name] = own
+    return limits
+
+
+def _check_output_dtypes(section: dict, dtypes: dict[str, tuple[str, str]], n_outputs: int, where: str) -> None:
+    """Refuse a metric that cannot be computed on the output(s) it bounds (see :func:`metric_applies`); a "*"
+    metric only when every one of the ``n_outputs`` outputs has a known dtype and none fits."""
+    def kind(metric):
+        return "integer/bool" if METRICS[metric].dtype_class == "integer" else "float"
+
+    for target, limits in section.items():
+        for metric in limits:
+            if target != "*" and target in dtypes and not metric_applies(metric, dtypes[target][1]):
+                raise ConfigError(f"{where}: [outputs.\"{target}\"] {metric}: output '{target}' is "
+                                  f"{dtypes[target][0]}, but {metric} applies to {kind(metric)} tensors only; "
+                                  f"{_metric_fix(dtypes[target][1])}")
+            fits = [o for o, (_, c) in dtypes.items() if metric_applies(metric, c)]
+            if target == "*" and dtypes and not fits and len(dtypes) == n_outputs:
+                shown = ", ".join(f"'{o}' {d}" for o, (d, _) in list(dtypes.items())[:6])
+                raise ConfigError(f"{where}: [outputs.\"*\"] {metric} applies to {kind(metric)} tensors only, and "
+                                  f"no output of the model is one (outputs: {shown}); remove it or bound a metric "
+                                  "of the outputs' kind")
+
+
+def _metric_fix(dclass: str) -> str:
+    if dclass == "integer":
+        return "bound ExactMatchRate (share of equal elements, 0..1) on an integer output"
+    if dclass == "float":
+        return "bound a float metric such as CosineSimilarity or MaxAbsoluteError on a float output"
+    return "no comparison metric applies to this output's dtype: remove the limit"
+
+
 def check_policy_model(policy: Policy, model) -> None:
     """Refuse names of ``policy`` that are not in ``model`` (an onnx.ModelProto, as loaded): ``[outputs.NAME]``
     (graph outputs), ``[layers] ignore`` (node names), ``[fp16_overflow] allow`` (tensor names: graph inputs,
-    node outputs, initializers). Call it once the model is loaded, before any input runs.
+    node outputs, initializers); and output metrics that cannot be computed on the output's dtype
+    (ExactMatchRate on a float output, a float metric on an integer/bool one, any metric on a string output;
+    for ``"*"``, a metric that fits no output: :func:`output_limits` applies "*" to the outputs it fits).
+    Call it once the model is loaded, before any input runs.
 
     Raises:
-        ConfigError: one line naming the policy, the section, the unknown name and the closest model name.
+        ConfigError: one line naming the policy, the section, the unknown name and the closest model name, or
+            the output, its dtype and the metric.
     """
     where = f"policy '{policy.path}'" if policy.path else "policy"
     g = model.graph
@@ -303,6 +385,7 @@ def check_policy_model(policy: Policy, model) -> None:
         if name != "*" and name not in outputs:
             raise ConfigError(f"{where}: [outputs.\"{name}\"] names no output of the model{_hint(name, outputs)}; "
                               "use one of its outputs or \"*\" for all")
+    _check_output_dtypes(policy.section("outputs") or {}, output_dtypes(model), len(outputs), where)
     nodes = [n.name for n in g.node if n.name]
     for name in (policy.section("layers") or {}).get("ignore", []):
         if name not in set(nodes):

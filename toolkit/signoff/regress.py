@@ -10,7 +10,10 @@ Both folders must be results of diagnose/compare or signoff (:func:`result_kind`
 (a dataset run, ``--inputs`` folder, is not compared with a single-input run) and of the same model (same
 ``model_sha256``) unless ``allow_different_models`` is set, which only adds a warning to the report.
 Environment and config changes, decision changes (precision, placement, fusion) and fusion statistics are
-reported, not counted as regressions: they explain them.
+reported, not counted as regressions: they explain them. Two signoffs judged by different policies (the
+``policy``, ``policy_path`` and ``policy_sha256`` their summaries record: :func:`policy_changes`) list the policy
+changes first among ``environment_changes``, with a warning that verdict changes may come from the policy, not
+from the build. Verdict and criterion changes for the better are listed as ``improvements``.
 
 Inputs are compared by their data, not by how they were named: a diagnose/compare summary records
 ``inputs_sha256`` ({input name: :func:`input_digest`}), a dataset run's inputs.csv the ``Sha256`` of each input
@@ -234,18 +237,51 @@ def dict_changes(a: dict, b: dict, prefix: str) -> list[dict]:
             if fa.get(k) != fb.get(k)]
 
 
+#: summary.json keys of a signoff's policy (toolkit.signoff.run.conclude): the policy as read, its file, sha256.
+POLICY_KEYS = ("policy_path", "policy_sha256")
+
+
+def policy_changes(sa: dict, sb: dict) -> list[dict]:
+    """[{"key", "baseline", "new"}] of what differs between the policies two summaries record: each changed
+    limit or key of the policy (``policy.<section>.<key>``, :func:`dict_changes`), then ``policy_path`` and
+    ``policy_sha256``. Empty when neither summary records a policy (diagnose/compare) or nothing differs."""
+    if not any(k in s for s in (sa, sb) for k in ("policy",) + POLICY_KEYS):
+        return []
+    out = dict_changes(sa.get("policy") or {}, sb.get("policy") or {}, "policy.")
+    return out + [{"key": k, "baseline": sa.get(k), "new": sb.get(k)} for k in POLICY_KEYS if sa.get(k) != sb.get(k)]
+
+
+def policy_warning(sa: dict, sb: dict, changes: list[dict]) -> str:
+    """The one-line warning for two runs judged by different policies (``changes``: :func:`policy_changes`):
+    both policy files with the first 12 hex digits of their sha256, and the first changed policy keys."""
+    def side(s):
+        return f"'{s.get('policy_path') or '(no file)'}' (sha256 {str(s.get('policy_sha256') or '-')[:12]})"
+
+    keys = [c for c in changes if c["key"].startswith("policy.")]
+    shown = "; ".join(f"{c['key']} {_brief(c['baseline'], 40)} -> {_brief(c['new'], 40)}" for c in keys[:3])
+    more = f"; ... and {len(keys) - 3} more (environment_changes)" if len(keys) > 3 else ""
+    return (f"the two runs were judged by different policies: {side(sa)} -> {side(sb)}"
+            + (f" ({shown}{more})" if shown else "")
+            + "; verdict and criterion changes may come from the policy, not from the build")
+
+
 def verdict_changes(sa: dict, sb: dict) -> list[dict]:
+    """[{"what", "baseline", "new", "regression", "improvement"}] for the verdict and each signoff criterion
+    whose status differs ("(absent)" on the side that lacks it). A regression: a worse verdict (PASS < WARN <
+    FAIL) or a criterion PASS -> FAIL; an improvement: a better verdict or a criterion FAIL -> PASS; a criterion
+    present on one side only is neither."""
     out = []
     va, vb = sa.get("verdict"), sb.get("verdict")
     if va != vb:
-        out.append({"what": "verdict", "baseline": va, "new": vb,
-                    "regression": VERDICT_RANK.get(vb, 0) > VERDICT_RANK.get(va, 0)})
+        ra, rb = VERDICT_RANK.get(va, 0), VERDICT_RANK.get(vb, 0)
+        out.append({"what": "verdict", "baseline": va, "new": vb, "regression": rb > ra, "improvement": rb < ra})
     ca = {c["name"]: c for c in sa.get("criteria") or []}
-    for c in sb.get("criteria") or []:
-        old = ca.get(c["name"])
-        if old is None or old["status"] != c["status"]:
-            out.append({"what": f"criterion {c['name']}", "baseline": old["status"] if old else "(absent)",
-                        "new": c["status"], "regression": c["status"] == "FAIL" and bool(old) and old["status"] == "PASS"})
+    cb = {c["name"]: c for c in sb.get("criteria") or []}
+    for name in list(cb) + [n for n in ca if n not in cb]:
+        a, b = (ca[name]["status"] if name in ca else "(absent)"), (cb[name]["status"] if name in cb else "(absent)")
+        if a != b:
+            out.append({"what": f"criterion {name}", "baseline": a, "new": b,
+                        "regression": (a, b) == ("PASS", "FAIL"), "improvement": (a, b) == ("FAIL", "PASS")})
     return out
 
 
@@ -340,7 +376,11 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
             f"{c['key']} {_brief(c['baseline'])} -> {_brief(c['new'])}" for c in inputs[:5])
             + (f"; ... and {len(inputs) - 5} more (environment_changes)" if len(inputs) > 5 else "")
             + "; metric and verdict changes may come from the inputs, not from the build")
+    policy = policy_changes(sa, sb)
+    env[:0] = policy
     verdicts = verdict_changes(sa, sb)
+    if any(c["key"] != "policy_path" for c in policy):  # the same policy text moved to another path judges alike
+        warnings.insert(0, policy_warning(sa, sb, policy))
     layers = layer_changes(ra["table"], rb["table"], tol)
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
@@ -348,7 +388,9 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     reasons += [f"tensor '{d['TensorName']}': {d['metric']} {show(d['baseline'], d['new'])} -> "
                 f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
+    improvements = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["improvement"]]
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
+            "improvements": improvements,
             "baseline": str(baseline), "new": str(new), "warnings": warnings, "notes": notes, "tolerance": tol,
             "environment_changes": env,
             "verdict_changes": verdicts, **layers,

@@ -33,8 +33,8 @@ from toolkit.errors import InputError
 from toolkit.inputs import input_specs, load_npz
 from toolkit.ir.load import load_model
 from toolkit.runtime.reference import ReferenceRunner
-from toolkit.signoff.criteria import Evidence, Result, evaluate, shape_key
-from toolkit.signoff.policy import Policy, check_policy_model
+from toolkit.signoff.criteria import Evidence, Result, check_unique, evaluate, shape_key
+from toolkit.signoff.policy import Policy, check_policy_model, output_dtypes
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
 
 AGG = {"CosineSimilarity": "min", "Abnormal": "max", "OverFlow": "max", "DeviceInf": "max", "DeviceNaN": "max",
@@ -163,7 +163,8 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
     model = model if model is not None else load_model(src.path)
     check_policy_model(policy, model)
     _compile_shapes(policy, config, ev, compiled, model, src.path)
-    results = evaluate(policy, ev) + list(extra_results)
+    ev.output_classes = ev.output_classes or {o: c for o, (_, c) in output_dtypes(model).items()}
+    results = check_unique(evaluate(policy, ev) + list(extra_results))
     sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
     n_fail = sum(not r.passed for r in results)
     summary = {

@@ -1,6 +1,7 @@
-"""Fault kind: a command that generates its own input data ignores --input-shape, so a model with dynamic dims
-keeps asking for --input-shape although it was given (tune, signoff; the other commands are covered in
-tests/test_fixes_round3_inputs.py). The data is checked against an independent Relu."""
+"""Fault kinds from the third and fourth adversarial rounds fixed by the lead: commands that generate their own
+input data ignored --input-shape (tune, signoff; the other commands are covered in
+tests/test_fixes_round3_inputs.py); junit.xml with control characters; the formula-safety prefix of our CSVs
+read back exactly; the profiler's integer columns written as integers by parse-log."""
 
 from __future__ import annotations
 
@@ -96,3 +97,26 @@ def test_formula_safe_csv_reads_back_exactly():
     back = undo_formula_safe(pd.read_csv(io.StringIO(to_csv_safe(df, index=False)), keep_default_na=False))
     assert back["TensorName"].tolist() == names
     np.testing.assert_array_equal(back["Value"].to_numpy(), df["Value"].to_numpy())
+
+
+def test_parse_log_writes_the_profilers_integer_columns_as_integers(tmp_path):
+    """Fault kind: integer columns of the profiler's op_summary format (Task ID, Stream ID, Block Dim) written
+    as 2.0 by our CSVs; scripts parse them as int. parse-log's own op_summary.csv keeps them integers."""
+    import csv
+
+    cols = ["Device_id", "Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type",
+            "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Input Shapes",
+            "aicore_time(us)"]
+    rows = [[0, "m", 1, 3, "conv1", "Conv2D", "AI_CORE", "100.5", "12.5", "0", 8, "1,3,8,8", 11.0],
+            [0, "m", 2, 4, "cast1", "Cast", "AI_VECTOR_CORE", "120.0", "3.25", "1.5", 1, "", 2.0]]
+    src = tmp_path / "op_summary_0_1.csv"
+    with open(src, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        w.writerows(rows)
+    proc = _cli("parse-log", src, "--no-html", "--out", tmp_path / "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    with open(tmp_path / "out" / "op_summary.csv", newline="") as fh:
+        got = list(csv.DictReader(fh))
+    assert [r["Task ID"] for r in got] == ["1", "2"] and [r["Stream ID"] for r in got] == ["3", "4"]
+    assert [r["Block Dim"] for r in got] == ["8", "1"]
