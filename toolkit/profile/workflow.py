@@ -7,7 +7,7 @@ request's* outputs (a fresh copy, so a post that edits them in place cannot affe
 is compiled per distinct feed shape (``name:d0,d1,...`` per input, joined with ';'), the first time the shape
 is seen, with one warm-up and one measured run (measured host time per kernel); repeated shapes reuse it, and a
 feed equal to the previous one of its plan reuses its outputs instead of running again. More than
-:data:`MAX_PLANS` distinct shapes are refused (InputError: pad to a few fixed shapes in pre-processing).
+:data:`toolkit.profile.requests.MAX_PLANS` distinct shapes are refused (InputError: pad to a few fixed shapes in pre-processing).
 
 Every plan is priced with the cost model on a device profile and one request is scheduled over the streams;
 the serial and pipelined N-request schedules give request i the device tasks of its own plan. The *main plan*
@@ -48,13 +48,12 @@ from toolkit.profile import e2e
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
 from toolkit.profile.findings import ProfileData, run_rules
+from toolkit.profile.requests import PlanRun, Requests, run_requests
 from toolkit.profile.schedule import device_graph, makespan_us, simulate
 from toolkit.profile.summary import op_tables
 
 REPORTS_DIR = Path("reports")
 MAX_REQUESTS = 10000
-#: At most this many distinct feed shapes (one compiled plan each) per run.
-MAX_PLANS = 8
 REQUEST_COLUMNS = ["Request", "FeedShapes", "Plan", "Pre(ms)", "Device(ms)", "Post(ms)", "Serial latency(ms)",
                    "Pipelined latency(ms)"]
 
@@ -100,159 +99,6 @@ class ProfileResult:
         return float(sum(self.kernel_ms))
 
 
-# ---------------------------------------------------------------- requests, one plan per feed shape
-@dataclass
-class PlanRun:
-    """One compiled plan and what profiling it gave.
-
-    Attributes:
-        label: the feed shapes it was compiled for, ``name:d0,d1,...`` per input joined with ';' (a list feed:
-            ``name:list``, None: ``name:none``).
-        sess: the toolkit.engine.Session; kernel_ms: measured host wall time per kernel (ms, plan order) of its
-            measured run (after one warm-up run), on the first request of these shapes.
-        requests: the requests (0-based) fed these shapes.
-        costs / graph / events: cost table, device task graph and one request's simulated schedule (filled by
-            :func:`_price`).
-    """
-
-    label: str
-    sess: object
-    kernel_ms: list[float]
-    requests: list[int] = field(default_factory=list)
-    costs: pd.DataFrame | None = None
-    graph: object = None
-    events: pd.DataFrame | None = None
-    _feed: dict | None = field(default=None, repr=False)  # the last feed run and its outputs (outputs_for)
-    _outputs: dict | None = field(default=None, repr=False)
-
-    @property
-    def device_ms(self) -> float:
-        """Simulated time of one request's schedule on this plan, ms."""
-        return makespan_us(self.events) / 1e3
-
-    def outputs_for(self, feed: dict) -> dict:
-        """The outputs of ``feed`` (a fresh copy each call, so a post-processing that edits them in place
-        cannot change another request's): reused when ``feed`` equals the last feed run, else run."""
-        if self._feed is None or not _same_feed(feed, self._feed):
-            self._remember(feed, self.sess.run(feed).outputs)
-        return _copy(self._outputs)
-
-    def _remember(self, feed: dict, outputs: dict) -> None:
-        self._feed, self._outputs = _copy(feed), _copy(outputs)
-
-
-def _copy(values: dict) -> dict:
-    import copy
-
-    return {k: (np.array(v, copy=True) if isinstance(v, np.ndarray) else copy.deepcopy(v)) for k, v in values.items()}
-
-
-def _same_feed(a: dict, b: dict) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for k, x in a.items():
-        y = b[k]
-        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-            nan = np.issubdtype(x.dtype, np.inexact) and x.dtype == y.dtype
-            if x.dtype != y.dtype or not np.array_equal(x, y, equal_nan=bool(nan)):
-                return False
-        elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray) or x is not y:
-            return False
-    return True
-
-
-def feed_label(feed: dict, names: list[str]) -> str:
-    """``name:d0,d1,...`` per input of ``feed`` in ``names`` order, joined with ';' (``name:list`` for a sequence
-    feed, ``name:none`` for an empty optional)."""
-    parts = []
-    for n in names:
-        v = feed.get(n)
-        if v is None:
-            parts.append(f"{n}:none")
-        elif isinstance(v, list):
-            parts.append(f"{n}:list")
-        else:
-            parts.append(f"{n}:{','.join(str(d) for d in np.shape(v))}")
-    return ";".join(parts)
-
-
-@dataclass
-class _Requests:
-    """Every request's plan and measured times: plans by label in first-seen order; plan_of[i] = label of
-    request i; pre_ms / post_ms per request (empty when not given)."""
-
-    plans: dict[str, PlanRun]
-    plan_of: list[str]
-    pre_ms: list[float]
-    post_ms: list[float]
-
-
-def _fixed_feed(m, src, config, inputs, seed, progress) -> dict:
-    from toolkit.source import prepare_inputs
-
-    feed = prepare_inputs(m, src, inputs, seed, None, config.input_shapes())
-    progress(f"inputs: {feed.origin}")
-    return feed.arrays
-
-
-def _pre_feed(pre_fn, i: int, specs) -> tuple[float, dict]:
-    """(measured ms, checked feed) of pre(i)."""
-    from toolkit.inputs import check_feed
-
-    ms, value = e2e.time_call(pre_fn, (i,), "--pre", i)
-    feed = e2e.as_feed(value, [s.name for s in specs])
-    check_feed(feed, specs, f"--pre result of request {i}")
-    return ms, feed
-
-
-def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, progress) -> PlanRun:
-    """The plan of ``label``, compiled (warm-up + measured run on ``feed``) the first time it is seen.
-
-    Raises:
-        InputError: a new label when :data:`MAX_PLANS` plans exist already.
-    """
-    from toolkit.errors import InputError
-
-    if label in plans:
-        return plans[label]
-    if len(plans) >= MAX_PLANS:
-        raise InputError(f"--pre returned a feed of shape {label} on request {i}, the {len(plans) + 1}th distinct "
-                         f"shape; profile compiles one plan per feed shape, at most {MAX_PLANS}: pad the inputs to "
-                         "a few fixed shapes in pre-processing, or profile each shape on its own")
-    note = f" for feed {label} (request {i})" if plans else ""
-    sess, res = _run(m, config, feed, progress, note)
-    plan = plans[label] = PlanRun(label, sess, res.kernel_ms)
-    plan._remember(feed, res.outputs)
-    return plan
-
-
-def _requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress) -> _Requests:
-    """Run every request as the module docstring says: pre(i) (timed) gives its feed, the plan of the feed's
-    shapes runs it, post(i) (timed) gets *its* outputs. Without --pre every request uses the one usual feed."""
-    from toolkit.inputs import input_specs
-
-    specs = input_specs(m)
-    names = [s.name for s in specs]
-    fixed = None if pre_fn else _fixed_feed(m, src, config, inputs, seed, progress)
-    if pre_fn is not None or post_fn is not None:
-        progress(f"running {requests} request(s) through the user's "
-                 + " and ".join(x for x, f in (("pre", pre_fn), ("post", post_fn)) if f) + "-processing")
-    out = _Requests({}, [], [], [])
-    for i in range(requests):
-        if pre_fn is not None:
-            ms, feed = _pre_feed(pre_fn, i, specs)
-            out.pre_ms.append(ms)
-        else:
-            feed = fixed
-        label = feed_label(feed, names)
-        plan = _plan_for(out.plans, label, m, config, feed, i, progress)
-        plan.requests.append(i)
-        out.plan_of.append(label)
-        if post_fn is not None:
-            out.post_ms.append(e2e.time_call(post_fn, (plan.outputs_for(feed),), "--post", i)[0])
-    return out
-
-
 def device_config(m, config: Config, dev: DeviceProfile) -> Config:
     """``config`` with ``op_placement`` {op type: "CPU"} for the model's op types the device declares
     unsupported (``unsupported_ops``; these override the config's op-type entries)."""
@@ -261,17 +107,6 @@ def device_config(m, config: Config, dev: DeviceProfile) -> Config:
         return config
     extra = {op: "CPU" for op in sorted(present)}
     return dataclasses.replace(config, op_placement={**(config.op_placement or {}), **extra})
-
-
-def _run(m, config, feed, progress, note: str = ""):
-    """(Session, RunResult of a measured run after one warm-up run)."""
-    from toolkit.engine import Session, shapes_of
-
-    progress(f"compiling and building kernels{note}")
-    sess = Session(m, config, input_shapes=shapes_of(feed))
-    progress(f"running {len(sess.plan.kernels)} kernels (warm-up + measured run)")
-    sess.run(feed)
-    return sess, sess.run(feed)
 
 
 def _advise(m, sess, config, costs, device, fixed_us, progress):
@@ -327,7 +162,7 @@ def _price(plans: dict[str, PlanRun], dev: DeviceProfile) -> None:
         p.events = simulate(p.graph.tasks)
 
 
-def _e2e(runs: _Requests, requests: int):
+def _e2e(runs: Requests, requests: int):
     """(serial and pipelined N-request events, latency table): request i runs the device tasks of its plan."""
     pre = runs.pre_ms or [0.0] * requests
     post = runs.post_ms or [0.0] * requests
@@ -337,7 +172,7 @@ def _e2e(runs: _Requests, requests: int):
     return events, e2e.latency_table(events)
 
 
-def _breakdown(runs: _Requests, main: PlanRun, serial: pd.DataFrame, requests: int) -> pd.DataFrame:
+def _breakdown(runs: Requests, main: PlanRun, serial: pd.DataFrame, requests: int) -> pd.DataFrame:
     """Per-request stage times: one request's schedule of the single plan, or, with several plans, the mean over
     the N requests of the serial schedule (each request on its own plan)."""
     if len(runs.plans) == 1:
@@ -346,7 +181,7 @@ def _breakdown(runs: _Requests, main: PlanRun, serial: pd.DataFrame, requests: i
     return e2e.breakdown(device, runs.pre_ms, runs.post_ms, requests=requests)
 
 
-def _findings(runs: _Requests, order: list[PlanRun], dev, config, user_config) -> list[Finding]:
+def _findings(runs: Requests, order: list[PlanRun], dev, config, user_config) -> list[Finding]:
     """The finding rules on every plan (its own requests' pre/post times). With several plans each finding's
     evidence gets ``feed_shapes``: the labels of the plans it was found on (an identical finding is listed
     once)."""
@@ -370,7 +205,7 @@ def _findings(runs: _Requests, order: list[PlanRun], dev, config, user_config) -
     return out
 
 
-def requests_table(runs: _Requests, order: list[PlanRun], events: dict[str, pd.DataFrame]) -> pd.DataFrame:
+def requests_table(runs: Requests, order: list[PlanRun], events: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """One row per request (:data:`REQUEST_COLUMNS`): Request, FeedShapes (its plan's label), Plan (index of the
     plan in first-seen order), Pre(ms) / Post(ms) measured (NaN when not given), Device(ms) the simulated
     one-request schedule of its plan, Serial latency(ms) / Pipelined latency(ms) from the N-request schedules."""
@@ -385,7 +220,7 @@ def requests_table(runs: _Requests, order: list[PlanRun], events: dict[str, pd.D
         "Serial latency(ms)": lat["serial"], "Pipelined latency(ms)": lat["pipelined"]}, columns=REQUEST_COLUMNS)
 
 
-def _shapes_meta(runs: _Requests) -> list[dict]:
+def _shapes_meta(runs: Requests) -> list[dict]:
     return [{"feed_shapes": p.label, "plan": i, "requests": len(p.requests), "first_request": p.requests[0],
              "simulated_device_ms": p.device_ms} for i, p in enumerate(runs.plans.values())]
 
@@ -397,7 +232,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
-    :data:`MAX_PLANS`) and ``post`` gets that request's outputs. The headline tables (``costs``, ``events``,
+    :data:`toolkit.profile.requests.MAX_PLANS`) and ``post`` gets that request's outputs. The headline tables (``costs``, ``events``,
     ``kernel_ms``, the advisor) are those of the main plan: the one most requests ran (the first seen on a tie);
     ``plans`` holds every plan and ``requests`` says which plan each request ran.
 
@@ -419,7 +254,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     progress(f"loading {src.path}")
     m = load_model(src.path)
     user_config, config = config, device_config(m, config, dev)
-    runs = _requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress)
+    runs = run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress)
     pre_ms, post_ms = runs.pre_ms, runs.post_ms
     progress(f"cost model and schedule on device {dev.name}")
     _price(runs.plans, dev)
