@@ -575,12 +575,13 @@ def test_fp16_accumulation_swamps_small_addends():
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # FP16 overflow is the point
 def test_implmode_per_op_override():
-    """optypelist_for_implmode: high_performance applies only to the listed op types."""
+    """optypelist_for_implmode: op_select_implmode applies only to the listed op types; the others keep the
+    default, high_performance (the converter's --optypelist_for_implmode)."""
     x = np.full((2, 1024), 100.0, np.float32)
     model = make_model([node("ReduceMean", ["x"], ["m"], axes=[-1], keepdims=1, name="rmean"),
                         node("ReduceSum", ["x", "ax"], ["s"], keepdims=1, name="rsum")],
                        [("x", [2, 1024])], ["m", "s"], {"ax": np.array([-1], np.int64)})
-    sess, res = run(model, {"x": x}, **_perf(optypelist_for_implmode=["ReduceMean"]))
+    sess, res = run(model, {"x": x}, op_select_implmode="high_precision", optypelist_for_implmode=["ReduceSum"])
     modes = {k.name: k.implmode for k in sess.plan.kernels if k.fusion != "cast"}
     assert modes == {"rmean": "high_performance", "rsum": "high_precision"}
     assert np.all(np.isposinf(res.outputs["m"]))  # FP16 accumulation passes 65504
@@ -588,8 +589,8 @@ def test_implmode_per_op_override():
     model_s = make_model([node("ReduceSum", ["x", "ax"], ["s"], keepdims=1, name="rsum")], [("x", [2, 1024])],
                          ["s"], {"ax": np.array([-1], np.int64)})
     x4 = np.concatenate([x[:, :512], -x[:, 512:]], axis=1)  # +100 x 512 then -100 x 512: FP32 sum 0
-    _, on = run(model_s, {"x": x4}, **_perf(optypelist_for_implmode=["ReduceSum"]))
-    _, off = run(model_s, {"x": x4}, **_perf(optypelist_for_implmode=["ReduceMean"]))
+    _, on = run(model_s, {"x": x4}, op_select_implmode="high_precision", optypelist_for_implmode=["ReduceMean"])
+    _, off = run(model_s, {"x": x4}, op_select_implmode="high_precision", optypelist_for_implmode=["ReduceSum"])
     assert np.all(off.outputs["s"] == 0.0)
     assert np.array_equal(on.outputs["s"], hp_reduce_sum(r16(x4), [-1]).astype(np.float32))
 

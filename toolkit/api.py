@@ -213,6 +213,8 @@ def diagnosis_lines(diag) -> list[str]:
                        f"{fd['precision']}) [{fd['kind']}]")
     for f in diag.findings[:5]:
         summary.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
+    if len(diag.findings) > 5:
+        summary.append(f"({len(diag.findings) - 5} more findings in findings.json)")
     for t in diag.tasks:
         summary.append(f"task {t['name']}: {'PASS' if t['passed'] else 'FAIL'} ({t['detail']})")
     return summary

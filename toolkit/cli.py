@@ -453,10 +453,10 @@ def _single_threaded_blas() -> None:
     vector reductions that gain nothing from BLAS threads, and OpenBLAS threads busy-wait against
     onnxruntime's spinning thread pool: on 2 cores the layer comparison of PP-OCRv4 rec took 1.7 s with
     them and 0.18 s without."""
-    import os
+    from toolkit.env import set_default  # records them: doctor / summaries report them as set by npuscope
 
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # not OMP_NUM_THREADS: it may size onnxruntime
-        os.environ.setdefault(var, "1")
+        set_default(var, "1")
 
 
 def main(argv=None) -> None:

@@ -60,13 +60,14 @@ class Config:
     Attributes:
         precision_mode: one of :data:`PRECISION_MODES`; default ``allow_mix_precision`` (white ops FP16,
             black ops FP32, gray ops follow their input).
-        keep_dtype: node names or ``OpType::<op>`` entries kept in FP32 (a list, or a file with one per line).
+        keep_dtype: node names (or ``OpName::<name>``) or ``OpType::<op>`` entries kept in FP32 (a list, or a
+            file with one per line; toolkit.precision.options). ``OpName::`` is dropped when read.
         modify_mixlist: ``{"black-list": {"to-add": [...], "to-remove": [...]}, "white-list": {...},
             "gray-list": {...}}`` (a dict, or a JSON file), edits to the default lists.
         op_select_implmode: ``high_performance`` (default, as the converter: FP16 kernels of reductions and
             normalisations accumulate in FP16) or ``high_precision`` (FP32 accumulation).
         optypelist_for_implmode: when given, ``op_select_implmode`` applies only to these op types; all
-            other ops use ``high_precision``.
+            other ops keep the default ``high_performance`` (as the converter).
         overflow_mode: ``inf_nan`` (IEEE, default) or ``saturation`` (FP16 results clamp to ±65504).
         fusion_level: 0 none, 1 BatchNorm folding + buffer fusion, 2 everything (default).
         fusion_switch_file: the converter's fusion switch JSON ({"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}).
@@ -255,12 +256,17 @@ class Config:
             for ops in edits.values():
                 for op in ops:
                     _check_op_type(op, f"{where}: modify_mixlist['{key}']")
+        from toolkit.precision.options import normalise_keep_dtype, parse_keep_entry
+
         for entry in self.keep_dtype:
-            if not entry.strip():
-                raise ConfigError(f"{where}: keep_dtype has an empty entry {entry!r}; give node names or "
-                                  "'OpType::X' entries, one per line in a keep_dtype file")
-            if entry.startswith("OpType::"):
-                _check_op_type(entry[len("OpType::"):], f"{where}: keep_dtype entry '{entry}'")
+            try:
+                parsed = parse_keep_entry(entry)
+            except ValueError:
+                raise ConfigError(f"{where}: keep_dtype has an empty entry {entry!r}; give node names, "
+                                  "'OpName::name' or 'OpType::X' entries, one per line in a keep_dtype file") from None
+            if parsed.kind == "type":
+                _check_op_type(parsed.value, f"{where}: keep_dtype entry '{entry}'")
+        self.keep_dtype = normalise_keep_dtype(self.keep_dtype)
         for op in self.optypelist_for_implmode:
             _check_op_type(op, f"{where}: optypelist_for_implmode")
         if isinstance(self.fusion_level, bool) or self.fusion_level not in (0, 1, 2):
@@ -291,7 +297,9 @@ class Config:
                 if op not in ("to-add", "to-remove"):
                     raise ConfigError(f"{where}: modify_mixlist['{key}'] key '{op}'{suggest(op, ['to-add', 'to-remove'])}")
         _check_mixlist_conflicts(self.modify_mixlist, where)
-        _check_fusion_switch(self.fusion_switch_file, where)
+        from toolkit.compiler.fusion_switch import check as check_fusion_switch
+
+        check_fusion_switch(self.fusion_switch_file, where)
         self.input_shapes(dynamic=True)  # validates the syntax
         from toolkit.gears.spec import validate_gears
 
@@ -350,32 +358,8 @@ def _check_placement(table, where: str) -> None:
             raise ConfigError(f"{where}: op_placement['{key}'] = {val!r}; expected 'CPU' or 'NPU'{hint}")
 
 
-#: Levels of the fusion switch file and the shape every error about it shows.
+#: Levels of the fusion switch file (its parser and checks: toolkit.compiler.fusion_switch).
 FUSION_LEVELS = ("GraphFusion", "UBFusion")
-_SWITCH_SHAPE = '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
-
-
-def _check_fusion_switch(sw, where: str) -> None:
-    """Refuse a fusion switch file that is not {"Switch": {level: {pass name or "ALL": "on" | "off"}}}: every
-    level's type (an object, not a list or a string), its level and pass names, and every value."""
-    if not sw:
-        return
-    if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
-        raise ConfigError(f"{where}: fusion_switch_file must be {_SWITCH_SHAPE}")
-    for level, passes in sw["Switch"].items():
-        if level not in FUSION_LEVELS:
-            raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, FUSION_LEVELS)}")
-        if not isinstance(passes, dict):
-            raise ConfigError(f"{where}: fusion_switch_file must be {_SWITCH_SHAPE}; \"{level}\" is "
-                              f"{json.dumps(passes)}, expected an object {{pass name or \"ALL\": \"on\" | \"off\"}}")
-        known = fusion_pass_names(level)
-        for pname, state in passes.items():
-            if pname != "ALL" and pname not in known:
-                raise ConfigError(f"{where}: fusion switch names an unknown {level} pass '{pname}'"
-                                  f"{suggest(pname, known)}")
-            if not isinstance(state, str) or state not in ("on", "off"):
-                raise ConfigError(f"{where}: fusion switch {level} '{pname}' = {json.dumps(state)}; "
-                                  "expected \"on\" or \"off\"")
 
 
 def _check_mixlist_conflicts(mixlist: dict, where: str) -> None:
@@ -403,14 +387,10 @@ def _check_op_type(op: str, where: str) -> None:
 
 
 def fusion_pass_names(level: str) -> list[str]:
-    """Pass names the fusion switch file may name at ``level`` (GraphFusion or UBFusion)."""
-    from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
-    from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
-    from toolkit.compiler.rules import load_rules
+    """Pass names npuscope simulates at ``level`` (GraphFusion or UBFusion): toolkit.compiler.fusion_switch."""
+    from toolkit.compiler.fusion_switch import simulated_passes
 
-    if level == "UBFusion":
-        return [UB_RULE]
-    return [BN_RULE] + [r.name for r in load_rules()]
+    return simulated_passes(level)
 
 
 def _read_text(p: Path, what: str, where: str | None) -> str:

@@ -355,6 +355,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     if origin:
         k = k_by_name.get(origin["kernel"])
         origin_nodes = list(k.nodes) if k is not None and len(k.nodes) > 1 else [origin["node"]]
+        origin_nodes += [n for n in origin.get("consumer_nodes", []) if n not in origin_nodes]  # storage origin
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
     from toolkit.signoff.regress import input_digests
     sha = hashlib.sha256(Path(prep.path).read_bytes()).hexdigest() if prep.path and Path(prep.path).is_file() else ""

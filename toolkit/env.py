@@ -1,5 +1,11 @@
 """The environment baseline: package versions, CPU, thread settings and the environment variables that change
-results (recorded in every summary so a run can be reproduced and compared)."""
+results (recorded in every summary so a run can be reproduced and compared).
+
+Variables the CLI sets itself when the user did not (one BLAS thread: toolkit.cli) are recorded by
+:func:`set_default` in ``NPUSCOPE_DEFAULTED`` (``VAR=value`` pairs, comma-separated; child processes inherit
+it) and reported apart from the user's: ``environment()["env"]`` holds what the user set,
+``environment()["set_by_npuscope"]`` what npuscope set. A variable whose value was changed after npuscope set
+it counts as the user's."""
 
 from __future__ import annotations
 
@@ -13,6 +19,33 @@ PACKAGES = ("npuscope", "numpy", "onnx", "onnxruntime", "onnx-ir", "onnxscript",
 RELEVANT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ORT_NUM_THREADS",
                 "NPUSCOPE_THREADS", "NPUSCOPE_GLOBAL_POOL", "NPUSCOPE_MODEL_CACHE", "ASCEND_GLOBAL_LOG_LEVEL",
                 "ASCEND_SLOG_PRINT_TO_STDOUT")
+
+
+#: Where :func:`set_default` records the variables npuscope set itself ("VAR=value,VAR2=value2").
+DEFAULTED_ENV = "NPUSCOPE_DEFAULTED"
+
+
+def defaulted(environ=None) -> dict[str, str]:
+    """{variable: value} npuscope set itself (``NPUSCOPE_DEFAULTED``) and that still have that value."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for pair in environ.get(DEFAULTED_ENV, "").split(","):
+        var, sep, val = pair.partition("=")
+        if sep and var and environ.get(var) == val:
+            out[var] = val
+    return out
+
+
+def set_default(var: str, value: str, environ=None) -> bool:
+    """Set ``var`` to ``value`` unless it is set already (the user's choice wins), and record it in
+    ``NPUSCOPE_DEFAULTED``; returns whether it was set. ``environ`` defaults to ``os.environ``."""
+    environ = os.environ if environ is None else environ
+    if var in environ:
+        return False
+    environ[var] = value
+    record = {**defaulted(environ), var: value}
+    environ[DEFAULTED_ENV] = ",".join(f"{k}={v}" for k, v in sorted(record.items()))
+    return True
 
 
 def _version(pkg: str) -> str | None:
@@ -34,12 +67,16 @@ def _cpu_model() -> str:
 
 
 def environment() -> dict:
-    """{"packages": {...}, "python", "platform", "cpu", "cpu_count", "env": {...}}."""
+    """{"packages": {...}, "python", "platform", "cpu", "cpu_count", "env": {variable: value the user set},
+    "set_by_npuscope": {variable: value npuscope set itself (see the module docstring)}} over
+    :data:`RELEVANT_ENV`."""
+    mine = defaulted()
     return {
         "packages": {p: _version(p) for p in PACKAGES},
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ},
+        "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ and k not in mine},
+        "set_by_npuscope": {k: mine[k] for k in RELEVANT_ENV if k in mine},
     }

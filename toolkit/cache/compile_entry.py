@@ -4,7 +4,7 @@ stage) plus the compiled ONNX graph as the payload. No pickling: every field is 
 meta format (version 1)::
 
     {"format": 1, "plan": plan.json dict, "passes": [PassLog fields], "findings": [Finding fields],
-     "fusion_stats": {...}, "compile_ms": float, "stage": {groups, node_group, kernels, folded, findings,
+     "fusion_stats": {...}, "compile_ms": float, "stage": {groups, node_group, kernels, folded, folded_nodes, findings,
      fusion_stats, provided, provenance, absorbed} or null, "manifest": toolkit.cache.keys.Manifest dict,
      "values": {constant tensor name: array digest}}
 """
@@ -50,7 +50,7 @@ def _stage_dict(stage) -> dict | None:
     if stage is None:
         return None
     return {"groups": [_fields(g) for g in stage.groups.values()], "node_group": stage.node_group,
-            "kernels": [_fields(k) for k in stage.kernels], "folded": stage.folded,
+            "kernels": [_fields(k) for k in stage.kernels], "folded": stage.folded, "folded_nodes": stage.folded_nodes,
             "findings": json_safe([f.to_dict() for f in stage.findings]),
             "fusion_stats": json_safe(stage.fusion_stats), "provided": sorted(stage.provided),
             "provenance": {k: [r, list(n)] for k, (r, n) in stage.provenance.items()}, "absorbed": stage.absorbed}
@@ -97,6 +97,7 @@ def stage_from(d: dict | None, graph: Graph | None, config, model_path: str):
     ctx.node_group = dict(d["node_group"])
     ctx.kernels = [KernelSpec(**k) for k in d["kernels"]]
     ctx.folded = list(d["folded"])
+    ctx.folded_nodes = list(d.get("folded_nodes", []))
     ctx.findings = [Finding(**f) for f in d["findings"]]
     ctx.fusion_stats = d["fusion_stats"]
     ctx.provided = set(d["provided"])

@@ -5,6 +5,8 @@
    (toolkit.compare.nondeterminism: its dependent tensors are not compared);
 2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or a
    finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide);
+   when the reference fits FP16 but a high_performance reduction's FP16 accumulation overflowed, the finding
+   says so (partial-sum evidence) and advises high_precision implmode first (:func:`overflow_finding`);
    NaN/Inf the FP32 reference already holds is not FP16 overflow: a graph output whose reference holds
    NaN/Inf is its own error finding, ``golden_nonfinite`` (:func:`golden_nonfinite`, when ``advise`` is given
    the graph outputs), listed right after the static findings;
@@ -70,6 +72,44 @@ def _keep_advice(row, plan_kernels) -> str:
     return f"keep {_what(row, plan_kernels)} in FP32 (keep_dtype)"
 
 
+def _storage_origin(df: pd.DataFrame, row) -> dict | None:
+    """Evidence of a tensor whose FP16 storage destroys what a consumer computes from it
+    (toolkit.compare.layerwise.refine_origins, ``df.attrs["storage_origins"]``), or None."""
+    return (getattr(df, "attrs", None) or {}).get("storage_origins", {}).get(row["TensorName"])
+
+
+def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> str:
+    """What changes an origin's result. An FP16 kernel: keep it in FP32. An FP32 kernel (keep_dtype cannot
+    change it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it; else keep the
+    producers of its FP16-stored inputs in FP32."""
+    k = plan_kernels.get(row.get("Kernel", ""))
+    if k is None or getattr(k, "precision", "") != "fp32":  # compare-dumps' kernels carry no precision
+        return _keep_advice(row, plan_kernels)
+    from toolkit.compare.layerwise import kernel_inputs
+
+    tensors = getattr(plan, "tensors", {})
+    stored16 = [t for t in kernel_inputs(plan).get(k.name, []) if getattr(tensors.get(t), "dtype", "") == "float16"]
+    head = f"'{row['NodeName']}' already runs in FP32, so keep_dtype cannot change it"
+    producers = [_what(r, plan_kernels) for _, r in df[df["TensorName"].isin(stored16)].iterrows() if r.get("Kernel")]
+    if producers and row.get("LocalAbnormal") not in (True,):  # True or numpy's True_; None / NaN: not known
+        return (f"{head}; it reads {', '.join(repr(t) for t in stored16)} stored in FP16: keep "
+                f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)")
+    return (head + "; it differs from the reference on exact inputs"
+            + (f": switch its fusion {k.rule} off (fusion_switch_file) or report it" if k.rule else ": report it")
+            + " with repro/")
+
+
+def _storage_where(ev: dict, row) -> str:
+    """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence)."""
+    from toolkit.report.console import show
+
+    return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), it is rounded "
+            f"within FP16 noise, but '{ev['consumer_node']}' ({ev['consumer_op_type']}, {ev['consumer_precision']}) "
+            f"cannot work from the rounded values: re-run alone on the exact reference inputs it matches (cosine "
+            f"{show(ev.get('exact_cosine'))}), on them rounded to FP16 it does not (cosine "
+            f"{show(ev.get('stored_cosine'))}). ")
+
+
 def nonfinite_inputs(df: pd.DataFrame) -> bool:
     """Whether a graph input already holds NaN/Inf (in the reference's feed)."""
     inp = df[df["OpType"] == "Input"]
@@ -118,6 +158,71 @@ def golden_nonfinite(df: pd.DataFrame, outputs) -> list[Finding]:
     return out
 
 
+def _node_inputs(node, model, values) -> list:
+    """The reference arrays of ``node``'s inputs: from ``values``, else the model's initializers (None if absent)."""
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer if t.name in node.input}
+    return [values[i] if i in values else numpy_helper.to_array(inits[i]) if i in inits else None
+            for i in node.input]
+
+
+def accumulation_overflow(r, plan_kernels, model=None, values=None) -> dict | None:
+    """Evidence when the FP16 overflow of row ``r`` is its kernel's FP16 *accumulation* overflowing while the
+    reference values of the tensor fit FP16 (GoldenAbsMax <= 65504): GUIDE §3, a single-node FP16
+    reduction/normalisation in ``high_performance`` implmode sums in FP16 (toolkit.runtime.fp16_accum).
+    Returns {"op_type", "implmode", "partial_sum_absmax"}: the largest |running sum|, recomputed in float64
+    from the reference inputs (toolkit.runtime.fp16_accum.accumulation_peak; ``model`` the ONNX model,
+    ``values`` the reference tensors; None when they are not given). None when the kernel does not
+    accumulate in FP16, the reference itself passes 65504, or the recomputed sums stay within 65504."""
+    from onnx import helper
+
+    from toolkit.runtime import fp16_accum
+
+    k = plan_kernels.get(r.get("Kernel", ""))
+    absmax = pd.to_numeric(pd.Series([r.get("GoldenAbsMax")]), errors="coerce").iloc[0]
+    if (k is None or k.precision != "fp16" or k.implmode != "high_performance" or k.fusion == "cast"
+            or len(k.exec_nodes or k.nodes) != 1 or r.get("OpType") not in fp16_accum.KERNELS
+            or not absmax <= FP16_MAX):
+        return None
+    ev = {"op_type": r["OpType"], "implmode": k.implmode, "partial_sum_absmax": None}
+    node = next((n for n in model.graph.node if n.name == r["NodeName"]), None) if model is not None else None
+    if node is not None and values is not None:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        peak = fp16_accum.accumulation_peak(node.op_type, _node_inputs(node, model, values), attrs)
+        if peak is not None and peak <= FP16_MAX:
+            return None
+        ev["partial_sum_absmax"] = peak
+    return ev
+
+
+def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=None, values=None) -> Finding:
+    """The ``fp16_overflow`` error of the first overflow row ``r``. When the kernel's FP16 accumulation
+    overflowed (:func:`accumulation_overflow`; evidence key ``accumulation``), the advice is high_precision
+    implmode for that op type first (FP32 accumulation, the kernel stays FP16), keep_dtype second."""
+    ev = _evidence(r)
+    acc = accumulation_overflow(r, plan_kernels, model, values) if graph_known else None
+    hint = f", or {fusion_hint[r['NodeName']]}" if fusion_hint and r["NodeName"] in fusion_hint else ""
+    if acc is None:
+        return Finding("error", "fp16_overflow", r["NodeName"], ev,
+                       f"FP16 overflow/NaN/Inf first appears at '{r['NodeName']}' (golden |x| up to "
+                       f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}, FP16 max {FP16_MAX:.0f}): "
+                       + (_keep_advice(r, plan_kernels) if graph_known else NO_GRAPH_ADVICE) + hint)
+    ev["accumulation"] = acc
+    op = acc["op_type"]
+    peak = acc["partial_sum_absmax"]
+    sums = (f"most likely passes FP16 max {FP16_MAX:.0f} (the reference inputs are not at hand to measure it)"
+            if peak is None else f"reaches |sum| {_beyond_fp16(peak)} > FP16 max {FP16_MAX:.0f}")
+    return Finding("error", "fp16_overflow", r["NodeName"], ev,
+                   f"FP16 accumulation overflows in '{r['NodeName']}' ({op}, implmode high_performance sums in "
+                   f"FP16): the reference values fit FP16 (golden |x| up to "
+                   f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}) but the sum it accumulates in FP16 "
+                   f"{sums}; "
+                   f"run {op} in high_precision implmode (op_select_implmode=\"high_precision\" with "
+                   f"optypelist_for_implmode=[\"{op}\"] for that op type only): it then accumulates in FP32 and "
+                   f"stays FP16; or {_keep_advice(r, plan_kernels)}" + hint)
+
+
 def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None,
            outputs=None, model=None, values: dict | None = None, graph_known: bool = True) -> list[Finding]:
     """Findings, most important first (see module docstring). ``outputs``: the graph output tensor names,
@@ -135,12 +240,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
     ov = overflow_rows(df)
     if len(ov):
         r = ov.iloc[0]
-        out.append(Finding("error", "fp16_overflow", r["NodeName"], _evidence(r),
-                           f"FP16 overflow/NaN/Inf first appears at '{r['NodeName']}' (golden |x| up to "
-                           f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}, FP16 max {FP16_MAX:.0f}): "
-                           + (_keep_advice(r, kernels) if graph_known else NO_GRAPH_ADVICE)
-                           + (f", or {fusion_hint[r['NodeName']]}"
-                                                         if fusion_hint and r["NodeName"] in fusion_hint else "")))
+        out.append(overflow_finding(r, kernels, graph_known, fusion_hint, model, values))
     inp = df[(df["OpType"] == "Input") & df["Abnormal"]]
     for _, r in inp.iterrows():
         out.append(Finding("error", "inconsistent_input", r["NodeName"], _evidence(r),
@@ -150,12 +250,16 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
     for i, (_, r) in enumerate(origins.iterrows()):
         ev = _evidence(r)
         ev["propagated_tensors"] = propagated
-        advice = _keep_advice(r, kernels)
+        advice = _origin_advice(r, kernels, plan, df)
+        storage = _storage_origin(df, r)
+        if storage:
+            ev["storage_rounding"] = dict(storage)
         if fusion_hint and r["NodeName"] in fusion_hint:
             advice += f", or {fusion_hint[r['NodeName']]}"
         kind = "first_divergence" if i == 0 else "divergence_origin"
         group = _what(r, kernels)
-        where = ("is where the error starts; its inputs are normal. " + advice if graph_known else
+        where = ((_storage_where(storage, r) if storage else "is where the error starts; its inputs are normal. ")
+                 + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
                                                                  else "")
                  + "; without --model its inputs cannot be checked, so the error may start earlier (in a tensor "
@@ -167,7 +271,9 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
 
 
 def first_divergence(df: pd.DataFrame) -> dict | None:
-    """{node, op_type, tensor, kernel, kind} of the earliest overflow or origin row (None if all is normal)."""
+    """{node, op_type, tensor, kernel, precision, kind, evidence} of the earliest overflow or origin row (None
+    if all is normal); plus ``consumer_nodes`` when the origin is a tensor whose FP16 storage destroys a
+    consumer's result (the divergence shows only in the consumer's nodes)."""
     ov = overflow_rows(df)
     org = df[(df["Role"] == "origin") & (df["OpType"] != "Input")]
     cands = []
@@ -178,5 +284,10 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
     if not cands:
         return None
     _, r, kind = min(cands, key=lambda c: c[0])
-    return {"node": r["NodeName"], "op_type": r["OpType"], "tensor": r["TensorName"], "kernel": r.get("Kernel", ""),
-            "precision": r.get("Precision", ""), "kind": kind, "evidence": _evidence(r)}
+    out = {"node": r["NodeName"], "op_type": r["OpType"], "tensor": r["TensorName"], "kernel": r.get("Kernel", ""),
+           "precision": r.get("Precision", ""), "kind": kind, "evidence": _evidence(r)}
+    storage = _storage_origin(df, r) if kind == "abnormal" else None
+    if storage:  # the divergence shows in the consumer: a reproducer needs it too
+        out["consumer_nodes"] = list(storage.get("consumer_nodes", []))
+        out["evidence"]["storage_rounding"] = dict(storage)
+    return out

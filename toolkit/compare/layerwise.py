@@ -1,8 +1,12 @@
 """Per-tensor comparison of an NPU run with the FP32 reference, matched through fusion provenance.
 
 Every tensor a node of the original model produces gets a row, in execution order. A tensor the NPU plan
-still stores is compared (toolkit.compare.metrics, with the op class' expected FP16 noise from the numerics
-contract when its kernel ran in FP16). A tensor the compiler removed gets a reason instead: computed at
+still stores is compared (toolkit.compare.metrics) with an expected-noise allowance where FP16 rounding has
+flowed in (:func:`noise_allowances`): an FP16 kernel's output gets its op class' FP16 noise from the numerics
+contract; an FP32 kernel downstream of FP16 data gets its class' noise or the noise its inputs carry,
+scaled by what the op does to their magnitude, whichever is larger. In the table ``AbnormalMetrics`` names
+the lines that make a row abnormal: lines crossed only within the expected noise are not listed (the row is
+``WithinExpectedNoise``, not ``Abnormal``). A tensor the compiler removed gets a reason instead: computed at
 compile time, or fused into kernel K — except a tensor computed at compile time whose value the device side
 still holds (a graph output folded to a constant, which the plan returns): that constant is compared with
 the reference, since it matches only if the folder is right. A tensor that depends on a nondeterministic op
@@ -87,14 +91,19 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
     """
     owner = plan.kernel_of_tensor()
     reads16 = fp16_affected_kernels(plan)
+    ins = kernel_inputs(plan)
+    allowed: dict[str, dict] = {}  # {tensor: expected-noise allowance its comparison used}
+    absmax: dict[str, float] = {}  # {tensor: reference |x| max}
     kindex = {k.name: i for i, k in enumerate(plan.kernels)}
     folded = set(plan.folded)
     random_src = dependent_tensors(model, golden)
     rows = []
     idx = 0
     for name in plan.graph_inputs:
+        stored = plan.tensors.get(name)  # a graph input is stored in its declared dtype (FP16-origin: fp16)
         row = {"Index": idx, "OpType": "Input", "NodeName": name, "TensorName": name, "TensorIndex": 0,
-               "Kernel": "", "KernelIndex": -1, "Precision": "fp32"}
+               "Kernel": "", "KernelIndex": -1,
+               "Precision": "fp16" if stored is not None and stored.dtype == "float16" else "fp32"}
         if name in golden and name in device:
             row.update(compare_tensors(device[name], golden[name], thresholds=thresholds))
         rows.append(row)
@@ -115,6 +124,8 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 row["DataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
                 row.update(golden_range(g))
+                if "GoldenAbsMax" in row:
+                    absmax[t] = row["GoldenAbsMax"]
             if t in random_src:
                 row["CompareFailReason"] = nondeterministic_reason(random_src[t])
             elif t in folded and t not in device:
@@ -131,9 +142,12 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 if t in folded:  # a folded graph output: the constant the plan returns
                     row["Rule"] = "fold_constants"
                 # FP16 noise is expected wherever FP16-rounded data has flowed in
-                rounded = k is not None and k.name in reads16
-                noise = expected_noise(k.op_class) if (use_noise and rounded) else None
+                noise = None
+                if use_noise and k is not None and k.name in reads16:
+                    noise = allowed[t] = noise_allowance(k, t, ins.get(k.name, []), allowed, absmax)
                 row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise))
+                if not row["Abnormal"]:  # lines crossed within the expected noise do not make it abnormal
+                    row["AbnormalMetrics"] = []
             rows.append(row)
     df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
     df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")
@@ -143,24 +157,51 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
     return df
 
 
+#: ``AbnormalMetrics`` entry of a tensor made abnormal by :func:`refine_origins`: its FP16 storage rounding
+#: (within the contract's noise, so no line may be crossed) destroys what a consumer computes from it.
+STORAGE_ROUNDING = "FP16StorageRounding"
+
+
 def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> pd.DataFrame:
-    """Re-run each 'origin' row's kernel on reference inputs (toolkit.compare.isolate): if its local result is
-    normal, the row only amplifies upstream FP16 noise and becomes 'propagated'. Adds LocalCosineSimilarity,
-    LocalRelativeEuclideanDistance and LocalAbnormal columns to those rows."""
+    """Re-run each 'origin' row's kernel alone (toolkit.compare.isolate) and move the origin where the error
+    really starts. Returns a copy of ``df``.
+
+    1. The kernel runs on the reference values of its inputs, exactly as the reference computed them (only
+       converted to the dtype the kernel reads): LocalCosineSimilarity, LocalRelativeEuclideanDistance and
+       LocalAbnormal of the row. Locally abnormal: the row stays an origin.
+    2. Locally normal: the row only carries upstream error and becomes 'propagated'. If the kernel reads
+       FP16-stored inputs in FP32 (:func:`toolkit.compare.isolate.fp16_stored_inputs`) and, re-run on the
+       reference inputs rounded to their storage dtype, is abnormal, that storage rounding is what destroys
+       the result: each input whose rounding alone does it (all of them if none alone does) becomes the
+       origin (Abnormal, not WithinExpectedNoise, ``AbnormalMetrics`` the lines it crosses without the noise
+       allowance, else :data:`STORAGE_ROUNDING`). Its evidence goes into
+       ``df.attrs["storage_origins"]``: {input tensor: {"consumer_kernel", "consumer_node", "consumer_op_type",
+       "consumer_tensor", "consumer_nodes", "consumer_precision", "exact_cosine", "stored_cosine",
+       "stored_red"}}.
+    3. A row reading such an input afterwards is 'propagated' without a re-run.
+    """
     from toolkit.compare.isolate import isolate
 
     kernels = {k.name: k for k in runtime.plan.kernels}
+    ins = kernel_inputs(runtime.plan)
     df = df.reindex(columns=RESULT_COLUMNS)  # a copy, in the fixed column order
     for col in ("LocalCosineSimilarity", "LocalRelativeEuclideanDistance"):
         df[col] = np.nan
     df["LocalAbnormal"] = pd.Series(None, index=df.index, dtype=object)
+    row_of = {}
+    for i, name in zip(df.index, df["TensorName"]):
+        row_of.setdefault(name, i)
+    storage: dict[str, dict] = {}
     cache: dict[str, dict | None] = {}
-    for i in df.index[df["Role"] == "origin"]:
+    for i in list(df.index[df["Role"] == "origin"]):
         kname, t = df.at[i, "Kernel"], df.at[i, "TensorName"]
-        if not kname or t not in golden:
+        if not kname or t not in golden or kname not in kernels:
+            continue
+        if any(x in storage for x in ins.get(kname, [])):
+            df.at[i, "Role"] = "propagated"
             continue
         if kname not in cache:
-            cache[kname] = isolate(runtime, kname, golden)
+            cache[kname] = isolate(runtime, kname, golden, stored=False)
         local = cache[kname]
         if local is None or t not in local:
             continue
@@ -171,9 +212,82 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
         df.at[i, "LocalRelativeEuclideanDistance"] = row.get("RelativeEuclideanDistance")
         bad = bool(row["Abnormal"] or row["OverFlow"])
         df.at[i, "LocalAbnormal"] = bad
-        if not bad:
-            df.at[i, "Role"] = "propagated"
+        if bad:
+            continue
+        df.at[i, "Role"] = "propagated"
+        for src, ev in _storage_culprits(runtime, k, t, golden, thresholds, noise).items():
+            ev.update(consumer_node=df.at[i, "NodeName"], consumer_op_type=df.at[i, "OpType"],
+                      exact_cosine=row.get("CosineSimilarity"))
+            storage[src] = ev
+            if src in row_of:
+                _mark_storage_origin(df, row_of[src], thresholds)
+    df.attrs = {**df.attrs, "storage_origins": storage}
     return df
+
+
+def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> dict[str, dict]:
+    """{FP16-stored input of kernel ``k``: evidence} for the inputs whose storage rounding makes ``k``'s output
+    ``t`` abnormal (see :func:`refine_origins`); {} when the stored inputs do not break it."""
+    from toolkit.compare.isolate import fp16_stored_inputs, isolate
+
+    stored = [s for s in fp16_stored_inputs(runtime, k.name) if s in golden]
+    if not stored:
+        return {}
+
+    def probe(which):
+        out = isolate(runtime, k.name, golden, stored=set(which))
+        if out is None or t not in out:
+            return None
+        r = compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise)
+        return r if (r["Abnormal"] or r["OverFlow"]) else None
+
+    together = probe(stored)
+    if together is None:
+        return {}
+    alone = {s: probe([s]) for s in stored} if len(stored) > 1 else {stored[0]: together}
+    blamed = {s: r for s, r in alone.items() if r is not None} or dict.fromkeys(stored, together)
+    return {s: {"consumer_kernel": k.name, "consumer_tensor": t, "consumer_nodes": list(k.nodes),
+                "consumer_precision": k.precision, "stored_cosine": r.get("CosineSimilarity"),
+                "stored_red": r.get("RelativeEuclideanDistance")} for s, r in blamed.items()}
+
+
+def _mark_storage_origin(df: pd.DataFrame, i, thresholds) -> None:
+    """Row ``i`` (a tensor whose FP16 storage destroys a consumer's result) becomes an abnormal origin; its
+    ``AbnormalMetrics`` are the lines its metrics cross once the noise allowance no longer excuses them."""
+    from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.compare.metrics.registry import METRICS
+
+    crossed = [m for m, line in resolve_thresholds(thresholds).items()
+               if m in df.columns and METRICS[m].is_abnormal(df.at[i, m], line)]
+    df.at[i, "AbnormalMetrics"] = crossed or [STORAGE_ROUNDING]
+    df.at[i, "Abnormal"] = True
+    df.at[i, "WithinExpectedNoise"] = False
+    df.at[i, "Role"] = "origin"
+
+
+def noise_allowance(k, tensor: str, inputs, allowed: dict, absmax: dict) -> dict[str, float]:
+    """{"rtol", "atol"}: the expected-noise allowance of ``tensor``, written by kernel ``k`` downstream of FP16
+    data (:func:`fp16_affected_kernels`).
+
+    An FP16 kernel: its op class' FP16 noise (toolkit.precision.contract.expected_noise). An FP32 kernel
+    (its inputs carry FP16 rounding, it adds none): the larger of its class' noise and what its inputs carry,
+    per input with an allowance (``allowed``, ONNX names as :func:`kernel_inputs` gives them): the input's
+    rtol, and its atol scaled by ``absmax[tensor] / absmax[input]`` (reference |x| max, ``absmax``). So an op
+    that multiplies by c (x·30000) gets c times its input's absolute allowance and keeps its relative one,
+    while an op that cancels large values (a Softmax over logits offset by 2e4, a difference of near-equal
+    large numbers) keeps only the relative allowance on its small outputs: the rounding it amplifies shows.
+    """
+    own = expected_noise(k.op_class)
+    if k.precision == "fp16":
+        return own
+    rtol, atol = own["rtol"], own["atol"]
+    out_max = absmax.get(tensor)
+    for i in inputs:
+        a, in_max = allowed.get(i), absmax.get(i)
+        if a is None or not out_max or not in_max or not np.isfinite(out_max / in_max):
+            continue
+        rtol, atol = max(rtol, a["rtol"]), max(atol, a["atol"] * out_max / in_max)
+    return {"rtol": rtol, "atol": atol}
 
 
 def fp16_affected_kernels(plan) -> set[str]:

@@ -4,6 +4,16 @@ inputs and expected outputs — what a user attaches to a bug report.
 Files written into ``<report>/repro/``: ``model.onnx``, ``inputs.npz`` (reference values of the subgraph's
 inputs), ``expected.npz`` (reference values of its outputs), ``config.json`` (the diagnosing config, with
 keep_dtype limited to the subgraph's nodes) and ``README.txt`` (the command that reproduces it).
+
+The subgraph reads its inputs in the storage precision the full model's plan gives them: an input the plan
+stores in FP16 (the output of an FP16 kernel) enters as an FP16 graph input ``<name>__fp16`` (its reference
+value rounded to FP16, as the device stores it) followed by a ``Cast`` to FP32 named ``<name>`` again; the
+compiler stores a graph input in its declared dtype, so the origin kernel reads FP16 data and takes the
+precision it took in the full plan (a gray op follows its FP16 input, an FP32 kernel reads FP16-rounded
+values). Only inputs a kernel of the reproducer would otherwise read in FP32 get this treatment; an input read
+only by FP16 kernels is rounded by them anyway. Which inputs the full plan stores in FP16, and how the
+reproducer reads them, comes from compiling the full model again and the subgraph with the same config
+(toolkit.compiler.pipeline.compile_model; deterministic, no kernels are built).
 """
 
 from __future__ import annotations
@@ -19,8 +29,12 @@ from toolkit.ir.graph import node_reads
 from toolkit.report.console import printable
 
 
-def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict) -> tuple[onnx.ModelProto, dict, dict]:
+def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
+                     stored_fp16=()) -> tuple[onnx.ModelProto, dict, dict]:
     """(model, inputs, expected) for the nodes named, inputs and outputs taken from ``golden``.
+
+    ``stored_fp16``: tensors the full plan stores in FP16; a float32 subgraph input among them enters as an
+    FP16 graph input ``<name>__fp16`` (reference rounded to FP16) and a Cast to FP32 (module docstring).
 
     Raises:
         KeyError: a boundary tensor has no reference value.
@@ -40,6 +54,14 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict
         [nodes[-1].output[0]]
     feeds = {i: np.asarray(golden[i]) for i in reads if i not in inits}
     expected = {o: np.asarray(golden[o]) for o in outs}
+    casts = []
+    for i in [i for i in feeds if i in set(stored_fp16) and feeds[i].dtype == np.float32]:
+        name = _free_name(f"{i}__fp16", model)
+        with np.errstate(over="ignore"):  # beyond 65504 the device stores inf, as here
+            feeds = {(name if k == i else k): (v.astype(np.float16) if k == i else v) for k, v in feeds.items()}
+        casts.append(helper.make_node("Cast", [name], [i], name=_free_name(f"Cast_{name}", model),
+                                      to=onnx.TensorProto.FLOAT))
+    nodes = casts + nodes
 
     def vi(name, arr):
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape))
@@ -51,18 +73,76 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict
     return sub, feeds, expected
 
 
-def write_repro(model, node_names, golden, config: dict, folder: Path) -> Path:
-    """Write the reproducer files (module docstring) and return the folder."""
+def _free_name(name: str, model: onnx.ModelProto) -> str:
+    """``name``, or ``name_1``, ``name_2`` ... if a tensor or node of ``model`` already has it."""
+    taken = {n.name for n in model.graph.node} | {t for n in model.graph.node for t in list(n.input) + list(n.output)} \
+        | {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer}
+    out, k = name, 0
+    while out in taken:
+        k += 1
+        out = f"{name}_{k}"
+    return out
+
+
+def _plan(model: onnx.ModelProto, config: dict, shapes: dict):
+    from toolkit.compiler.pipeline import compile_model
+    from toolkit.config import Config
+
+    cfg = Config.from_dict({k: v for k, v in config.items() if k != "input_shape"})
+    return compile_model(model, cfg, input_shapes=shapes).plan
+
+
+def _input_shapes(model: onnx.ModelProto, values: dict) -> dict:
+    names = {i.name for i in model.graph.input}
+    return {k: tuple(np.shape(v)) for k, v in values.items() if k in names and isinstance(v, np.ndarray)}
+
+
+def fp16_stored_tensors(model: onnx.ModelProto, config: dict, golden: dict) -> set[str]:
+    """Tensors the plan of the full ``model`` under ``config`` (Config.to_dict()) stores in FP16, graph inputs
+    left out (they enter as declared). Input shapes are bound from the graph inputs' reference values."""
+    graph_inputs = {i.name for i in model.graph.input}
+    plan = _plan(model, config, _input_shapes(model, golden))
+    return {t.name for t in plan.tensors.values() if t.dtype == "float16" and t.name not in graph_inputs}
+
+
+def read_wider(sub: onnx.ModelProto, config: dict, feeds: dict, candidates) -> set[str]:
+    """The ``candidates`` (FP32 graph inputs of ``sub``) that a kernel of ``sub``'s own plan under ``config``
+    reads in FP32: those need the FP16 input + Cast to be read as the full plan read them. An input only FP16
+    kernels read is rounded to FP16 by them anyway (no Cast needed: the reproducer stays minimal)."""
+    from toolkit.compare.layerwise import kernel_inputs
+
+    plan = _plan(sub, config, _input_shapes(sub, feeds))
+    ins = kernel_inputs(plan)
+    readers = [(k, ins[k.name]) for k in plan.kernels if not k.cast_of]
+    return {i for i in candidates if any(k.precision != "fp16" for k, reads in readers if i in reads)}
+
+
+def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp16=None) -> Path:
+    """Write the reproducer files (module docstring) and return the folder.
+
+    ``stored_fp16``: tensors the full plan stores in FP16; None: found by :func:`fp16_stored_tensors`. Of the
+    subgraph's inputs among them, those a kernel of the reproducer would read in FP32 (:func:`read_wider`)
+    enter as FP16 graph inputs and a Cast.
+    """
+    cfg = dict(config)
+    cfg["keep_dtype"] = [k for k in cfg.get("keep_dtype", []) if k.startswith("OpType::") or k in set(node_names)]
+    cfg.pop("input_shape", None)
+    if stored_fp16 is None:
+        stored_fp16 = fp16_stored_tensors(model, config, golden)
     sub, feeds, expected = extract_subgraph(model, node_names, golden)
+    cands = [i for i in feeds if i in set(stored_fp16) and feeds[i].dtype == np.float32]
+    if cands:
+        sub, feeds, expected = extract_subgraph(model, node_names, golden, read_wider(sub, cfg, feeds, cands))
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(sub, folder / "model.onnx")
     np.savez(folder / "inputs.npz", **feeds)
     np.savez(folder / "expected.npz", **expected)
-    cfg = dict(config)
-    cfg["keep_dtype"] = [k for k in cfg.get("keep_dtype", []) if k.startswith("OpType::") or k in set(node_names)]
-    cfg.pop("input_shape", None)
     write_json(folder / "config.json", cfg)
     write_text(folder / "README.txt",
                f"Minimal reproducer of the divergence at {printable(', '.join(node_names))}.\n"
-               "Run:  npuscope diagnose model.onnx --inputs inputs.npz --config config.json\n")
+               + "".join(f"Input '{printable(c.input[0])}' is FP16 (as the full plan stores '{printable(c.output[0])}'),"
+                         " cast to FP32 by node '" + printable(c.name) + "'.\n"
+                         for c in sub.graph.node if c.op_type == "Cast" and c.input[0] in feeds
+                         and feeds[c.input[0]].dtype == np.float16)
+               + "Run:  npuscope diagnose model.onnx --inputs inputs.npz --config config.json\n")
     return folder

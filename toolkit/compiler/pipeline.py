@@ -64,6 +64,8 @@ class CompileContext:
     kernels: list[KernelSpec] = field(default_factory=list)
     plan: Plan | None = None
     folded: list[str] = field(default_factory=list)
+    #: names of the nodes fold_constants removed (computed at compile time)
+    folded_nodes: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     fusion_stats: dict = field(default_factory=lambda: {"graph_fusion": {}, "ub_fusion": {}})
     provided: set[str] = field(default_factory=set)
@@ -167,7 +169,8 @@ def _load_passes() -> None:
     from toolkit.compiler import passes  # noqa: F401
 
 
-_SNAPSHOT_FIELDS = ("groups", "node_group", "kernels", "folded", "findings", "fusion_stats", "provenance", "absorbed")
+_SNAPSHOT_FIELDS = ("groups", "node_group", "kernels", "folded", "folded_nodes", "findings", "fusion_stats", "provenance",
+                    "absorbed")
 
 
 def _run_optional(info: PassInfo, ctx: CompileContext) -> PassResult:

@@ -13,7 +13,11 @@ kernel sessions are cached by model digest):
    error and local error.
 4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
    (about 2·log2(p) tries instead of p); then each chosen node is dropped again if the target still holds
-   without it (least sensitive first).
+   without it (least sensitive first). Among sets that meet the target the search prefers the one of least
+   FP32 cost, cube-op FLOPs first, then number of nodes (:func:`search_cheapest`): it searches the
+   candidates without cube ops first (an Add that produces large values instead of the MatMul before it),
+   and only when they cannot meet the target the whole ranking, then tries to replace each chosen cube node
+   by its cheaper graph neighbours among the candidates.
 5. Verification: the tuned config compiled from scratch and run on every input.
 
 A try "meets the target" when, on every input, every float graph output satisfies every target condition
@@ -263,6 +267,84 @@ def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:
     return chosen, True
 
 
+def _total(keep, cost) -> tuple[float, int]:
+    """FP32 cost of keep-set ``keep``: (cube FLOPs, number of nodes)."""
+    return sum(cost.get(n, 0.0) for n in keep), len(keep)
+
+
+def _replace_cube(chosen: list[str], cost: dict, neighbours: dict, meets, log: list[str]) -> list[str]:
+    """Replace each chosen cube node (largest cost first) by its cheaper neighbours among the candidates when
+    the target still holds and the set's :func:`_total` cost drops; replacements not needed are dropped."""
+    for c in sorted((c for c in chosen if cost.get(c)), key=lambda c: -cost[c]):
+        alt = [n for n in neighbours.get(c, ()) if cost.get(n, 0.0) < cost[c] and n not in chosen]
+        if not alt:
+            continue
+        trial = [x for x in chosen if x != c] + alt
+        if _total(trial, cost) >= _total(chosen, cost) or not meets(trial):
+            log.append(f"'{c}' kept: its cheaper neighbours {alt} do not meet the target in its place")
+            continue
+        for a in reversed(alt):
+            fewer = [x for x in trial if x != a]
+            if meets(fewer):
+                trial = fewer
+        log.append(f"replaced '{c}' ({cost[c]:.0f} cube FLOPs in FP32) by "
+                   f"{[x for x in trial if x not in chosen]}: target met at lower FP32 cost")
+        chosen = trial
+    return chosen
+
+
+def search_cheapest(ranked: list[str], meets, log: list[str], cost: dict | None = None,
+                    neighbours: dict | None = None) -> tuple[list[str], bool]:
+    """:func:`search` preferring, among keep-sets that meet the target, the one of least FP32 cost:
+    cube-op FLOPs first, then number of nodes. ``cost``: {candidate: FP32 cube FLOPs its kernel adds, 0 for
+    kernels without cube ops}; ``neighbours``: {candidate: candidates next to it in the graph}.
+
+    1. the candidates without cube ops alone (ranking order): a set meeting the target there costs no cube
+       FLOPs in FP32, so it is preferred whatever its length;
+    2. otherwise the whole ranking, then :func:`_replace_cube` on the chosen cube nodes.
+    Returns (chosen, met)."""
+    cost, neighbours = cost or {}, neighbours or {}
+    if meets([]):
+        return [], True
+    cheap = [n for n in ranked if not cost.get(n)]
+    if cheap and len(cheap) < len(ranked):
+        sub: list[str] = []
+        chosen, ok = search(cheap, meets, sub)
+        log += [f"candidates without cube ops: {line}" for line in sub]
+        if ok:
+            return chosen, True
+    chosen, ok = search(ranked, meets, log)
+    return (_replace_cube(chosen, cost, neighbours, meets, log) if ok else chosen), ok
+
+
+def candidate_costs(ranking: pd.DataFrame, model: onnx.ModelProto, flops: dict) -> tuple[dict, dict]:
+    """({KeepName: FP32 cube FLOPs}, {KeepName: neighbouring KeepNames}) of the ranked candidates: the cube
+    FLOPs of a kernel are those of its cube nodes (toolkit.precision.coverage.node_flops; a cube node of
+    unknown shape counts 1), its neighbours the candidates that produce one of its nodes' inputs or read one
+    of their outputs (original graph)."""
+    from toolkit.precision.contract import CUBE
+
+    nodes = {n.name: n for n in model.graph.node}
+    owner = {}
+    members = {}
+    for r in ranking.to_dict("records"):
+        members[r["KeepName"]] = [m for m in str(r.get("Nodes") or r["KeepName"]).split(";") if m]
+        for m in members[r["KeepName"]]:
+            owner[m] = r["KeepName"]
+    producer = {o: n.name for n in model.graph.node for o in n.output if o}
+    readers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n.name)
+    cost, near = {}, {}
+    for keep, ms in members.items():
+        own = [nodes[m] for m in ms if m in nodes]
+        cost[keep] = float(sum(flops.get(n.name, 1.0) for n in own if n.op_type in CUBE.ops))
+        adj = [producer.get(i) for n in own for i in n.input] + [r for n in own for o in n.output for r in readers.get(o, ())]
+        near[keep] = list(dict.fromkeys(owner[a] for a in adj if a in owner and owner[a] != keep))
+    return cost, near
+
+
 @dataclass
 class _Start:
     """What the per-input reference + baseline pass leaves: the baseline's rows/tasks/errors, the full FP32
@@ -388,7 +470,8 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
         tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
         progress(f"searching over {len(ranking)} ranked kernels")
         meets = lambda keep: tuner.trial(keep).met  # noqa: E731
-        chosen, _ = search(list(ranking["KeepName"]), meets, log)
+        cost, near = candidate_costs(ranking, model, cov.node_flops(model, st.shapes))
+        chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
     else:
         chosen = []
         log.append("the target holds in the given config: nothing to keep in FP32")

@@ -6,14 +6,32 @@ rounded). Overflow past 65504 gives inf, and large sums swamp small addends, as 
 float16 arithmetic rounds each operation to FP16 (IEEE 754 binary16, round to nearest even).
 
 Inputs and outputs are float16 arrays; ``attrs`` are the node's ONNX attributes with ONNX defaults.
+Overflow to inf and the NaN that follows (inf - inf, inf / inf) are the simulated device's behaviour, not a
+Python problem: the kernels run under ``np.errstate(over/invalid/divide="ignore")`` so no numpy
+RuntimeWarning reaches the user.
+
+:func:`accumulation_peak` recomputes, in float64 from the FP32 reference inputs, the largest |running sum| a
+kernel forms (same lane order): past 65504 the FP16 accumulation overflows even when every input and the
+result fit FP16 (the advisor's ``fp16_accumulation_overflow`` evidence).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 LANES = 16
 H = np.float16
+
+
+def _device_arith(fn):
+    """Run ``fn`` with numpy's FP overflow/invalid/divide warnings off (simulated device arithmetic)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def _to_last(x, axes):
@@ -24,6 +42,7 @@ def _to_last(x, axes):
     return xt.reshape([x.shape[a] for a in rest] + [n]), axes, n
 
 
+@_device_arith
 def fp16_sum(x: np.ndarray, axes, keepdims: bool = True) -> np.ndarray:
     """Sum of float16 ``x`` over ``axes`` accumulated in FP16 (see module docstring)."""
     x = x.astype(H, copy=False)
@@ -53,11 +72,13 @@ def _axes(attrs, x, extra=None):
     return [int(a) for a in axes]
 
 
+@_device_arith
 def reduce_sum(x, attrs, axes=None):
     ax = _axes(attrs, x, axes)
     return x if ax is None else fp16_sum(x, ax, bool(attrs.get("keepdims", 1)))
 
 
+@_device_arith
 def reduce_mean(x, attrs, axes=None):
     ax = _axes(attrs, x, axes)
     if ax is None:
@@ -66,19 +87,23 @@ def reduce_mean(x, attrs, axes=None):
     return (fp16_sum(x, ax, bool(attrs.get("keepdims", 1))) / H(n)).astype(H)
 
 
+@_device_arith
 def reduce_sum_square(x, attrs, axes=None):
     ax = _axes(attrs, x, axes)
     return (x * x).astype(H) if ax is None else fp16_sum((x * x).astype(H), ax, bool(attrs.get("keepdims", 1)))
 
 
+@_device_arith
 def reduce_l2(x, attrs, axes=None):
     return np.sqrt(reduce_sum_square(x, attrs, axes).astype(np.float32)).astype(H)
 
 
+@_device_arith
 def global_average_pool(x, attrs):
     return reduce_mean(x, {"keepdims": 1}, list(range(2, x.ndim)))
 
 
+@_device_arith
 def softmax(x, attrs, log=False):
     axis = int(attrs.get("axis", -1))
     m = x.max(axis=axis, keepdims=True)
@@ -89,6 +114,7 @@ def softmax(x, attrs, log=False):
     return (e.astype(np.float32) / s.astype(np.float32)).astype(H)
 
 
+@_device_arith
 def layer_normalization(x, attrs, scale, bias=None):
     axis = int(attrs.get("axis", -1)) % x.ndim
     eps = float(attrs.get("epsilon", 1e-5))
@@ -103,6 +129,7 @@ def layer_normalization(x, attrs, scale, bias=None):
     return y.astype(H)
 
 
+@_device_arith
 def cumsum(x, attrs, axis):
     ax = int(np.asarray(axis).reshape(-1)[0])
     xx = np.flip(x, ax) if attrs.get("reverse", 0) else x
@@ -129,4 +156,50 @@ KERNELS = {
 def _axes_input(ins):
     if len(ins) > 1 and ins[1] is not None and ins[1].size:
         return [int(v) for v in ins[1].reshape(-1)]
+    return None
+
+
+def _peak(x: np.ndarray, axes) -> float:
+    """Largest |running sum| (float64) of ``x`` summed over ``axes`` in :func:`fp16_sum`'s order: each lane's
+    sequential sums, then every pairwise level."""
+    flat, _, n = _to_last(np.asarray(x, np.float64), axes)
+    if flat.size == 0:
+        return 0.0
+    pad = (-n) % LANES
+    if pad:
+        flat = np.concatenate([flat, np.zeros(flat.shape[:-1] + (pad,))], axis=-1)
+    run = np.cumsum(flat.reshape(flat.shape[:-1] + (-1, LANES)), axis=-2)
+    peak = float(np.nanmax(np.abs(run)))
+    acc = run[..., -1, :]
+    while acc.shape[-1] > 1:
+        acc = acc[..., 0::2] + acc[..., 1::2]
+        peak = max(peak, float(np.nanmax(np.abs(acc))))
+    return peak
+
+
+def accumulation_peak(op_type: str, inputs: list, attrs: dict) -> float | None:
+    """The largest |running sum| the FP16-accumulating kernel of ``op_type`` forms on ``inputs`` (the node's
+    input arrays, FP32 reference values, None for an absent optional input; ``attrs`` its ONNX attributes),
+    computed in float64 in the kernel's lane order (the sums of a ReduceSum/Mean, of x² for ReduceSumSquare/
+    L2, of exp(x - max) for Softmax, of x and of (x - mean)² for LayerNormalization, the running CumSum).
+    Above 65504 (FP16 max) the FP16 accumulation overflows. None for an op type without such a kernel or
+    missing inputs."""
+    if op_type not in KERNELS or not inputs or inputs[0] is None:
+        return None
+    x = np.asarray(inputs[0], np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if op_type in ("ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL2"):
+            ax = _axes(attrs, x, _axes_input(inputs))
+            return 0.0 if ax is None else _peak(x * x if op_type in ("ReduceSumSquare", "ReduceL2") else x, ax)
+        if op_type == "GlobalAveragePool":
+            return _peak(x, list(range(2, x.ndim)))
+        if op_type in ("Softmax", "LogSoftmax"):
+            axis = int(attrs.get("axis", -1))
+            return _peak(np.exp(x - x.max(axis=axis, keepdims=True)), [axis])
+        if op_type == "LayerNormalization":
+            axes = list(range(int(attrs.get("axis", -1)) % x.ndim, x.ndim))
+            d = x - x.mean(axis=tuple(axes), keepdims=True)
+            return max(_peak(x, axes), _peak(d * d, axes))
+        if op_type == "CumSum" and len(inputs) > 1 and inputs[1] is not None:
+            return float(np.nanmax(np.abs(np.cumsum(x, axis=int(np.asarray(inputs[1]).reshape(-1)[0])))))
     return None

@@ -4,14 +4,22 @@ A kernel is a small ONNX model — the kernel's original nodes, their constants,
 boundary — run by a cached onnxruntime session, which realises the numerics contract
 (toolkit.precision.contract):
 
-- an FP16 kernel reads its float inputs as FP16 (``<name>__h`` graph inputs cast to FP32 inside: exact),
-  computes in FP32 (FP32 accumulation for cube ops, FP32 intermediates for fused kernels), and rounds each
-  float output once to FP16 (``Cast``; in ``saturation`` overflow mode a ``Clip`` to ±65504 comes first);
-- its float32 constants are rounded to FP16 at build time (parameters such as Resize scales excepted);
+- every kernel computes in FP32: float tensors stored in FP16 enter as ``<name>__h`` graph inputs cast to
+  FP32 inside (exact), float tensors stored in FP32 enter as they are, and each float output stored in FP16
+  is rounded once (``Cast``; in ``saturation`` overflow mode a ``Clip`` to ±65504 comes first). So an FP16
+  kernel reads FP16, computes in FP32 (FP32 accumulation for cube ops, FP32 intermediates for fused kernels)
+  and rounds once at its output, whether its tensors are float32 or float16 in the model;
+- FP16-origin models (float16 tensors in the ONNX file) are computed in FP32 the same way: the kernel's nodes
+  are retyped (:func:`fp32_node`: Cast ``to``/``dtype``/``output_dtype`` float16 → float32, float16 tensor
+  attributes and subgraph types widened) and its float16 constants widened to float32 (exact), so an FP16
+  kernel on FP16-origin data follows the same contract and an FP32 kernel (force_fp32, keep_dtype, black
+  list, CPU) really computes and stores in FP32;
+- an FP16 kernel's float32 constants are rounded to FP16 at build time (parameters such as Resize scales
+  excepted);
 - in ``high_performance`` mode a single-node FP16 reduction/normalisation runs the FP16-accumulating numpy
   kernel of toolkit.runtime.fp16_accum instead;
-- FP32 kernels run the original nodes unchanged (CPU-placed kernels are always FP32, reading and writing
-  host memory);
+- FP32 kernels on float32 tensors run the original nodes unchanged (CPU-placed kernels are always FP32,
+  reading and writing host memory);
 - host-device copy kernels (MemcpyH2D / MemcpyD2H, ``fusion == "copy"``) are numpy copies between host
   storage and the arena (:func:`_copy_exec`).
 """
@@ -62,6 +70,20 @@ def _elem(dtype: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype)) if dtype != "object" else TensorProto.STRING
 
 
+def _typed_vi(name: str, tt, typ, output: bool = False) -> onnx.ValueInfoProto:
+    """Declaration of a float kernel input/output in its storage dtype ``tt.dtype`` (``tt``: TensorSpec): host
+    tensors keep the model's declared type ``typ`` (symbolic dims included) with that element type; device
+    inputs take the plan's shape, device outputs no shape."""
+    elem = _elem(tt.dtype)
+    if tt.storage == "host":
+        vi = onnx.ValueInfoProto()
+        vi.name = name
+        vi.type.CopyFrom(typ)
+        vi.type.tensor_type.elem_type = elem
+        return vi
+    return _vi(name, elem, None if output else tt.shape)
+
+
 def _source(plan: Plan, tensor: str, cast_src: dict[str, str]) -> str:
     return cast_src.get(tensor, tensor)
 
@@ -94,6 +116,67 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+#: ONNX element types of the float tensors the precision passes handle (FP32-origin, FP16-origin).
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
+#: Integer attributes of default-domain ops that name an element type (Cast, EyeLike, Random*, Dequantize...).
+_DTYPE_ATTRS = ("to", "dtype", "output_dtype")
+
+
+def _float_type(types: dict, name: str) -> bool:
+    """Whether ``name`` is a float32 or float16 tensor in the model (``types``: name -> TypeProto)."""
+    t = types.get(name)
+    return t is not None and t.HasField("tensor_type") and t.tensor_type.elem_type in _FLOATS
+
+
+def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
+    return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
+
+
+def _retype_graph(g: onnx.GraphProto) -> bool:
+    """Widen float16 to float32 in a subgraph's declared types, initializers and nodes (in place)."""
+    changed = False
+    for vi in [*g.input, *g.output, *g.value_info]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+            changed = True
+    for i, init in enumerate(g.initializer):
+        if init.data_type == TensorProto.FLOAT16:
+            g.initializer[i].CopyFrom(_widen_tensor(init))
+            changed = True
+    for node in g.node:
+        for a in node.attribute:
+            changed |= _retype_attr(a, node.domain in ("", "ai.onnx"))
+    return changed
+
+
+def _retype_attr(a: onnx.AttributeProto, default_domain: bool) -> bool:
+    if a.type == onnx.AttributeProto.INT and default_domain and a.name in _DTYPE_ATTRS \
+            and a.i == TensorProto.FLOAT16:
+        a.i = TensorProto.FLOAT
+        return True
+    if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.FLOAT16:
+        a.t.CopyFrom(_widen_tensor(a.t))
+        return True
+    if a.type == onnx.AttributeProto.GRAPH:
+        return _retype_graph(a.g)
+    if a.type == onnx.AttributeProto.GRAPHS:
+        return any([_retype_graph(sub) for sub in a.graphs])
+    return False
+
+
+def fp32_node(node: onnx.NodeProto) -> onnx.NodeProto:
+    """``node`` computing in FP32: a copy with every float16 element type in its attributes widened to float32
+    (Cast ``to``, ``dtype`` / ``output_dtype`` of default-domain ops, float16 tensor attributes such as
+    Constant/ConstantOfShape values, and the types, initializers and nodes of subgraphs); ``node`` itself
+    when it has none. Its float16 tensor inputs must be given as float32 too (build_kernel_model does)."""
+    if not node.attribute:
+        return node
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+    changed = [_retype_attr(a, node.domain in ("", "ai.onnx")) for a in new.attribute]
+    return new if any(changed) else node
+
+
 #: Ops whose onnxruntime CPU float16 kernel is bit-identical to the contract's "FP16 in, FP32 compute, one
 #: rounding" (verified over random FP16 bit patterns by tests/test_native_fp16.py): a single-node FP16 kernel
 #: of these runs natively on FP16 data and skips its boundary Casts (about 2 ms per 1.6M elements each).
@@ -114,9 +197,8 @@ def _native_fp16_ok(spec, nodes, plan, types, cast_src, overflow_mode) -> bool:
         orig = _source(plan, t, cast_src)
         if tt is None or tt.storage == "host" or types.get(orig) is None:
             return False
-        is_f32 = types[orig].tensor_type.elem_type == TensorProto.FLOAT
-        if is_f32 != (tt.dtype == "float16") or not is_f32:
-            return False  # only FP16-stored float32-origin tensors in and out
+        if not _float_type(types, orig) or tt.dtype != "float16":
+            return False  # only FP16-stored float (float32- or float16-origin) tensors in and out
     return True
 
 
@@ -144,7 +226,7 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
     """(ModelProto, feeds, fetches) for one kernel; see module docstring."""
     if spec.fusion == "cast":
         return _cast_kernel(spec, plan, overflow_mode)
-    nodes = [by_name[n] for n in spec.exec_nodes]
+    nodes = [fp32_node(by_name[n]) for n in spec.exec_nodes]
     fp16 = spec.precision == "fp16"
     g_inputs, pre, post, feeds, fetches, inits = [], [], [], [], [], []
     for t in spec.inputs:
@@ -153,17 +235,18 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
         # dynamic tensors keep the rank and the dims shape inference knows (None = symbolic): ops such as
         # Scan need their bodies' output shapes inferable from the kernel's input declarations
         shape = tt.shape
-        if tt.storage == "host":
+        if _float_type(types, orig) and tt.dtype in ("float16", "float32"):
+            name = orig + "__h" if tt.dtype == "float16" else orig
+            g_inputs.append(_typed_vi(name, tt, types[orig]))
+            if tt.dtype == "float16":  # read in FP16, computed in FP32 (exact)
+                pre.append(helper.make_node("Cast", [name], [orig], to=TensorProto.FLOAT))
+            feeds.append((name, t))
+        elif tt.storage == "host":
             vi = onnx.ValueInfoProto()
             vi.name = orig
             vi.type.CopyFrom(types[orig])
             g_inputs.append(vi)
             feeds.append((orig, t))
-        elif tt.dtype == "float16" and types.get(orig) is not None and \
-                types[orig].tensor_type.elem_type == TensorProto.FLOAT:
-            g_inputs.append(_vi(orig + "__h", TensorProto.FLOAT16, shape))
-            pre.append(helper.make_node("Cast", [orig + "__h"], [orig], to=TensorProto.FLOAT))
-            feeds.append((orig + "__h", t))
         else:
             g_inputs.append(_vi(orig, _elem(tt.dtype), shape))
             feeds.append((orig, t))
@@ -174,28 +257,33 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
                 seen.add(i)
                 c = consts[i]
                 param = idx < len(node.input) and (node.op_type, idx) in FP32_PARAMETERS
-                if fp16 and c.dtype == np.float32 and not param:
+                if c.dtype == np.float16:  # FP16-origin constant: computed in FP32 (exact)
+                    c = c.astype(np.float32)
+                elif fp16 and c.dtype == np.float32 and not param:
                     c = _round_const(c, overflow_mode)
                 inits.append(numpy_helper.from_array(c, i))
     g_outputs = []
     for t in spec.outputs:
         tt = plan.tensors[t]
-        if tt.storage == "host":
-            if t not in types:  # backstop: bind_shapes refuses shapes that leave an output untyped
-                raise ModelError(f"kernel '{spec.name}' ({spec.op_type}): the type of its output '{t}' is unknown "
-                                 "after shape inference; check the input shapes given for the model")
+        if tt.storage == "host" and t not in types:  # backstop: bind_shapes refuses shapes leaving it untyped
+            raise ModelError(f"kernel '{spec.name}' ({spec.op_type}): the type of its output '{t}' is unknown "
+                             "after shape inference; check the input shapes given for the model")
+        if _float_type(types, t) and tt.dtype == "float32":  # computed and stored in FP32
+            g_outputs.append(_typed_vi(t, tt, types[t], output=True))
+            fetches.append((t, t))
+        elif tt.storage == "host" and not _float_type(types, t):
             vi = onnx.ValueInfoProto()
             vi.name = t
             vi.type.CopyFrom(types[t])
             g_outputs.append(vi)
             fetches.append((t, t))
-        elif tt.dtype == "float16" and types.get(t) is not None and types[t].tensor_type.elem_type == TensorProto.FLOAT:
+        elif tt.dtype == "float16" and _float_type(types, t):  # computed in FP32, rounded once to FP16
             x = t
             if overflow_mode == "saturation":
                 post.append(helper.make_node("Clip", [x, "__sat_lo", "__sat_hi"], [t + "__sat"]))
                 x = t + "__sat"
             post.append(helper.make_node("Cast", [x], [t + "__h"], to=TensorProto.FLOAT16))
-            g_outputs.append(_vi(t + "__h", TensorProto.FLOAT16, None))
+            g_outputs.append(_typed_vi(t + "__h", tt, types[t], output=True))
             fetches.append((t + "__h", t))
         else:
             g_outputs.append(_vi(t, _elem(tt.dtype), None))

@@ -180,6 +180,10 @@ def text_lines(rep: dict) -> list[str]:
     lines = [f"python {env['python']} on {env['platform']}; CPU {env['cpu']} x{env['cpu_count']}"]
     lines += [f"{'ok ' if c['passed'] else 'BAD'} {c['message']}" for c in rep["checks"]]
     lines.append("environment variables: " + (", ".join(f"{k}={v}" for k, v in env["env"].items()) or "(none set)"))
+    mine = env.get("set_by_npuscope") or {}
+    if mine:
+        lines.append("set by npuscope (not by you): " + ", ".join(f"{k}={v}" for k, v in mine.items())
+                     + " (npuscope's defaults; set them yourself to choose other values)")
     lines.append("doctor: " + ("OK" if rep["ok"] else "MISMATCH (see BAD lines)"))
     return lines
 

@@ -1,7 +1,41 @@
 """Pass ``check_constants``: float32 constants read by FP16 kernels are converted once at compile time;
-report by name those that overflow (|v| > 65504 → ±inf), underflow to zero (non-zero, rounds to 0) or lose
-integer exactness (integers above 2048 that change). Parameters that are not data (Resize roi/scales) are
-not converted and not checked.
+report by name those whose FP16 value differs *materially* from the FP32 one. Parameters that are not data
+(Resize roi/scales) are not converted and not checked.
+
+The rule, measured by effect (:func:`material_issues`; ``a`` the float32 constant, ``h`` = FP16(``a``) read
+back in float32, relative changes over the finite values that do not overflow):
+
+=====================  ============================================================================  ========
+clause (evidence key)  reported when                                                                 severity
+=====================  ============================================================================  ========
+``overflow``           a finite |value| > 65504 (becomes ±inf)                                       error
+``underflow_to_zero``  *every* non-zero value rounds to 0 (an eps of 1e-12, a scale)                 error
+``integer_inexact``    integers > 2048 change, in a small constant (≤ :data:`SMALL_CONSTANT`         warning
+                       elements) or one whose finite values are all integers (indices, sizes)
+``value_change``       small constant (≤ :data:`SMALL_CONSTANT` elements: eps, scale, bias, clip     warning
+                       bound), judged value by value: max |h - a| / |a| > tolerance
+``norm_change``        larger tensor (weights, bias vectors), judged as a whole: relative L2         warning
+                       change ||h - a||₂ / ||a||₂ > tolerance
+=====================  ============================================================================  ========
+
+The tolerance follows the constant's role in the node that reads it (its effect on that node's output):
+
+- it scales the result (Mul, Div, MatMul/Conv/Gemm weights, Pow, normalisation scale/variance, every role
+  not listed below): :data:`REL_TOL` = 1e-3, the output moves by the same relative amount. FP16 rounds a
+  normal value (|v| in [6.1e-5, 65504]) by at most its unit roundoff 2**-11 ≈ 4.9e-4 relative (IEEE 754
+  binary16), so ordinary rounding never crosses the line; only precision lost in the subnormal range or
+  flushing to zero does.
+- it is added (:data:`ADDITIVE_INPUTS`: Add/Sub/Sum operands, biases, BatchNorm mean): :data:`ADDITIVE_REL_TOL`
+  = 2**-4 (6.25%, FP16 keeps fewer than 4 significant bits of it). An added value below 6.1e-5 moves by at
+  most 2**-25 ≈ 3e-8 absolute in FP16, invisible in the FP16 output unless the sum itself is near 0 (an eps
+  before a sqrt or a division); there the constant matters once it no longer means what it says: an eps of
+  3e-8 becomes 5.96e-8 (+99%), 1e-7 becomes 1.19e-7 (+19%), while 1e-5 (+0.14%), 1e-6 (+1.3%) or PP-OCRv4's
+  activation biases of -2.65e-6 (-1.1%) are not reported.
+
+A handful of denormal weights among thousands (1 of 57361 values at 3e-39) moves the tensor by far less
+than 1e-3 and is not reported (the count of flushed values is in the ``norm_change`` evidence when a tensor
+is reported). :func:`fp16_constant_issues` gives the raw facts (any overflow, any flush to zero, any integer
+losing exactness) the clauses start from.
 """
 
 from __future__ import annotations
@@ -9,7 +43,25 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.compiler.pipeline import Finding, PassResult, register_pass
-from toolkit.precision.contract import FP16_MAX
+from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
+
+#: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
+#: above FP16's unit roundoff 2**-11 ≈ 4.9e-4, so only subnormal precision loss or flushing crosses it.
+REL_TOL = 1e-3
+#: Constants of at most this many elements (scalars, eps, scales, short per-channel vectors) are judged value
+#: by value; larger ones (weights) by the relative L2 change of the whole tensor.
+SMALL_CONSTANT = 16
+#: Relative change that is material for a constant that is *added* (see the module docstring): 2**-4.
+ADDITIVE_REL_TOL = 2.0 ** -4
+#: (op_type, input index or None for every input) of the inputs whose constant is added to the data.
+ADDITIVE_INPUTS = {("Add", None), ("Sub", None), ("Sum", None), ("Conv", 2), ("ConvTranspose", 2), ("Gemm", 2),
+                   ("BatchNormalization", 2), ("BatchNormalization", 3), ("LayerNormalization", 2),
+                   ("InstanceNormalization", 2), ("GroupNormalization", 2)}
+
+
+def is_additive(op_type: str, index: int) -> bool:
+    """Whether input ``index`` of an ``op_type`` node is added to the data (:data:`ADDITIVE_INPUTS`)."""
+    return (op_type, None) in ADDITIVE_INPUTS or (op_type, index) in ADDITIVE_INPUTS
 
 #: (op_type, input index) pairs whose float constant is a parameter kept in FP32, not data.
 FP32_PARAMETERS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
@@ -54,8 +106,93 @@ def severity(ev: dict) -> str:
     return "warning"
 
 
+def _finite_change(a: np.ndarray) -> dict:
+    """{max_rel, rel_l2, value, fp16} of the finite, non-overflowing values of float32 ``a``: the largest relative change |h - a| / |a| over non-zero values, the
+    value that has it and its FP16 form, and the relative L2 change ||h - a||₂ / ||a||₂ (0 when ||a|| = 0)."""
+    with np.errstate(over="ignore"):
+        h = a.astype(np.float16).astype(np.float32)
+    keep = np.isfinite(a) & (np.abs(a) <= FP16_MAX)
+    a64, h64 = a[keep].astype(np.float64), h[keep].astype(np.float64)
+    nz = a64 != 0
+    out = {"max_rel": 0.0, "rel_l2": 0.0, "value": None, "fp16": None}
+    if nz.any():
+        rel = np.abs(h64[nz] - a64[nz]) / np.abs(a64[nz])
+        i = int(np.argmax(rel))
+        out.update(max_rel=float(rel[i]), value=float(a64[nz][i]), fp16=float(h64[nz][i]))
+        out["rel_l2"] = float(np.linalg.norm(h64 - a64) / np.linalg.norm(a64))
+    return out
+
+
+def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
+    """The evidence to report for float32 constant ``arr`` under the module's rule (empty when FP16
+    conversion changes nothing material); ``additive``: the reading node adds it to the data (tolerance
+    :data:`ADDITIVE_REL_TOL` instead of :data:`REL_TOL`, see :func:`is_additive`). The raw facts of
+    :func:`fp16_constant_issues` whose clause holds, plus ``value_change`` (small constants) or
+    ``norm_change`` (larger tensors) with {max_rel, rel_l2, value, fp16, tolerance} and, for ``norm_change``,
+    the counts of values flushed to zero and of non-zero values. Fast path: every finite |value| within
+    [6.1e-5, 2048] or 0 (normal FP16 range, exact integers) reports nothing."""
+    a = np.asarray(arr, dtype=np.float32)
+    mag = np.abs(a)
+    if not a.size or (np.isfinite(a).all() and mag.max() <= FP16_INT_EXACT
+                      and not ((mag > 0) & (mag < FP16_MIN_NORMAL)).any()):
+        return {}
+    raw = fp16_constant_issues(a)
+    ev = {}
+    if "overflow" in raw:
+        ev["overflow"] = raw["overflow"]
+    under = raw.get("underflow_to_zero")
+    if under is not None and under["count"] == under["nonzero"]:
+        ev["underflow_to_zero"] = under
+    small = a.size <= SMALL_CONSTANT
+    fin = a[np.isfinite(a)]
+    if "integer_inexact" in raw and (small or bool((fin == np.round(fin)).all())):
+        ev["integer_inexact"] = raw["integer_inexact"]
+    if "underflow_to_zero" in ev:
+        return ev
+    change = {**_finite_change(a), "tolerance": ADDITIVE_REL_TOL if additive else REL_TOL}
+    if small and change["max_rel"] > change["tolerance"]:
+        ev["value_change"] = change
+    elif not small and change["rel_l2"] > change["tolerance"]:
+        ev["norm_change"] = {**change, "flushed_to_zero": under["count"] if under else 0,
+                             "nonzero": int((np.isfinite(a) & (a != 0)).sum())}
+    return ev
+
+
+def describe(ev: dict) -> str:
+    """What FP16 conversion does to a constant, in words, from :func:`material_issues` evidence."""
+    from toolkit.report.console import show
+
+    parts = []
+    if "overflow" in ev:
+        parts.append(f"{ev['overflow']['count']} value(s) above FP16 max 65504 become inf")
+    if "underflow_to_zero" in ev:
+        parts.append(f"every non-zero value (|v| >= {show(ev['underflow_to_zero']['absmin'], digits=3)}) "
+                     "rounds to 0")
+    if "integer_inexact" in ev:
+        parts.append(f"{ev['integer_inexact']['count']} integer(s) above 2048 lose exactness "
+                     f"(e.g. {ev['integer_inexact']['example']:.0f})")
+    for key, what in (("value_change", "its value changes"), ("norm_change", "the tensor changes")):
+        c = ev.get(key)
+        if c is not None:
+            how = (f"{show(c['value'], digits=3)} becomes {show(c['fp16'], c['value'], digits=3)}, "
+                   f"{(c['fp16'] - c['value']) / c['value'] * 100:+.3g}%" if key == "value_change" else
+                   f"relative L2 change {c['rel_l2']:.2g}; {c['flushed_to_zero']} of {c['nonzero']} non-zero "
+                   "values round to 0")
+            parts.append(f"{what} by more than {c['tolerance']:g} relative ({how})")
+    return "; ".join(parts)
+
+
+def _advice(ev: dict) -> str:
+    if "overflow" in ev:
+        return "or clamp the constant into the FP16 range"
+    if "underflow_to_zero" in ev or "value_change" in ev or "norm_change" in ev:
+        return "or raise the constant into the FP16 normal range (|v| >= 6.1e-5)"
+    return "or store the integers in an integer tensor"
+
+
 def constant_reads(by_name: dict, is_f32_const, k):
-    """(constant name, reading node name) pairs of the float32 data constants kernel ``k`` reads.
+    """(constant name, reading node name, whether the node adds it: :func:`is_additive`) of the float32
+    data constants kernel ``k`` reads.
 
     ``by_name``: the graph's {node name: NodeProto}; ``is_f32_const(name)``: whether tensor ``name`` is a
     float32 constant of the graph."""
@@ -65,35 +202,36 @@ def constant_reads(by_name: dict, is_f32_const, k):
             continue
         for idx, i in enumerate(node.input):
             if (node.op_type, idx) not in FP32_PARAMETERS and is_f32_const(i):
-                yield i, nname
+                yield i, nname, is_additive(node.op_type, idx)
 
 
 def _findings(by_name, is_f32_const, kernels, issues) -> tuple[list[Finding], list[str]]:
     """(findings, log lines) over the float32 constants FP16 ``kernels`` read, each constant once, in kernel
-    order; ``issues(name)`` gives its evidence (:func:`fp16_constant_issues`)."""
+    order; ``issues(name, additive)`` gives its evidence (:func:`material_issues`)."""
     seen, found, log = set(), [], []
     for k in kernels:
         if k.precision != "fp16":
             continue
-        for cname, reader in constant_reads(by_name, is_f32_const, k):
+        for cname, reader, additive in constant_reads(by_name, is_f32_const, k):
             if cname in seen:
                 continue
             seen.add(cname)
-            ev = issues(cname)
+            ev = issues(cname, additive)
             if not ev:
                 continue
             kinds = ", ".join(ev)
             found.append(Finding(
                 severity(ev), "fp16_constant", cname,
                 {**ev, "reader": reader, "kernel": k.name},
-                f"constant '{cname}' read by '{reader}' is not representable in FP16 ({kinds}): keep '{reader}' "
-                "in FP32 (keep_dtype) or clamp the constant into the FP16 range"))
+                f"constant '{cname}' read by '{reader}' changes in FP16 ({describe(ev)}): keep '{reader}' "
+                f"in FP32 (keep_dtype) {_advice(ev)}"))
             log.append(f"constant {cname} ({kinds}) read by {reader}")
     return found, log
 
 
 def _summary(log: list[str]) -> list[str]:
-    return log or ["all FP16 constants representable"]
+    return log or ["no FP16 constant changes materially (overflow, flush to zero, integer exactness, "
+                   f"relative change > {REL_TOL:g}, > {ADDITIVE_REL_TOL:g} if added)"]
 
 
 @register_pass("check_constants", requires=("casts",))
@@ -104,12 +242,12 @@ def run(ctx) -> PassResult:
         c = g.const(name)
         return c is not None and c.dtype == np.float32
 
-    found, log = _findings(g.by_name, is_f32_const, ctx.kernels, lambda c: fp16_constant_issues(g.const(c)))
+    found, log = _findings(g.by_name, is_f32_const, ctx.kernels, lambda c, add: material_issues(g.const(c), add))
     ctx.findings.extend(found)
     return PassResult(len(log), _summary(log))
 
 
-_EVIDENCE_KEYS = ("overflow", "underflow_to_zero", "integer_inexact")
+_EVIDENCE_KEYS = ("overflow", "underflow_to_zero", "integer_inexact", "value_change", "norm_change")
 
 
 def recheck(result, edited: set[str]) -> None:
@@ -130,7 +268,7 @@ def recheck(result, edited: set[str]) -> None:
            for f in result.findings if f.kind == "fp16_constant"}
     found, log = _findings({n.name: n for n in g.node},
                            lambda c: c in inits and inits[c].data_type == TensorProto.FLOAT, result.plan.kernels,
-                           lambda c: fp16_constant_issues(numpy_helper.to_array(inits[c])) if c in edited
+                           lambda c, add: material_issues(numpy_helper.to_array(inits[c]), add) if c in edited
                            else old.get(c, {}))
     result.findings = [f for f in result.findings if f.kind != "fp16_constant"] + found
     for p in result.passes:

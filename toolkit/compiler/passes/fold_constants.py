@@ -4,7 +4,8 @@
 subgraphs, once input shapes are bound) is evaluated once by onnxruntime and replaced by initializers
 (toolkit.ir.const_eval). Graphs with control flow (If/Loop/Scan), or whose constant part onnxruntime refuses,
 go through the onnxscript optimizer's constant folder instead (it folds into subgraphs; ~0.4 s to import).
-Tensors computed away are recorded in ``ctx.folded`` so comparisons list them as "computed at compile time".
+Tensors computed away are recorded in ``ctx.folded`` so comparisons list them as "computed at compile time",
+and the removed nodes' names in ``ctx.folded_nodes``.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def run(ctx) -> PassResult:
 def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
     """toolkit.ir.const_eval on a graph without control flow; None (graph untouched) if onnxruntime refuses."""
     before = {o for n in model.graph.node for o in n.output if o}
+    nodes_before = [n.name for n in model.graph.node]
     work = onnx.ModelProto()
     work.CopyFrom(model)
     n_const = constants_to_initializers(work)
@@ -111,6 +113,7 @@ def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
     ctx.graph = Graph(done.model)
     folded = sorted(before - {o for n in done.model.graph.node for o in n.output if o})
     ctx.folded.extend(folded)
+    _record_nodes(ctx, nodes_before)
     log = [f"{len(folded)} tensors computed at compile time (onnxruntime, one session); {n_const} Constant nodes "
            "made initializers"]
     if folded:
@@ -122,6 +125,7 @@ def _fold_with_onnxscript(ctx, model: onnx.ModelProto) -> PassResult:
     from onnxscript import optimizer
 
     before = {o for n in model.graph.node for o in n.output if o}
+    nodes_before = [n.name for n in model.graph.node]
     outputs = [o.name for o in model.graph.output]
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
     log = []
@@ -147,17 +151,27 @@ def _fold_with_onnxscript(ctx, model: onnx.ModelProto) -> PassResult:
     after = {o for n in model.graph.node for o in n.output if o}
     folded = sorted(before - after)
     ctx.folded.extend(folded)
+    _record_nodes(ctx, nodes_before)
     log.insert(0, f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made initializers")
     if folded:
         log.append("folded: " + ", ".join(folded[:12]) + (" ..." if len(folded) > 12 else ""))
     return PassResult(len(folded), log)
 
 
+def _record_nodes(ctx, nodes_before: list[str]) -> None:
+    """Add the names of the nodes the fold removed to ``ctx.folded_nodes`` (so that an option naming one, e.g.
+    keep_dtype, can be told it was computed at compile time)."""
+    left = {n.name for n in ctx.graph.nodes}
+    ctx.folded_nodes.extend(n for n in nodes_before if n not in left)
+
+
 def _constants_only(ctx, model: onnx.ModelProto) -> PassResult:
     before = {o for n in model.graph.node for o in n.output if o}
+    nodes_before = [n.name for n in model.graph.node]
     n_const = constants_to_initializers(model)
     ctx.graph = Graph(model)
     folded = sorted(before - {o for n in model.graph.node for o in n.output if o})
     ctx.folded.extend(folded)
+    _record_nodes(ctx, nodes_before)
     return PassResult(len(folded), [f"{len(folded)} tensors computed at compile time; {n_const} Constant nodes made "
                                     "initializers", "no node computable from constants or shapes: folder not run"])

@@ -1,6 +1,7 @@
 """Pass ``graph_fusion``: apply the registered graph-fusion rules (toolkit.compiler.rules) at fusion level 2.
 
-Each rule can be switched off by name in the fusion switch file (GraphFusion section). Nodes already in a
+Each rule can be switched off by name in the fusion switch file (GraphFusion section); entries for converter
+passes npuscope does not simulate are logged here as warnings (toolkit.compiler.fusion_switch). Nodes already in a
 group are not matched again. Every match attempt is counted (match_times) and every applied fusion too
 (effect_times); refusals are logged with their reason.
 """
@@ -13,8 +14,13 @@ from toolkit.compiler.rules import Match, Refused, load_rules
 
 @register_pass("graph_fusion", requires=("shapes",), min_level=2, optional=True)
 def run(ctx) -> PassResult:
+    from toolkit.compiler import fusion_switch
+
     g = ctx.graph
-    log, changed = [], 0
+    # converter passes the switch file names that npuscope does not simulate: logged and reported, not errors
+    log, found = fusion_switch.findings(ctx.config)
+    ctx.findings += found
+    changed = 0
     for rule in load_rules():
         if not ctx.config.switch("GraphFusion", rule.name):
             log.append(f"{rule.name}: off in fusion switch file")

@@ -1,5 +1,10 @@
 """Pass ``plan_memory``: storage dtype, shape and lifetime of every runtime tensor, then arena offsets.
 
+Storage dtypes: graph inputs keep their declared dtype; float32/float16 kernel outputs are stored in the
+precision toolkit.compiler.passes.insert_casts.storage_precision gives (so an FP16-origin tensor written by an
+FP32 kernel takes 4 bytes per element, an FP32-origin tensor written by an FP16 kernel 2); host-device copies
+keep their source's storage dtype; other dtypes are stored as declared.
+
 Device tensors with static shapes live in the arena; device tensors whose shape depends on data are
 ``dynamic`` (allocated when produced). Outputs of CPU-placed kernels (AI_CPU ops, ``MemcpyD2H`` copies),
 string tensors and non-tensor values (sequences) are ``host`` (host memory, never in the arena; ``nbytes`` is
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolkit.compiler.passes.insert_casts import storage_precision
 from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.compiler.plan import Plan, TensorSpec
 from toolkit.memory.aliases import find_aliases
@@ -24,13 +30,18 @@ from toolkit.memory.lifetimes import lifetimes
 from toolkit.memory.planner import POLICIES, Block, align, lower_bound, place_exclusive
 
 
-def _spec(g, name, kernel, precision, cast_of=None, placement="NPU"):
+def _spec(g, name, kernel, precision, cast_of=None, placement="NPU", dtype=None):
+    """TensorSpec of ``name``: its ONNX type (of ``cast_of`` for Cast/copy outputs) with float32/float16 stored
+    as ``precision`` (``fp16``/``fp32``; None keeps the ONNX dtype), or ``dtype`` when given (copies: their
+    source's storage dtype)."""
     vt = g.vtype(cast_of or name)
     if vt is None:
         return TensorSpec(name, "object", None, storage="host", producer=kernel)
-    dtype = vt.np_dtype
-    if precision == "fp16" and dtype == np.float32:
-        dtype = np.dtype(np.float16)
+    if dtype is None:
+        dtype = vt.np_dtype
+        if precision is not None and dtype in (np.float32, np.float16):
+            dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
+    dtype = np.dtype(dtype)
     if placement == "CPU" or dtype == np.dtype(object):  # host memory; string tensors hold Python objects
         nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize if vt.static and dtype.kind != "O" else 0
         return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape is not None else None, nbytes, "host",
@@ -39,6 +50,16 @@ def _spec(g, name, kernel, precision, cast_of=None, placement="NPU"):
         return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape else None, storage="dynamic", producer=kernel)
     nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize
     return TensorSpec(name, dtype.name, list(vt.shape), nbytes, "arena", producer=kernel)
+
+
+def _output_spec(g, t, k, tensors, mode) -> TensorSpec:
+    """TensorSpec of output ``t`` of kernel ``k``: copies keep their source's storage dtype; other float outputs
+    are stored as insert_casts.storage_precision says (nbytes follow the storage dtype)."""
+    if k.fusion == "copy" and k.inputs and k.inputs[0] in tensors:
+        src = tensors[k.inputs[0]]
+        return _spec(g, t, k.name, None, k.cast_of, k.placement,
+                     dtype=src.dtype if src.dtype != "object" else None)
+    return _spec(g, t, k.name, storage_precision(g, t, k, mode), k.cast_of, k.placement)
 
 
 def exclusive_tensors(names, kernels, tensors) -> tuple[set[str], list[str]]:
@@ -122,10 +143,10 @@ def run(ctx) -> PassResult:
     g, cfg = ctx.graph, ctx.config
     tensors: dict[str, TensorSpec] = {}
     for t in g.inputs:
-        tensors[t] = _spec(g, t, None, "fp32")
+        tensors[t] = _spec(g, t, None, None)  # graph inputs: their declared dtype
     for k in ctx.kernels:
         for t in k.outputs:
-            tensors[t] = _spec(g, t, k.name, k.precision, k.cast_of, k.placement)
+            tensors[t] = _output_spec(g, t, k, tensors, cfg.precision_mode)
     check_disable_reuse(cfg, g, ctx.kernels, tensors)
     arena, lb, log = place(tensors, ctx.kernels, g.inputs, g.outputs, cfg.memory_reuse, cfg.memory_alignment,
                            cfg.disable_reuse)

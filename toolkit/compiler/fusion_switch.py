@@ -1,0 +1,158 @@
+"""The converter's fusion switch file (``fusion_switch_file``): parse and check it.
+
+Format (the converter's ``--fusion_switch_file`` JSON)::
+
+    {"Switch": {"GraphFusion": {"ALL": "on" | "off", "<PassName>": "on" | "off", ...},
+                "UBFusion":    {"ALL": "on" | "off", "<PassName>": "on" | "off", ...}}}
+
+Pass names at each level, checked by :func:`check`:
+
+- a pass npuscope simulates (:func:`simulated_passes`: the graph-fusion rules of toolkit.compiler.rules and
+  BatchNorm folding under GraphFusion, buffer fusion under UBFusion): switched as written;
+- a real converter pass npuscope does not simulate (:data:`CONVERTER_PASSES`): accepted and ignored, with a
+  warning ("not simulated; ignored"), so switch files copied from the converter load;
+- a known pass under the other level (e.g. a UBFusion pass under GraphFusion): a ConfigError saying where it
+  belongs;
+- anything else: a ConfigError, with a suggestion only when a known name is close (difflib ratio >= 0.8).
+
+:data:`CONVERTER_PASSES` is a small, not exhaustive list. Source: the converter's reference "Graph Fusion and
+UB Fusion Patterns" (CANN documentation, graphubfusionref pages, and its "Fusion Pattern List"), and the
+examples of the ``--fusion_switch_file`` option page (RequantFusionPass, TbeConvDequantVaddReluQuantFusionPass,
+TbeConvDequantQuantFusionPass, TbePool2dQuantFusionPass). Add a name here (one place) when a converter switch
+file names a pass it lacks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+
+from toolkit.errors import ConfigError
+
+#: Levels of the fusion switch file.
+FUSION_LEVELS = ("GraphFusion", "UBFusion")
+#: The shape every error about the file shows.
+SWITCH_SHAPE = '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
+#: Smallest difflib ratio at which an unknown pass name gets a "did you mean" suggestion.
+SUGGEST_CUTOFF = 0.8
+
+#: Converter fusion passes npuscope does not simulate, per level (see the module docstring for the source).
+CONVERTER_PASSES: dict[str, frozenset[str]] = {
+    "GraphFusion": frozenset({
+        "AABiasaddConvFusion", "AAMatMulNzToNdFusionPass", "ADepthwiseFusionPass", "AReduceMeanFusionPass",
+        "AReduceSumFusionPass", "AddNFusionPass", "BatchMatMulFusionPass", "BatchNormBnInferFusionPass",
+        "CastRemoveFusionPass", "ConstToAttrPass", "ConvScaleFusionPass", "ConvWeightCompressFusionPass",
+        "DepthwiseFusionPass", "RequantFusionPass", "SameInputConv2dPass", "SplitConvConcatFusionPass",
+        "V100NotRequireFusionPass",
+    }),
+    "UBFusion": frozenset({
+        "AutomaticUbFusion", "MatmulConfusiontransposeUbFusion", "TbeBatchMatmulElementWiseFusionPass",
+        "TbeConv2DReluv2Pass", "TbeConvBnreduceFusionPass", "TbeConvDequantQuantFusionPass",
+        "TbeConvDequantVaddReluQuantFusionPass", "TbeDepthwiseConvElemwiseFusionPass",
+        "TbeDynamicElemwiseBroadcastFusionPass", "TbeDynamicElemwiseReduceFusionPass", "TbeEltwiseCastFusionPass",
+        "TbeEltwiseFusionPass", "TbeEltwiseQuantFusionPass", "TbeElemwiseQuantFusionPass",
+        "TbeMultiOutputFusionPass", "TbePool2dQuantFusionPass", "TbeReduceElemwiseFusionPass",
+    }),
+}
+
+_log = logging.getLogger("npuscope.config")
+_warned: set[tuple[str, str]] = set()
+
+
+def simulated_passes(level: str) -> list[str]:
+    """Pass names npuscope implements at ``level`` (GraphFusion: BatchNorm folding and the graph-fusion rules;
+    UBFusion: buffer fusion)."""
+    from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
+    from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
+    from toolkit.compiler.rules import load_rules
+
+    if level == "UBFusion":
+        return [UB_RULE]
+    return [BN_RULE] + [r.name for r in load_rules()]
+
+
+def level_of(name: str) -> str | None:
+    """The level a known pass (simulated or in :data:`CONVERTER_PASSES`) belongs to, or None."""
+    for level in FUSION_LEVELS:
+        if name in CONVERTER_PASSES[level] or name in simulated_passes(level):
+            return level
+    return None
+
+
+def ignored_passes(sw: dict | None) -> list[tuple[str, str, str]]:
+    """(level, pass name, state) of every converter pass ``sw`` switches that npuscope does not simulate."""
+    table = (sw or {}).get("Switch", {}) if isinstance(sw, dict) else {}
+    return [(level, name, state) for level, passes in table.items() if isinstance(passes, dict)
+            for name, state in passes.items() if name in CONVERTER_PASSES.get(level, ())]
+
+
+def _unknown(level: str, name: str, where: str) -> ConfigError:
+    home = level_of(name)
+    if home is not None and home != level:
+        return ConfigError(f"{where}: fusion switch names '{name}' under \"{level}\", but it is a {home} pass; "
+                           f"move it under \"{home}\"")
+    simulated = simulated_passes(level)
+    close = difflib.get_close_matches(name, simulated + sorted(CONVERTER_PASSES[level]), n=1, cutoff=SUGGEST_CUTOFF)
+    hint = f" (did you mean '{close[0]}'?)" if close else f" (simulated {level} passes: {', '.join(simulated)})"
+    return ConfigError(f"{where}: fusion switch names an unknown {level} pass '{name}'{hint}; pass names are "
+                       "case-sensitive, \"ALL\" switches every pass of the level")
+
+
+def check(sw, where: str) -> list[str]:
+    """Refuse a fusion switch file that is not {"Switch": {level: {pass name or "ALL": "on" | "off"}}} (every
+    level's type, level and pass names, every value: module docstring). Returns one warning line per converter
+    pass npuscope does not simulate (also logged once per process on logger ``npuscope.config``).
+
+    Raises:
+        ConfigError: the shape, a level, a pass name or a value is wrong (the message says which and how to fix).
+    """
+    from toolkit.config import suggest
+
+    if not sw:
+        return []
+    if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
+        raise ConfigError(f"{where}: fusion_switch_file must be {SWITCH_SHAPE}")
+    for level, passes in sw["Switch"].items():
+        if level not in FUSION_LEVELS:
+            raise ConfigError(f"{where}: fusion switch level '{level}'{suggest(level, FUSION_LEVELS)}")
+        if not isinstance(passes, dict):
+            raise ConfigError(f"{where}: fusion_switch_file must be {SWITCH_SHAPE}; \"{level}\" is "
+                              f"{json.dumps(passes)}, expected an object {{pass name or \"ALL\": \"on\" | \"off\"}}")
+        known = set(simulated_passes(level)) | CONVERTER_PASSES[level]
+        for pname, state in passes.items():
+            if pname != "ALL" and pname not in known:
+                raise _unknown(level, pname, where)
+            if not isinstance(state, str) or state not in ("on", "off"):
+                raise ConfigError(f"{where}: fusion switch {level} '{pname}' = {json.dumps(state)}; "
+                                  "expected \"on\" or \"off\"")
+    return [_warn_once(level, name, state) for level, name, state in ignored_passes(sw)]
+
+
+def warning_text(level: str, name: str, state: str) -> str:
+    """The warning for converter pass ``name`` npuscope does not implement."""
+    return (f"fusion switch {level} '{name}' = \"{state}\": a converter pass npuscope does not implement "
+            "(not simulated; ignored)")
+
+
+def _warn_once(level: str, name: str, state: str) -> str:
+    text = warning_text(level, name, state)
+    if (level, name) not in _warned:
+        _warned.add((level, name))
+        _log.warning("%s", text)
+    return text
+
+
+def findings(config) -> tuple[list[str], list]:
+    """(compile-log lines, warning Findings of kind ``fusion_switch_ignored``) for the converter passes
+    ``config.fusion_switch_file`` switches that npuscope does not simulate; for the pass that applies the
+    switch file to call (e.g. graph_fusion)."""
+    from toolkit.compiler.pipeline import Finding
+
+    lines, out = [], []
+    for level, name, state in ignored_passes(getattr(config, "fusion_switch_file", None)):
+        text = warning_text(level, name, state)
+        lines.append(f"WARNING {text}")
+        out.append(Finding("warning", "fusion_switch_ignored", name, {"level": level, "pass": name, "state": state},
+                           f"{text}; the simulated compile is the same with or without this entry"))
+    return lines, out
