@@ -371,3 +371,27 @@ def test_search_cheapest_prefers_zero_cube_flops_then_replaces_a_cube_node():
     chosen, ok = search_cheapest(["mm", "mm2", "add"], meets, log, cost, {"mm": ["add"], "mm2": []})
     assert ok and sorted(chosen) == ["add", "mm2"], log
     assert search_cheapest(["mm", "add"], lambda k: False, [], cost)[1] is False
+
+
+def test_l2_change_fast_path_never_hides_a_material_change():
+    """The bound that lets large tensors skip the FP16 conversion is an upper bound of the real relative L2
+    change (computed here by numpy), so the fast path never hides a tensor the full rule reports."""
+    from toolkit.compiler.passes import check_constants as cc
+
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        n = int(rng.integers(17, 4000))
+        a = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 1)).astype(np.float32)
+        tiny_share = rng.choice([0.0, 0.001, 0.1, 0.9, 1.0])
+        m = rng.random(n) < tiny_share
+        a[m] = (rng.standard_normal(int(m.sum())) * 10.0 ** rng.uniform(-12, -5)).astype(np.float32)
+        a = np.clip(a, -2048, 2048)
+        mag = np.abs(a)
+        tiny = int(np.count_nonzero((mag > 0) & (mag < 2.0 ** -14)))
+        h = a.astype(np.float16).astype(np.float64)
+        norm = np.linalg.norm(a.astype(np.float64))
+        real = float(np.linalg.norm(h - a) / norm) if norm > 0 else 0.0
+        if norm > 0:
+            assert cc._l2_change_bound(a, tiny) >= real * (1 - 1e-9), trial
+        full = real > cc.REL_TOL or (norm > 0 and np.count_nonzero(h) == 0 and np.count_nonzero(a) > 0)
+        assert bool(cc.material_issues(a)) == full, (trial, real)

@@ -123,19 +123,36 @@ def _finite_change(a: np.ndarray) -> dict:
     return out
 
 
+def _l2_change_bound(a: np.ndarray, tiny: int) -> float:
+    """An upper bound of the relative L2 change ||h - a||₂ / ||a||₂ that FP16 conversion makes to a finite
+    float32 tensor ``a`` with every |value| <= 2048, ``tiny`` of them non-zero below FP16's smallest normal
+    (2**-14): a normal value moves by at most its unit roundoff 2**-11 relative, a smaller one by at most
+    2**-25 absolute (half the subnormal spacing, or itself when it flushes to zero; IEEE 754 binary16). Costs
+    one dot product instead of the conversion; inf when ||a|| is 0 (no bound)."""
+    norm2 = float(np.dot(a.ravel().astype(np.float64), a.ravel().astype(np.float64)))
+    if norm2 <= 0.0:
+        return float("inf")
+    return float(np.sqrt(2.0 ** -22 + tiny * 2.0 ** -50 / norm2))
+
+
 def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
     """The evidence to report for float32 constant ``arr`` under the module's rule (empty when FP16
     conversion changes nothing material); ``additive``: the reading node adds it to the data (tolerance
     :data:`ADDITIVE_REL_TOL` instead of :data:`REL_TOL`, see :func:`is_additive`). The raw facts of
     :func:`fp16_constant_issues` whose clause holds, plus ``value_change`` (small constants) or
     ``norm_change`` (larger tensors) with {max_rel, rel_l2, value, fp16, tolerance} and, for ``norm_change``,
-    the counts of values flushed to zero and of non-zero values. Fast path: every finite |value| within
-    [6.1e-5, 2048] or 0 (normal FP16 range, exact integers) reports nothing."""
+    the counts of values flushed to zero and of non-zero values. Fast paths: every finite |value| within
+    [6.1e-5, 2048] or 0 (normal FP16 range, exact integers) reports nothing, and neither does a larger tensor
+    whose relative L2 change is bounded by REL_TOL without converting it (:func:`_l2_change_bound`)."""
     a = np.asarray(arr, dtype=np.float32)
     mag = np.abs(a)
-    if not a.size or (np.isfinite(a).all() and mag.max() <= FP16_INT_EXACT
-                      and not ((mag > 0) & (mag < FP16_MIN_NORMAL)).any()):
+    if not a.size:
         return {}
+    finite = bool(np.isfinite(a).all())
+    if finite and mag.max() <= FP16_INT_EXACT:
+        tiny = int(np.count_nonzero((mag > 0) & (mag < FP16_MIN_NORMAL)))
+        if not tiny or (a.size > SMALL_CONSTANT and _l2_change_bound(a, tiny) <= REL_TOL):
+            return {}
     raw = fp16_constant_issues(a)
     ev = {}
     if "overflow" in raw:
