@@ -18,8 +18,9 @@ Pass names at each level, checked by :func:`check`:
 :data:`CONVERTER_PASSES` is a small, not exhaustive list. Source: the converter's reference "Graph Fusion and
 UB Fusion Patterns" (CANN documentation, graphubfusionref pages, and its "Fusion Pattern List"), and the
 examples of the ``--fusion_switch_file`` option page (RequantFusionPass, TbeConvDequantVaddReluQuantFusionPass,
-TbeConvDequantQuantFusionPass, TbePool2dQuantFusionPass). Add a name here (one place) when a converter switch
-file names a pass it lacks.
+TbeConvDequantQuantFusionPass, TbePool2dQuantFusionPass). One exception: ``V100NotRequireFusionPass`` was
+reported from a user's converter switch file and is not on those pages. Add a name here (one place) when a
+converter switch file names a pass it lacks.
 """
 
 from __future__ import annotations
