@@ -32,7 +32,8 @@ OP_NAME_PREFIX = "OpName::"
 DEFAULT_IMPLMODE = "high_performance"
 #: precision_mode values that read modify_mixlist.
 MIXLIST_MODES = ("allow_mix_precision",)
-#: precision_mode values under which every kernel is FP32 already (keep_dtype changes nothing).
+#: precision_mode values under which keep_dtype changes nothing: force_fp32 (every kernel FP32 already) and
+#: must_keep_origin_dtype (every kernel keeps the dtype its tensors have in the model).
 ALL_FP32_MODES = ("force_fp32", "must_keep_origin_dtype")
 
 
