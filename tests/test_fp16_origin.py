@@ -232,7 +232,7 @@ def conv_ref(x, w, b):
                                   "allow_fp32_to_fp16"])
 def test_conv_model(mode):
     model, w, b = conv_model()
-    sess = session(model, mode)
+    sess = session(model, mode, fusion_level=0)  # unfused: every tensor of the model is a plan tensor
     plan = sess.plan
     prec = "fp32" if mode == "force_fp32" else "fp16"
     assert labels(plan) == {"conv": prec, "relu": prec}
@@ -349,3 +349,16 @@ def test_result_rows_of_graph_inputs_name_their_storage_precision(tmp_path):
         rows = [r for r in csv.DictReader(open(out / "result.csv")) if r["OpType"] == "Input"]
         want = {i.name: ("fp16" if i.type.tensor_type.elem_type == TP.FLOAT16 else "fp32") for i in model.graph.input}
         assert rows and {r["TensorName"]: r["Precision"] for r in rows} == want
+
+
+@pytest.mark.parametrize("mode", ["force_fp16", "must_keep_origin_dtype", "force_fp32"])
+def test_conv_epilogue_of_an_fp16_model_is_fused(mode):
+    """Buffer fusion takes the Relu into the Conv's kernel on FP16-origin data too: one kernel, the Conv output
+    never stored, and the output rounded once (within 1 FP16 ulp of relu(conv) computed in float64)."""
+    model, w, b = conv_model()
+    sess = session(model, mode)
+    kernels = [k for k in sess.plan.kernels if k.fusion != "cast"]
+    assert [(k.fusion, k.nodes) for k in kernels] == [("ub", ["conv", "relu"])]
+    assert "c" not in sess.plan.tensors and sess.plan.tensors["y"].dtype == F16
+    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float16)
+    assert_ulp(sess.run({"x": x}).outputs["y"], np.maximum(conv_ref(x, w, b), 0))

@@ -171,6 +171,11 @@ class Graph:
         vt = self.types.get(name)
         return vt is not None and vt.elem_type == onnx.TensorProto.FLOAT
 
+    def is_float16_or_32(self, name: str) -> bool:
+        """Whether the tensor is float32 or float16 (an FP16-origin model's data)."""
+        vt = self.types.get(name)
+        return vt is not None and vt.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+
     def check_topological(self) -> None:
         """Raise ModelError if a node reads a tensor produced later (or never)."""
         avail = set(self.inputs) | set(self.consts) | {""}

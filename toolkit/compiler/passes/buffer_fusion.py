@@ -3,7 +3,8 @@ epilogue — bias/residual Add, Mul, activation, or a fused activation group —
 intermediates never leave on-chip memory (they stay FP32; only the kernel output is rounded).
 
 An epilogue node is taken only if it is the sole reader of the running tensor and its other runtime input
-was produced before the cube op (so the kernel stays convex and runnable in graph order).
+was produced before the cube op (so the kernel stays convex and runnable in graph order). Cube ops on float32
+and on float16 (FP16-origin models) data are fused alike: the kernel computes in FP32 either way.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def run(ctx) -> PassResult:
     pos = {n.name: i for i, n in enumerate(g.nodes)}
     log, changed = [], 0
     for node in list(g.nodes):
-        if node.op_type not in CUBE.ops or node.name in ctx.node_group or not g.is_float32(node.output[0]):
+        if node.op_type not in CUBE.ops or node.name in ctx.node_group or not g.is_float16_or_32(node.output[0]):
             continue
         nodes = _extend(ctx, pos, node)
         ctx.count_fusion("ub_fusion", RULE, len(nodes) > 1, len(nodes) > 1)
