@@ -17,6 +17,7 @@ the toolkit.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -340,3 +341,30 @@ def transpose_layernorm(channels: int = 192, width: int = 197, seed: int = 0) ->
     shape = (1, channels, 1, width)
     m = _model(nodes, [_vi("x", shape)], [_vi("y", shape)], [_c("g", g), _c("b", b)], "transpose_layernorm")
     return Built(m, {"x": x}, [])
+
+
+# ------------------------------------------------------------------ a planted compile-stage fault
+@contextlib.contextmanager
+def planted_pass(target: str, factor: float):
+    """Register (for the with-block only) a compiler pass after graph_fusion that rescales the constant read by
+    node ``target`` at compile time."""
+    from toolkit.compiler import pipeline
+
+    pipeline._load_passes()
+
+    def run(ctx):
+        node = ctx.graph.by_name[target]
+        cname = next(i for i in node.input if ctx.graph.const(i) is not None)
+        ctx.graph.consts[cname] = (ctx.graph.consts[cname] * np.float32(factor)).astype(np.float32)
+        return pipeline.PassResult(1, [f"rescaled {cname} of {target} by {factor}"])
+
+    old_order, had = pipeline.PASS_ORDER, "planted_rescale" in pipeline.PASSES
+    pipeline.register_pass("planted_rescale", requires=("shapes",))(run)
+    i = old_order.index("graph_fusion") + 1
+    pipeline.PASS_ORDER = old_order[:i] + ("planted_rescale",) + old_order[i:]
+    try:
+        yield
+    finally:
+        pipeline.PASS_ORDER = old_order
+        if not had:
+            pipeline.PASSES.pop("planted_rescale", None)

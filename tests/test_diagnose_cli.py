@@ -144,32 +144,6 @@ def planted_rule(target: str, factor: float):
         rules.RULES[:] = before
 
 
-@contextlib.contextmanager
-def planted_pass(target: str, factor: float):
-    """Register (for the with-block only) a compiler pass after graph_fusion that rescales the constant read by
-    node ``target`` at compile time."""
-    from toolkit.compiler import pipeline
-
-    pipeline._load_passes()
-
-    def run(ctx):
-        node = ctx.graph.by_name[target]
-        cname = next(i for i in node.input if ctx.graph.const(i) is not None)
-        ctx.graph.consts[cname] = (ctx.graph.consts[cname] * np.float32(factor)).astype(np.float32)
-        return pipeline.PassResult(1, [f"rescaled {cname} of {target} by {factor}"])
-
-    old_order, had = pipeline.PASS_ORDER, "planted_rescale" in pipeline.PASSES
-    pipeline.register_pass("planted_rescale", requires=("shapes",))(run)
-    i = old_order.index("graph_fusion") + 1
-    pipeline.PASS_ORDER = old_order[:i] + ("planted_rescale",) + old_order[i:]
-    try:
-        yield
-    finally:
-        pipeline.PASS_ORDER = old_order
-        if not had:
-            pipeline.PASSES.pop("planted_rescale", None)
-
-
 def _diag(tmp_path, built, stem, **cfg):
     mp, ip = built.save(tmp_path, stem)
     return diagnose(prepare(str(mp), str(ip)), Config(**cfg))
@@ -181,7 +155,7 @@ def test_planted_compile_fault_is_reported_as_compile_stage(tmp_path, plant, pre
     b = scale_model()
     clean, _ = _diag(tmp_path, b, "clean", precision_mode=precision_mode)
     assert clean.summary["stage"] == "none" and clean.summary["first_divergence"] is None
-    ctx = planted_rule("scale_mul", 1.5) if plant == "rule" else planted_pass("scale_mul", 1.5)
+    ctx = planted_rule("scale_mul", 1.5) if plant == "rule" else fk.planted_pass("scale_mul", 1.5)
     with ctx:
         diag, extra = _diag(tmp_path, b, "planted", precision_mode=precision_mode)
     s = diag.summary
@@ -213,7 +187,7 @@ def test_planted_rule_inside_a_fused_kernel_names_that_kernel(tmp_path):
              helper.make_node("Mul", ["c", "k"], ["y"], name="scale_mul")]
     model = fk._model(nodes, [fk._vi("x", (1, 4, 8, 8))], [fk._vi("y", (1, 4, 8, 8))],
                       [fk._c("w", w), fk._c("k", 0.5)], "conv_scale")
-    with planted_pass("scale_mul", 2.0):
+    with fk.planted_pass("scale_mul", 2.0):
         diag, extra = _diag(tmp_path, fk.Built(model, {"x": x}, []), "m", precision_mode="force_fp32")
     k = next(k for k in extra["compiled"].plan.kernels if "scale_mul" in k.nodes)
     assert diag.summary["stage"] == "compile"

@@ -18,7 +18,6 @@ Expected values come from onnxruntime (faultkinds.reference) and numpy, never fr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -169,37 +168,12 @@ def test_keep_dtype_on_the_fp32_softmax_changes_nothing_and_is_not_advised(tmp_p
 
 
 # ------------------------------------------------------------------ 2. FP32 origin wrong on exact inputs
-@contextlib.contextmanager
-def planted_rescale(target: str, factor: float):
-    """A compile pass that multiplies the constant input of node ``target`` by ``factor`` (a compile fault)."""
-    from toolkit.compiler import pipeline
-
-    pipeline._load_passes()
-
-    def run(ctx):
-        node = ctx.graph.by_name[target]
-        name = next(i for i in node.input if ctx.graph.const(i) is not None)
-        ctx.graph.consts[name] = (ctx.graph.consts[name] * np.float32(factor)).astype(np.float32)
-        return pipeline.PassResult(1, [f"planted: {name} x{factor}"])
-
-    order, had = pipeline.PASS_ORDER, "round5_planted" in pipeline.PASSES
-    pipeline.register_pass("round5_planted", requires=("shapes",))(run)
-    i = order.index("graph_fusion") + 1
-    pipeline.PASS_ORDER = order[:i] + ("round5_planted",) + order[i:]
-    try:
-        yield
-    finally:
-        pipeline.PASS_ORDER = order
-        if not had:
-            pipeline.PASSES.pop("round5_planted", None)
-
-
 @pytest.mark.parametrize("cfg", [{"precision_mode": "force_fp32", "fusion_level": 0},
                                  {"precision_mode": "force_fp32"},  # fused: mm+scale+unscale+relu
                                  {"fusion_level": 0, "keep_dtype": ["unscale"]}])
 def test_fp32_origin_wrong_on_exact_inputs_gets_no_keep_dtype_advice(tmp_path, cfg):
     model, feeds = scale_chain(factor=8.0)
-    with planted_rescale("unscale", 1.5):
+    with fk.planted_pass("unscale", 1.5):
         diag, extra = run_diag(tmp_path, model, feeds, **cfg)
     first = diag.summary["first_divergence"]
     k = {k.name: k for k in extra["compiled"].plan.kernels}[first["kernel"]]
@@ -331,7 +305,7 @@ def test_genuine_faults_downstream_of_fp16_data_still_flag(tmp_path, fault):
     model, feeds = scale_chain(factor=30000.0)
     ref = fk.reference(model, feeds)
     # a planted error in the FP32 'unscale': beyond the inherited allowance (relative 4e-3 of the FP16 MatMul)
-    with planted_rescale("unscale", fault):
+    with fk.planted_pass("unscale", fault):
         diag, extra = run_diag(tmp_path / "planted", model, feeds, fusion_level=0, keep_dtype=["scale"])
     dev = extra["device"]["unscaled"].astype(np.float64)
     rel = np.abs(dev - ref["unscaled"]) / np.maximum(np.abs(ref["unscaled"]), 1e-3)
