@@ -476,9 +476,31 @@ def main(argv=None) -> None:
         _SIGNALLED["done"] = True
         if exc.code in (130, 143):
             _exit_interrupted(exc.code)
+        if exc.code is None or isinstance(exc.code, int):
+            _end_process(exc.code or 0)
         raise
     finally:
         _SIGNALLED["done"] = True
+    _end_process(0)
+
+
+def _end_process(code: int) -> None:
+    """End the process with ``code`` once the command is complete, without finalising the interpreter: that
+    would free every onnxruntime session, array and module one by one (measured ~0.1-0.2 s after
+    ``npuscope diagnose`` on PP-OCRv4 rec, a tenth of the run). First the compile cache's queued entries are
+    written and its writer thread stopped (toolkit.cache.store.close), the atexit functions run (logging
+    handlers are flushed) and stdout/stderr flushed. When another non-daemon thread is still alive (a pool
+    someone else started), it returns and the interpreter ends the usual way, joining that thread."""
+    import atexit
+    import threading
+
+    store = sys.modules.get("toolkit.cache.store")
+    if store is not None:
+        store.close()
+    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    atexit._run_exitfuncs()
+    _exit_now(code)
 
 
 def _exit_interrupted(code: int) -> None:

@@ -78,6 +78,17 @@ def flush() -> None:
             f.result()
 
 
+def close() -> None:
+    """Wait for every queued entry (:func:`flush`), then stop the writer thread; a later write starts a new one.
+    The CLI calls this before it ends the process without finalising the interpreter (toolkit.cli)."""
+    flush()
+    with _LOCK:
+        pool, _WRITER["pool"] = _WRITER["pool"], None
+    if pool is not None:
+        pool.shutdown(wait=True)
+    flush()  # entries queued by a write that was running while the pool shut down
+
+
 class LazyPayload:
     """A payload made on first use, once (thread-safe): :meth:`EntryStore.put` accepts one so that costly
     bytes (a compiled model's serialisation, ~4 ms on PP-OCRv4 det) are made on the writer thread while the
