@@ -3,10 +3,11 @@ optimisation off instead of optimising again (measured on PP-OCRv4 det: 87 kerne
 the kernel models, ~14 ms from the stored optimised models).
 
 - ``kernel/<key>`` (key: toolkit.cache.keys.kernel_key — the kernel model's sha256, the optimisation level,
-  versions, machine): meta ``{"level": level it was optimised at, "optimized": bool}``, payload: the model
-  onnxruntime wrote through ``SessionOptions.optimized_model_filepath`` (``"optimized": true``), or the
-  kernel model itself for the levels in :data:`STORED_AS_IS` (no optimisation, ORT_ENABLE_BASIC), which a
-  load optimises again.
+  versions, machine): meta ``{"level": level it was optimised at, "optimized": true}``, payload: the model
+  onnxruntime wrote through ``SessionOptions.optimized_model_filepath``. Only for levels outside
+  :data:`STORED_AS_IS`: a kernel of those levels is made from its own model either way, so an entry of its own
+  would save nothing and cost a file; its model is kept for the bundle only. (Entries with ``"optimized":
+  false`` written by earlier versions still load.)
 - ``bundle/<compile key>``: every session kernel of one compile in one file (one read instead of one per
   kernel): meta ``{"kernels": [recipe or null], "blobs": {kernel model sha256: [offset, length,
   optimised]}}``, payload: the kernel entries' bytes concatenated. A recipe is what build_kernels needs to
@@ -65,10 +66,10 @@ def _scratch_dir(store: EntryStore) -> str:
     return str(folder)
 
 
-#: optimisation levels whose kernel entry is the kernel model itself, optimised again when it is loaded: no
-#: optimisation at all, and ORT_ENABLE_BASIC, whose rewrites are cheap while writing onnxruntime's optimised
-#: model out and reading it back is not (PP-OCRv4 rec, 89 FP32 kernels: 17 ms to build plainly, 32 ms with the
-#: optimised model written out, 13 ms to load those). ORT_ENABLE_ALL kernels (NCHWc layouts) store the
+#: optimisation levels whose kernels are kept as their own model (in bundles only, optimised again when they are
+#: loaded): no optimisation at all, and ORT_ENABLE_BASIC, whose rewrites are cheap while writing onnxruntime's
+#: optimised model out and reading it back is not (PP-OCRv4 rec, 89 FP32 kernels: 17 ms to build plainly, 32 ms
+#: with the optimised model written out, 13 ms to load those). ORT_ENABLE_ALL kernels (NCHWc layouts) store the
 #: optimised model (det, 86 FP16 kernels: 33 ms from the kernel models, 14 ms from the optimised ones).
 STORED_AS_IS = (False, "basic")
 
@@ -136,9 +137,8 @@ class KernelCache:
         return self._build_and_store(data, digest, level)
 
     def _build_and_store(self, data: bytes, digest: str, level):
-        if level in STORED_AS_IS:  # the kernel model is the entry (see STORED_AS_IS)
+        if level in STORED_AS_IS:  # no entry of its own: only a bundle keeps it (see STORED_AS_IS)
             sess = make_session(data, optimize=level)
-            self.store.put("kernel", keys.kernel_key(digest, level), {"level": level, "optimized": False}, data)
             self.payloads[digest] = (False, data)
             return sess
         tmp = self._scratch_file()
