@@ -25,6 +25,8 @@ from pathlib import Path
 
 import onnx
 
+from toolkit.ir.proto import copy_fields
+
 #: Config fields that choose where/whether to cache, not what is compiled: left out of every key.
 NON_CODE_FIELDS = frozenset({"op_compiler_cache_mode", "op_compiler_cache_dir"})
 
@@ -154,23 +156,9 @@ def code_config(config) -> dict:
 def _rest_digest(model: onnx.ModelProto) -> str:
     """Digest of the model without its nodes and initializers (IR version, opsets, functions, graph inputs,
     outputs, value infos, sparse initializers, metadata)."""
-    g = _copy_fields(model.graph, onnx.GraphProto(), skip=("node", "initializer"))
-    top = _copy_fields(model, onnx.ModelProto(), skip=("graph",))
+    g = copy_fields(model.graph, onnx.GraphProto(), skip=("node", "initializer"))
+    top = copy_fields(model, onnx.ModelProto(), skip=("graph",))
     return _sha(top.SerializeToString(deterministic=True), g.SerializeToString(deterministic=True))
-
-
-def _copy_fields(src, dst, skip):
-    """``dst`` with every set field of protobuf message ``src`` copied except those named in ``skip``."""
-    for fd, val in src.ListFields():
-        if fd.name in skip:
-            continue
-        if isinstance(val, (int, float, str, bytes)):
-            setattr(dst, fd.name, val)
-        elif hasattr(val, "extend"):
-            getattr(dst, fd.name).extend(val)
-        else:
-            getattr(dst, fd.name).CopyFrom(val)
-    return dst
 
 
 def _node_struct(node: onnx.NodeProto) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from toolkit.ir.shape_inference import infer_light
 from toolkit.ir.nondeterminism import NONDETERMINISTIC  # never folded (random ops, Dropout)
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -52,7 +53,7 @@ def has_subgraphs(model: onnx.ModelProto) -> bool:
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     """{tensor: dims} for every tensor whose shape inference (with data propagation) gives only fixed dims."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        inferred = infer_light(model, data_prop=True)
     except Exception:  # noqa: BLE001 - no shapes: only constant-input nodes with known outputs can fold
         inferred = model
     g = inferred.graph

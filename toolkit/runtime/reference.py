@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from toolkit.ir.shape_inference import infer_light
 from toolkit.runtime.ort_env import make_session
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
@@ -29,7 +30,7 @@ class ReferenceRunner:
         m = onnx.ModelProto()
         m.CopyFrom(model)
         try:
-            inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+            inferred = infer_light(m, strict_mode=False)
         except Exception:
             inferred = m
         types = {v.name: v for v in list(inferred.graph.value_info)}

@@ -20,6 +20,7 @@ import re
 import onnx
 
 from toolkit.errors import ConfigError, ModelError
+from toolkit.ir.shape_inference import infer_light
 # dim_params exporters write for "unknown" ("", "?"): not symbols that inputs share
 from toolkit.inputs.spec import _UNNAMED as UNNAMED
 
@@ -154,7 +155,7 @@ def _strict_inference_error(model: onnx.ModelProto) -> str | None:
     """The error text of strict ONNX shape inference (with data propagation), or None when it gets through.
     Failures that are not inference errors (a model over 2 GB, ...) count as getting through."""
     try:
-        onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        infer_light(model, check_type=True, strict_mode=True, data_prop=True)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         return str(exc)
     except Exception:  # noqa: BLE001 - not a verdict on the shapes
@@ -166,7 +167,7 @@ def _untyped(model: onnx.ModelProto) -> set[str]:
     """Node outputs left without a type by the (non-strict) shape inference the compiler's infer_shapes pass
     runs: the tensors a failed inference would leave for the runtime to trip over."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = infer_light(model, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - the pass falls back to the model as is
         inferred = model
     g = inferred.graph

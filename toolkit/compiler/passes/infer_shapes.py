@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import onnx
-
 from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.ir.graph import Graph
+from toolkit.ir.shape_inference import infer_into
 
 
 def reinfer(ctx) -> int:
@@ -13,7 +12,7 @@ def reinfer(ctx) -> int:
     model = ctx.graph.sync()
     del model.graph.value_info[:]
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        inferred = infer_into(model, strict_mode=False, data_prop=True)
     except Exception:  # inference is best effort; unknown shapes become dynamic tensors
         inferred = model
     ctx.graph = Graph(inferred)
