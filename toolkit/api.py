@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.artifacts import output_dir, write_compile_artifacts, write_dumps, write_npz
+from toolkit.artifacts import check_out, output_dir, write_compile_artifacts, write_dumps, write_npz
 from toolkit.config import Config
 from toolkit.engine import shapes_of
 from toolkit.ir.load import load_model
@@ -37,6 +37,7 @@ def compile_command(model: str | None, config: Config, out: str | None = None, p
     from toolkit.gears.spec import has_gears
     from toolkit.source import default_input_shapes
 
+    check_out(out)  # a taken --out is refused before the model is read
     if has_gears(config):
         from toolkit.gears.workflow import compile_gears_command
         return compile_gears_command(model, config, out, progress=progress)
@@ -67,6 +68,7 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     from toolkit.engine import Session
     from toolkit.gears.spec import has_gears
 
+    check_out(out)  # --out, --dump and --output are refused before the model is read
     check_dump_dir(dump_dir, out)
     check_output_paths(output, dump_dir, out)
     loaded = None
@@ -103,11 +105,8 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
         files = write_compile_artifacts(sess.compiled, folder)
         files["outputs"] = write_npz(Path(output) if output else folder / "outputs.npz", res.outputs)
         if dump_dir:
-            dpath = Path(dump_dir)
-            if dpath.exists() and any(dpath.iterdir()):
-                from toolkit.errors import UsageError
-                raise UsageError(f"dump folder '{dpath}' already exists and is not empty; choose a new --dump")
-            files["dump"] = write_dumps(res.dumps, sess.plan, dpath)
+            check_dump_dir(dump_dir, out)  # again: the folder may have been filled during the run
+            files["dump"] = write_dumps(res.dumps, sess.plan, Path(dump_dir))
     summary = compile_summary(sess.compiled)
     summary.append(f"ran {len(sess.plan.kernels)} kernels in {res.total_ms:.1f} ms host time "
                    f"(kernel build {sess.runtime.build_ms:.0f} ms)")
@@ -131,6 +130,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     from toolkit.compare.metrics import resolve_thresholds
     from toolkit.diagnose import diagnose, prepare
 
+    check_out_for(out, inputs)  # before the model is read (a dataset --out may be resumed)
     if inputs and Path(inputs).is_dir():
         from toolkit.dataset.workflow import diagnose_dataset
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
@@ -150,7 +150,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
 
 def check_output_paths(output: str | None, dump_dir: str | None, out: str | None) -> None:
     """Refuse, before any work (UsageError, exit 2), an ``--output`` file that exists, is the ``--dump`` folder
-    or lies inside it, or is the ``--out`` folder itself."""
+    or lies inside it, is the ``--out`` folder itself, or whose folder does not exist (and is not ``--out``,
+    which the command creates)."""
     from toolkit.errors import UsageError
 
     if not output:
@@ -163,6 +164,20 @@ def check_output_paths(output: str | None, dump_dir: str | None, out: str | None
                          "must be new or empty); give each its own path")
     if out and o == Path(out).resolve():
         raise UsageError(f"--output and --out both name '{output}'; --output is a .npz file, --out a folder")
+    parent = Path(output).parent
+    if not parent.is_dir() and not (out and o.parent == Path(out).resolve()):
+        raise UsageError(f"--output '{output}': folder '{parent}' does not exist; create it or choose another path")
+
+
+def check_out_for(out: str | None, inputs: str | None) -> None:
+    """The early ``--out`` check of a command taking ``--inputs``: a folder of inputs is a dataset run, whose
+    ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), else
+    toolkit.artifacts.check_out. Raises UsageError (exit 2)."""
+    if inputs and Path(inputs).is_dir():
+        from toolkit.dataset.store import check_store_out
+        check_store_out(out)
+    else:
+        check_out(out)
 
 
 def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
@@ -233,6 +248,7 @@ def signoff_command(model: str | None, policy_path: str, config: Config, *, conf
     from toolkit.signoff.policy import load_policy
     from toolkit.signoff.run import run_signoff
 
+    check_out_for(out, inputs)  # before the policy, the model or the inputs are read
     policy = load_policy(policy_path)
     if inputs and Path(inputs).is_dir():
         from toolkit.dataset.workflow import signoff_dataset
@@ -293,6 +309,7 @@ def regress_command(baseline: str, new: str, *, tolerance: str | None = None, ou
     from toolkit.report.csvjson import _dumps, atomic_write_text
     from toolkit.signoff.regress import parse_tolerance, regress
 
+    check_out(out)  # before the report folders are read
     rep = regress(baseline, new, parse_tolerance(tolerance), allow_different_models=allow_different_models)
     with output_dir(out, REPORTS_DIR, "regress") as folder:
         atomic_write_text(folder / "regress.json", _dumps(rep))
@@ -340,7 +357,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     from toolkit.signoff.criteria import show
     from toolkit.source import _zoo_name_of
 
-    parsed_target = parse_target(target or DEFAULT_TARGET)  # a bad target is a usage error before any work
+    check_out(out)  # a taken --out and a bad target are usage errors before any work
+    parsed_target = parse_target(target or DEFAULT_TARGET)
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -430,6 +448,7 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     from toolkit.memory.planio import relocate
     from toolkit.report.csvjson import atomic_write_text, to_csv_safe
 
+    check_out(out)  # before the plan or the model is read
     loaded = None
     if plan:
         from toolkit.memory.planio import open_plan

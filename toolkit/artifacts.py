@@ -40,19 +40,39 @@ def new_run_dir(base: str | Path, stem: str) -> Path:
     return path
 
 
+def check_out(explicit: str | Path | None) -> Path | None:
+    """Refuse an explicit ``--out`` that cannot be a new or empty folder, before any work is done.
+
+    Commands call this first thing (before loading a model or inputs, compiling or running), and
+    :func:`output_dir` calls it again when it creates the folder. ``explicit`` None (no ``--out``): nothing to
+    check, returns None; else returns ``Path(explicit)``. Nothing is created.
+
+    Raises:
+        UsageError (exit 2): an empty string, an existing file, an existing folder that is not empty (or
+        cannot be listed).
+    """
+    if explicit is None:
+        return None
+    if not str(explicit).strip():
+        raise UsageError("--out is empty; give a new folder name")
+    path = Path(explicit)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
+    try:
+        taken = path.is_dir() and any(path.iterdir())
+    except OSError as exc:
+        raise UsageError(f"cannot read output folder '{path}' ({exc.strerror}); choose a new --out") from None
+    if taken:
+        raise UsageError(f"output folder '{path}' already exists and is not empty; choose a new --out")
+    return path
+
+
 @contextlib.contextmanager
 def output_dir(explicit: str | None, base: str | Path, stem: str):
-    """Yield a new, empty output folder; remove it again if the body raises."""
-    if explicit is not None and not str(explicit).strip():
-        raise UsageError("--out is empty; give a new folder name")
-    if explicit:
-        path = Path(explicit)
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
-        if path.exists() and any(path.iterdir()):
-            raise UsageError(f"output folder '{path}' already exists and is not empty; choose a new --out")
-    else:
-        path = new_run_dir(base, stem)
+    """Yield a new, empty output folder; remove it again if the body raises. ``explicit`` (``--out``) is
+    checked again here (:func:`check_out`; the folder may have changed since the command's own early check);
+    without it: a fresh ``base/<stem>-<time>`` folder (:func:`new_run_dir`)."""
+    path = check_out(explicit) or new_run_dir(base, stem)
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -150,7 +170,7 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
 
 def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
     """Refuse, before any work, a ``--dump`` folder that cannot be written: an existing file, a non-empty
-    folder, or the same folder as ``--out`` (UsageError, exit 2)."""
+    folder, the same folder as ``--out`` or one that holds ``--out`` (UsageError, exit 2)."""
     from toolkit.errors import UsageError
 
     if not dump_dir:
@@ -162,3 +182,6 @@ def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
         raise UsageError(f"--dump folder '{d}' already exists and is not empty; choose a new --dump")
     if out and d.resolve() == Path(out).resolve():
         raise UsageError(f"--dump and --out both name '{d}'; give the dumps their own folder")
+    if out and d.resolve() in Path(out).resolve().parents:
+        raise UsageError(f"--out '{out}' lies inside --dump '{d}' (the dump folder must be new or empty); "
+                         "give each its own folder")

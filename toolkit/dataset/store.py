@@ -353,6 +353,28 @@ def release_lock(folder: Path, fd: int | None) -> None:
     os.close(fd)
 
 
+def check_store_out(explicit: str | Path | None) -> Path | None:
+    """The checks of an explicit dataset ``--out`` that need no manifest, made before any work (the dataset
+    workflows call it first thing; :func:`open_store` again): toolkit.artifacts.check_out's rules, except that
+    a folder holding a ``manifest.json`` may be resumed (module docstring; whether its manifest matches is
+    decided by :func:`open_store`). Returns ``Path(explicit)``, or None without ``explicit``. Nothing is created.
+
+    Raises:
+        UsageError (exit 2): an empty string, an existing file, a non-empty folder without a manifest.
+    """
+    if explicit is None:
+        return None
+    if not str(explicit).strip():
+        raise UsageError("--out is empty; give a new folder name")
+    path = Path(explicit)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
+    if path.is_dir() and _has_content(path) and not (path / MANIFEST).is_file():
+        raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
+                         "to resume); choose a new --out")
+    return path
+
+
 @contextlib.contextmanager
 def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict):
     """Yield the :class:`Store` of a new run folder, or of an existing one to resume (module docstring).
@@ -364,13 +386,7 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
     Raises:
         UsageError: empty ``--out``, an existing file, a non-empty folder without a matching manifest.
     """
-    if explicit is not None and not str(explicit).strip():
-        raise UsageError("--out is empty; give a new folder name")
-    path = Path(explicit) if explicit else new_run_dir(base, stem)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
-    if path.is_dir() and _has_content(path) and not (path / MANIFEST).is_file():
-        _resume_or_restart(path, manifest)  # raises: not empty, no manifest (checked before taking any lock)
+    path = check_store_out(explicit) or new_run_dir(base, stem)
     created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from toolkit.dataset.source import (
     read_bytes,
     sha256_file,
 )
-from toolkit.dataset.store import Store, make_manifest, open_store
+from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
 from toolkit.errors import InputError
 from toolkit.report.csvjson import _csv_text, atomic_write_text
@@ -267,6 +267,7 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
     from toolkit.api import REPORTS_DIR, diagnosis_lines, write_diagnosis
     from toolkit.diagnose import Prepared, diagnose
 
+    check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     job = prepare_job("diagnose", model, config, inputs, thresholds, task_metrics, percentiles, progress)
     with open_store(out, REPORTS_DIR, f"{job.src.name}-dataset", job.manifest) as store:
         agg, table, names, n_new = run_and_aggregate(job, store, jobs, ray, progress)
@@ -333,6 +334,7 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
     from toolkit.signoff.criteria import Result
     from toolkit.signoff.run import conclude, dataset_evidence, worst_case_table
 
+    check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
     job = prepare_job("signoff", model, config, inputs, thresholds, task_specs, percentiles, progress)
     from toolkit.signoff.policy import check_policy_model

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from toolkit.artifacts import output_dir
+from toolkit.artifacts import check_out, output_dir
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds
@@ -136,6 +136,7 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
     """
     from toolkit.report.csvjson import write_tables
 
+    check_out(out)  # a taken --out is refused before the dumps or the model are read
     diag = compare_dumps(SideSpec(golden, "golden", golden_format, golden_runner, golden_iteration),
                          SideSpec(target, "target", target_format, target_runner, target_iteration),
                          mapping=mapping, model=model, thresholds=thresholds, progress=progress)

@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit.artifacts import (
+    check_dump_dir,
+    check_out,
     output_dir,
     write_compile_artifacts,
     write_dumps,
@@ -267,6 +269,7 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
     """`npuscope gears`: read lengths, choose K gears, compare with power-of-two gears, write the folder.
     ``input_shape``: a template with -1 at the padded dim; the config snippet then includes it (and is checked).
     ``dim``: the padded dim's name (:func:`check_dim`, checked before the file is read)."""
+    check_out(out)  # a taken --out is refused before the lengths are read
     check_dim(dim)
     arr = read_lengths(lengths, column)
     progress(f"{arr.size} lengths, choosing {k} gear(s)")
@@ -310,6 +313,7 @@ def compile_gears_command(model: str | None, config, out: str | None = None, pro
     from toolkit.report.console import human_bytes
     from toolkit.source import resolve_model
 
+    check_out(out)  # before the model is read
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
@@ -351,13 +355,18 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
                       val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
                       out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Run once through the smallest fitting gear (module docstring). Generated random data takes the largest
-    gear's shape. Raises UsageError with ``plan`` (one plan.json cannot serve several gears)."""
+    gear's shape. Raises UsageError with ``plan`` (one plan.json cannot serve several gears), or a taken
+    ``--out`` / ``--dump`` / ``--output`` (before the model is read)."""
+    from toolkit.api import check_output_paths
     from toolkit.gears.padding import padding_sensitivity
     from toolkit.gears.session import GearSession
     from toolkit.ir.load import load_model
     from toolkit.report.console import compile_summary
     from toolkit.source import resolve_model
 
+    check_out(out)  # --out, --dump and --output are refused before the model is read
+    check_dump_dir(dump_dir, out)
+    check_output_paths(output, dump_dir, out)
     if plan:
         raise UsageError("--plan runs one plan.json, but the config has gears (one plan each); drop --plan or "
                          "the gear options")
@@ -385,10 +394,8 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
             files["padding"] = write_json(folder / "padding.json", json_safe(
                 {**report.summary, "findings": [f.to_dict() for f in report.findings]}))
         if dump_dir:
-            dpath = Path(dump_dir)
-            if dpath.exists() and any(dpath.iterdir()):
-                raise UsageError(f"dump folder '{dpath}' already exists and is not empty; choose a new --dump")
-            files["dump"] = write_dumps(run.run.dumps, sess.plan, dpath)
+            check_dump_dir(dump_dir, out)  # again: the folder may have been filled during the run
+            files["dump"] = write_dumps(run.run.dumps, sess.plan, Path(dump_dir))
     lines = [f"gear {label(run.gear)} ({gs.spec.input_shape(run.gear)}) for input "
              + ", ".join(f"{k}{list(v)}" for k, v in run.shapes.items())
              + (" (padded)" if run.padded else " (exact fit)")]

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.artifacts import output_dir
+from toolkit.artifacts import check_out, output_dir
 from toolkit.compiler.pipeline import Finding
 from toolkit.errors import InputError, UsageError
 from toolkit.logs.detect import detect_format
@@ -336,6 +336,7 @@ def parse_log_command(files: list[str], *, out: str | None = None, html: bool = 
         UsageError: no FILE, or ``out`` is not a new or empty folder.
         InputError: a path does not exist, or no file could be parsed.
     """
+    check_out(out)  # a taken --out is refused before any file is read
     duplicates: list[str] = []
     paths = expand(files, duplicates)
     data = collect(paths, progress, duplicates)

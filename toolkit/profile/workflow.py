@@ -422,8 +422,9 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     Returns:
         {"summary": terminal lines, "out": folder, "files": {key: file name}, "result": ProfileResult}.
     """
-    from toolkit.artifacts import output_dir
+    from toolkit.artifacts import check_out, output_dir
 
+    check_out(out)  # a taken --out is refused before the model is read
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
