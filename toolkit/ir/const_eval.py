@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from toolkit.ir.proto import copy_fields
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ir.nondeterminism import NONDETERMINISTIC  # never folded (random ops, Dropout)
 
@@ -155,12 +156,9 @@ def _fold_once(model: onnx.ModelProto, limit: int) -> Folded:
     values = {k: v for k, v in shape_values.items() if k in needed}
     if wanted:
         values.update(_evaluate(model, to_run, shape_values, wanted))
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
+    out = copy_fields(model, onnx.ModelProto(), skip=("graph",))  # the weights are copied once, not twice
+    copy_fields(model.graph, out.graph, skip=("node", "initializer"))
     out.graph.node.extend(keep)
-    kept_inits = [t for t in out.graph.initializer if t.name in needed]
-    del out.graph.initializer[:]
-    out.graph.initializer.extend(kept_inits)
+    out.graph.initializer.extend(t for t in model.graph.initializer if t.name in needed)
     out.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[k]), k) for k in computed if k in values)
     return Folded(out, computed)
