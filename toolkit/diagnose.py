@@ -14,7 +14,6 @@ compile time (constant folding) is compared as the folded constant against the r
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import threading
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from toolkit.env import environment
 from toolkit.errors import ModelError
 from toolkit.ir.load import load_model
 from toolkit.runtime.reference import ReferenceRunner
-from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+from toolkit.source import _zoo_name_of, file_sha256, prepare_inputs, resolve_model
 
 
 def _noop(msg: str) -> None:
@@ -358,7 +357,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         origin_nodes += [n for n in origin.get("consumer_nodes", []) if n not in origin_nodes]  # storage origin
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
     from toolkit.signoff.regress import input_digests
-    sha = hashlib.sha256(Path(prep.path).read_bytes()).hexdigest() if prep.path and Path(prep.path).is_file() else ""
+    sha = file_sha256(Path(prep.path)) if prep.path and Path(prep.path).is_file() else ""
     summary = {
         "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
         "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),

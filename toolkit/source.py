@@ -102,12 +102,26 @@ def _read(path: Path, limit: int | None = None) -> bytes:
                          "file") from None
 
 
+_DIGESTS: dict[tuple, str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 (hex) of the file's bytes, remembered for this process by (resolved path, size, mtime in ns): a
+    command hashes its model once although several steps name the digest (zoo lookup, summary.json). Raises
+    ModelError (one line) when the file cannot be read."""
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = hashlib.sha256(_read(Path(path))).hexdigest()
+    return _DIGESTS[key]
+
+
 def _zoo_name_of(path: Path) -> str | None:
     """The zoo name whose sha256 this file has (so a downloaded PP-OCR model gets its realistic input)."""
     size = path.stat().st_size
     if size > 64 * 2**20:
         return None
-    digest = hashlib.sha256(_read(path)).hexdigest()
+    digest = file_sha256(path)
     for name, info in zoo.MODELS.items():
         if info.sha256 == digest:
             return name

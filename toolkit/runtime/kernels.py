@@ -309,12 +309,13 @@ def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
     return fn, _attrs(node)
 
 
-def _cached_session(data: bytes, optimize) -> object:
-    """The session of kernel model ``data``: from this process' sessions, else from the compile cache's
-    kernel entry (toolkit.cache.kernel_entries, when a build has one active), else built."""
+def _cached_session(data: bytes, optimize, key: str | None = None) -> object:
+    """The session of kernel model ``data`` (``key``: its sha256 hex digest when the caller has it): from this
+    process' sessions, else from the compile cache's kernel entry (toolkit.cache.kernel_entries, when a build
+    has one active), else built."""
     from toolkit.cache.kernel_entries import current
 
-    key = hashlib.sha256(data).hexdigest()
+    key = key or hashlib.sha256(data).hexdigest()
     sess = _SESSIONS.get(key)
     kc = current()
     if sess is None:
@@ -398,13 +399,14 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
     # FP16 kernels: ORT_ENABLE_ALL (NCHWc); FP32 kernels: basic (the reference's summation order); graph-fused
     # kernels: none (onnxruntime's own norm fusions match across our FP16 Casts and break typing)
     level = False if spec.fusion == "graph" else ("all" if spec.precision == "fp16" else "basic")
+    digest = hashlib.sha256(data).hexdigest()
     try:
-        sess = _cached_session(data, level)
+        sess = _cached_session(data, level, digest)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
                          f"by onnxruntime: {msg}; the op or its attributes are not supported") from None
-    return ExecKernel(spec, feeds, fetches, session=sess, digest=hashlib.sha256(data).hexdigest())
+    return ExecKernel(spec, feeds, fetches, session=sess, digest=digest)
 
 
 def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan",
