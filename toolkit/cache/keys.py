@@ -25,6 +25,7 @@ from pathlib import Path
 
 import onnx
 
+from toolkit.env import dist_version
 from toolkit.ir.proto import copy_fields
 
 #: Config fields that choose where/whether to cache, not what is compiled: left out of every key.
@@ -60,32 +61,6 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _dist_version(name: str) -> str:
-    """Installed version of distribution ``name`` without importing it: the ``Version:`` line of the
-    ``<name>-<version>.dist-info/METADATA`` next to the package (found by importlib.util.find_spec, ~0.5 ms),
-    else importlib.metadata (which scans every distribution on sys.path: ~15 ms in a new process), else "?"."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            site = Path(spec.origin).parent.parent
-            for info in sorted(site.glob(f"{name}-*.dist-info")):
-                for line in (info / "METADATA").read_text(encoding="utf-8", errors="replace").splitlines():
-                    if line.startswith("Version:"):
-                        return line.split(":", 1)[1].strip()
-                    if not line:
-                        break
-    except (ImportError, OSError, ValueError):
-        pass
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "?"
-
-
 @functools.cache
 def _versions() -> tuple[tuple[str, str], ...]:
     import numpy
@@ -93,7 +68,7 @@ def _versions() -> tuple[tuple[str, str], ...]:
 
     import toolkit
 
-    folder = _dist_version("onnxscript")  # the constant folder; not imported just to read its version
+    folder = dist_version("onnxscript") or "?"  # the constant folder; not imported just to read its version
     return (("npuscope", f"{toolkit.__version__}+{_source_digest()}"), ("onnxruntime", onnxruntime.__version__),
             ("onnx", onnx.__version__), ("onnxscript", folder), ("numpy", numpy.__version__),
             ("python", platform.python_version()))
