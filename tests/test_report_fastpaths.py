@@ -103,7 +103,7 @@ def test_column_cells_equal_fmt_and_sort_key_per_value(series):
 
 def test_column_cells_by_hand():
     texts, sorts = context.column_cells(pd.Series([0.99999994, 1.0, np.nan, 1234567.0]))
-    assert texts == ["0.99999994", "1", "", "1.23457e+06"]
+    assert texts == ["0.9999999", "1", "", "1.23457e+06"]  # console.show: reads below 1
     assert sorts == ["0.99999994", "1.0", "", "1234567.0"]
     assert context.column_cells(pd.Series([7])) == (["7"], ["7.0"])
     assert context.column_cells(pd.Series([True, False])) == (["yes", "no"], ["", ""])

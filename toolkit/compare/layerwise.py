@@ -4,9 +4,12 @@ Every tensor a node of the original model produces gets a row, in execution orde
 still stores is compared (toolkit.compare.metrics) with an expected-noise allowance where FP16 rounding has
 flowed in (:func:`noise_allowances`): an FP16 kernel's output gets its op class' FP16 noise from the numerics
 contract; an FP32 kernel downstream of FP16 data gets its class' noise or the noise its inputs carry,
-scaled by what the op does to their magnitude, whichever is larger. In the table ``AbnormalMetrics`` names
-the lines that make a row abnormal: lines crossed only within the expected noise are not listed (the row is
-``WithinExpectedNoise``, not ``Abnormal``). A tensor the compiler removed gets a reason instead: computed at
+scaled by what the op does to their magnitude, whichever is larger. The allowance covers the default abnormal
+lines only (toolkit.compare.metrics.noise_covers): a line the user set (named in ``--thresholds``, even at its
+default value; any other value or metric) is applied as given, so on those lines compare agrees with
+compare-dumps, which applies no allowance (docs/thresholds.md). In the table ``AbnormalMetrics`` names every line a row crosses, also the default lines crossed
+within the expected noise (the row is then ``WithinExpectedNoise`` and not ``Abnormal``, unless another line or
+OverFlow makes it so). A tensor the compiler removed gets a reason instead: computed at
 compile time, or fused into kernel K — except a tensor computed at compile time whose value the device side
 still holds (a graph output folded to a constant, which the plan returns): that constant is compared with
 the reference, since it matches only if the folder is right. A tensor that depends on a nondeterministic op
@@ -87,7 +90,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
         device: NPU values {tensor: array} (RunResult.dumps, storage dtype).
         thresholds: abnormal lines (toolkit.compare.metrics.parse_thresholds syntax or a dict).
         use_noise: apply the contract's expected FP16 noise to the outputs of kernels affected by FP16
-            rounding (see :func:`fp16_affected_kernels`).
+            rounding (see :func:`fp16_affected_kernels`); it excuses default lines only (module docstring).
     """
     owner = plan.kernel_of_tensor()
     reads16 = fp16_affected_kernels(plan)
@@ -146,8 +149,6 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 if use_noise and k is not None and k.name in reads16:
                     noise = allowed[t] = noise_allowance(k, t, ins.get(k.name, []), allowed, absmax)
                 row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise))
-                if not row["Abnormal"]:  # lines crossed within the expected noise do not make it abnormal
-                    row["AbnormalMetrics"] = []
             rows.append(row)
     df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
     df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")

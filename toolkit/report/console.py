@@ -1,5 +1,6 @@
 """Plain text for the terminal: summaries printed by the CLI (compile summary), the escaping of untrusted
-text (:func:`printable`) and the number formats of messages (:func:`show`, :func:`show_crossed`)."""
+text (:func:`printable`) and the number formats of messages (:func:`show`, :func:`show_crossed`, and
+:func:`show_vs` / :func:`show_line` for a value printed next to its line or limit)."""
 
 from __future__ import annotations
 
@@ -28,22 +29,50 @@ def printable(text) -> str:
 
 
 def show(value, *limits, digits: int = 6) -> str:
-    """``value`` with ``digits`` significant digits, or more (up to 17) when that would print it as ±1 or as one of
-    ``limits`` (as ``show(limit)`` prints it) although it differs: a cosine of 0.9999998 is not 1, and a
-    latency of 0.2000004 ms over a 0.2 ms budget must not read "0.2". The rule of toolkit.report.context.fmt,
-    extended to the limits a message prints. NaN / inf as 'nan' / 'inf'; None as 'none'."""
+    """``value`` with ``digits`` significant digits (nearest), or more (up to 17, then exact) until the text
+    reads like the value against each of ``limits`` and against ±1 (:func:`_reads_right`): on the same side of
+    each (below, equal, above) and about as far from it (within a factor of 2). A cosine of 0.9999999999999998
+    prints so, not "1" nor "0.999999"; a latency of 0.2000004 ms over a 0.2 ms budget does not read "0.2". The
+    limits are compared exactly, as :func:`show_line` prints them; print a value next to its line with
+    :func:`show_vs`. NaN / inf as 'nan' / 'inf'; None as 'none'. The rule of toolkit.report.context.fmt,
+    extended to the limits a message prints."""
     if value is None:
         return "none"
     f = float(value)
     if not math.isfinite(f):
         return str(f)
-    avoid = _avoid(limits)
-    text = f"{f:.{digits}g}"
+    marks = _marks(limits)
     for d in range(digits, 18):
         text = f"{f:.{d}g}"
-        if not any(text == t and f != v for t, v in avoid):
-            break
-    return text
+        if _reads_right(float(text), f, marks):
+            return text
+    return repr(f)
+
+
+def show_line(line, digits: int = 6) -> str:
+    """A line or limit (a threshold, a policy limit, a budget) as written: ``digits`` significant digits, or more
+    until the text reads back as exactly ``line`` (0.9999999749 prints "0.9999999749", never "0.99999997";
+    0.99 prints "0.99"; 65504 prints "65504"). NaN / inf as 'nan' / 'inf'; None as 'none'."""
+    if line is None:
+        return "none"
+    f = float(line)
+    if not math.isfinite(f):
+        return str(f)
+    for d in range(digits, 18):
+        text = f"{f:.{d}g}"
+        if float(text) == f:
+            return text
+    return repr(f)
+
+
+def show_vs(value, line, *, digits: int = 6) -> tuple[str, str]:
+    """``(value text, line text)`` for a message that prints a measured value next to the line it is judged by
+    ("worst 0.99999997488 (needs >= 0.9999999749)", "CosineSimilarity 0.98999999 < 0.99"). The line is exact
+    (:func:`show_line`); the value has ``digits`` significant digits or as many more as it takes to compare with
+    the printed line as the value compares with the line, and to read right next to ±1 (:func:`show`). So the two
+    texts never contradict the verdict: equal only when the numbers are equal. The one formatting function for a
+    value next to its limit (signoff criteria, compare/diagnose verdict reasons, tune)."""
+    return show(value, line, digits=digits), show_line(line, digits=digits)
 
 
 def show_crossed(value, below: bool, *limits, digits: int = 6) -> str:
@@ -54,26 +83,52 @@ def show_crossed(value, below: bool, *limits, digits: int = 6) -> str:
     does not cross it), and never reads as the line itself. The rounding starts from the shortest decimal
     that reads back as ``value`` (``repr``: 0.95 stays "0.95"); a shorter text rounded from it reads back as
     ``value`` itself or lies beyond it, since a decimal between the two would be a shorter round-trip form.
-    More digits (up to 15, then the exact shortest round-trip form) when the text would read ±1 or one of
-    ``limits`` (as :func:`show` prints them) although the value differs. Example: 0.9999999364 below the line 0.99999999 prints "0.999999", never "1".
+    More digits (up to 15, then the exact shortest round-trip form) until the text reads like the value against
+    ``limits`` (compared as :func:`show_line` prints them) and ±1 (:func:`_reads_right`): 0.9999999364 below the
+    line 0.99999999 prints "0.9999999", never "1" nor "0.999999" (which would claim 1 − 1e-6);
+    0.9999999999999998 prints so; |x| = 65504.3 over the FP16 max 65504 prints "65504.3", not "6.551e+04".
     NaN / inf as 'nan' / 'inf'; None as 'none'."""
     if value is None:
         return "none"
     f = float(value)
     if not math.isfinite(f):
         return str(f)
-    avoid = _avoid(limits)
+    marks = _marks(limits)
     rounding = ROUND_FLOOR if below else ROUND_CEILING
     for d in range(digits, 16):
         text = f"{float(Context(prec=d, rounding=rounding).plus(Decimal(repr(f)))):.{d}g}"
-        if not any(text == t and f != v for t, v in avoid):
+        if _reads_right(float(text), f, marks):
             return text
     return repr(f)
 
 
-def _avoid(limits) -> set[tuple[str, float]]:
-    """(text, value) pairs a number must not print as unless it equals the value: ±1 and each limit."""
-    return {(t, float(t)) for t in ("1", "-1")} | {(show(lim), float(lim)) for lim in limits}
+#: Values a printed number is read against besides its limits: a cosine (or a share) near ±1 is read as its
+#: distance from ±1, as a value next to its limit is read as its distance from it.
+_ANCHORS = (1.0, -1.0)
+
+
+def _marks(limits) -> list[float]:
+    """The finite limits (None / NaN dropped) a number is compared with."""
+    out = []
+    for lim in limits:
+        try:
+            v = float(lim)
+        except (TypeError, ValueError):
+            continue
+        if not math.isnan(v):
+            out.append(v)
+    return out
+
+
+def _side(a: float, b: float) -> int:
+    return (a > b) - (a < b)
+
+
+def _reads_right(shown: float, f: float, limits: list[float]) -> bool:
+    """True when the printed number ``shown`` stands for ``f`` next to each limit and ±1: on the same side as
+    ``f`` (below, equal, above) and no more than twice as far from it as ``f`` is (0.9999999748911 under the
+    limit 0.9999999749 prints "0.99999997489", not "0.99999997", which would claim a miss 4000 times larger)."""
+    return all(_side(shown, m) == _side(f, m) and abs(shown - m) <= 2.0 * abs(f - m) for m in (*limits, *_ANCHORS))
 
 
 def human_bytes(n: int) -> str:

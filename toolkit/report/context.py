@@ -52,7 +52,8 @@ def is_missing(v) -> bool:
 
 
 def fmt(v) -> str:
-    """A value as display text: floats to 6 significant digits (10 when that would round to ±1), NaN/None → '',
+    """A value as display text: floats as toolkit.report.console.show prints them (6 significant digits, more
+    when that would read as ±1 or on the wrong side of it), NaN/None → '',
     booleans yes/no, lists joined with ', ', dicts as 'key: value; ...'."""
     if is_missing(v):
         return ""
@@ -61,10 +62,9 @@ def fmt(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        text = f"{float(v):.6g}"
-        if text in ("1", "-1") and abs(v) != 1:  # a cosine of 0.99999994 is not 1
-            text = f"{float(v):.10g}"
-        return text
+        from toolkit.report.console import show
+
+        return show(v) if np.isfinite(v) else str(float(v))
     if isinstance(v, (list, tuple, set, np.ndarray)):
         return ", ".join(fmt(x) for x in v)
     if isinstance(v, dict):
@@ -89,11 +89,15 @@ def facts(mapping: dict | None, keys=None) -> list[dict]:
 
 def _float_cells(values: np.ndarray) -> tuple[list[str], list[str]]:
     """:func:`fmt` and :func:`sort_key` of a float column in two list passes (no per-cell type dispatch)."""
+    from toolkit.report.console import show
+
     nums, missing = values.tolist(), np.isnan(values).tolist()
     texts = ["" if nan else f"{v:.6g}" for v, nan in zip(nums, missing)]
-    for i, text in enumerate(texts):
-        if (text == "1" or text == "-1") and abs(nums[i]) != 1:  # a cosine of 0.99999994 is not 1
-            texts[i] = f"{nums[i]:.10g}"
+    for i, v in enumerate(nums):
+        # 6 significant digits read right except within ~1e-6 of ±1 (a cosine of 0.99999994 is not 1): those,
+        # and inf, take fmt's own rule
+        if not missing[i] and (abs(abs(v) - 1.0) < 1e-4 or v in (float("inf"), float("-inf"))):
+            texts[i] = show(v) if abs(v) != float("inf") else str(v)
     return texts, ["" if nan else repr(v) for v, nan in zip(nums, missing)]
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from toolkit.compare.layerwise import not_compared_reason
 from toolkit.memory.planner import Block, find_conflicts
-from toolkit.report.console import show  # the message number format; also imported from here
+from toolkit.report.console import show, show_line, show_vs  # noqa: F401 - the message number formats; also imported from here
 from toolkit.signoff.policy import bound_of, output_limits
 
 FP16_MAX = 65504.0
@@ -154,10 +154,12 @@ def _output_result(crit: str, metric: str, limit: float, rows: list[dict], ev: E
             "values": [_num(r.get(metric)) for r in rows], "overflow": overflow, "compare_fail_reasons": reasons}
     op = ">=" if bound == "min" else "<="
     if worst is None:
-        return Result(crit, "outputs", False, f"{crit}: no input set was evaluated (needs {op} {show(limit)})", evid)
+        return Result(crit, "outputs", False, f"{crit}: no input set was evaluated (needs {op} {show_line(limit)})",
+                      evid)
     why = "" if finite else f", not computable{': ' + '; '.join(reasons) if reasons else ''} at {evid['worst_input']!r}"
-    return Result(crit, "outputs", ok, f"{crit}: worst {show(worst, limit)} over {len(rows)} input set(s) "
-                  f"(needs {op} {show(limit)}){why}{' with FP16 overflow' if overflow else ''}", evid)
+    value, line = show_vs(worst, limit)
+    return Result(crit, "outputs", ok, f"{crit}: worst {value} over {len(rows)} input set(s) "
+                  f"(needs {op} {line}){why}{' with FP16 overflow' if overflow else ''}", evid)
 
 
 def _layer_rows(section: dict, ev: Evidence) -> pd.DataFrame:
@@ -192,7 +194,8 @@ def _min_cosine(df: pd.DataFrame, lim: float) -> Result:
     worst = float(cos.min()) if cos.notna().any() else float("nan")
     at = str(df.loc[cos.idxmin(), "TensorName"]) if cos.notna().any() else ""
     ok = below.empty and not bad and bool(inner.any())
-    msg = (f"layers.min_cosine: lowest CosineSimilarity {show(worst, lim)} at '{at}' (needs >= {show(lim)}) over "
+    value, line = show_vs(worst, lim)
+    msg = (f"layers.min_cosine: lowest CosineSimilarity {value} at '{at}' (needs >= {line}) over "
            f"{int(cos.notna().sum())} compared tensor(s); {len(below)} tensor(s) below")
     if bad:
         msg += (f", {len(bad)} not comparable: " + ", ".join(f"{t} ({why})" for t, why in bad[:4])
@@ -214,9 +217,9 @@ def check_tasks(section: dict, ev: Evidence) -> list[Result]:
     rate = sum(per_input) / len(per_input)
     failed = [{"input": ev.inputs[i], "checks": [t for t in ts if not t["passed"]]}
               for i, ts in enumerate(ev.tasks) if ts and not all(t["passed"] for t in ts)]
+    value, line = show_vs(rate, need, digits=3)
     return [Result("tasks.pass_rate", "tasks", rate >= need,
-                   f"tasks.pass_rate: {sum(per_input)}/{len(per_input)} input set(s) pass = {show(rate, need, digits=3)} "
-                   f"(needs >= {show(need)})",
+                   f"tasks.pass_rate: {sum(per_input)}/{len(per_input)} input set(s) pass = {value} (needs >= {line})",
                    {"pass_rate": rate, "limit": need, "passed": sum(per_input), "total": len(per_input),
                     "failed": failed[:20]})]
 
@@ -281,16 +284,18 @@ def check_latency(section: dict, ev: Evidence) -> list[Result]:
     if "max_ms" in section:
         lim, t = section["max_ms"], max(timings, key=lambda t: t["latency_ms"])
         value = t["latency_ms"]
+        shown, line = show_vs(value, lim, digits=4)
         out.append(Result("latency.device_ms", "latency", value <= lim,
-                          f"latency.device_ms: {show(value, lim, digits=4)} ms simulated per inference{_at(t, timings)} "
-                          f"(budget {show(lim)} ms; {t['device']}, {SCHEDULE_SOURCE})",
+                          f"latency.device_ms: {shown} ms simulated per inference{_at(t, timings)} "
+                          f"(budget {line} ms; {t['device']}, {SCHEDULE_SOURCE})",
                           {**_latency_evidence(t, timings, ev), "value_ms": value, "limit_ms": lim}))
     if "min_throughput" in section:
         lim, t = section["min_throughput"], min(timings, key=lambda t: t["throughput_rps"])
         value = t["throughput_rps"]
+        shown, line = show_vs(value, lim, digits=5)
         out.append(Result("latency.throughput", "latency", value >= lim,
-                          f"latency.throughput: {show(value, lim, digits=5)} requests/s simulated over {t['requests']} "
-                          f"pipelined requests{_at(t, timings)} (at least {show(lim)}; {t['device']}, {SCHEDULE_SOURCE})",
+                          f"latency.throughput: {shown} requests/s simulated over {t['requests']} "
+                          f"pipelined requests{_at(t, timings)} (at least {line}; {t['device']}, {SCHEDULE_SOURCE})",
                           {**_latency_evidence(t, timings, ev), "value_rps": value, "limit_rps": lim}))
     return out
 
@@ -333,8 +338,9 @@ def _host_latency(section: dict, ev: Evidence) -> Result:
     ms = ev.run_ms
     value = {"p50": statistics.median, "mean": statistics.fmean, "max": max}[stat](ms) if ms else float("nan")
     lim = section["max_ms"]
+    shown, line = show_vs(value, lim, digits=4)
     return Result("latency", "latency", bool(ms) and value <= lim,
-                  f"latency: {stat} {show(value, lim, digits=4)} ms per input set (budget {show(lim)} ms; {LATENCY_SOURCE})",
+                  f"latency: {stat} {shown} ms per input set (budget {line} ms; {LATENCY_SOURCE})",
                   {"statistic": stat, "value_ms": value, "limit_ms": lim, "runs_ms": ms, "source": LATENCY_SOURCE})
 
 

@@ -5,6 +5,8 @@ Public API::
     compare_tensors(x, y, *, thresholds=None, expected_noise=None, rel_eps=1e-6) -> dict   # one CSV row
     tolerance_that_would_pass(x, y, *, rel_eps=1e-6) -> dict[str, float]
     parse_thresholds(text, base=None) -> dict[str, float]      # "CosineSimilarity<0.999,MaxAbsoluteError>1e-2"
+    noise_covers(name, lines) -> bool                           # may expected noise excuse this line? (defaults only)
+    Thresholds                                                  # dict of lines + .explicit (names the user set)
     METRICS: dict[str, MetricSpec]                              # name, fn(x, y), direction, line, formula, source
     DEFAULT_THRESHOLDS: dict[str, float]                        # the tool's abnormal lines (+ ExactMatchRate)
 
@@ -18,10 +20,11 @@ from .compare import ROW_KEYS, compare_tensors, dtype_class, tolerance_that_woul
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec
-from .thresholds import parse_thresholds, resolve_thresholds
+from .thresholds import Thresholds, noise_covers, parse_thresholds, resolve_thresholds
 
 __all__ = [
     "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",
-    "LOWER_IS_BETTER", "METRICS", "MetricSpec", "PairSums", "ROW_KEYS", "THRESHOLDABLE", "compare_tensors",
-    "dtype_class", "parse_thresholds", "reduce_pair", "resolve_thresholds", "tolerance_that_would_pass",
+    "LOWER_IS_BETTER", "METRICS", "MetricSpec", "PairSums", "ROW_KEYS", "THRESHOLDABLE", "Thresholds",
+    "compare_tensors", "dtype_class", "noise_covers", "parse_thresholds", "reduce_pair", "resolve_thresholds",
+    "tolerance_that_would_pass",
 ]

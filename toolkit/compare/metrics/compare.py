@@ -17,7 +17,7 @@ from .exact import exact_match_rate
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
 from .registry import METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL
-from .thresholds import resolve_thresholds
+from .thresholds import noise_covers, resolve_thresholds
 
 STATUS_KEYS = ("CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "GoldenNaN", "GoldenInf",
                "NonFiniteMasked", "ComparedCount", "GoldenFP16OverflowRatio")
@@ -44,12 +44,15 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
     Args:
         x, y: array-likes of any shape; float (float16/32/64, bfloat16), integer or bool. Computed in float64.
         thresholds: abnormal lines: None → :data:`DEFAULT_THRESHOLDS`; a string → :func:`parse_thresholds`
-            (overrides on the defaults); a mapping → exactly those lines.
+            (overrides on the defaults); a mapping (a :class:`~.thresholds.Thresholds` keeps which lines the
+            user named) → exactly those lines.
         expected_noise: ``{"rtol": r, "atol": a}`` (missing keys = 0) for the op class' ordinary noise,
             e.g. FP16 rounding. When every position where both sides are finite satisfies
             |x − y| <= a + r·|y|, no OverFlow occurred and the non-finite positions agree (same NaN/±inf
-            on both sides), ``WithinExpectedNoise`` is True and the tensor is never ``Abnormal``, even if
-            a scale-dependent line (RMSE > 1.0 on values around 1e4, say) was crossed.
+            on both sides), ``WithinExpectedNoise`` is True and a crossed *default* line (the tool's
+            RMSE > 1.0 on values around 1e4, say) does not make the tensor ``Abnormal``. A line the user set —
+            named in a thresholds string (even at the default value), another value, another metric: see
+            :func:`~.thresholds.noise_covers` — is applied as given: crossing it is abnormal whatever the noise.
         rel_eps: |y| floor for the relative errors (default 1e-6).
 
     Returns:
@@ -62,10 +65,11 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
         ``OverFlow`` (device NaN/inf where golden is finite); ``GoldenFP16OverflowRatio`` (share of
         golden elements with |y| > 65504, NaN for integer tensors); one value per metric of
         :data:`METRICS` (float tensors: all but ExactMatchRate; integer/bool tensors: ExactMatchRate only);
-        ``WithinExpectedNoise`` (None without ``expected_noise``); ``AbnormalMetrics`` (names whose line
-        was crossed, plus ``"OverFlow"``; listed even when expected noise suppresses the verdict);
-        ``Abnormal`` (bool: something in ``AbnormalMetrics`` and not within expected noise; when the
-        tensors could not be compared only OverFlow can make it True: read ``CompareFailReason``).
+        ``WithinExpectedNoise`` (None without ``expected_noise``); ``AbnormalMetrics`` (every name whose
+        line was crossed, plus ``"OverFlow"``; listed even when expected noise suppresses the verdict);
+        ``Abnormal`` (bool: OverFlow, or a crossed line the expected noise does not cover — any line when
+        not ``WithinExpectedNoise``, else only the non-default ones; when the tensors could not be compared
+        only OverFlow can make it True: read ``CompareFailReason``).
 
     Empty tensors: two tensors with no elements, of the same shape and dtype class (e.g. boxes (0, 4) from
     both sides when nothing was detected) are an exact match, compared with ``ComparedCount`` 0: integer
@@ -197,7 +201,8 @@ def _judge(row: dict, lines: Mapping[str, float]) -> None:
     if row["OverFlow"]:
         crossed.append("OverFlow")
     row["AbnormalMetrics"] = crossed
-    row["Abnormal"] = bool(crossed) and row["WithinExpectedNoise"] is not True
+    excused = row["WithinExpectedNoise"] is True
+    row["Abnormal"] = any(not (excused and noise_covers(name, lines)) for name in crossed)
 
 
 def _parse_noise(expected_noise: Mapping[str, float] | None) -> tuple[float, float] | None:

@@ -54,13 +54,15 @@ def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict
         base: lines to start from; default :data:`DEFAULT_THRESHOLDS`. Not modified.
 
     Returns:
-        A new dict metric name → line value.
+        A new :class:`Thresholds` (a dict metric name → line value) whose ``explicit`` names the lines ``text``
+        sets (plus those of ``base``).
 
     Raises:
         UsageError: unknown or informational metric (closest valid name suggested), operator against the
             metric's direction, malformed item, value not a number.
     """
     lines = dict(DEFAULT_THRESHOLDS if base is None else base)
+    named = set(getattr(base, "explicit", ()))
     for item in filter(str.strip, text.split(",")):
         match = _ITEM.match(item)
         if not match:
@@ -78,7 +80,8 @@ def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict
             raise UsageError(f"{context}: {name} is {METRICS[name].direction.replace('_', '-')}, so its abnormal "
                              f"line is written '{name}{operator_for(name)}{raw}'")
         lines[name] = _in_range(name, _number(raw, context), context)
-    return lines
+        named.add(name)
+    return Thresholds(lines, explicit=named)
 
 
 #: Values a line can take: CosineSimilarity and ExactMatchRate within [-1, 1] / [0, 1]; errors are >= 0.
@@ -93,14 +96,42 @@ def _in_range(name: str, value: float, context: str) -> float:
     return value
 
 
-def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> dict[str, float]:
-    """None → defaults; str → :func:`parse_thresholds`; mapping → validated copy (replaces the defaults).
+class Thresholds(dict):
+    """Abnormal lines ``{metric: line}`` that remember which ones the user set: ``explicit`` (frozenset of names)
+    holds every line named in a ``--thresholds`` text (:func:`parse_thresholds`), even at the default value,
+    and every line whose value is not the default (:data:`DEFAULT_THRESHOLDS`). A plain dict, JSON and
+    ``dict(lines)`` keep the lines but not the naming: a line is then explicit when its value is not the default.
+    Pickles with ``explicit`` (dataset workers)."""
+
+    def __init__(self, lines: Mapping[str, float] = (), explicit=()):
+        super().__init__(lines)
+        self.explicit = frozenset(explicit) | frozenset(n for n, v in self.items() if DEFAULT_THRESHOLDS.get(n) != v)
+
+    def __reduce__(self):
+        return Thresholds, (dict(self), sorted(self.explicit))
+
+
+def noise_covers(name: str, lines: Mapping[str, float]) -> bool:
+    """True when the expected-noise allowance (``compare_tensors(expected_noise=...)``, the FP16 noise of the
+    numerics contract) may excuse a crossing of ``name``'s line in ``lines``: only a default line is covered —
+    the default metric at the default value (:data:`DEFAULT_THRESHOLDS`), not named by the user (``explicit`` of
+    a :class:`Thresholds`). A line the user set (``--thresholds``, a mapping with another value, another
+    metric) is applied as given, FP16 rounding or not. ``"OverFlow"`` (no line) is never covered."""
+    if name not in lines or name in getattr(lines, "explicit", ()):
+        return False
+    default = DEFAULT_THRESHOLDS.get(name)
+    return default is not None and float(lines[name]) == default
+
+
+def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> Thresholds:
+    """None → defaults; str → :func:`parse_thresholds`; mapping → validated copy (replaces the defaults), as a
+    :class:`Thresholds` (``explicit`` kept from a :class:`Thresholds`, else the lines not at their default).
 
     Raises:
         UsageError: as :func:`parse_thresholds`, or a non-numeric value in the mapping.
     """
     if thresholds is None:
-        return dict(DEFAULT_THRESHOLDS)
+        return Thresholds(DEFAULT_THRESHOLDS)
     if isinstance(thresholds, str):
         return parse_thresholds(thresholds)
     lines = {}
@@ -108,7 +139,7 @@ def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> dict[str
         context = f"thresholds[{name!r}]"
         check_metric_name(name, context)
         lines[name] = _in_range(name, _number(value, context), context)
-    return lines
+    return Thresholds(lines, explicit=getattr(thresholds, "explicit", ()))
 
 
 def _number(raw, context: str) -> float:
