@@ -24,6 +24,7 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
+from toolkit.compare.isolate import fp16_input_origins
 from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
@@ -165,11 +166,11 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
 
 def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list[str]]:
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
-    the reasons then print them. A crossed metric prints rounded away from its line
-    (toolkit.report.console.show_crossed): 0.9999999364 under 0.99999999 reads 0.999999, never 1."""
+    the reasons then print them, each value next to its line (toolkit.report.console.show_vs: the line exactly,
+    the value with the digits it takes to read on its side of the line)."""
     from toolkit.compare.metrics.registry import METRICS
     from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-    from toolkit.report.console import show, show_crossed
+    from toolkit.report.console import show, show_crossed, show_vs
 
     def metric_text(m, v, crossed):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -179,7 +180,8 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list
         below, line = METRICS[m].direction == HIGHER_IS_BETTER, (lines or {}).get(m)
         if line is None:
             return f"{m} {show_crossed(v, below)}"
-        return f"{m} {show_crossed(v, below, line)} {'<' if below else '>'} {show(line)}"
+        v_txt, l_txt = show_vs(v, line)
+        return f"{m} {v_txt} {'<' if below else '>'} {l_txt}"
 
     reasons = []
     out_rows = df[df["TensorName"].isin(outputs)]
@@ -319,6 +321,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     outputs = [o.name for o in prep.model.graph.output]
     df = layer_table(prep.model, sess.plan, golden, device, thresholds)
     df = refine_origins(df, sess.runtime, golden, thresholds)
+    df = fp16_input_origins(df, sess.plan, prep.model, golden, device, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
     from toolkit.compiler.pipeline import Finding
     for name, arr in prep.feeds.items():

@@ -4,7 +4,10 @@
    is given the model) one warning ``nondeterministic_op`` per op drawing random numbers
    (toolkit.compare.nondeterminism: its dependent tensors are not compared);
 2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or a
-   finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide);
+   finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide),
+   named where it happens with the reference value past 65504 there (:func:`overflow_site`: the cast of an
+   FP32 input into the FP16 kernel, an on-chip intermediate of a fused kernel, the kernel's output), and
+   advice that keeps every FP16 kernel meeting those values in FP32 (:func:`overflow_keep`);
    when the reference fits FP16 but a high_performance reduction's FP16 accumulation overflowed, the finding
    says so (partial-sum evidence) and advises high_precision implmode first (:func:`overflow_finding`);
    NaN/Inf the FP32 reference already holds is not FP16 overflow: a graph output whose reference holds
@@ -12,14 +15,19 @@
    the graph outputs), listed right after the static findings;
 3. inputs that already differ;
 4. the origin: the first abnormal tensor whose producing kernel's inputs are all normal, as distinct from
-   tensors that only inherit an upstream error (propagated; counted in the evidence).
+   tensors that only inherit an upstream error (propagated; counted in the evidence); or a tensor whose FP16
+   storage breaks what a consumer computes from it (toolkit.compare.layerwise.refine_origins for an FP32
+   consumer, toolkit.compare.isolate.fp16_input_origins for an FP16 one or several hops up; evidence
+   ``storage_rounding``, quoting the metric of the consumer output's dtype: ExactMatchRate for integers).
 
-Each finding carries evidence (metric values, value ranges) and a recommendation.
+Each finding carries evidence (metric values, value ranges) and a recommendation; a recommendation that keeps
+nodes in FP32 lists its keep_dtype entries in the evidence (``keep_dtype``: add them to the config's).
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -51,6 +59,8 @@ def _beyond_fp16(absmax) -> str:
     """|x| for a message next to 'FP16 max 65504': past the max it is rounded up (never reads 65504)."""
     from toolkit.report.console import show, show_crossed
 
+    if absmax is not None and FP16_MAX < float(absmax) < 1e9:  # whole numbers, rounded up: 120000, 65505
+        return str(math.ceil(float(absmax)))
     if absmax is not None and float(absmax) > FP16_MAX:
         return show_crossed(absmax, False, FP16_MAX, digits=4)
     return show(absmax, FP16_MAX, digits=4)
@@ -78,36 +88,72 @@ def _storage_origin(df: pd.DataFrame, row) -> dict | None:
     return (getattr(df, "attrs", None) or {}).get("storage_origins", {}).get(row["TensorName"])
 
 
-def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> str:
-    """What changes an origin's result. An FP16 kernel: keep it in FP32. An FP32 kernel (keep_dtype cannot
-    change it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it; else keep the
-    producers of its FP16-stored inputs in FP32."""
+def _kernel_what(k) -> str:
+    """"'node'", or "kernel 'k' (node, node)" for a kernel grouping several original nodes."""
+    return f"'{k.nodes[0]}'" if len(k.nodes) <= 1 else f"kernel '{k.name}' ({', '.join(k.nodes)})"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def keep_names(kernels) -> list[str]:
+    """The keep_dtype entries that keep ``kernels`` in FP32: one node name per kernel (its anchor node when it
+    has one: a keep_dtype node keeps its whole kernel in FP32, toolkit.compiler.passes.assign_precision)."""
+    return list(dict.fromkeys(k.name if k.name in k.nodes else k.nodes[0] for k in kernels if k.nodes))
+
+
+def _keep_kernels_advice(kernels) -> str:
+    return f"keep {_and([_kernel_what(k) for k in kernels])} in FP32 (keep_dtype)"
+
+
+def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list]:
+    """(advice, kernels it keeps in FP32): what changes an origin's result. A tensor whose FP16 storage breaks
+    an FP16 consumer (toolkit.compare.isolate.fp16_input_origins): keep its producer and the consumer in FP32
+    (evidence ``keep_kernels``). An FP16 kernel: keep it in FP32. An FP32 kernel (keep_dtype cannot change
+    it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it; else keep the producers of
+    its FP16-stored inputs in FP32."""
+    storage = _storage_origin(df, row) or {}
+    keep = [plan_kernels[n] for n in storage.get("keep_kernels", []) if n in plan_kernels]
+    if len(keep) > 1:
+        order = {k.name: i for i, k in enumerate(plan.kernels)}
+        keep = sorted(keep, key=lambda k: order.get(k.name, 0))
+        why = (f"'{storage['consumer_node']}' runs in FP16 too and would round the values again"
+               if storage.get("consumer_kernel") in {k.name for k in keep} else
+               f"each of them stores the values in FP16 on their way to '{storage['consumer_node']}'")
+        return f"{_keep_kernels_advice(keep)}: {why}", keep
     k = plan_kernels.get(row.get("Kernel", ""))
     if k is None or getattr(k, "precision", "") != "fp32":  # compare-dumps' kernels carry no precision
-        return _keep_advice(row, plan_kernels)
+        return _keep_advice(row, plan_kernels), [k] if k is not None and getattr(k, "nodes", None) else []
     from toolkit.compare.layerwise import kernel_inputs
 
     tensors = getattr(plan, "tensors", {})
     stored16 = [t for t in kernel_inputs(plan).get(k.name, []) if getattr(tensors.get(t), "dtype", "") == "float16"]
     head = f"'{row['NodeName']}' already runs in FP32, so keep_dtype cannot change it"
-    producers = [_what(r, plan_kernels) for _, r in df[df["TensorName"].isin(stored16)].iterrows() if r.get("Kernel")]
+    found = [r for _, r in df[df["TensorName"].isin(stored16)].iterrows() if r.get("Kernel")]
+    producers = [_what(r, plan_kernels) for r in found]
     if producers and row.get("LocalAbnormal") not in (True,):  # True or numpy's True_; None / NaN: not known
+        keep = list(dict.fromkeys(plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels))
         return (f"{head}; it reads {', '.join(repr(t) for t in stored16)} stored in FP16: keep "
-                f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)")
+                f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)"), keep
     return (head + "; it differs from the reference on exact inputs"
             + (f": switch its fusion {k.rule} off (fusion_switch_file) or report it" if k.rule else ": report it")
-            + " with repro/")
+            + " with repro/"), []
 
 
 def _storage_where(ev: dict, row) -> str:
     """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence)."""
     from toolkit.report.console import show
 
+    metric = ev.get("metric") or "CosineSimilarity"
+    exact = ev.get("exact_value", ev.get("exact_cosine"))
+    stored = ev.get("stored_value", ev.get("stored_cosine"))
+    how = "re-run alone" if ev.get("consumer_precision") == "fp32" else "re-run alone in FP32"
     return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), it is rounded "
             f"within FP16 noise, but '{ev['consumer_node']}' ({ev['consumer_op_type']}, {ev['consumer_precision']}) "
-            f"cannot work from the rounded values: re-run alone on the exact reference inputs it matches (cosine "
-            f"{show(ev.get('exact_cosine'))}), on them rounded to FP16 it does not (cosine "
-            f"{show(ev.get('stored_cosine'))}). ")
+            f"cannot work from the rounded values: {how} on the exact reference inputs it matches ({metric} "
+            f"{show(exact)}), on them rounded to FP16 as the plan stores them it does not ({metric} "
+            f"{show(stored)}). ")
 
 
 def nonfinite_inputs(df: pd.DataFrame) -> bool:
@@ -196,19 +242,157 @@ def accumulation_overflow(r, plan_kernels, model=None, values=None) -> dict | No
     return ev
 
 
-def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=None, values=None) -> Finding:
-    """The ``fp16_overflow`` error of the first overflow row ``r``. When the kernel's FP16 accumulation
-    overflowed (:func:`accumulation_overflow`; evidence key ``accumulation``), the advice is high_precision
-    implmode for that op type first (FP32 accumulation, the kernel stays FP16), keep_dtype second."""
+def _golden_absmax(t: str, df: pd.DataFrame, values) -> float:
+    """Reference |x| max of tensor ``t`` over its finite values: from ``values`` when given, else the table's
+    GoldenAbsMax; NaN when unknown or not numeric."""
+    from toolkit.compare.layerwise import golden_range
+
+    if values is not None and t in values:
+        return float(golden_range(values[t]).get("GoldenAbsMax", float("nan")))
+    hit = df.loc[df["TensorName"] == t, "GoldenAbsMax"] if "GoldenAbsMax" in df else pd.Series(dtype=float)
+    v = pd.to_numeric(hit, errors="coerce").dropna()
+    return float(v.iloc[0]) if len(v) else float("nan")
+
+
+def overflow_site(r, plan, df: pd.DataFrame, values=None) -> dict:
+    """Where the FP16 overflow of overflow row ``r`` happens, in the order the kernel meets the values:
+    {"where", "tensor", "golden_absmax", "producer"}; ``where``:
+
+    - ``"input_cast"``: an input of the FP16 kernel, stored in FP32 (an FP32 producer's output or a graph
+      input) with reference |x| past 65504, is cast to FP16 at the kernel's input (inf);
+      ``producer``: the node that wrote it ("" for a graph input);
+    - ``"intermediate"``: a tensor the fused kernel keeps on chip (KernelSpec.internal) passes 65504;
+      ``producer``: its node;
+    - ``"output"``: the row's own tensor, stored in FP16, passes 65504 (``producer``: its node);
+    - ``"computation"``: no reference value the kernel reads, keeps or writes passes 65504 (a step inside the
+      computation);
+    - ``"unknown"``: the row's value fits FP16 and there is no plan to tell what it reads (compare-dumps).
+
+    ``golden_absmax``: the reference |x| max of ``tensor`` (over its finite values; :func:`_golden_absmax`)."""
+    from toolkit.compare.layerwise import kernel_inputs
+
+    own = {"where": "output", "tensor": r["TensorName"], "producer": r["NodeName"],
+           "golden_absmax": _golden_absmax(r["TensorName"], df, values)}
+    k = {k.name: k for k in getattr(plan, "kernels", [])}.get(r.get("Kernel", ""))
+    tensors = getattr(plan, "tensors", None)
+    if k is not None and tensors is not None and getattr(k, "precision", "") == "fp16":
+        producer = dict(zip(df["TensorName"], df["NodeName"]))
+        for t in kernel_inputs(plan).get(k.name, []):
+            a = _golden_absmax(t, df, values)
+            if a > FP16_MAX and getattr(tensors.get(t), "dtype", "") != "float16":
+                return {"where": "input_cast", "tensor": t, "golden_absmax": a,
+                        "producer": "" if t in getattr(plan, "graph_inputs", []) else producer.get(t, "")}
+        for t in getattr(k, "internal", []):
+            a = _golden_absmax(t, df, values)
+            if a > FP16_MAX:
+                return {"where": "intermediate", "tensor": t, "golden_absmax": a, "producer": producer.get(t, "")}
+    if own["golden_absmax"] > FP16_MAX:
+        return own
+    return {**own, "where": "computation" if tensors is not None else "unknown"}
+
+
+def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = None) -> list:
+    """The kernels to keep in FP32 so that no FP16 kernel meets the values past 65504 of overflow row ``r``:
+    its kernel, then every FP16 kernel that reads a tensor with reference |x| past 65504 downstream of it
+    (the row's big outputs, the big FP32 input cast at ``site``, and onwards through whatever reads them:
+    kept in FP32 alone, a kernel's big output would only be cast to FP16 at its FP16 consumer's input).
+    In plan order. Kernels without a plan (compare-dumps): the row's kernel only."""
+    from toolkit.compare.layerwise import kernel_inputs
+
+    kernels = list(getattr(plan, "kernels", []))
+    k = {x.name: x for x in kernels}.get(r.get("Kernel", ""))
+    if k is None:
+        return []
+    if getattr(plan, "tensors", None) is None:
+        return [k]
+    ins = kernel_inputs(plan)
+
+    sizes: dict[str, float] = {}
+
+    def big(t):
+        if t not in sizes:
+            sizes[t] = _golden_absmax(t, df, values)
+        return sizes[t] > FP16_MAX
+
+    keep, seen = [k], set()
+    queue = [t for t in k.outputs if big(t)] + ([site["tensor"]] if site and site["where"] == "input_cast" else [])
+    while queue:
+        t = queue.pop(0)
+        if t in seen:
+            continue
+        seen.add(t)
+        for c in kernels:
+            if c.cast_of or t not in ins.get(c.name, []):
+                continue
+            if c.precision == "fp16" and c not in keep:
+                keep.append(c)
+            queue += [o for o in c.outputs if o not in seen and big(o)]
+    order = {x.name: i for i, x in enumerate(kernels)}
+    return sorted(keep, key=lambda x: order[x.name])
+
+
+def _site_text(r, site: dict, plan_kernels) -> str:
+    """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
+    from toolkit.report.console import show
+
+    node, op = r["NodeName"], r.get("OpType", "")
+    out = _beyond_fp16(r.get("GoldenAbsMax", float("nan")))
+    past = f"golden |x| up to {_beyond_fp16(site['golden_absmax'])} > FP16 max {FP16_MAX:.0f}"
+    if site["where"] == "input_cast":
+        src = (f"graph input '{site['tensor']}' (FP32)" if not site["producer"] else
+               f"'{site['tensor']}' (written in FP32 by '{site['producer']}')")
+        return (f"FP16 overflow at the input of '{node}' ({op}, FP16 kernel): it reads {src}, {past}, cast to "
+                f"FP16, which turns it into inf; its own output stays within FP16 (golden |x| up to {out})")
+    if site["where"] == "intermediate":
+        return (f"FP16 overflow inside {_what(r, plan_kernels)}: its on-chip intermediate '{site['tensor']}' "
+                f"(from '{site['producer']}') reaches {past}; the kernel's output stays within FP16 "
+                f"(golden |x| up to {out})")
+    if site["where"] == "output":
+        return f"FP16 overflow at the output of '{node}' ({op}): {past}, which FP16 storage turns into inf"
+    if site["where"] == "unknown":
+        return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite (golden |x| "
+                f"up to {show(r.get('GoldenAbsMax', float('nan')))}, within FP16 max {FP16_MAX:.0f}): the values "
+                "past the FP16 range are in what it reads or inside its computation")
+    return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite, though no "
+            f"reference value it reads or writes passes FP16 max {FP16_MAX:.0f} (golden |x| up to "
+            f"{show(r.get('GoldenAbsMax', float('nan')))}): a step inside its FP16 computation leaves the FP16 range")
+
+
+def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=None, values=None,
+                     plan=None, df: pd.DataFrame | None = None) -> Finding:
+    """The ``fp16_overflow`` error of the first overflow row ``r``. Evidence ``overflow``: where it happens
+    (:func:`overflow_site`: the cast of an FP32 input into FP16, an on-chip intermediate, the kernel's output,
+    or inside the computation) with the reference |x| that passes 65504 there; ``keep_dtype``: the keep_dtype
+    entries of the advice (:func:`overflow_keep`). When the kernel's FP16 accumulation overflowed
+    (:func:`accumulation_overflow`; evidence key ``accumulation``), the advice is high_precision implmode for
+    that op type first (FP32 accumulation, the kernel stays FP16), keep_dtype second. ``plan``/``df``: the
+    compiled plan and the layer table (None: the site is judged from the row alone)."""
     ev = _evidence(r)
     acc = accumulation_overflow(r, plan_kernels, model, values) if graph_known else None
     hint = f", or {fusion_hint[r['NodeName']]}" if fusion_hint and r["NodeName"] in fusion_hint else ""
+    table = df if df is not None else pd.DataFrame([dict(r)])
+    if plan is None:
+        plan = SimpleNamespace(kernels=list(plan_kernels.values()))
     if acc is None:
-        return Finding("error", "fp16_overflow", r["NodeName"], ev,
-                       f"FP16 overflow/NaN/Inf first appears at '{r['NodeName']}' (golden |x| up to "
-                       f"{_beyond_fp16(r.get('GoldenAbsMax', float('nan')))}, FP16 max {FP16_MAX:.0f}): "
-                       + (_keep_advice(r, plan_kernels) if graph_known else NO_GRAPH_ADVICE) + hint)
+        site = overflow_site(r, plan, table, values)
+        ev["overflow"] = site
+        keep = overflow_keep(r, plan, table, values, site) if graph_known else []
+        if keep:
+            ev["keep_dtype"] = keep_names(keep)
+        advice = (NO_GRAPH_ADVICE if not graph_known else _keep_kernels_advice(keep) if keep
+                  else _keep_advice(r, plan_kernels))
+        if site["where"] == "input_cast" and keep:
+            advice += f": it then reads '{site['tensor']}' in FP32"
+        elif len(keep) > 1:
+            advice += ": each of them meets values past FP16 max"
+        return Finding("error", "fp16_overflow", r["NodeName"], ev, _site_text(r, site, plan_kernels) + ": "
+                       + advice + hint)
     ev["accumulation"] = acc
+    ev["overflow"] = {"where": "accumulation", "tensor": r["TensorName"], "producer": r["NodeName"],
+                      "golden_absmax": acc["partial_sum_absmax"]}
+    k = plan_kernels.get(r.get("Kernel", ""))
+    if k is not None and graph_known:
+        ev["keep_dtype"] = keep_names([k])
     op = acc["op_type"]
     peak = acc["partial_sum_absmax"]
     sums = (f"most likely passes FP16 max {FP16_MAX:.0f} (the reference inputs are not at hand to measure it)"
@@ -238,9 +422,11 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
     if outputs is not None:
         out += golden_nonfinite(df, outputs)
     ov = overflow_rows(df)
+    overflow = None
     if len(ov):
         r = ov.iloc[0]
-        out.append(overflow_finding(r, kernels, graph_known, fusion_hint, model, values))
+        overflow = overflow_finding(r, kernels, graph_known, fusion_hint, model, values, plan=plan, df=df)
+        out.append(overflow)
     inp = df[(df["OpType"] == "Input") & df["Abnormal"]]
     for _, r in inp.iterrows():
         out.append(Finding("error", "inconsistent_input", r["NodeName"], _evidence(r),
@@ -250,7 +436,15 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
     for i, (_, r) in enumerate(origins.iterrows()):
         ev = _evidence(r)
         ev["propagated_tensors"] = propagated
-        advice = _origin_advice(r, kernels, plan, df)
+        advice, keep = _origin_advice(r, kernels, plan, df)
+        same = overflow is not None and overflow.subject == r["NodeName"] and "keep_dtype" in overflow.evidence \
+            and "accumulation" not in overflow.evidence and not _storage_origin(df, r)
+        if same:  # the overflow finding's own advice: keep what meets the values past 65504
+            keep = [kernels[n] for n in overflow.evidence["keep_dtype"] if n in kernels] or \
+                [k for k in plan.kernels if set(k.nodes) & set(overflow.evidence["keep_dtype"])]
+            advice = _keep_kernels_advice(keep)
+        if keep and graph_known:
+            ev["keep_dtype"] = keep_names(keep)
         storage = _storage_origin(df, r)
         if storage:
             ev["storage_rounding"] = dict(storage)
@@ -258,7 +452,9 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
             advice += f", or {fusion_hint[r['NodeName']]}"
         kind = "first_divergence" if i == 0 else "divergence_origin"
         group = _what(r, kernels)
-        where = ((_storage_where(storage, r) if storage else "is where the error starts; its inputs are normal. ")
+        where = ((_storage_where(storage, r) if storage else
+                  "is where the error starts with the FP16 overflow above. " if same else
+                  "is where the error starts; its inputs are normal. ")
                  + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
                                                                  else "")

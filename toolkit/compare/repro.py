@@ -30,11 +30,13 @@ from toolkit.report.console import printable
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
-                     stored_fp16=()) -> tuple[onnx.ModelProto, dict, dict]:
+                     stored_fp16=(), extra_outputs=()) -> tuple[onnx.ModelProto, dict, dict]:
     """(model, inputs, expected) for the nodes named, inputs and outputs taken from ``golden``.
 
     ``stored_fp16``: tensors the full plan stores in FP16; a float32 subgraph input among them enters as an
     FP16 graph input ``<name>__fp16`` (reference rounded to FP16) and a Cast to FP32 (module docstring).
+    ``extra_outputs``: tensors of the nodes named to expose as outputs too (default: only those read outside
+    the nodes, or graph outputs).
 
     Raises:
         KeyError: a boundary tensor has no reference value.
@@ -52,6 +54,7 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict
     graph_outs = {o.name for o in model.graph.output}
     outs = [o for n in nodes for o in n.output if o and (o in consumers_outside or o in graph_outs)] or \
         [nodes[-1].output[0]]
+    outs += [o for o in extra_outputs if o in produced and o not in outs]
     feeds = {i: np.asarray(golden[i]) for i in reads if i not in inits}
     expected = {o: np.asarray(golden[o]) for o in outs}
     casts = []
@@ -71,6 +74,25 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict
     sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     sub.functions.extend(model.functions)
     return sub, feeds, expected
+
+
+def run_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict, stored_fp16=(),
+                 outputs=()) -> dict[str, np.ndarray]:
+    """{tensor: array} of the nodes named run alone in FP32 by onnxruntime (the FP32 reference's own engine)
+    on the reference values of their inputs, those in ``stored_fp16`` rounded to FP16 first (as the plan
+    stores them; see :func:`extract_subgraph`). What keeping those nodes in FP32 (keep_dtype) would compute
+    while the rest of the plan stays as it is. ``outputs``: tensors of the nodes to return besides the
+    subgraph's own outputs.
+
+    Raises:
+        KeyError: a boundary tensor has no reference value; onnxruntime errors for nodes it cannot run.
+    """
+    from toolkit.runtime.ort_env import make_session
+
+    sub, feeds, expected = extract_subgraph(model, node_names, golden, stored_fp16, outputs)
+    sess = make_session(sub.SerializeToString(), optimize=True)
+    names = list(expected)
+    return dict(zip(names, (np.asarray(v) for v in sess.run(names, feeds))))
 
 
 def _free_name(name: str, model: onnx.ModelProto) -> str:

@@ -66,9 +66,14 @@ def subgraph_outer_inputs(node: onnx.NodeProto) -> list[str]:
     return found
 
 
+_SUBGRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+
+
 def node_reads(node: onnx.NodeProto) -> list[str]:
     """Every tensor name a node reads: its inputs plus outer-scope names used by its subgraphs."""
     names = [n for n in node.input if n]
+    if not any(a.type in _SUBGRAPH_TYPES for a in node.attribute):  # the common case, without the walk
+        return names
     for extra in subgraph_outer_inputs(node):
         if extra not in names:
             names.append(extra)
