@@ -67,7 +67,7 @@ def test_callable_errors_at_run_time():
         e2e.time_calls(bad, [(0,), (1,)], "--pre")
     with pytest.raises(InputError, match="returned list; expected a dict"):
         e2e.as_feed([1, 2], ["x", "y"])
-    with pytest.raises(InputError, match=r"needs \['y'\]"):
+    with pytest.raises(InputError, match=r"missing \['y'\]"):
         e2e.as_feed({"x": np.zeros(2)}, ["x", "y"])
     assert set(e2e.as_feed(np.zeros(3), ["x"])) == {"x"}
 

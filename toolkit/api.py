@@ -343,16 +343,24 @@ def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
 
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                  target: str | None = None, task_metrics=(), out: str | None = None, html: bool = True,
-                 progress=_noop) -> dict:
+                 progress=_noop, max_inputs: int | None = None) -> dict:
     """Run :func:`toolkit.precision.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
     line), tuned_config.json (accepted by compile/diagnose --config), summary.json, ranking.csv, ranges.csv and
-    tune.html. ``met`` in the result says whether the target holds on every input."""
+    tune.html. ``met`` in the result says whether the target holds on every input. ``max_inputs``: most input
+    sets ``inputs`` may give (default toolkit.precision.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
+    condition no output's dtype admits is a UsageError before the inputs are read."""
     import dataclasses
 
     from toolkit.artifacts import write_json, write_text
     from toolkit.compare.tasks import TASKS, load_task
-    from toolkit.precision.feeds import load_feed_sets
-    from toolkit.precision.tune import DEFAULT_TARGET, format_target, parse_target, tune
+    from toolkit.precision.feeds import DEFAULT_MAX_SETS, load_feed_sets
+    from toolkit.precision.tune import (
+        DEFAULT_TARGET,
+        check_target_outputs,
+        format_target,
+        parse_target,
+        tune,
+    )
     from toolkit.report.csvjson import to_csv_safe
     from toolkit.signoff.criteria import show
     from toolkit.source import _zoo_name_of
@@ -362,7 +370,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes())
+    check_target_outputs(m, parsed_target, "--target" if target else "the default target")
+    feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes(), max_inputs or DEFAULT_MAX_SETS)
     progress(f"{len(feeds)} input set(s)")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]
@@ -391,13 +400,19 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
               + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")
               + (f"; without it the target {e['without_it']}" if str(e["without_it"]).startswith("fails") else "")
               for e in res.evidence[:10]]
-    worst = res.after.sort_values("CosineSimilarity").head(1).to_dict("records") if len(res.after) else []
+    floats = res.after[res.after["CosineSimilarity"].notna()] if len(res.after) else res.after
+    worst = floats.sort_values("CosineSimilarity").head(1).to_dict("records") if len(floats) else []
     if worst:
         w = worst[0]
         lim = {m: [v for t, _, v in res.target if t == m] for m in ("CosineSimilarity", "MaxAbsoluteError")}
         lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity "
                      f"{show(w['CosineSimilarity'], *lim['CosineSimilarity'], digits=10)}, "
                      f"MaxAbsoluteError {show(w['MaxAbsoluteError'], *lim['MaxAbsoluteError'], digits=3)}")
+    exact = res.after[res.after["ExactMatchRate"].notna()] if "ExactMatchRate" in res.after else res.after.iloc[:0]
+    if len(exact):  # integer/bool outputs, checked by an ExactMatchRate target
+        e = exact.sort_values("ExactMatchRate").iloc[0]
+        lines.append(f"worst integer output after: {e['Output']} on {e['Input']}: ExactMatchRate "
+                     f"{float(e['ExactMatchRate']):.6g}")
     flops = (f"FLOPs {c0['flops_fp16_share']:.1%} -> {c1['flops_fp16_share']:.1%}" if c0["flops_total"]
              else "no Conv/MatMul/Gemm FLOPs")
     lines.append(f"FP16 coverage: ops {c0['ops_fp16_share']:.1%} -> {c1['ops_fp16_share']:.1%}, {flops}; "

@@ -169,7 +169,8 @@ def _diag_options(fn):
                      help="Seed for generated inputs (recorded)."),
         click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".'),
         click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
-                     "(defaults: the compare tool's)."),
+                     "(defaults: the compare tool's). Lines you set apply as given; the FP16 expected-noise "
+                     "allowance excuses only the default lines (docs/thresholds.md)."),
         click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function (repeatable)."),
         click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
     ] + DATASET_OPTIONS
@@ -219,7 +220,8 @@ def compare_cmd(**kw):
               "the same --out), or one .npz. "
               "Default: the model's registered realistic input, else seeded random data.")
 @click.option("--thresholds", help='Abnormal lines for the layer criteria, e.g. "CosineSimilarity<0.999" '
-              "(defaults: the compare tool's).")
+              "(defaults: the compare tool's). Lines you set apply as given; the FP16 expected-noise allowance "
+              "excuses only the default lines (docs/thresholds.md).")
 @click.option("--no-html", is_flag=True, help="Skip signoff.html (summary.json and junit.xml are always written).")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-signoff-<time>/.")
 @DATASET_OPTIONS[0]
@@ -278,9 +280,12 @@ def doctor_cmd(model, as_json):
 @cli.command("tune")
 @click.argument("model", required=False)
 @common
-@click.option("--inputs", type=click.Path(), help="Input .npz, a folder of .npz (all are used; the worst decides) or a "
-              "loader script file.py[:function] yielding feed dicts. Default: the model's registered realistic input, "
+@click.option("--inputs", type=click.Path(), help="Input .npz, a folder of .npz (every file is used; the worst decides) "
+              "or a loader script file.py[:function] returning or yielding feed dicts (every set is used). More sets "
+              "than --max-inputs is an error, never a silent cut. Default: the model's registered realistic input, "
               "else seeded random data.")
+@click.option("--max-inputs", "max_inputs", default=1000, show_default=True, type=click.IntRange(min=1),
+              help="Most input sets --inputs may give (all are kept in memory and run in every trial).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
 @click.option("--target", help='Conditions every final output must meet on every input, e.g. '
               '"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2" (the default).')
@@ -288,15 +293,15 @@ def doctor_cmd(model, as_json):
               "too (repeatable).")
 @click.option("--no-html", is_flag=True, help="Skip tune.html.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-tune-<time>/.")
-def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, target, task_metrics,
-             no_html, out):
+def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, max_inputs, seed, target,
+             task_metrics, no_html, out):
     """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
     keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
     from toolkit import api
 
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = api.tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
-                           html=not no_html, progress=_progress)
+                           html=not no_html, progress=_progress, max_inputs=max_inputs)
     _say(res["summary"])
     if not res["met"]:
         sys.exit(1)
@@ -337,7 +342,7 @@ _DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"
 @click.option("--model", help="ONNX model (file, sample or zoo name): row order = its topological order, op outputs "
               "matched to tensor names. Default: golden timestamps.")
 @click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
-              "(defaults: the compare tool's).")
+              "(defaults: the compare tool's; no FP16 noise allowance here, see docs/thresholds.md).")
 @click.option("--golden-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read GOLDEN.")
 @click.option("--target-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read TARGET.")
 @click.option("--golden-runner", help="Polygraphy JSON runner for GOLDEN: name, unique prefix or index (default first).")

@@ -3,7 +3,8 @@
 A model argument is: nothing (the default sample), a sample name (toolkit.samples), a zoo name
 (toolkit.zoo, fetched and verified), or a path. Inputs are: an ``.npz`` file (checked against the model),
 a directory of ``.npz`` files (diagnose / compare / signoff run all of them as a dataset run, see
-toolkit.dataset; other single-run commands use the first), or — without ``--inputs`` — the
+toolkit.dataset, tune uses all of them; the single-run commands — run, memcheck, profile — take a folder
+holding exactly one and refuse one holding more, naming the count), or — without ``--inputs`` — the
 model's registered realistic input (rendered text for the OCR models, the sample's own generator), else
 seeded random data whose range is set per input with ``--val-range``.
 """
@@ -251,6 +252,10 @@ def _prepare(model, src, inputs, seed, val_range, input_shapes, bind_fix=BIND_FI
             files = sorted(p.glob("*.npz"))
             if not files:
                 raise InputError(f"--inputs directory '{p}' holds no .npz files; write one per input set")
+            if len(files) > 1:  # never a silent choice of one set among many
+                raise InputError(f"--inputs directory '{p}' holds {len(files)} .npz files but this command runs "
+                                 f"one input set; pass one file (e.g. '{files[0]}'), or run the folder with "
+                                 "compare, diagnose, signoff or tune, which use every file")
             p = files[0]
         return Feed(load_npz(p, specs), f"file {p}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)

@@ -9,8 +9,9 @@ outputs are {graph output name: array} and the returned dict holds (:data:`RESUL
 
 A check whose return value breaks these rules (not a dict, a key missing, a wrong type) is reported as a
 *failing* task check whose detail names the function and what was wrong (:func:`validate_result`); a check that
-raises is a failing task check "raised <Exception>: ...". Neither ends the run. Built-ins (selected by zoo
-name):
+raises is a failing task check "raised <Exception>: ...". Neither ends the run; a check (or its module's
+import) that calls ``sys.exit()`` or raises another BaseException but KeyboardInterrupt is a one-line error
+(exit 1, :mod:`toolkit.usercode`). Built-ins (selected by zoo name):
 
 - ``ppocr_det``: IoU of the binarised probability maps (threshold 0.3), passes at >= 0.95;
 - ``ppocr_rec``: CTC greedy decoding with the dictionary in the model's ``character`` metadata: texts equal;
@@ -27,6 +28,7 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from toolkit import usercode
 from toolkit.errors import UsageError
 from toolkit.inputs import binarize_iou, ctc_greedy_decode, read_ctc_characters
 
@@ -63,14 +65,15 @@ def load_task(spec: str, label: str = "", error: type = UsageError) -> Callable:
 
     ``label``: how messages name the entry (default ``--task-metric '<spec>'``; a policy passes
     ``policy 'p.toml': [tasks] metrics entry '<spec>'``). Raises ``error`` (UsageError by default) when the
-    entry is malformed, cannot be imported or is not callable."""
+    entry is malformed, cannot be imported (its module raises, sys.exit() included: toolkit.usercode) or is
+    not callable."""
     head = label or f"--task-metric '{spec}'"
     mod, sep, fn = spec.partition(":")
     if not sep or not mod or not fn:
         raise error(f"{head} is not 'module:function', e.g. 'mypkg.checks:my_check'")
-    try:
-        obj = getattr(importlib.import_module(mod), fn)
-    except Exception as exc:  # ImportError, AttributeError, SyntaxError in the user's module, ...
+    obj, exc = usercode.capture(lambda: getattr(importlib.import_module(mod), fn), what=head, error=error,
+                                when=f"importing module '{mod}'")  # sys.exit() at its top level: error
+    if exc is not None:  # ImportError, AttributeError, SyntaxError in the user's module, ...
         msg = " ".join(str(exc).split())
         raise error(f"{head} cannot be loaded ({type(exc).__name__}: {msg}); the module must be importable "
                     "(set PYTHONPATH to its folder) and define the function") from None
@@ -133,12 +136,16 @@ def validate_result(fn: Callable, res) -> dict:
 
 
 def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> dict:
-    """One task check's result (:func:`validate_result`); a check that raises gives a failing result whose
-    detail reads "task check <label> raised <Exception>: <message>"."""
-    try:
-        res = fn(golden, npu, model)
-    except Exception as exc:  # noqa: BLE001 - a user's check must not end the run
-        label = check_label(fn)
+    """One task check's result (:func:`validate_result`); a check that raises an Exception gives a failing
+    result whose detail reads "task check <label> raised <Exception>: <message>".
+
+    Raises:
+        UserError: the check raised SystemExit (sys.exit(), any code) or another BaseException that is not
+            KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.usercode), exit 1.
+    """
+    label = check_label(fn)
+    res, exc = usercode.capture(fn, golden, npu, model, what=f"task check {label}")
+    if exc is not None:  # a user's check that fails by raising must not end the run
         msg = " ".join(str(exc).split())
         return {"name": label, "passed": False, "value": None,
                 "detail": f"task check {label} raised {type(exc).__name__}: {msg}"}

@@ -19,6 +19,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.inputs import check_feed
+from toolkit.inputs.validate import conform_feed
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def load_feed(name: str, data: bytes, specs) -> dict[str, np.ndarray]:
                 raise InputError(f"{source}: array {key!r} is {why}; re-save plain numeric arrays with np.savez") from None
             except (OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None
+    feed = conform_feed(feed, specs)  # big-endian -> native, str arrays for string inputs (as load_npz)
     check_feed(feed, specs, source)
     return {spec.name: feed[spec.name] for spec in specs}
 
@@ -139,7 +141,8 @@ def header_feed(ref: InputRef) -> dict[str, np.ndarray] | None:
                     shape, _, dtype = read(fh)
                 if dtype.hasobject:
                     return None
-                feed[info.filename[:-4]] = np.broadcast_to(np.zeros((), dtype), shape)
+                native = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype  # as load_feed
+                feed[info.filename[:-4]] = np.broadcast_to(np.zeros((), native), shape)
     except Exception:  # noqa: BLE001 (whatever is wrong with the file, its evaluation reports it)
         return None
     return feed

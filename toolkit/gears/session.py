@@ -379,6 +379,7 @@ def check_feed_types(model: onnx.ModelProto, feeds) -> list:
     from collections.abc import Mapping
 
     from toolkit.inputs import input_specs
+    from toolkit.inputs.validate import dtype_expr
 
     specs = input_specs(model)
     if not isinstance(feeds, Mapping):
@@ -388,7 +389,8 @@ def check_feed_types(model: onnx.ModelProto, feeds) -> list:
     for name, value in feeds.items():
         if not isinstance(value, np.ndarray):
             want = dtypes.get(name)
-            fix = f"np.asarray(value, dtype=np.{want.name})" if want is not None else "a numpy array"
+            expr = dtype_expr(want) if want is not None else None  # never np.object (gone from numpy)
+            fix = f"np.asarray(value, dtype={expr})" if expr else "a numpy array"
             raise TypeError(f"feeds: input {name!r} is a {type(value).__name__}, not a numpy array; pass {fix}")
     return specs
 

@@ -11,14 +11,15 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.inputs.spec import InputSpec
-from toolkit.inputs.validate import check_feed
+from toolkit.inputs.validate import check_feed, conform_feed
 
 
 def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     """Read ``path`` (``np.savez`` / ``np.savez_compressed`` output) and return input name -> array.
 
     Loading uses ``allow_pickle=False``: object arrays (which need pickle and can run code) are refused.
-    The arrays are then checked with :func:`toolkit.inputs.validate.check_feed`: keys equal the model's
+    Arrays are conformed (:func:`toolkit.inputs.validate.conform_array`: a big-endian array such as ``>f4``
+    becomes native, a str/bytes array for an ONNX STRING input an object array of str), then checked with :func:`toolkit.inputs.validate.check_feed`: keys equal the model's
     input names, dtypes equal, ranks and static dims equal (dynamic dims accept any size).
 
     Args:
@@ -26,7 +27,7 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
         model_inputs: the model's inputs, e.g. from :func:`toolkit.inputs.spec.input_specs`.
 
     Returns:
-        dict in the order of ``model_inputs``; arrays are fully read into memory.
+        dict in the order of ``model_inputs``; arrays are fully read into memory, in native byte order.
 
     Raises:
         InputError: file missing, not a regular file (a folder, /dev/null, a pipe), empty (0 bytes) or not an
@@ -55,6 +56,7 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
     with archive:
         for key in archive.files:
             feed[key] = _read_member(archive, key, source)
+    feed = conform_feed(feed, model_inputs)
     check_feed(feed, model_inputs, source)
     return {spec.name: feed[spec.name] for spec in model_inputs}
 
@@ -114,7 +116,8 @@ def _read_member(archive: np.lib.npyio.NpzFile, key: str, source: str) -> np.nda
         if "pickle" in str(exc):
             raise InputError(
                 f"{source}: array {key!r} is an object (pickled) array, which is refused for safety; "
-                "save plain numeric arrays (e.g. arr.astype(np.float32)) with np.savez"
+                "save plain numeric arrays (e.g. arr.astype(np.float32)), or str arrays for string inputs, "
+                "with np.savez"
             ) from None
         raise InputError(
             f"{source}: array {key!r} cannot be read ({_first_line(exc)}); re-save it with np.savez"

@@ -16,6 +16,7 @@ import numpy as np
 
 from toolkit.errors import InputError
 from toolkit.inputs.spec import InputSpec
+from toolkit.inputs.validate import cast_hint
 
 #: Key of a value range that applies to every input without its own range.
 ALL_INPUTS = "*"
@@ -198,7 +199,8 @@ def random_array(spec: InputSpec, shape: tuple[int, ...], rng: np.random.Generat
             raise InputError(f"input {spec.name!r}: value range {val_range} holds no {dtype.name} value; widen it")
         return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
     if dtype.kind in "OSU":
-        raise InputError(f"input {spec.name!r} has dtype {dtype}; random data is numeric only: supply it in an npz")
+        raise InputError(f"input {spec.name!r} has dtype {dtype}; random data is numeric only: supply it with "
+                         f"--inputs in an npz ({cast_hint(dtype)})")
     lo, hi = DEFAULT_FLOAT_RANGE if val_range is None else val_range
     values = rng.uniform(lo, hi, size=shape)
     if dtype.kind == "c":

@@ -43,7 +43,7 @@ def check_array(array: np.ndarray, spec: InputSpec, source: str) -> None:
     if array.dtype != spec.dtype:
         raise InputError(
             f"{source}: input {spec.name!r} has dtype {array.dtype} but the model declares {spec.describe()}; "
-            f"cast it with .astype(np.{spec.dtype.name}) before saving"
+            f"{cast_hint(spec.dtype)}"
         )
     if spec.shape is None:
         return
@@ -58,6 +58,78 @@ def check_array(array: np.ndarray, spec: InputSpec, source: str) -> None:
                 f"{source}: input {spec.name!r} has shape {_shape_text(array.shape)} but the model declares "
                 f"{spec.describe()} (axis {axis} must be {want}, got {got}); resize the data to the static dims"
             )
+
+
+def cast_hint(dtype: np.dtype) -> str:
+    """How to give an array of ``dtype`` (a model input's), as advice that works with the installed numpy:
+    ``.astype(np.float32)`` for numpy's own numeric dtypes (the name is looked up, never assumed); str
+    arrays for ONNX STRING inputs (object dtype, which an .npz can only hold pickled, and pickle is refused);
+    for dtypes numpy lacks (bfloat16, float8, int4: ml_dtypes, which .npz stores as raw bytes) that they
+    cannot be given as arrays."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "O":
+        return ("an ONNX string input takes a str array: save np.array(['text', ...]) (dtype <U), which npuscope "
+                "passes as Python strings; object arrays need pickle and are refused")
+    name = dtype.name
+    if dtype_expr(dtype):
+        return f"cast it with .astype({dtype_expr(dtype)})"
+    return (f"numpy has no {name} dtype (it comes from ml_dtypes, whose arrays an .npz stores as raw bytes), so "
+            f"this input cannot be given as an array; give the model a float32 input and Cast it to {name} inside")
+
+
+def dtype_expr(dtype: np.dtype) -> str | None:
+    """``"np.float32"``: the numpy expression of a numeric ``dtype`` (bool, int, uint, float, complex), checked
+    to exist in the installed numpy; None for object/str dtypes and dtypes numpy lacks (ml_dtypes bfloat16)."""
+    dtype = np.dtype(dtype)
+    ok = dtype.kind in "biufc" and isinstance(getattr(np, dtype.name, None), type)
+    return f"np.{dtype.name}" if ok else None
+
+
+STRING_KINDS = "US"  # numpy str (unicode) and bytes arrays
+
+
+def conform_array(array, spec: InputSpec) -> np.ndarray:
+    """``array`` as the model's input ``spec`` reads the same values: a non-native byte order (``>f4`` from a
+    big-endian machine) becomes native (onnxruntime reads the raw bytes, so a swapped array would be read as
+    other numbers); a str or bytes array for an ONNX STRING input (object dtype) becomes an object array of
+    str (what onnxruntime takes). Anything else is returned as is (:func:`check_array` judges it)."""
+    array = np.asarray(array)
+    if array.dtype.byteorder not in ("=", "|") and array.dtype != array.dtype.newbyteorder("="):
+        array = array.astype(array.dtype.newbyteorder("="))
+    if spec.dtype.kind == "O" and array.dtype.kind in STRING_KINDS:
+        array = np.vectorize(_text, otypes=[object])(array) if array.size else array.astype(object)
+    return array
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def conform_feed(feed: Mapping[str, np.ndarray], specs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    """``feed`` with each model input conformed (:func:`conform_array`); other keys unchanged (for
+    :func:`check_feed` to refuse). Call it wherever a feed is read, before :func:`check_feed`."""
+    by_name = {s.name: s for s in specs}
+    return {k: (conform_array(v, by_name[k]) if k in by_name else v) for k, v in feed.items()}
+
+
+def feed_arrays(feed: Mapping, source: str) -> dict:
+    """``{key: np.asarray(value)}`` of a feed built by user code (a loader, --pre), every key kept.
+
+    Raises:
+        InputError: a value numpy cannot turn into an array (a ragged list, an object whose ``__array__``
+            raises; sys.exit() there too: toolkit.usercode), naming ``source`` and the key.
+    """
+    from toolkit import usercode
+
+    out = {}
+    for k, v in feed.items():
+        arr, exc = usercode.capture(np.asarray, v, what=f"{source}: converting input {k!r} to an array",
+                                    error=InputError)
+        if exc is not None:
+            raise InputError(f"{source}: input {k!r} is not an array ({type(exc).__name__}: "
+                             f"{usercode.one_line(exc)}); give numpy arrays") from None
+        out[k] = arr
+    return out
 
 
 def check_symbolic_dims(feed: Mapping[str, np.ndarray], specs: Sequence[InputSpec], source: str) -> None:

@@ -20,8 +20,10 @@ kernel sessions are cached by model digest):
    by its cheaper graph neighbours among the candidates.
 5. Verification: the tuned config compiled from scratch and run on every input.
 
-A try "meets the target" when, on every input, every float graph output satisfies every target condition
-(no NaN/inf where the reference is finite) and every task check passes. Inputs are tried worst first and a
+A try "meets the target" when, on every input, every graph output satisfies every target condition that
+applies to its dtype (float metrics on float outputs, ExactMatchRate on integer/bool outputs; no NaN/inf where
+the reference is finite) and every task check passes. A condition that applies to no output of the model is
+refused up front (:func:`check_target_outputs`, UsageError), as signoff refuses such a policy. Inputs are tried worst first and a
 try stops at the first failing input.
 """
 
@@ -95,26 +97,69 @@ def format_target(target) -> list[str]:
 _ROW_METRICS = ("CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance", "MeanRelativeError")
 
 
+def _conditions(target, dclass: str) -> list[tuple[str, tuple]]:
+    """[(text, (metric, op, value))] of the target conditions that apply to an output of dtype class
+    ``dclass`` (toolkit.signoff.policy.metric_applies: float metrics on float, ExactMatchRate on integer)."""
+    from toolkit.signoff.policy import metric_applies
+
+    return [(c, t) for c, t in zip(format_target(target), target) if metric_applies(t[0], dclass)]
+
+
 def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], float]:
-    """(met, rows, error): per float output a compare row with ``Met`` and the failing ``Failed`` conditions;
-    ``error`` = worst RelativeEuclideanDistance over outputs (inf when NaN/inf appear)."""
+    """(met, rows, error): per float output, and per integer/bool output when the target holds an
+    ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
+    does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
+    output's dtype); ``error`` = worst RelativeEuclideanDistance over float outputs (inf when NaN/inf appear)."""
+    from toolkit.compare.metrics import dtype_class
+
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
         g = np.asarray(g)
-        if g.dtype.kind != "f" or name not in npu:
+        dclass = dtype_class(g.dtype)
+        conds = _conditions(target, dclass)
+        if dclass not in ("float", "integer") or not conds or name not in npu:
             continue
-        r = compare_metrics(npu[name], g, names)
-        bad = [c for c, (m, op, v) in zip(format_target(target), target) if not (not math.isnan(r[m]) and _OPS[op](r[m], v))]
-        nonfinite = r["OverFlow"] or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
+        r = compare_metrics(npu[name], g, [m for m in names if METRICS[m].dtype_class == dclass])
+        bad = [c for c, (m, op, v) in conds if not (not math.isnan(r.get(m, math.nan)) and _OPS[op](r[m], v))]
+        nonfinite = bool(r["OverFlow"]) or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
         if nonfinite:
             bad.append("finite outputs")
-        red = r["RelativeEuclideanDistance"]
+        red = r.get("RelativeEuclideanDistance", 0.0) if dclass == "float" else 0.0
         err = max(err, math.inf if nonfinite or math.isnan(red) else red)
-        rows.append({"Output": name, **{m: r[m] for m in _ROW_METRICS},
+        rows.append({"Output": name, **{m: r.get(m, math.nan) for m in names},
                      "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Met": not bad, "Failed": ", ".join(bad)})
         met &= not bad
     return met, rows, err
+
+
+def check_target_outputs(model: onnx.ModelProto, target, label: str = "--target") -> None:
+    """Refuse, before any input runs, a target condition that no graph output can be checked by: the
+    signoff rule for ``[outputs."*"]`` (toolkit.signoff.policy.output_dtypes / metric_applies): ExactMatchRate
+    applies to integer/bool outputs only, the other metrics to float outputs only; a condition is refused when
+    every output's dtype is declared and none fits (it could never be evaluated: ExactMatchRate on float
+    outputs would keep every node in FP32 and still fail, a float metric on integer outputs would pass on
+    nothing). ``label`` names the target in the message ("--target" or "the default target").
+
+    Raises:
+        UsageError: naming the condition, the outputs and their dtypes, and a metric that applies.
+    """
+    from toolkit.signoff.policy import metric_applies, output_dtypes
+
+    dtypes = output_dtypes(model)
+    if not dtypes or len(dtypes) < len(model.graph.output):
+        return
+    for text, (metric, _, _) in zip(format_target(target), target):
+        if any(metric_applies(metric, c) for _, c in dtypes.values()):
+            continue
+        kind = "integer/bool" if METRICS[metric].dtype_class == "integer" else "float"
+        shown = ", ".join(f"'{o}' {d}" for o, (d, _) in list(dtypes.items())[:6])
+        classes = {c for _, c in dtypes.values()}
+        fix = ("use a float metric, e.g. --target 'CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2'"
+               if "float" in classes else "use --target 'ExactMatchRate>=1' (share of equal elements)"
+               if "integer" in classes else "no metric compares these outputs: check them with --task-metric")
+        raise UsageError(f"{label} '{text}': {metric} applies to {kind} outputs only, and the model has none "
+                         f"(outputs: {shown}); it could never be checked: {fix}")
 
 
 def keep_config(config: Config, keep) -> Config:
@@ -435,7 +480,8 @@ def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=DEF
         top_k: candidates whose share of the output error is measured by a trial run.
 
     Raises:
-        UsageError (bad target / task), InputError (input sets of different shapes), ModelError.
+        UsageError (bad target / task; a target condition no output's dtype admits: check_target_outputs),
+        InputError (input sets of different shapes), ModelError. UserError: a task check called sys.exit().
     """
     with np.errstate(all="ignore"):
         return _tune(model, feeds, config, target, tasks, top_k, progress)
@@ -447,6 +493,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     t0 = time.perf_counter()
     config = config or Config()
     target = parse_target(target) if isinstance(target, str) else list(target)
+    check_target_outputs(model, target)
     tasks = [load_task(t) if isinstance(t, str) else t for t in tasks]
     tm: dict[str, float] = {}
     progress("compiling")

@@ -36,8 +36,6 @@ Throughput(req/s) (percentiles: numpy's linear interpolation).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from toolkit import usercode
 from toolkit.errors import InputError, UsageError
 from toolkit.profile.schedule import Task, offset_tasks, simulate
 
@@ -82,27 +81,10 @@ def load_callable(spec: str, option: str, default_fn: str) -> Callable:
 
 
 def _import_file(path: Path, option: str):
+    """The user's module (toolkit.usercode.import_file: whatever its top level raises, sys.exit() included, is
+    an InputError "<option> file '<path>' raised <type> on import: ...")."""
     name = f"_npuscope_{option.strip('-')}_{abs(hash(str(path.resolve())))}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses and pickling inside the user's module look themselves up here
-    try:
-        spec.loader.exec_module(module)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code: report, never crash or exit
-        sys.modules.pop(name, None)
-        raise InputError(f"{option} file '{path}' raised {_describe(exc)} on import: {_one_line(exc)}") from None
-    return module
-
-
-def _describe(exc: BaseException) -> str:
-    """``SystemExit(0)`` for sys.exit (its code matters), else the exception's type name."""
-    return f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else type(exc).__name__
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return "sys.exit() would end npuscope; return a value (or raise an exception) instead"
-    return " ".join(str(exc).split())[:200] or type(exc).__name__
+    return usercode.import_file(path, name, f"{option} file '{path}'", InputError)
 
 
 # ---------------------------------------------------------------- timing for real
@@ -118,13 +100,11 @@ def time_call(fn: Callable, args: tuple, option: str, request: int) -> tuple[flo
     """(wall time in ms, value) of one call ``fn(*args)`` for request number ``request``.
 
     Raises:
-        InputError: ``fn`` raised (SystemExit included), naming ``option`` and the request.
+        InputError: ``fn`` raised anything but KeyboardInterrupt (SystemExit included: toolkit.usercode),
+            naming ``option`` and the request.
     """
     t0 = time.perf_counter()
-    try:
-        value = fn(*args)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - sys.exit() in user code is an error, not our exit
-        raise InputError(f"{option} raised {_describe(exc)} on request {request}: {_one_line(exc)}") from None
+    value = usercode.call(fn, *args, what=option, error=InputError, exceptions=True, when=f"on request {request}")
     return (time.perf_counter() - t0) * 1e3, value
 
 
@@ -137,17 +117,27 @@ def time_calls(fn: Callable, args: list, option: str) -> Timed:
     return Timed(ms, value)
 
 
-def as_feed(value, input_names: list[str], option: str = "--pre") -> dict[str, np.ndarray]:
-    """A pre-processing result as a feed dict. Raises InputError for a wrong type or wrong keys."""
+def as_feed(value, input_names: list[str], option: str = "--pre", source: str = "") -> dict[str, np.ndarray]:
+    """A pre-processing result as a feed dict {input name: array}. Its keys are checked as an npz's are
+    (toolkit.inputs.validate.check_keys): a key that is not a model input is refused, never dropped, as is a
+    missing one; the caller then checks dtypes and shapes (toolkit.inputs.check_feed). ``source`` names the
+    result in messages (default ``option``).
+
+    Raises:
+        InputError: not a dict (nor one array for a single-input model), missing or unexpected keys, or a
+            value numpy cannot turn into an array (toolkit.inputs.validate.feed_arrays).
+    """
+    from types import SimpleNamespace
+
+    from toolkit.inputs.validate import check_keys, feed_arrays
+
     if isinstance(value, np.ndarray) and len(input_names) == 1:
-        return {input_names[0]: value}
+        value = {input_names[0]: value}
     if not isinstance(value, dict):
         want = "a dict {input name: array}" + (" or one array" if len(input_names) == 1 else "")
         raise InputError(f"{option} returned {type(value).__name__}; expected {want}")
-    missing = [n for n in input_names if n not in value]
-    if missing:
-        raise InputError(f"{option} returned keys {sorted(map(str, value))} but the model needs {missing}")
-    return {k: np.asarray(v) for k, v in value.items() if k in input_names}
+    check_keys(list(value), [SimpleNamespace(name=n) for n in input_names], source or option)
+    return feed_arrays(value, source or option)
 
 
 # ---------------------------------------------------------------- schedules over N requests

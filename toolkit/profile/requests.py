@@ -129,12 +129,16 @@ def _fixed_feed(m, src, config, inputs, seed, progress) -> dict:
 
 
 def _pre_feed(pre_fn, i: int, specs) -> tuple[float, dict]:
-    """(measured ms, checked feed) of pre(i)."""
+    """(measured ms, checked feed) of pre(i): checked as an npz is (toolkit.inputs.check_feed: a key that is no
+    model input, a missing one, a wrong dtype or shape is an InputError), after the same conforming
+    (toolkit.inputs.validate.conform_feed: big-endian arrays made native, str arrays for string inputs)."""
     from toolkit.inputs import check_feed
+    from toolkit.inputs.validate import conform_feed
 
+    source = f"--pre result of request {i}"
     ms, value = e2e.time_call(pre_fn, (i,), "--pre", i)
-    feed = e2e.as_feed(value, [s.name for s in specs])
-    check_feed(feed, specs, f"--pre result of request {i}")
+    feed = conform_feed(e2e.as_feed(value, [s.name for s in specs], source=source), specs)
+    check_feed(feed, specs, source)
     return ms, feed
 
 
