@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import time
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -20,13 +21,32 @@ import numpy as np
 from toolkit.errors import UsageError
 from toolkit.report.console import printable
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+#: Windows device names, reserved with any extension (CON, CON.txt): https://learn.microsoft.com/windows/win32/fileio/naming-a-file
+_RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?", re.IGNORECASE)
+
+
+def _kept(ch: str) -> bool:
+    """ASCII letters, digits and ``._-``; beyond ASCII every letter, combining mark and digit (Unicode
+    categories L*, M*, N*). Everything else (path separators, spaces, punctuation, symbols, control and
+    format characters such as bidi overrides) is replaced."""
+    if ch.isascii():
+        return ch.isalnum() or ch in "._-"
+    return unicodedata.category(ch)[0] in "LMN"
 
 
 def safe_filename(name: str, max_len: int = 120) -> str:
-    """A file-system-safe version of a tensor/node name (unsafe runs become '_'); never empty, no '..'."""
-    s = _UNSAFE.sub("_", name).strip("._") or "tensor"
-    return s[:max_len]
+    """A file-system-safe, readable version of a model/tensor/node name: NFC-normalised, every run of other
+    characters than :func:`_kept` ones becomes '_', leading/trailing '.'/'_' removed, a Windows device name
+    (CON, nul.txt, ...) prefixed with '_', cut to at most ``max_len`` UTF-8 bytes (file systems count bytes:
+    255 on ext4/APFS) at a character boundary. Never empty ("tensor"), never '.' or '..'.
+    ``"模型 #1"`` -> ``"模型_1"``; ``"a/b:0"`` -> ``"a_b_0"``."""
+    text = unicodedata.normalize("NFC", name)
+    s = "".join(ch if _kept(ch) else "/" for ch in text)
+    s = re.sub("/+", "_", s).strip("._") or "tensor"
+    if _RESERVED.fullmatch(s):
+        s = "_" + s
+    s = s.encode("utf-8")[:max_len].decode("utf-8", "ignore").rstrip(".")
+    return s or "tensor"
 
 
 def new_run_dir(base: str | Path, stem: str) -> Path:

@@ -61,11 +61,19 @@ def _equal(a, b) -> bool:
 
 
 def _diff(a, b) -> float:
+    """Largest |a - b| over elements that differ (equal values, equal infinities and NaN against NaN count 0);
+    inf when an infinity meets another value, NaN when the only differences involve one NaN, or when the two
+    cannot be subtracted (strings, shapes that do not broadcast). Never emits a numpy RuntimeWarning."""
     try:
-        d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-        return float(np.nanmax(d)) if d.size else 0.0
+        a, b = (np.asarray(v) for v in (a, b))
+        wide = np.complex128 if "c" in (a.dtype.kind, b.dtype.kind) else np.float64
+        a, b = a.astype(wide), b.astype(wide)
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = np.where((a == b) | (np.isnan(a) & np.isnan(b)), 0.0, np.abs(a - b))
     except (TypeError, ValueError):
         return float("nan")
+    known = d[~np.isnan(d)]
+    return float(known.max()) if known.size else (0.0 if not d.size else float("nan"))
 
 
 def first_divergence(plan, ref, got, conflicts) -> dict | None:

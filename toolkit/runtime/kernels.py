@@ -54,10 +54,16 @@ class ExecKernel:
     attrs: dict = field(default_factory=dict)
     digest: str = ""
     native_fp16: bool = False  # runs on FP16 data without boundary Casts (see NATIVE_FP16_*)
+    ortvalues: bool = False  # exchanges bfloat16/float8/int4... tensors through OrtValues (set by NpuRuntime)
 
     def __call__(self, values: list[np.ndarray]) -> list[np.ndarray]:
         if self.numpy_fn is not None:
             return [self.numpy_fn(values, self.attrs)]
+        if self.ortvalues:  # onnxruntime's run() cannot exchange these dtypes as numpy arrays
+            from toolkit.runtime import ort_values
+
+            return ort_values.run(self.session, [f for f, _ in self.fetches],
+                                  {k: v for (k, _), v in zip(self.feeds, values)}, f"kernel '{self.spec.name}'")
         return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)})
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.compiler.pipeline import CompileResult
-from toolkit.errors import InputError
+from toolkit.errors import InputError, UserError
+from toolkit.runtime import ort_values
 from toolkit.runtime.kernels import build_kernels
 
 
@@ -64,6 +65,10 @@ class NpuRuntime:
                 raw = self.arena[t.offset:t.offset + t.nbytes]
                 self.views[t.name] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
         self.bindings = self._bind_arena()
+        for ek in self.kernels:  # dtypes onnxruntime's run() cannot exchange (bfloat16, float8, int4...)
+            ek.ortvalues = ek.session is not None and any(
+                t in self.plan.tensors and ort_values.exotic_code(self.plan.tensors[t].dtype) is not None
+                for _, t in ek.feeds + ek.fetches)
         import onnx
         from onnx import numpy_helper
 
@@ -165,6 +170,8 @@ class NpuRuntime:
                     outs = None
                 else:
                     outs = ek(values)
+            except UserError:
+                raise
             except Exception as exc:
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
                 raise KernelRuntimeError(f"kernel '{ek.spec.name}' ({ek.spec.op_type}) failed: {msg}") from exc

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from toolkit.ir.shape_inference import infer_light
+from toolkit.runtime import ort_values
 from toolkit.runtime.ort_env import make_session
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
@@ -39,6 +40,8 @@ class ReferenceRunner:
         if expose:
             wanted = set(only) if only is not None else None
             for node in m.graph.node:
+                if any(a.name == "sparse_value" for a in node.attribute):
+                    continue  # exposed, onnxruntime keeps it sparse and its readers fail ("Missing Input")
                 for o in node.output:
                     if not o or o in existing or (wanted is not None and o not in wanted):
                         continue
@@ -52,9 +55,14 @@ class ReferenceRunner:
                     out.type.tensor_type.ClearField("shape")
                     self.exposed.append(o)
         self.output_names = [o.name for o in m.graph.output]
+        # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
+        self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
         self.session = make_session(m.SerializeToString(), optimize=False)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """{tensor name: array} for graph outputs and exposed intermediates."""
-        outs = self.session.run(self.output_names, feeds)
+        if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):
+            outs = ort_values.run(self.session, self.output_names, feeds)
+        else:
+            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds)]
         return dict(zip(self.output_names, outs))

@@ -24,7 +24,9 @@ the report's ``notes`` say so.
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import math
 from pathlib import Path
@@ -63,16 +65,89 @@ def parse_tolerance(text: str | None) -> dict[str, float]:
     return tol
 
 
+def _damaged(path: Path, what: str, optional: bool = True) -> InputError:
+    """The one-line error for a report file regress cannot use: the file, what is wrong, how to fix it (re-run
+    the command that wrote the folder; an optional file may also be deleted, regress then compares without it)."""
+    fix = f"re-run the diagnose/compare/signoff command that wrote '{path.parent}'"
+    if optional:
+        fix += f", or delete {path.name} to compare without it"
+    return InputError(f"'{path}' {what}; {fix}")
+
+
+def _one_line(exc: Exception, n: int = 160) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
 def _read_json(folder: Path, name: str, required: bool = False):
+    """The parsed JSON object of ``folder/name``; None when the file does not exist and is not ``required``.
+    Raises InputError (:func:`_damaged`) when the file cannot be read, is empty or truncated, is not UTF-8 or
+    not JSON, or holds another top-level type than an object."""
     p = folder / name
     if not p.is_file():
         if required:
             raise InputError(f"'{folder}' has no {name}; pass a report folder written by diagnose, compare or signoff")
         return None
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        text = p.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise _damaged(p, f"cannot be read ({_one_line(exc)})", not required) from None
+    except UnicodeDecodeError:
+        raise _damaged(p, "is not UTF-8 text", not required) from None
+    if not text.strip():
+        raise _damaged(p, "is empty", not required)
+    try:
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"'{p}' is not valid JSON ({exc}); re-run the command that wrote it") from None
+        raise _damaged(p, f"is not valid JSON, truncated or damaged ({exc})", not required) from None
+    if not isinstance(data, dict):
+        raise _damaged(p, f"holds a JSON {_json_type(data)} at the top level, expected an object", not required)
+    return data
+
+
+def _json_type(v) -> str:
+    """The JSON name of a parsed value's type (object, array, string, number, boolean, null)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    return {dict: "object", list: "array", str: "string"}.get(type(v), "number")
+
+
+def _expect(path: Path, where: str, value, want: tuple, desc: str, optional: bool = True) -> None:
+    """Raise :func:`_damaged` when ``value`` (field ``where`` of ``path``) is not an instance of ``want``."""
+    if not isinstance(value, want) or (isinstance(value, bool) and bool not in want):
+        raise _damaged(path, f"has {where} = {_brief(value, 40)} (a JSON {_json_type(value)}), expected {desc}",
+                       optional)
+
+
+#: summary.json fields regress reads: {key: (types, description)}; null is allowed for the optional objects
+_SUMMARY_FIELDS = {"verdict": ((str,), "one of PASS, WARN, FAIL"), "model_sha256": ((str, type(None)), "a string"),
+                   "criteria": ((list,), "an array of criteria"), "policy": ((dict, type(None)), "an object"),
+                   "environment": ((dict, type(None)), "an object"), "config": ((dict, type(None)), "an object"),
+                   "dataset": ((dict, type(None)), "an object"), "counts": ((dict, type(None)), "an object"),
+                   "triage": ((dict, type(None)), "an object"), "inputs_sha256": ((dict, type(None)), "an object")}
+
+
+def check_summary(path: Path, s: dict) -> None:
+    """Check the fields regress reads from a diagnose/compare/signoff summary.json ``s`` (:data:`_SUMMARY_FIELDS`):
+    ``verdict`` and ``model_sha256`` present, ``verdict`` PASS/WARN/FAIL, each criterion an object with string
+    ``name`` and ``status``, and either ``counts``/``triage`` (diagnose/compare) or ``criteria`` and ``policy``
+    (signoff). Raises InputError naming the file and the field."""
+    for key, (types, desc) in _SUMMARY_FIELDS.items():  # verdict first, then model_sha256
+        if key in s:
+            _expect(path, f"'{key}'", s[key], types, desc, optional=False)
+        elif key in ("verdict", "model_sha256"):
+            raise _damaged(path, f"has no '{key}' field", optional=False)
+        if key == "verdict" and s[key] not in VERDICT_RANK:
+            raise _damaged(path, f"has 'verdict' = {_brief(s[key], 40)}, expected one of PASS, WARN, FAIL", False)
+    for i, c in enumerate(s.get("criteria") or []):
+        _expect(path, f"'criteria'[{i}]", c, (dict,), "an object with 'name' and 'status'", optional=False)
+        for key in ("name", "status"):
+            _expect(path, f"'criteria'[{i}].{key}", c.get(key), (str,), "a string", optional=False)
+    if not ("counts" in s or "triage" in s or ("criteria" in s and "policy" in s)):
+        raise _damaged(path, "has neither 'counts'/'triage' (diagnose, compare) nor 'criteria' and 'policy' "
+                       "(signoff)", optional=False)
 
 
 #: files that name the command that wrote a folder without a diagnose/compare/signoff summary.json
@@ -90,22 +165,119 @@ def _what(folder: Path, summary: dict | None) -> str:
     return "not a report folder" if summary is None else "a summary.json of another command"
 
 
+#: keys by which a summary.json is recognised as one of diagnose, compare or signoff (then checked field by field)
+_RESULT_KEYS = ("verdict", "model_sha256", "criteria", "triage", "counts")
+
+
 def result_kind(folder: Path, summary) -> str:
     """``"signoff"``, ``"dataset"`` (diagnose/compare on an ``--inputs`` folder: summary has ``dataset``) or
     ``"single"`` (diagnose/compare on one input set), from summary.json. Raises InputError naming the folder
-    and what it is when it is none of them (e.g. a tune or memcheck folder)."""
-    if isinstance(summary, dict) and "verdict" in summary and "model_sha256" in summary:
+    and what it is when it is none of them (e.g. a tune or memcheck folder), or naming summary.json and the
+    field when it is one of them, damaged (:func:`check_summary`)."""
+    tune = isinstance(summary, dict) and "keep_dtype" in summary and "met" in summary
+    if isinstance(summary, dict) and not tune and any(k in summary for k in _RESULT_KEYS):
+        check_summary(Path(folder) / "summary.json", summary)
         if "criteria" in summary and "policy" in summary:
             return "signoff"
-        if "triage" in summary or "counts" in summary:
-            return "dataset" if summary.get("dataset") else "single"
+        return "dataset" if summary.get("dataset") else "single"
     raise InputError(f"'{folder}' is {_what(folder, summary)}, not a diagnose, compare or signoff result; "
                      "regress compares two folders written by those commands")
 
 
+#: result.csv columns regress reads in every row; boolean and metric columns are checked when present
+TABLE_COLUMNS = ("TensorName", "NodeName", "OpType")
+_BOOL_COLUMNS = ("Abnormal", "OverFlow")
+
+
+def read_csv_file(path: Path, **kwargs) -> pd.DataFrame:
+    """``pd.read_csv`` of ``path`` with formula-safe cells restored; raises InputError (:func:`_damaged`) when
+    the file cannot be read, is not UTF-8, is empty, is not CSV (an unclosed quote) or has a row with another
+    number of fields than its header (a truncated or edited file; pandas would pad it with empty cells)."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise _damaged(path, f"cannot be read ({_one_line(exc)})") from None
+    except UnicodeDecodeError:
+        raise _damaged(path, "is not UTF-8 text") from None
+    if not text.strip():
+        raise _damaged(path, "is empty (no header line)")
+    try:
+        rows = [r for r in csv.reader(io.StringIO(text, newline=""), strict=True) if r]
+        ragged = next((i for i, r in enumerate(rows) if len(r) != len(rows[0])), None)
+        if ragged is not None:
+            raise _damaged(path, f"row {ragged} has {len(rows[ragged])} fields but the header has {len(rows[0])} "
+                           "(truncated or edited)")
+        return undo_formula_safe(pd.read_csv(io.StringIO(text), **kwargs))
+    except (csv.Error, pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise _damaged(path, f"cannot be read as CSV ({_one_line(exc)})") from None
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """result.csv as a DataFrame, checked: the :data:`TABLE_COLUMNS` present, no row without a TensorName,
+    Abnormal/OverFlow True/False (or empty), every metric column (toolkit.compare.metrics.METRICS) numeric or
+    empty. Boolean columns come back as Python bools. Raises InputError naming the file, column and row."""
+    t = read_csv_file(path)
+    missing = [c for c in TABLE_COLUMNS if c not in t.columns]
+    if missing:
+        raise _damaged(path, f"has no column {', '.join(missing)} (a result.csv of diagnose/compare/signoff has "
+                       f"{', '.join(TABLE_COLUMNS)} and the metric columns)")
+    if t["TensorName"].isna().any():
+        raise _damaged(path, f"has no TensorName in row {int(t['TensorName'].isna().to_numpy().argmax()) + 1}")
+    for col in _BOOL_COLUMNS:
+        if col in t.columns:
+            text = t[col].astype(str)
+            bad = ~(t[col].isna() | text.isin(["True", "False"]))
+            if bad.any():
+                i = int(bad.to_numpy().argmax())
+                raise _damaged(path, f"has {col} = {_brief(t[col].iloc[i], 30)} in row {i + 1}, expected True or False")
+            t[col] = [None if pd.isna(v) else str(v) == "True" for v in t[col]]
+    for col in [c for c in t.columns if c in METRICS]:
+        num = pd.to_numeric(t[col], errors="coerce")
+        bad = num.isna() & t[col].notna()
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            raise _damaged(path, f"has {col} = {_brief(t[col].iloc[i], 30)} in row {i + 1}, expected a number")
+        t[col] = num
+    return t
+
+
+def check_plan(path: Path, plan: dict) -> None:
+    """Check what regress reads from plan.json: ``kernels`` an array of objects, each with a string ``name``,
+    ``nodes`` an array of strings, and string (or null) precision/placement/rule/fusion/implmode. Raises
+    InputError naming the file, the kernel and the field."""
+    if "kernels" not in plan:
+        raise _damaged(path, "has no 'kernels' field")
+    _expect(path, "'kernels'", plan["kernels"], (list,), "an array of kernel objects")
+    for i, k in enumerate(plan["kernels"]):
+        _expect(path, f"kernel #{i}", k, (dict,), "an object")
+        _expect(path, f"kernel #{i} 'name'", k.get("name"), (str,), "a string")
+        nodes = k.get("nodes", [])
+        _expect(path, f"kernel #{i} 'nodes'", nodes, (list,), "an array of node names")
+        for n in nodes:
+            _expect(path, f"kernel #{i} 'nodes' entry", n, (str,), "a string")
+        for key in DECISION_KEYS[1:]:
+            _expect(path, f"kernel #{i} '{key}'", k.get(key), (str, type(None)), "a string or null")
+
+
+def check_fusion(path: Path, fusion: dict) -> None:
+    """Check fusion_result.json: {graph: {level: {pass: {"match_times", "effect_times"}}}}, objects at every
+    level (null allowed for an empty graph or level), counts strings or numbers. Raises InputError."""
+    for graph, levels in fusion.items():
+        _expect(path, f"graph '{graph}'", levels, (dict, type(None)), "an object of fusion levels")
+        for level, passes in (levels or {}).items():
+            _expect(path, f"'{graph}'.'{level}'", passes, (dict, type(None)), "an object of passes")
+            for name, c in (passes or {}).items():
+                _expect(path, f"pass '{name}'", c, (dict,), "an object with match_times and effect_times")
+                for key in ("match_times", "effect_times"):
+                    if key in c:
+                        _expect(path, f"pass '{name}' {key}", c[key], (str, int, float), "a count")
+
+
 def load_run(folder: str | Path) -> dict:
     """{"summary", "kind" (:func:`result_kind`), "table" (DataFrame or None), "plan", "fusion"} of a report
-    folder. Raises InputError (missing folder or summary.json, not a diagnose/compare/signoff result)."""
+    folder. Raises InputError (missing folder or summary.json, not a diagnose/compare/signoff result, a file
+    regress reads that is damaged: :func:`_read_json`, :func:`check_summary`, :func:`read_table`, :func:`check_plan`,
+    :func:`check_fusion`)."""
     f = Path(folder)
     if not f.is_dir():
         raise InputError(f"report folder '{f}' does not exist")
@@ -114,9 +286,14 @@ def load_run(folder: str | Path) -> dict:
                          "diagnose, compare or signoff")
     summary = _read_json(f, "summary.json", required=True)
     kind = result_kind(f, summary)
-    table = undo_formula_safe(pd.read_csv(f / "result.csv")) if (f / "result.csv").is_file() else None
+    table = read_table(f / "result.csv") if (f / "result.csv").is_file() else None
+    plan, fusion = _read_json(f, "plan.json"), _read_json(f, "fusion_result.json")
+    if plan is not None:
+        check_plan(f / "plan.json", plan)
+    if fusion is not None:
+        check_fusion(f / "fusion_result.json", fusion)
     return {"summary": summary, "kind": kind, "table": table, "digests": run_digests(f, summary, kind),
-            "plan": _read_json(f, "plan.json"), "fusion": _read_json(f, "fusion_result.json")}
+            "plan": plan, "fusion": fusion}
 
 
 def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: bool = False) -> list[str]:
@@ -176,7 +353,7 @@ def run_digests(folder: Path, summary: dict, kind: str) -> dict[str, str] | None
         d = summary.get(DIGESTS_KEY)
         return {str(k): str(v) for k, v in d.items()} if isinstance(d, dict) else None
     if kind == "dataset" and (folder / "inputs.csv").is_file():
-        t = undo_formula_safe(pd.read_csv(folder / "inputs.csv", dtype=str, keep_default_na=False))
+        t = read_csv_file(folder / "inputs.csv", dtype=str, keep_default_na=False)
         if {"Input", "Sha256"} <= set(t.columns) and (t["Sha256"] != "").all():
             return dict(zip(t["Input"], t["Sha256"]))
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -23,27 +24,55 @@ from toolkit.ir.graph import Graph
 FOLD_OUTPUT_LIMIT = 1 << 22
 
 
+def _sparse_to_dense(sp: onnx.SparseTensorProto) -> np.ndarray:
+    """Dense array of a SparseTensorProto: zeros of ``dims`` with ``values`` at ``indices`` (flat [NNZ] or
+    per-axis [NNZ, rank] coordinates, ONNX IR spec "SparseTensorProto")."""
+    values = numpy_helper.to_array(sp.values)
+    out = np.zeros(tuple(sp.dims), values.dtype)
+    idx = numpy_helper.to_array(sp.indices).astype(np.int64)
+    if values.size:
+        if idx.ndim == 1:
+            out.reshape(-1)[idx] = values.reshape(-1)
+        else:
+            out[tuple(idx.T)] = values.reshape(-1)
+    return out
+
+
+#: the value attributes of ONNX ``Constant`` (opset 1-25) -> their array (dtypes as the operator spec says)
+CONSTANT_VALUES = {
+    "value": lambda a: numpy_helper.to_array(a.t),
+    "sparse_value": lambda a: _sparse_to_dense(a.sparse_tensor),
+    "value_float": lambda a: np.array(a.f, np.float32),
+    "value_floats": lambda a: np.array(list(a.floats), np.float32),
+    "value_int": lambda a: np.array(a.i, np.int64),
+    "value_ints": lambda a: np.array(list(a.ints), np.int64),
+    "value_string": lambda a: np.array(a.s.decode("utf-8", "surrogateescape"), dtype=object),
+    "value_strings": lambda a: np.array([b.decode("utf-8", "surrogateescape") for b in a.strings], dtype=object),
+}
+
+
+def constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The array a default-domain ``Constant`` node produces (any of :data:`CONSTANT_VALUES`), or None for other
+    nodes and Constants without exactly one value attribute (the checker refuses those)."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or len(node.attribute) != 1:
+        return None
+    a = node.attribute[0]
+    fn = CONSTANT_VALUES.get(a.name)
+    return None if fn is None else fn(a)
+
+
 def constants_to_initializers(model: onnx.ModelProto) -> int:
-    """Replace top-level ``Constant`` nodes by initializers (in place); returns how many."""
+    """Replace top-level ``Constant`` nodes by initializers (in place); returns how many. Every value attribute
+    is converted (``value``, ``sparse_value`` densified, ``value_float(s)``, ``value_int(s)``,
+    ``value_string(s)``), so no Constant kernel remains: onnxruntime's run of a lone sparse Constant returns a
+    sparse tensor the runtime cannot store."""
     keep, n = [], 0
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1:
-            a = node.attribute[0]
-            arr = None
-            if a.name == "value":
-                arr = numpy_helper.to_array(a.t)
-            elif a.name in ("value_float", "value_int"):
-                import numpy as np
-                arr = np.array(a.f if a.name == "value_float" else a.i,
-                               dtype=np.float32 if a.name == "value_float" else np.int64)
-            elif a.name in ("value_floats", "value_ints"):
-                import numpy as np
-                arr = np.array(list(a.floats) if a.name == "value_floats" else list(a.ints),
-                               dtype=np.float32 if a.name == "value_floats" else np.int64)
-            if arr is not None:
-                model.graph.initializer.append(numpy_helper.from_array(arr, node.output[0]))
-                n += 1
-                continue
+        arr = constant_value(node)
+        if arr is not None:
+            model.graph.initializer.append(numpy_helper.from_array(arr, node.output[0]))
+            n += 1
+            continue
         keep.append(node)
     del model.graph.node[:]
     model.graph.node.extend(keep)
