@@ -68,6 +68,13 @@ def constants_to_initializers(model: onnx.ModelProto) -> int:
     sparse tensor the runtime cannot store."""
     keep, n = [], 0
     for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.attribute) == 1 \
+                and node.attribute[0].name == "value" and node.attribute[0].t.data_location != onnx.TensorProto.EXTERNAL:
+            t = model.graph.initializer.add()  # the tensor as it is: no round trip through numpy
+            t.CopyFrom(node.attribute[0].t)
+            t.name = node.output[0]
+            n += 1
+            continue
         arr = constant_value(node)
         if arr is not None:
             model.graph.initializer.append(numpy_helper.from_array(arr, node.output[0]))
