@@ -192,13 +192,14 @@ def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html
     """Write one diagnosis into ``folder``: compile artifacts, repro/ (when an origin was found), result.csv,
     summary.json, findings.json, kernel_times.csv and, with ``html``, index.html (``render(diag, folder)``,
     default toolkit.report.html.render_report). Returns {label: file name}."""
-    from toolkit.compare.repro import write_repro
+    from toolkit.compare.repro import fp16_tensors_of, write_repro
     from toolkit.report.csvjson import write_tables
 
     files = {k: v.name for k, v in write_compile_artifacts(extra["compiled"], folder).items()}
     if extra["origin_nodes"]:
         try:
-            write_repro(model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro")
+            write_repro(model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro",
+                        stored_fp16=fp16_tensors_of(extra["compiled"].plan, model))
             files["repro"] = "repro/"
             diag.summary["repro"] = "repro/model.onnx"
         except KeyError as exc:

@@ -119,12 +119,18 @@ def _input_shapes(model: onnx.ModelProto, values: dict) -> dict:
     return {k: tuple(np.shape(v)) for k, v in values.items() if k in names and isinstance(v, np.ndarray)}
 
 
+def fp16_tensors_of(plan, model: onnx.ModelProto) -> set[str]:
+    """Tensors ``plan`` (the compiled plan of ``model``) stores in FP16, graph inputs left out (they enter as
+    declared)."""
+    graph_inputs = {i.name for i in model.graph.input}
+    return {t.name for t in plan.tensors.values() if t.dtype == "float16" and t.name not in graph_inputs}
+
+
 def fp16_stored_tensors(model: onnx.ModelProto, config: dict, golden: dict) -> set[str]:
     """Tensors the plan of the full ``model`` under ``config`` (Config.to_dict()) stores in FP16, graph inputs
-    left out (they enter as declared). Input shapes are bound from the graph inputs' reference values."""
-    graph_inputs = {i.name for i in model.graph.input}
-    plan = _plan(model, config, _input_shapes(model, golden))
-    return {t.name for t in plan.tensors.values() if t.dtype == "float16" and t.name not in graph_inputs}
+    left out (they enter as declared). Input shapes are bound from the graph inputs' reference values. Compiles
+    ``model``: a caller holding its plan passes :func:`fp16_tensors_of` to :func:`write_repro` instead."""
+    return fp16_tensors_of(_plan(model, config, _input_shapes(model, golden)), model)
 
 
 def read_wider(sub: onnx.ModelProto, config: dict, feeds: dict, candidates) -> set[str]:
