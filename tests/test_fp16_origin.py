@@ -362,3 +362,51 @@ def test_conv_epilogue_of_an_fp16_model_is_fused(mode):
     assert "c" not in sess.plan.tensors and sess.plan.tensors["y"].dtype == F16
     x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float16)
     assert_ulp(sess.run({"x": x}).outputs["y"], np.maximum(conv_ref(x, w, b), 0))
+
+
+def _activation_model(kind: str, dtype=TP.FLOAT16) -> onnx.ModelProto:
+    """y = act(x) in its decomposed ONNX form, every tensor and constant in ``dtype``."""
+    np_t = helper.tensor_dtype_to_np_dtype(dtype)
+    c = {"half": 0.5, "one": 1.0, "rsqrt2": 1.0 / np.sqrt(2.0), "three": 3.0, "six": 6.0, "zero": 0.0}
+    inits = {k: np.array(v, np_t) for k, v in c.items()}
+    nodes = {
+        "Gelu": [helper.make_node("Mul", ["x", "rsqrt2"], ["s"], name="scale"),
+                 helper.make_node("Erf", ["s"], ["e"], name="erf"),
+                 helper.make_node("Add", ["e", "one"], ["p"], name="plus1"),
+                 helper.make_node("Mul", ["x", "p"], ["m"], name="mul_x"),
+                 helper.make_node("Mul", ["m", "half"], ["y"], name="half")],
+        "Swish": [helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+                  helper.make_node("Mul", ["x", "s"], ["y"], name="mul")],
+        "HardSwish": [helper.make_node("Add", ["x", "three"], ["a"], name="add3"),
+                      helper.make_node("Clip", ["a", "zero", "six"], ["c"], name="clip"),
+                      helper.make_node("Mul", ["x", "c"], ["m"], name="mul_x"),
+                      helper.make_node("Div", ["m", "six"], ["y"], name="div6")],
+    }[kind]
+    return make(nodes, [("x", dtype, [4, 64])], [("y", dtype, [4, 64])], inits)
+
+
+#: the functions on the model's own constants (1/sqrt(2) as the FP16 model stores it)
+_ACT_REF = {"Gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(__import__("math").erf)(
+                x * float(np.float16(1.0 / np.sqrt(2.0))))),
+            "Swish": lambda x: x / (1.0 + np.exp(-x)),
+            "HardSwish": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0}
+
+
+@pytest.mark.parametrize("kind", sorted(_ACT_REF))
+@pytest.mark.parametrize("mode", ["force_fp16", "must_keep_origin_dtype", "allow_mix_precision"])
+def test_activation_of_an_fp16_model_is_graph_fused(kind, mode):
+    """The activation rules match FP16-origin regions too: one graph-fused kernel holding every node of the
+    decomposed formula, its output rounded once to FP16 (within 1 FP16 ulp of the function computed in float64
+    on the FP16 input; 1e-6 absolute where the FP32 formula cancels, GELU's 1 + erf(x) near -1, and the result is
+    an FP16 subnormal), as the same region of an FP32 model is fused."""
+    model = _activation_model(kind)
+    sess = Session(model, Config(precision_mode=mode, op_select_implmode="high_precision"))
+    kernels = [k for k in sess.plan.kernels if k.fusion != "cast"]
+    assert [(k.fusion, sorted(k.nodes)) for k in kernels] == \
+        [("graph", sorted(n.name for n in model.graph.node))], [(k.fusion, k.nodes) for k in kernels]
+    fp32 = Session(_activation_model(kind, TP.FLOAT), Config(precision_mode="force_fp32"))
+    assert [k.fusion for k in fp32.plan.kernels] == ["graph"]  # the same region fused in an FP32 model
+    x = np.random.default_rng(7).uniform(-6, 6, (4, 64)).astype(np.float16)
+    got = sess.run({"x": x}).outputs["y"]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float64), _ACT_REF[kind](x.astype(np.float64)), rtol=2.0**-10, atol=1e-6)

@@ -4,7 +4,9 @@ Pattern: from the anchor (Erf, Tanh, Sigmoid, HardSigmoid, Clip) walk back to th
 grow the region of nodes downstream of x whose runtime inputs are x or the region's own outputs, in graph
 order, until it closes (one output leaves it). Check: the region, evaluated by onnxruntime (graph optimisation
 off) on a probe x in [-8, 8], equals the target function to 1e-3 — so every association order of the decomposed
-formula is accepted and nothing else is.
+formula is accepted and nothing else is. FP16-origin regions (float16 tensors in the model) are probed with
+their constants widened to float32: the function they compute does not depend on the storage dtype, and FP16
+rounding inside the probe would blur the check.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def _evaluate_probe(g, region, x, y):
     from toolkit.runtime.ort_env import make_session
 
     consts = {i for n in region for i in n.input if i and g.const(i) is not None}
-    inits = [onnx.numpy_helper.from_array(g.const(c), c) for c in consts]
+    inits = [onnx.numpy_helper.from_array(g.const(c).astype(np.float32) if g.const(c).dtype == np.float16
+                                          else g.const(c), c) for c in consts]
     if any(g.const(c).size != 1 for c in consts):
         return None
     graph = onnx.helper.make_graph(list(region), "probe",
@@ -119,7 +122,7 @@ def _between(g, x, anchor):
 
 def _activation(g, anchor, target: str):
     """Match the activation around ``anchor``: Match, Refused (closed region computing something else) or None."""
-    if not g.is_float32(anchor.output[0]):
+    if not g.is_float16_or_32(anchor.output[0]):
         return None
     pos = {n.name: i for i, n in enumerate(g.nodes)}
     refused = None
