@@ -107,3 +107,35 @@ def test_cli_exit_codes_and_html(runs):
     assert json.loads((tmp / "r1" / "regress.json").read_text())["regressed"] is True
     ok = run(runs["base"], runs["same"], "r2")
     assert ok.returncode == 0 and "NO REGRESSION" in ok.stdout
+
+
+def test_improvements_mirror_the_regressions(runs, tmp_path):
+    """Every change that regress calls a regression one way is an improvement the other way: tensors newly
+    abnormal from base to fp16 are normal again from fp16 to base, and a metric made worse beyond the tolerance
+    is a metric improvement when the runs are swapped; regress.html lists them in its Improvements section."""
+    import pandas as pd
+
+    from toolkit.report.signoff_html import render_regress
+
+    forward, backward = regress(runs["base"], runs["fp16"]), regress(runs["fp16"], runs["base"])
+    assert not backward["regressed"]
+    assert {r["TensorName"] for r in backward["newly_normal"]} == {r["TensorName"] for r in forward["newly_abnormal"]}
+    for r in forward["newly_abnormal"]:
+        assert any(f"'{r['TensorName']}'" in i and "normal again" in i for i in backward["improvements"])
+    worse = tmp_path / "worse"
+    worse.mkdir()
+    for f in runs["base"].iterdir():
+        if f.is_file():
+            (worse / f.name).write_bytes(f.read_bytes())
+    df = pd.read_csv(worse / "result.csv")
+    df.loc[df["TensorName"] == "e1", "CosineSimilarity"] -= 0.01
+    df.to_csv(worse / "result.csv", index=False)
+    rep = regress(worse, runs["base"])
+    assert not rep["regressed"] and not rep["layer_deltas"]
+    assert [(d["TensorName"], d["metric"]) for d in rep["layer_improvements"]] == [("e1", "CosineSimilarity")]
+    assert abs(rep["layer_improvements"][0]["delta"] - 0.01) < 1e-9
+    html = render_regress(backward, tmp_path).read_text()
+    section = html[html.index('<section id="improvements">'):]
+    section = section[:section.index("</section>")]
+    assert all(f"'{r['TensorName']}'" in section or f"&#39;{r['TensorName']}&#39;" in section
+               for r in forward["newly_abnormal"])

@@ -469,16 +469,21 @@ def _bad(t: pd.DataFrame) -> pd.Series:
 
 
 def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -> dict:
-    """{"newly_abnormal": [...], "layer_deltas": [...], "tensor_changes": [...]} by TensorName."""
+    """{"newly_abnormal": [...], "layer_deltas": [...] (worse beyond the tolerance), "newly_normal": [...],
+    "layer_improvements": [...] (better beyond the tolerance), "tensor_changes": [...]} by TensorName."""
     if ta is None or tb is None:
-        return {"newly_abnormal": [], "layer_deltas": [], "tensor_changes": []}
+        return {"newly_abnormal": [], "layer_deltas": [], "newly_normal": [], "layer_improvements": [],
+                "tensor_changes": []}
     a, b = ta.drop_duplicates("TensorName").set_index("TensorName"), tb.drop_duplicates("TensorName").set_index("TensorName")
     bad_a, bad_b = _bad(a), _bad(b)
     common = [t for t in b.index if t in a.index]
     newly = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "OpType": b.at[t, "OpType"],
               "metrics": str(b.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in b.columns else ""}
              for t in common if bad_b[t] and not bad_a[t]]
-    deltas = []
+    healed = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "OpType": b.at[t, "OpType"],
+               "metrics": str(a.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in a.columns else ""}
+              for t in common if bad_a[t] and not bad_b[t]]
+    deltas, better = [], []
     for metric, limit in tol.items():
         if metric not in a.columns or metric not in b.columns:
             continue
@@ -491,9 +496,13 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
             if worse > limit:
                 deltas.append({"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": metric, "baseline": va,
                                "new": vb, "delta": vb - va, "regression": True})
+            elif -worse > limit:
+                better.append({"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": metric, "baseline": va,
+                               "new": vb, "delta": vb - va, "regression": False})
     changes = [{"TensorName": t, "change": "only in baseline"} for t in a.index if t not in b.index]
     changes += [{"TensorName": t, "change": "only in new"} for t in b.index if t not in a.index]
-    return {"newly_abnormal": newly, "layer_deltas": deltas, "tensor_changes": changes}
+    return {"newly_abnormal": newly, "layer_deltas": deltas, "newly_normal": healed, "layer_improvements": better,
+            "tensor_changes": changes}
 
 
 def node_decisions(plan: dict | None) -> dict[str, dict]:
@@ -566,6 +575,10 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
                 f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     improvements = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["improvement"]]
+    improvements += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is normal again (was {r['metrics']})"
+                     for r in layers["newly_normal"]]
+    improvements += [f"tensor '{d['TensorName']}': {d['metric']} improved beyond the tolerance"
+                     for d in layers["layer_improvements"]]
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
             "improvements": improvements,
             "baseline": str(baseline), "new": str(new), "warnings": warnings, "notes": notes, "tolerance": tol,
