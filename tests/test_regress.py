@@ -61,7 +61,8 @@ def test_improvement_is_not_a_regression(runs):
     assert not rep["regressed"], rep["reasons"]
 
 
-def test_tolerance_metric_delta(runs, tmp_path):
+def _worse_copy(runs, tmp_path) -> Path:
+    """A copy of the base run whose tensor e1 has a CosineSimilarity 0.01 lower."""
     import pandas as pd
 
     worse = tmp_path / "worse"
@@ -72,6 +73,11 @@ def test_tolerance_metric_delta(runs, tmp_path):
     df = pd.read_csv(worse / "result.csv")
     df.loc[df["TensorName"] == "e1", "CosineSimilarity"] -= 0.01
     df.to_csv(worse / "result.csv", index=False)
+    return worse
+
+
+def test_tolerance_metric_delta(runs, tmp_path):
+    worse = _worse_copy(runs, tmp_path)
     rep = regress(runs["base"], worse)
     assert rep["regressed"] and rep["layer_deltas"][0]["TensorName"] == "e1"
     assert not regress(runs["base"], worse, parse_tolerance("CosineSimilarity=0.1"))["regressed"]
@@ -113,8 +119,6 @@ def test_improvements_mirror_the_regressions(runs, tmp_path):
     """Every change that regress calls a regression one way is an improvement the other way: tensors newly
     abnormal from base to fp16 are normal again from fp16 to base, and a metric made worse beyond the tolerance
     is a metric improvement when the runs are swapped; regress.html lists them in its Improvements section."""
-    import pandas as pd
-
     from toolkit.report.signoff_html import render_regress
 
     forward, backward = regress(runs["base"], runs["fp16"]), regress(runs["fp16"], runs["base"])
@@ -122,15 +126,7 @@ def test_improvements_mirror_the_regressions(runs, tmp_path):
     assert {r["TensorName"] for r in backward["newly_normal"]} == {r["TensorName"] for r in forward["newly_abnormal"]}
     for r in forward["newly_abnormal"]:
         assert any(f"'{r['TensorName']}'" in i and "normal again" in i for i in backward["improvements"])
-    worse = tmp_path / "worse"
-    worse.mkdir()
-    for f in runs["base"].iterdir():
-        if f.is_file():
-            (worse / f.name).write_bytes(f.read_bytes())
-    df = pd.read_csv(worse / "result.csv")
-    df.loc[df["TensorName"] == "e1", "CosineSimilarity"] -= 0.01
-    df.to_csv(worse / "result.csv", index=False)
-    rep = regress(worse, runs["base"])
+    rep = regress(_worse_copy(runs, tmp_path), runs["base"])
     assert not rep["regressed"] and not rep["layer_deltas"]
     assert [(d["TensorName"], d["metric"]) for d in rep["layer_improvements"]] == [("e1", "CosineSimilarity")]
     assert abs(rep["layer_improvements"][0]["delta"] - 0.01) < 1e-9
