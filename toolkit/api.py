@@ -12,7 +12,7 @@ from toolkit.artifacts import check_out, output_dir, write_compile_artifacts, wr
 from toolkit.config import Config
 from toolkit.engine import shapes_of
 from toolkit.ir.load import load_model
-from toolkit.report.console import compile_summary, human_bytes
+from toolkit.report.console import compile_summary, human_bytes, printable
 from toolkit.source import prepare_inputs, resolve_model
 
 REPORTS_DIR = Path("reports")
@@ -111,7 +111,9 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     summary.append(f"ran {len(sess.plan.kernels)} kernels in {res.total_ms:.1f} ms host time "
                    f"(kernel build {sess.runtime.build_ms:.0f} ms)")
     for name, arr in res.outputs.items():
-        summary.append(f"output {name}: {arr.dtype}{list(arr.shape)}")
+        desc = (f"a sequence of {len(arr)} tensor(s)" if isinstance(arr, (list, tuple)) else
+                "an empty optional" if arr is None else f"{arr.dtype}{list(arr.shape)}")
+        summary.append(f"output {printable(name)}: {desc}")
     summary.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
     return {"summary": summary, "out": folder, "files": files, "result": res, "exit_code": 0}
 

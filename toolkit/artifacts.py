@@ -14,11 +14,12 @@ import re
 import shutil
 import time
 import unicodedata
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from toolkit.errors import UsageError
+from toolkit.errors import ModelError, UsageError
 from toolkit.report.console import printable
 
 #: Windows device names, reserved with any extension (CON, CON.txt): https://learn.microsoft.com/windows/win32/fileio/naming-a-file
@@ -147,23 +148,80 @@ def write_compile_artifacts(compiled, out: Path) -> dict[str, Path]:
     return files
 
 
+def storable(value, name: str = "array") -> np.ndarray:
+    """``value`` as npuscope writes it into every .npy / .npz (outputs.npz, ``--dump`` files, repro/, dataset
+    stores): an array of a dtype plain numpy reads back without pickle (docs/array-files.md). Strings (object
+    arrays of str, as onnxruntime returns ONNX STRING tensors; bytes) become numpy unicode ``<U``; ml_dtypes
+    arrays become the standard dtype that holds their values exactly — bfloat16 / float8 / float4 → float32,
+    int4 / int2 → int8, uint4 / uint2 → uint8 (:func:`toolkit.compare.metrics.dtypes.standard`); other arrays
+    are unchanged (no copy). ``name`` names the value in errors.
+
+    Raises:
+        ModelError: ``value`` has no array form without pickle (an empty optional (None), a sequence of tensors
+            of different shapes, an object array of non-strings).
+    """
+    from toolkit.compare.metrics.dtypes import standard
+
+    what = "an empty optional (None)" if value is None else None
+    if what is None:
+        try:
+            arr = standard(value)
+            if arr.dtype.hasobject:
+                raise TypeError("object array")
+            return arr
+        except (TypeError, ValueError) as exc:
+            what = (f"a sequence of {len(value)} tensors" if isinstance(value, (list, tuple))
+                    else f"not a plain array ({exc})")
+    raise ModelError(f"'{name}' is {what}; npuscope writes numeric and string tensors only (no pickle): make the "
+                     "model return a tensor there (e.g. ConcatFromSequence)")
+
+
+def save_npz(file, arrays) -> None:
+    """Write ``arrays`` ({key: value}) as an .npz (a zip of .npy members named ``<key>.npy``, uncompressed, as
+    ``np.savez`` writes it: numpy.lib.format) into ``file`` (a path or a binary file object), every value through
+    :func:`storable` and without pickle, so ``np.load(file, allow_pickle=False)`` reads every key back. Keys are
+    written as given, also ``file`` or ``allow_pickle`` (which ``np.savez(**arrays)`` would take as its own
+    arguments). Raises ModelError (:func:`storable`)."""
+    members = {str(key): storable(value, str(key)) for key, value in arrays.items()}
+    with zipfile.ZipFile(file, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for key, arr in members.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as fh:
+                np.lib.format.write_array(fh, arr, allow_pickle=False)
+
+
+def save_npy(path: Path, value, name: str = "array") -> np.ndarray:
+    """Write one value as ``.npy`` through :func:`storable` (no pickle); returns the array written."""
+    arr = storable(value, name)
+    with open(path, "wb") as fh:
+        np.lib.format.write_array(fh, arr, allow_pickle=False)
+    return arr
+
+
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
-    """Write arrays to a new .npz (refuses to overwrite an existing file)."""
+    """Write arrays to a new .npz (refuses to overwrite an existing file) with :func:`save_npz`: strings as
+    ``<U``, ml_dtypes arrays in their exact standard dtype (docs/array-files.md). Raises UsageError (the path),
+    ModelError (a value with no array form)."""
     if path.exists():
         raise UsageError(f"output file '{path}' already exists; choose another --output")
     if not path.parent.is_dir():
         raise UsageError(f"--output '{path}': folder '{path.parent}' does not exist; create it or choose another path")
     tmp = path.with_name(path.name + ".tmp.npz")
     try:
-        np.savez(tmp, **arrays)
+        save_npz(tmp, arrays)
         os.replace(tmp, path)
     except OSError as exc:
         raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --output") from None
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
 def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
-    """Every kernel output as ``<tensor>.npy`` (safe names) plus index.json {file: tensor, kernel, dtype}."""
+    """Every kernel output as ``<tensor>.npy`` (safe names, :func:`save_npy`) plus index.json {file: {tensor,
+    kernel, dtype, shape[, stored_dtype]}}: ``dtype`` is the tensor's own dtype (``bfloat16``, ``int4``, ``object``
+    for strings), ``stored_dtype`` the dtype of the file when :func:`storable` converted it (float32, int8, <U..);
+    ``toolkit.dumps.readers`` restores ml_dtypes from it. Values with no array form (sequences, empty
+    optionals) are not dumped (docs/array-files.md)."""
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--dump '{folder}' is an existing file; give a new folder name")
     try:
@@ -175,15 +233,21 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
     for tensor, arr in dumps.items():
         if owner.get(tensor) is not None and owner[tensor].fusion == "cast":
             continue  # a Cast kernel's output stands for no ONNX tensor
+        try:
+            stored = storable(arr, tensor)
+        except ModelError:
+            continue  # a sequence / empty optional: no tensor to dump
         base = safe_filename(tensor)
         fname, n = f"{base}.npy", 2
         while fname in used:
             fname, n = f"{base}__{n}.npy", n + 1
         used.add(fname)
-        np.save(folder / fname, arr)
+        save_npy(folder / fname, stored)
         k = owner.get(tensor)
-        index[fname] = {"tensor": tensor, "kernel": k.name if k else None, "dtype": str(arr.dtype),
-                        "shape": list(arr.shape)}
+        index[fname] = {"tensor": tensor, "kernel": k.name if k else None, "dtype": str(np.asarray(arr).dtype),
+                        "shape": list(np.shape(arr))}
+        if stored.dtype != np.asarray(arr).dtype:
+            index[fname]["stored_dtype"] = str(stored.dtype)
     write_json(folder / "index.json", index)
     return folder
 

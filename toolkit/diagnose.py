@@ -25,7 +25,7 @@ import pandas as pd
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.isolate import fp16_input_origins
-from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins
+from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins, sequence_as_tensor
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
@@ -149,10 +149,14 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
         for t in node.output:
             if not t or t not in res.dumps or t not in golden or t in random_dep:
                 continue
-            checked += 1
-            if _quick_close(res.dumps[t], golden[t]):
+            d, d_reason = sequence_as_tensor(res.dumps[t])
+            g, g_reason = sequence_as_tensor(golden[t])
+            if d_reason or g_reason or d is None or g is None:  # a ragged sequence: not compared (layer table)
                 continue
-            row = compare_tensors(res.dumps[t], golden[t], thresholds=thresholds)
+            checked += 1
+            if _quick_close(d, g):
+                continue
+            row = compare_tensors(d, g, thresholds=thresholds)
             if row["Abnormal"] or row["OverFlow"]:
                 k = owner.get(t)
                 ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
@@ -167,9 +171,12 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
 def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list[str]]:
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
     the reasons then print them, each value next to its line (toolkit.report.console.show_vs: the line exactly,
-    the value with the digits it takes to read on its side of the line)."""
+    the value with the digits it takes to read on its side of the line). A PASS/WARN says in one reason how many
+    tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
+    docs/thresholds.md)."""
     from toolkit.compare.metrics.registry import METRICS
     from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+    from toolkit.compare.metrics.thresholds import noise_covers, resolve_thresholds
     from toolkit.report.console import show, show_crossed, show_vs
 
     def metric_text(m, v, crossed):
@@ -220,8 +227,16 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list
         reasons.append(f"{len(errors)} error finding(s) stand: "
                        + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5])
                        + (" ..." if len(errors) > 5 else "") + " (see findings)")
+    judged = resolve_thresholds(None) if lines is None else lines
+    n_noise = sum(1 for w, c in zip(df.get("WithinExpectedNoise", []), df.get("AbnormalMetrics", []))
+                  if isinstance(w, (bool, np.bool_)) and w and isinstance(c, (list, tuple))
+                  and any(noise_covers(m, judged) for m in c))
+    noise = [(f"{n_noise} tensor(s) cross a default line within the expected FP16 noise (listed in "
+              "AbnormalMetrics)")] if n_noise else []
     if reasons:
-        return "WARN", reasons
+        return "WARN", reasons + noise
+    if noise:
+        return "PASS", ["no tensor abnormal; outputs and task checks hold"] + noise
     return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
 
 
@@ -349,8 +364,10 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     tasks = run_tasks(prep.zoo_name, list(task_metrics),
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
     from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.compare.metrics.thresholds import line_origins
 
-    verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=resolve_thresholds(thresholds))
+    lines = resolve_thresholds(thresholds)
+    verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=lines)
     origin = fp32_first if stage == "compile" else first
     k_by_name = {k.name: k for k in sess.plan.kernels}
     origin_nodes = []
@@ -365,6 +382,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
         "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),
         "seed": prep.seed, "config": config.to_dict(),
+        "thresholds": dict(lines), "threshold_origins": line_origins(lines),
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
         "counts": {"tensors": int(len(df)), "compared": int((df["CompareFailReason"] == "").sum()),
                    "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),

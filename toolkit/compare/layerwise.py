@@ -122,7 +122,9 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                    "Rule": (k.rule or "") if k else "", "Precision": k.precision if k else "",
                    "ImplMode": k.implmode if k else ""}
             idx += 1
-            g = golden.get(t)
+            g, seq_reason = sequence_as_tensor(golden.get(t))
+            if seq_reason is None and t in device:
+                device_value, seq_reason = sequence_as_tensor(device[t])
             if g is not None:
                 row["DataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
@@ -137,10 +139,12 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
             elif t not in device:
                 row["CompareFailReason"] = "not stored by the NPU plan"
+            elif seq_reason is not None:
+                row["CompareFailReason"] = seq_reason
             elif g is None:
                 row["CompareFailReason"] = "not exposed by the reference run (non-tensor or unknown type)"
             else:
-                d = device[t]
+                d = device_value
                 row["NPUDump"] = str(np.asarray(d).dtype)
                 if t in folded:  # a folded graph output: the constant the plan returns
                     row["Rule"] = "fold_constants"
@@ -156,6 +160,24 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
     df["OverFlow"] = df["OverFlow"].astype(object).fillna(False).astype(bool)
     df["Role"] = assign_roles(df, plan) if len(df) else []
     return df
+
+
+def sequence_as_tensor(value):
+    """(array, None) for a tensor or a sequence (list) of tensors, which is compared value by value: tensors of
+    one shape stacked on a new first axis, of different shapes flattened and concatenated in sequence order (the
+    reference and the plan run the same ops, so their tensors' shapes agree); (None, reason) for a sequence
+    whose tensors differ in dtype; (None, None) for None."""
+    if not isinstance(value, (list, tuple)):
+        return value, None
+    arrays = [np.asarray(x) for x in value]
+    if not arrays:
+        return np.zeros((0,), np.float32), None
+    if len({a.dtype for a in arrays}) > 1:
+        return None, (f"a sequence of {len(arrays)} tensors of different dtypes (not compared); compare its "
+                      "tensors as separate outputs")
+    if len({a.shape for a in arrays}) > 1:
+        return np.concatenate([a.ravel() for a in arrays]), None
+    return np.stack(arrays), None
 
 
 #: ``AbnormalMetrics`` entry of a tensor made abnormal by :func:`refine_origins`: its FP16 storage rounding

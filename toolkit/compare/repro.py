@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from toolkit.artifacts import write_json, write_text
+from toolkit.artifacts import save_npz, write_json, write_text
 from toolkit.ir.graph import node_reads
 from toolkit.report.console import printable
 
@@ -163,8 +163,8 @@ def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp
         sub, feeds, expected = extract_subgraph(model, node_names, golden, read_wider(sub, cfg, feeds, cands))
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(sub, folder / "model.onnx")
-    np.savez(folder / "inputs.npz", **feeds)
-    np.savez(folder / "expected.npz", **expected)
+    save_npz(folder / "inputs.npz", feeds)  # no pickle: strings as <U, ml_dtypes exact (docs/array-files.md)
+    save_npz(folder / "expected.npz", expected)
     write_json(folder / "config.json", cfg)
     write_text(folder / "README.txt",
                f"Minimal reproducer of the divergence at {printable(', '.join(node_names))}.\n"

@@ -115,7 +115,9 @@ def load_feed(name: str, data: bytes, specs) -> dict[str, np.ndarray]:
                 raise InputError(f"{source}: array {key!r} is {why}; re-save plain numeric arrays with np.savez") from None
             except (OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None
-    feed = conform_feed(feed, specs)  # big-endian -> native, str arrays for string inputs (as load_npz)
+    from toolkit.inputs.npz import restore_declared
+
+    feed = conform_feed(restore_declared(feed, specs), specs)  # ml_dtypes, big-endian, str arrays (as load_npz)
     check_feed(feed, specs, source)
     return {spec.name: feed[spec.name] for spec in specs}
 

@@ -44,7 +44,7 @@ except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
 
 import numpy as np
 
-from toolkit.artifacts import new_run_dir, safe_filename
+from toolkit.artifacts import new_run_dir, safe_filename, save_npz
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
 from toolkit.errors import UsageError, UserError
@@ -103,8 +103,8 @@ class Store:
         meta = json.dumps(json_safe(rec.meta), allow_nan=False, ensure_ascii=False)
         try:
             with open(tmp, "wb") as fh:
-                np.savez(fh, meta=np.array(meta), rows=np.asarray(rec.rows, np.int32),
-                         values=np.asarray(rec.values, np.float64))
+                save_npz(fh, {"meta": np.array(meta), "rows": np.asarray(rec.rows, np.int32),
+                              "values": np.asarray(rec.values, np.float64)})  # no pickle: meta is <U
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)

@@ -138,12 +138,35 @@ def read_npuscope(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
         if tensor in seen:
             raise InputError(f"{spec.label}/{INDEX_FILE}: tensor '{tensor}' is listed twice; re-run npuscope run --dump")
         seen.add(tensor)
-        entries.append(DumpEntry(tensor, 0, TENSOR, fname, _npy_loader(path / fname),
+        entries.append(DumpEntry(tensor, 0, TENSOR, fname, _npuscope_loader(path / fname, info.get("dtype")),
                                  kernel=str(info.get("kernel") or ""), order=order))
     if not entries:
         raise InputError(f"{spec.label}/{INDEX_FILE} lists no dump; re-run npuscope run --dump")
     ignored = [f for f in files if f != INDEX_FILE and f not in index]
     return DumpSet(path, "npuscope", TENSOR, entries, ignored, detail=f"npuscope dump folder ({len(entries)} tensors)")
+
+
+def _npuscope_loader(path: Path, dtype_name):
+    return lambda: restore_dtype(read_npy(path), dtype_name)
+
+
+def restore_dtype(arr: np.ndarray, dtype_name) -> np.ndarray:
+    """``arr`` (a dump file's array) in the tensor's own dtype recorded in index.json (``dtype``), when that is an
+    ml_dtypes dtype (bfloat16, float8_*, int4, uint2, ...): npuscope stores those in an exact standard dtype
+    (float32 / int8 / uint8: toolkit.artifacts.storable), older npuscope wrote their raw bytes (void ``|V2`` /
+    ``|V1``); both come back exactly. Anything else (strings stored as ``<U``, numpy dtypes, an unknown or
+    missing name) is returned as read. Raises DumpReadError when the file cannot hold the recorded dtype."""
+    from toolkit.compare.metrics.dtypes import dtype_named, is_ml_dtype
+
+    want = dtype_named(dtype_name)
+    if want is None or not is_ml_dtype(want) or arr.dtype == want:
+        return arr
+    if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize:
+        return arr.view(want)
+    restored = arr.astype(want)
+    if not np.array_equal(restored.astype(arr.dtype), arr, equal_nan=arr.dtype.kind == "f"):
+        raise DumpReadError(f"holds {arr.dtype} values that are not all {want} values (index.json records {want})")
+    return restored
 
 
 def _load_index(path: Path, spec: SideSpec) -> dict:

@@ -56,9 +56,38 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
     with archive:
         for key in archive.files:
             feed[key] = _read_member(archive, key, source)
-    feed = conform_feed(feed, model_inputs)
+    feed = conform_feed(restore_declared(feed, model_inputs), model_inputs)
     check_feed(feed, model_inputs, source)
     return {spec.name: feed[spec.name] for spec in model_inputs}
+
+
+def restore_declared(feed: dict[str, np.ndarray], model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    """``feed`` with each array for an input the model declares in an ml_dtypes dtype (bfloat16, float8_*, int4,
+    uint2, ...) given in that dtype, when it holds exactly that dtype's values: an array in the standard dtype
+    npuscope writes them in (float32, int8, uint8: toolkit.artifacts.storable — repro/inputs.npz, outputs.npz)
+    is converted when the conversion is exact, a raw void array of the same item size (what ``np.savez`` makes of
+    an ml_dtypes array) is reinterpreted. Other arrays are left for :func:`~toolkit.inputs.validate.check_feed`
+    to judge (a float32 array with values bfloat16 cannot hold is refused there, naming the dtype)."""
+    from toolkit.compare.metrics.dtypes import is_ml_dtype
+
+    by_name = {s.name: s for s in model_inputs}
+    return {k: (_as_declared(v, by_name[k].dtype) if k in by_name and is_ml_dtype(by_name[k].dtype) else v)
+            for k, v in feed.items()}
+
+
+def _as_declared(arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    if arr.dtype == want:
+        return arr
+    if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize and arr.dtype.names is None:
+        return arr.view(want)
+    from toolkit.compare.metrics.dtypes import value_kind
+
+    if arr.dtype.kind not in "iuf" or value_kind(arr.dtype) != value_kind(want):  # floats for floats, ints for ints
+        return arr
+    with np.errstate(all="ignore"):
+        converted = arr.astype(want)
+        exact = np.array_equal(converted.astype(arr.dtype), arr, equal_nan=arr.dtype.kind == "f")
+    return converted if exact else arr
 
 
 #: First bytes of a zip archive (local file header, or the end record of an empty archive): PKWARE APPNOTE 4.3.

@@ -64,8 +64,8 @@ def cast_hint(dtype: np.dtype) -> str:
     """How to give an array of ``dtype`` (a model input's), as advice that works with the installed numpy:
     ``.astype(np.float32)`` for numpy's own numeric dtypes (the name is looked up, never assumed); str
     arrays for ONNX STRING inputs (object dtype, which an .npz can only hold pickled, and pickle is refused);
-    for dtypes numpy lacks (bfloat16, float8, int4: ml_dtypes, which .npz stores as raw bytes) that they
-    cannot be given as arrays."""
+    for dtypes numpy lacks (bfloat16, float8, int4: ml_dtypes) the standard dtype that holds their values
+    exactly (toolkit.inputs.npz.restore_declared converts it back)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "O":
         return ("an ONNX string input takes a str array: save np.array(['text', ...]) (dtype <U), which npuscope "
@@ -73,8 +73,11 @@ def cast_hint(dtype: np.dtype) -> str:
     name = dtype.name
     if dtype_expr(dtype):
         return f"cast it with .astype({dtype_expr(dtype)})"
-    return (f"numpy has no {name} dtype (it comes from ml_dtypes, whose arrays an .npz stores as raw bytes), so "
-            f"this input cannot be given as an array; give the model a float32 input and Cast it to {name} inside")
+    from toolkit.compare.metrics.dtypes import value_kind
+
+    std = "np.float32" if value_kind(dtype) == "float" else ("np.uint8" if name.startswith("uint") else "np.int8")
+    return (f"numpy has no {name} dtype (it comes from ml_dtypes): save the values as {std} holding exactly "
+            f"{name} values (e.g. x.astype(ml_dtypes.{name}).astype({std})); npuscope converts them back")
 
 
 def dtype_expr(dtype: np.dtype) -> str | None:

@@ -1,6 +1,7 @@
 """Plain text for the terminal: summaries printed by the CLI (compile summary), the escaping of untrusted
 text (:func:`printable`) and the number formats of messages (:func:`show`, :func:`show_crossed`, and
-:func:`show_vs` / :func:`show_line` for a value printed next to its line or limit)."""
+:func:`show_vs` / :func:`show_line` for a value printed next to its line or limit, :func:`show_pair` for two
+measured values printed side by side)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,44 @@ def show_vs(value, line, *, digits: int = 6) -> tuple[str, str]:
     texts never contradict the verdict: equal only when the numbers are equal. The one formatting function for a
     value next to its limit (signoff criteria, compare/diagnose verdict reasons, tune)."""
     return show(value, line, digits=digits), show_line(line, digits=digits)
+
+
+def show_pair(a, b, *, digits: int = 6) -> tuple[str, str]:
+    """``(a text, b text)`` for two measured values printed side by side ("baseline 0.12345649 -> new 0.12345651"):
+    both with the same number of significant digits, ``digits`` or as many more as it takes for the two texts
+    to compare as the numbers do (equal texts only for equal numbers, the smaller number's text the smaller),
+    for each text to read like its number against the other number (:func:`_reads_right`: on the same side of
+    it and about as far from it) and against ±1 (never "1" unless it is 1). Formatting each value against the
+    other separately (:func:`show`) can print two different numbers alike: 0.12345649 and 0.12345651 both
+    read "0.1234565" so. Non-finite values and None print as :func:`show` prints them (the other value then
+    with :func:`show` too); NaN never prints like a number."""
+    fa, fb = _finite_or_none(a), _finite_or_none(b)
+    if fa is None or fb is None:
+        return show(a, digits=digits), show(b, digits=digits)
+    for d in range(digits, 18):
+        ta, tb = _g(fa, d), _g(fb, d)
+        sa, sb = float(ta), float(tb)
+        if _side(sa, sb) == _side(fa, fb) and _reads_right(sa, fa, [fb]) and _reads_right(sb, fb, [fa]):
+            return ta, tb
+    return repr(fa), repr(fb)
+
+
+def _g(f: float, d: int) -> str:
+    """``f`` with ``d`` significant digits, or its shortest exact form (``repr``, without a trailing ".0") when
+    ``d`` digits already read back as exactly ``f`` (0.3 at 17 digits prints "0.3", not "0.29999999999999999")."""
+    text = f"{f:.{d}g}"
+    if float(text) != f:
+        return text
+    exact = repr(f)
+    return exact.removesuffix(".0")
+
+
+def _finite_or_none(value) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
 
 
 def show_crossed(value, below: bool, *limits, digits: int = 6) -> str:

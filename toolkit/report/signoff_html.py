@@ -71,8 +71,13 @@ def render_signoff(summary: dict, table: pd.DataFrame | None, out_dir: Path, fil
 
 def regress_context(rep: dict) -> dict:
     """Template data of regress.html from the regress report (regress.json content)."""
+    from toolkit.report.console import show_pair
+
     def g(rows, cols):
         return context.grid(pd.DataFrame(rows), cols) if rows else {"columns": [], "rows": []}
+
+    def paired(rows):  # baseline and new printed with the digits that tell them apart (console.show_pair)
+        return [{**r, **dict(zip(("baseline", "new"), show_pair(r["baseline"], r["new"])))} for r in rows]
 
     return {"title": "npuscope regress",
             "verdict": {"label": rep["verdict"], "css": "fail" if rep["regressed"] else "pass",
@@ -82,11 +87,12 @@ def regress_context(rep: dict) -> dict:
             "environment": g(rep["environment_changes"], ["key", "baseline", "new"]),
             "verdicts": g(rep["verdict_changes"], ["what", "baseline", "new", "regression"]),
             "newly_abnormal": g(rep["newly_abnormal"], ["TensorName", "NodeName", "OpType", "metrics"]),
-            "deltas": g(rep["layer_deltas"], ["TensorName", "NodeName", "metric", "baseline", "new", "delta", "regression"]),
+            "deltas": g(paired(rep["layer_deltas"]), ["TensorName", "NodeName", "metric", "baseline", "new", "delta",
+                                                       "regression"]),
             "improvements": rep.get("improvements", []),
             "newly_normal": g(rep.get("newly_normal", []), ["TensorName", "NodeName", "OpType", "metrics"]),
-            "better": g(rep.get("layer_improvements", []), ["TensorName", "NodeName", "metric", "baseline", "new",
-                                                            "delta"]),
+            "better": g(paired(rep.get("layer_improvements", [])), ["TensorName", "NodeName", "metric", "baseline",
+                                                                    "new", "delta"]),
             "decisions": g(rep["decision_changes"], ["node", "what", "baseline", "new"]),
             "fusion": g(rep["fusion_changes"], ["pass", "level", "baseline", "new"]),
             "missing": g(rep["tensor_changes"], ["TensorName", "change"]),

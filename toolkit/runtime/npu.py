@@ -179,8 +179,10 @@ class NpuRuntime:
             for j, (_, t) in enumerate(ek.fetches):
                 if outs is not None:
                     self._write(t, outs[j], ek.spec.name, heap)
-                if dump:
-                    res.dumps[t] = np.array(self._read(t, heap), copy=True)
+                if dump:  # a copy: the arena is overwritten later; sequences (lists) copied element by element
+                    v = self._read(t, heap)
+                    res.dumps[t] = [np.array(x, copy=True) for x in v] if isinstance(v, list) else \
+                        np.array(v, copy=True)
             if on_kernel is not None:
                 on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
         res.total_ms = (time.perf_counter() - t_all) * 1e3

@@ -37,8 +37,8 @@ import pandas as pd
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
 from toolkit.config import suggest
 from toolkit.errors import InputError, UsageError
+from toolkit.report.console import show_line, show_pair
 from toolkit.report.csvjson import undo_formula_safe
-from toolkit.signoff.criteria import show
 from toolkit.signoff.policy import BOUNDABLE
 
 #: Allowed absolute worsening per metric (CosineSimilarity may drop by 1e-3, RED may grow by 0.01).
@@ -571,8 +571,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
                 for r in layers["newly_abnormal"]]
-    reasons += [f"tensor '{d['TensorName']}': {d['metric']} {show(d['baseline'], d['new'])} -> "
-                f"{show(d['new'], d['baseline'])} (tolerance {show(tol[d['metric']])})" for d in layers["layer_deltas"]]
+    reasons += [f"tensor '{d['TensorName']}': {d['metric']} {' -> '.join(show_pair(d['baseline'], d['new']))} "
+                f"(tolerance {show_line(tol[d['metric']])})" for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     improvements = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["improvement"]]
     improvements += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is normal again (was {r['metrics']})"

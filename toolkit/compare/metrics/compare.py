@@ -13,6 +13,7 @@ import numpy as np
 
 from toolkit.errors import UsageError
 
+from .dtypes import dtype_class, standard, value_kind
 from .exact import exact_match_rate
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
 from .registry import METRICS, THRESHOLDABLE
@@ -25,24 +26,16 @@ VERDICT_KEYS = ("WithinExpectedNoise", "Abnormal", "AbnormalMetrics")
 #: Every key of a :func:`compare_tensors` row, in column order.
 ROW_KEYS = STATUS_KEYS + tuple(METRICS) + VERDICT_KEYS
 
-_ML_FLOAT_PREFIXES = ("bfloat", "float8", "float6", "float4")
-
-
-def dtype_class(dtype) -> str:
-    """``"float"`` (numpy floats and ml_dtypes bfloat16/float8), ``"integer"`` (ints, uints, bool) or ``"other"``."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f" or (dtype.kind == "V" and dtype.name.startswith(_ML_FLOAT_PREFIXES)):
-        return "float"
-    return "integer" if dtype.kind in "iub" else "other"
-
-
 def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None,
                     expected_noise: Mapping[str, float] | None = None,
                     rel_eps: float = DEFAULT_REL_EPS) -> dict:
     """Compare device tensor ``x`` with golden tensor ``y``; never raises on data problems.
 
     Args:
-        x, y: array-likes of any shape; float (float16/32/64, bfloat16), integer or bool. Computed in float64.
+        x, y: array-likes of any shape. Floats (float16/32/64 and the ml_dtypes bfloat16/float8/float4, these
+            converted to float32 first) get the float metrics, computed in float64; integers, bool, the
+            ml_dtypes int4/uint4/int2/uint2 and text (str/bytes/object arrays of strings: ONNX STRING) get
+            ExactMatchRate (:mod:`.dtypes`). Text against numbers is a dtype class mismatch.
         thresholds: abnormal lines: None → :data:`DEFAULT_THRESHOLDS`; a string → :func:`parse_thresholds`
             (overrides on the defaults); a mapping (a :class:`~.thresholds.Thresholds` keeps which lines the
             user named) → exactly those lines.
@@ -83,11 +76,11 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
     """
     lines = resolve_thresholds(thresholds)
     noise = _parse_noise(expected_noise)
-    xa, ya = np.asarray(x), np.asarray(y)
     row = _new_row()
+    xa, ya, reason = _standard_pair(x, y)
     with np.errstate(all="ignore"):
         fin_x, fin_y = _finite_info(xa, row, "Device"), _finite_info(ya, row, "Golden")
-        reason = _precheck(xa, ya)
+        reason = reason or _precheck(xa, ya)
         if not reason and xa.size == 0:
             _fill_empty(row, dtype_class(xa.dtype), noise)
         elif not reason and dtype_class(xa.dtype) == "integer":
@@ -138,14 +131,25 @@ def _finite_info(a: np.ndarray, row: dict, side: str) -> np.ndarray | None:
     return finite
 
 
+def _standard_pair(x, y) -> tuple[np.ndarray, np.ndarray, str]:
+    """Both sides in their standard dtype (:func:`.dtypes.standard`), or the raw arrays and why one has none."""
+    xa, ya = np.asarray(x), np.asarray(y)
+    try:
+        return standard(xa), standard(ya), ""
+    except TypeError as exc:
+        return (np.zeros(xa.shape, np.uint8), np.zeros(ya.shape, np.uint8),
+                f"unsupported dtype: device {xa.dtype} vs golden {ya.dtype} ({exc})")
+
+
 def _precheck(xa: np.ndarray, ya: np.ndarray) -> str:
     if xa.shape != ya.shape:
         return f"shape mismatch: device {xa.shape} vs golden {ya.shape}"
-    cx, cy = dtype_class(xa.dtype), dtype_class(ya.dtype)
-    if "other" in (cx, cy):
-        return f"unsupported dtype: device {xa.dtype} vs golden {ya.dtype}; expected float, integer or bool"
-    if cx != cy:
-        return f"dtype class mismatch: device {xa.dtype} ({cx}) vs golden {ya.dtype} ({cy})"
+    kx, ky = value_kind(xa.dtype), value_kind(ya.dtype)
+    if "other" in (kx, ky):
+        return (f"unsupported dtype: device {xa.dtype} vs golden {ya.dtype}; expected float, integer, bool or "
+                "string")
+    if kx != ky:
+        return f"dtype class mismatch: device {xa.dtype} ({kx}) vs golden {ya.dtype} ({ky})"
     return ""
 
 

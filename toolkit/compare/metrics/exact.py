@@ -1,7 +1,8 @@
-"""Exact family: ExactMatchRate, the metric for integer and bool tensors (indices, masks, shapes).
+"""Exact family: ExactMatchRate, the metric for integer, bool and string tensors (indices, masks, shapes, labels).
 
 Our addition: the Ascend tool has no integer metric. Compared in the tensors' own dtypes (no float64
-round trip, so int64 values above 2**53 stay exact).
+round trip, so int64 values above 2**53 stay exact); ml_dtypes int4/uint4/int2/uint2 as int8/uint8 and
+strings as numpy unicode (``compare_tensors`` converts them first: :func:`~.dtypes.standard`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,6 @@ def exact_match_rate(x: np.ndarray, y: np.ndarray) -> float:
 
 SPECS = (
     MetricSpec(name="ExactMatchRate", fn=exact_match_rate, direction=HIGHER_IS_BETTER, default_threshold=1.0,
-               formula="count(x == y) / n", unit="share, [0, 1]", source="npuscope (integer/bool tensors)",
+               formula="count(x == y) / n", unit="share, [0, 1]", source="npuscope (integer/bool/string tensors)",
                dtype_class="integer"),
 )

@@ -123,6 +123,18 @@ def noise_covers(name: str, lines: Mapping[str, float]) -> bool:
     return default is not None and float(lines[name]) == default
 
 
+def line_origins(lines: Mapping[str, float] | None) -> dict[str, str]:
+    """Who set each abnormal line, for summary.json: ``{metric: "default" | "user" | "removed"}`` — ``"default"``
+    for a line the expected FP16 noise may excuse (:func:`noise_covers`: the tool's line at its default value,
+    not named by the user), ``"user"`` for every other line of ``lines`` (named in ``--thresholds``, another
+    value, another metric), ``"removed"`` for a default line ``lines`` lacks (``NAME=off``). ``lines`` None: the
+    defaults. In :data:`~.registry.METRICS` order."""
+    lines = resolve_thresholds(None) if lines is None else lines
+    out = {name: ("default" if noise_covers(name, lines) else "user") for name in lines}
+    out.update({name: "removed" for name in DEFAULT_THRESHOLDS if name not in lines})
+    return {name: out[name] for name in METRICS if name in out}
+
+
 def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> Thresholds:
     """None → defaults; str → :func:`parse_thresholds`; mapping → validated copy (replaces the defaults), as a
     :class:`Thresholds` (``explicit`` kept from a :class:`Thresholds`, else the lines not at their default).
