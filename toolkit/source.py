@@ -12,7 +12,6 @@ seeded random data whose range is set per input with ``--val-range``.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import stat
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import onnx
 
 from toolkit import samples, zoo
 from toolkit.errors import InputError, ModelError, UserError
+from toolkit.ir.load import file_sha256
 from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
 from toolkit.inputs.synthetic import ALL_INPUTS
 
@@ -101,20 +101,6 @@ def _read(path: Path, limit: int | None = None) -> bytes:
     except OSError as exc:
         raise ModelError(f"model file '{path}' cannot be read ({exc.strerror or exc}); pass a readable .onnx "
                          "file") from None
-
-
-_DIGESTS: dict[tuple, str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 (hex) of the file's bytes, remembered for this process by (resolved path, size, mtime in ns): a
-    command hashes its model once although several steps name the digest (zoo lookup, summary.json). Raises
-    ModelError (one line) when the file cannot be read."""
-    st = os.stat(path)
-    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        _DIGESTS[key] = hashlib.sha256(_read(Path(path))).hexdigest()
-    return _DIGESTS[key]
 
 
 def _zoo_name_of(path: Path) -> str | None:

@@ -65,10 +65,24 @@ def check_dir(root: Path, what: str) -> None:
     for p in (root, *root.parents):
         if p.exists() or p.is_symlink():
             if not p.is_dir():
-                where = "is a file" if p == root else f"lies under the file '{p}'"
+                kind = f"a broken symbolic link (to '{os.readlink(p)}')" if p.is_symlink() and not p.exists() \
+                    else "a file"
+                where = f"is {kind}" if p == root else f"lies under {kind} '{p}'"
                 raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
                                   "missing) or unset it")
             return
+
+
+def cache_problem(root: Path) -> str | None:
+    """Why the compile cache in ``root`` cannot store entries, or None: one of npuscope's own folders in it
+    (``<root>/v2`` and its namespace folders) is a file or another non-folder, or :func:`unwritable_reason`."""
+    from toolkit.cache.store import KINDS, LAYOUT
+
+    root = Path(root)
+    for p in [root / LAYOUT] + [root / LAYOUT / k for k in KINDS]:
+        if (p.exists() or p.is_symlink()) and not p.is_dir():
+            return f"'{p}' is not a folder (npuscope keeps its entries there); remove it"
+    return unwritable_reason(root)
 
 
 def unwritable_reason(root: Path) -> str | None:

@@ -14,8 +14,12 @@ detects truncated or altered bytes, and costs ~1.4 ms per 10 MB read against ~5.
   background thread, off the compile's critical path (on PP-OCRv4 det a compile writes ~10 MB); until an
   entry is on disk this process reads it from memory, :func:`flush` waits for all of them, and the
   interpreter waits for them at exit.
-- Every read checks the size and the checksum before the meta JSON is parsed; a truncated or altered entry is
-  logged as a warning on logger ``npuscope.cache``, deleted and reported as a miss (the caller rebuilds it).
+- Every read checks the size and the checksum before the meta JSON is parsed, and that the entry is the one
+  asked for: the meta records ``"__entry": "<namespace>/<key>"``, so an intact entry copied, renamed or swapped
+  under another key is refused. A truncated, altered or misplaced entry is logged as a warning on logger
+  ``npuscope.cache``, deleted and reported as a miss (the caller rebuilds it). Only a regular file is read
+  (no symbolic link is followed, a FIFO or device is a warned miss, never waited on), and never more than the
+  size its header declares.
 - A hit sets the file's modification time to now: eviction removes the least-recently-used entries (oldest
   mtime first) until the store is under its size limit, tolerating files that other processes remove. A
   ``bundle`` is only reached through the ``compile`` entry of the same key: evicting ``compile/<key>`` also
@@ -27,10 +31,12 @@ No locks: readers only ever open whole files, and a file removed under a reader 
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import re
+import stat
 import struct
 import tempfile
 import threading
@@ -110,7 +116,40 @@ def _bytes(payload) -> bytes:
 
 
 class CorruptEntry(ValueError):
-    """An entry file whose size, magic or checksum is wrong."""
+    """An entry file whose size, magic or checksum is wrong, or that is stored under another key."""
+
+
+class NotRegular(OSError):
+    """An entry path that is a symbolic link, FIFO, device or socket (never read)."""
+
+
+#: meta field naming the entry itself ("<namespace>/<key>"), checked on every read
+ENTRY_FIELD = "__entry"
+
+
+def _read_entry(p: Path) -> bytes:
+    """The bytes of entry file ``p``: a regular file opened without following a symbolic link and without
+    blocking (a FIFO), read up to the size its header declares (a longer file is corrupt: unpack says so).
+    Raises NotRegular, FileNotFoundError and other OSErrors."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotRegular("a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular("a FIFO, device or socket")
+        head = fh.read(_HEAD.size)
+        if len(head) < _HEAD.size:
+            return head
+        _, _, n_meta, n_pay = _HEAD.unpack_from(head)
+        want = _HEAD.size + n_meta + n_pay
+        if want != st.st_size:  # truncated or padded: unpack reports the length without reading a declared size
+            return head + fh.read(min(st.st_size, want) - _HEAD.size + 1)
+        return head + fh.read(want - _HEAD.size)
 
 
 def encode_meta(meta: dict) -> bytes:
@@ -174,17 +213,24 @@ class EntryStore:
         with _LOCK:
             queued = _WRITER["pending"].get(p)
         if queued is not None:
-            return json.loads(queued[0]), _bytes(queued[1])
+            meta = json.loads(queued[0])
+            meta.pop(ENTRY_FIELD, None)
+            return meta, _bytes(queued[1])
         try:
-            with open(p, "rb") as fh:
-                data = fh.read()
+            data = _read_entry(p)
         except (FileNotFoundError, NotADirectoryError):
+            return None
+        except NotRegular as exc:
+            LOG.warning("compile cache entry %s is not a regular file (%s); ignoring it and compiling without it",
+                        p, exc)
             return None
         except OSError as exc:
             LOG.warning("compile cache entry %s cannot be read (%s); rebuilding it", p, exc.strerror)
             return None
         try:
             meta, payload = unpack(data)
+            if meta.pop(ENTRY_FIELD, None) != f"{ns}/{key}":
+                raise CorruptEntry("it is not the entry of this key (copied, renamed or swapped)")
         except CorruptEntry as exc:
             LOG.warning("compile cache entry %s is corrupted (%s); deleting and rebuilding it", p, exc)
             self._unlink(p)
@@ -202,7 +248,7 @@ class EntryStore:
         ``meta`` is encoded now; a :class:`LazyPayload` is made on the writer thread (or by the first read)."""
         p = self.path(ns, key)
         try:
-            mb = encode_meta(meta)  # now: the objects ``meta`` refers to may change after this call
+            mb = encode_meta({**meta, ENTRY_FIELD: f"{ns}/{key}"})  # now: ``meta``'s objects may change later
         except (TypeError, ValueError) as exc:
             LOG.warning("compile cache entry %s/%s not stored: %s", ns, key[:16], exc)
             return
@@ -220,6 +266,8 @@ class EntryStore:
 
     def _write(self, p: Path, meta: bytes, payload, evict: bool) -> None:
         try:
+            if str(self.root) in _UNWRITABLE_WARNED:  # a write here failed: store nothing more this process (no
+                return                                # kernel or bundle entry without the compile entry above it)
             parts = pack_parts(meta, _bytes(payload))
             p.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=p.parent)

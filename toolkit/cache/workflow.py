@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.cache.settings import ENV_DIR, from_config, unwritable_reason
+from toolkit.cache.settings import ENV_DIR, cache_problem, from_config
 from toolkit.cache.store import LAYOUT, EntryStore
 from toolkit.errors import ConfigError, UsageError
 
@@ -26,16 +26,16 @@ def cache_command(action: str, folder: str | None = None) -> dict:
     toolkit.cache.settings). Only cache entries are counted or deleted (toolkit.cache.store.KINDS/ENTRY_NAME);
     other files are reported ("left N file(s) ... that are not cache entries"). Returns {"summary": [lines],
     "info": {dir, entries, bytes, limit_bytes, foreign_files}, "freed_bytes": int (clear only), "writable": bool}.
-    A folder that cannot be written (toolkit.cache.settings.unwritable_reason) adds a WARNING line to ``info``
+    A folder that cannot store entries (toolkit.cache.settings.cache_problem) adds a WARNING line to ``info``
     (exit 0) and makes ``clear`` raise ConfigError (exit 2) when it exists. Raises UsageError for an unknown
     action, ConfigError for a bad size limit variable or a cache folder that is a file (or under one)."""
     if action not in ACTIONS:
         raise UsageError(f"cache action '{action}' is unknown; use one of {', '.join(ACTIONS)}")
     settings = from_config({"op_compiler_cache_dir": folder or "", "op_compiler_cache_mode": "enable"})
-    problem = unwritable_reason(settings.root)
+    problem = cache_problem(settings.root)
     if action == "clear" and problem and settings.root.exists():
-        raise ConfigError(f"cannot clear compile cache '{settings.root}' ({_source(folder)}): it is not writable "
-                          f"({problem}); fix its permissions or point {_source(folder)} to another folder")
+        raise ConfigError(f"cannot clear compile cache '{settings.root}' ({_source(folder)}): {problem}; fix that "
+                          f"or point {_source(folder)} to another folder")
     store = EntryStore(settings.root, settings.limit)
     out: dict = {}
     if action == "clear":

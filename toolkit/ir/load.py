@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -31,8 +32,39 @@ MAX_OPSET = onnx.defs.onnx_opset_version()
 MAX_MODEL_BYTES = 2**31 - 1
 
 
+_DIGESTS: dict[tuple, str] = {}  # (resolved path, size, mtime ns) -> sha256 hex of the file's bytes
+_LOADED: dict[str, str] = {}  # resolved path -> sha256 hex of the bytes load_model last parsed from it
+
+
+def _digest_key(path: Path, st: os.stat_result) -> tuple:
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 (hex) of the file's bytes, remembered for this process by (resolved path, size, mtime in ns): a
+    command hashes its model once although several steps name the digest (zoo lookup, loading). Raises
+    ModelError (one line) when the file cannot be read."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            key = _digest_key(p, os.fstat(fh.fileno()))
+            if key not in _DIGESTS:
+                _DIGESTS[key] = hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        raise ModelError(f"model file '{p}' cannot be read ({exc.strerror or exc}); pass a readable .onnx "
+                         "file") from None
+    return _DIGESTS[key]
+
+
+def loaded_sha256(path: str | os.PathLike) -> str | None:
+    """sha256 (hex) of the bytes :func:`load_model` parsed from ``path`` (its latest load in this process), or
+    None if it never loaded it: what a summary must name, even when the file is replaced during the run."""
+    return _LOADED.get(str(Path(path).resolve()))
+
+
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
-    """Read, check and normalise an ONNX model file.
+    """Read, check and normalise an ONNX model file. The sha256 of the bytes read is kept
+    (:func:`loaded_sha256`).
 
     Args:
         path: the ``.onnx`` file. External data (if any) is read from its folder only.
@@ -55,7 +87,16 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if size > MAX_MODEL_BYTES:
         raise ModelError(f"model file '{p}' is {size} bytes, over protobuf's 2 GiB limit; save weights as external data")
     try:
-        model = onnx.load_model(str(p), load_external_data=False)
+        with open(p, "rb") as fh:  # one read: the bytes parsed are the bytes hashed
+            key = _digest_key(p, os.fstat(fh.fileno()))
+            data = fh.read()
+    except OSError as exc:
+        raise ModelError(f"model file '{p}' cannot be read ({exc.strerror or exc}); pass a readable .onnx file") from None
+    if key not in _DIGESTS:
+        _DIGESTS[key] = hashlib.sha256(data).hexdigest()
+    _LOADED[key[0]] = _DIGESTS[key]
+    try:
+        model = onnx.load_model_from_string(data)
     except DecodeError as exc:
         raise ModelError(f"'{p}' is not a valid ONNX protobuf (truncated or not ONNX: {exc}); re-export or re-download it") from None
     except Exception as exc:  # onnx raises assorted types for garbage
