@@ -360,8 +360,10 @@ def test_unknown_pass_suggests_only_close_names(name, close):
 
 # ----------------------------------------------------------------------------- 5. environment set by npuscope
 def _clean_env():
+    from toolkit.env import RELEVANT_ENV
+
     e = {k: v for k, v in os.environ.items() if k not in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                                           "NPUSCOPE_DEFAULTED")}
+                                                           "NPUSCOPE_DEFAULTED", *RELEVANT_ENV)}
     e["PYTHONWARNINGS"] = "ignore"
     return e
 

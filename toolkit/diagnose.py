@@ -31,9 +31,9 @@ from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.env import environment
 from toolkit.errors import ModelError
-from toolkit.ir.load import load_model
+from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.runtime.reference import ReferenceRunner
-from toolkit.source import _zoo_name_of, file_sha256, prepare_inputs, resolve_model
+from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
 
 
 def _noop(msg: str) -> None:
@@ -71,6 +71,49 @@ def require_outputs(model: onnx.ModelProto, path) -> None:
     if not len(model.graph.output):
         raise ModelError(f"the model has no graph outputs ('{path}'): there is nothing to compare; declare the "
                          "tensors to check as graph outputs when exporting it")
+
+
+def device_tensors(run, feeds: dict) -> dict:
+    """{tensor: array} the device side of a comparison holds: the dumps of ``run`` (a RunResult of a run with
+    ``dump=True``, storage dtype), the graph inputs as fed, and the graph outputs the plan returns without a
+    dump (outputs folded to a constant at compile time)."""
+    device = {**run.dumps, **feeds}
+    for k, v in run.outputs.items():
+        device.setdefault(k, v)
+    return device
+
+
+def layer_analysis(model: onnx.ModelProto, runtime, golden: dict, device: dict, thresholds=None) -> pd.DataFrame:
+    """The per-tensor analysis of one input, shared by every path that judges layers (a single-input diagnose /
+    compare, each input of a dataset run, signoff's layer tables), so the same input gives the same Abnormal
+    flags, Roles and first divergence everywhere: toolkit.compare.layerwise.layer_table, then
+    toolkit.compare.layerwise.refine_origins (single-kernel isolation; FP16 storage-rounding origins), then
+    toolkit.compare.isolate.fp16_input_origins.
+
+    Args:
+        model: the loaded model; runtime: the NpuRuntime that ran (its plan and built kernels are re-used);
+        golden: reference tensors, the feeds included; device: :func:`device_tensors`; thresholds: abnormal
+        lines (toolkit.compare.metrics.parse_thresholds syntax, a dict, or None for the defaults).
+
+    Returns:
+        the layer table (toolkit.compare.layerwise.RESULT_COLUMNS; ``attrs["storage_origins"]``).
+    """
+    df = layer_table(model, runtime.plan, golden, device, thresholds)
+    df = refine_origins(df, runtime, golden, thresholds)
+    return fp16_input_origins(df, runtime.plan, model, golden, device, thresholds)
+
+
+def abnormal_mask(df: pd.DataFrame) -> pd.Series:
+    """Bool per layer-table row: abnormal under compare's rule (Abnormal, or OverFlow)."""
+    return df["Abnormal"].astype(bool) | df["OverFlow"].astype(bool)
+
+
+def layer_counts(df: pd.DataFrame) -> dict:
+    """{"tensors", "compared", "abnormal" (:func:`abnormal_mask`), "overflow", "origins", "propagated"} of a
+    :func:`layer_analysis` table (ints)."""
+    return {"tensors": len(df), "compared": int((df["CompareFailReason"] == "").sum()),
+            "abnormal": int(abnormal_mask(df).sum()), "overflow": int(df["OverFlow"].sum()),
+            "origins": int((df["Role"] == "origin").sum()), "propagated": int((df["Role"] == "propagated").sum())}
 
 
 def _precision_frame(plan, model) -> pd.DataFrame:
@@ -213,7 +256,7 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list
         reasons.append("the compiled plan diverges even in force_fp32: a compile-stage fault")
     if reasons:
         return "FAIL", reasons
-    n_ab = int((df["Abnormal"] | df["OverFlow"]).sum())
+    n_ab = int(abnormal_mask(df).sum())
     if n_ab:
         reasons.append(f"{n_ab} intermediate tensor(s) abnormal; outputs and task checks hold")
     for _, r in golden_nonfinite_rows(df, outputs).iterrows():
@@ -329,14 +372,9 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     golden, t["reference_run_ms"] = reference.result()
     ts = time.perf_counter()
     progress("comparing tensors")
-    device = dict(npu.dumps)
-    device.update({k: v for k, v in prep.feeds.items()})
-    for k, v in npu.outputs.items():  # graph outputs folded at compile time: the constant the plan returns
-        device.setdefault(k, v)
+    device = device_tensors(npu, prep.feeds)  # graph outputs folded at compile time: the constant the plan returns
     outputs = [o.name for o in prep.model.graph.output]
-    df = layer_table(prep.model, sess.plan, golden, device, thresholds)
-    df = refine_origins(df, sess.runtime, golden, thresholds)
-    df = fp16_input_origins(df, sess.plan, prep.model, golden, device, thresholds)
+    df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
     from toolkit.compiler.pipeline import Finding
     for name, arr in prep.feeds.items():
@@ -377,18 +415,14 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         origin_nodes += [n for n in origin.get("consumer_nodes", []) if n not in origin_nodes]  # storage origin
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
     from toolkit.signoff.regress import input_digests
-    sha = file_sha256(Path(prep.path)) if prep.path and Path(prep.path).is_file() else ""
+    sha = (loaded_sha256(prep.path) or "") if prep.path else ""  # the bytes compiled, even if the file changed since
     summary = {
         "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
         "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),
         "seed": prep.seed, "config": config.to_dict(),
         "thresholds": dict(lines), "threshold_origins": line_origins(lines),
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
-        "counts": {"tensors": int(len(df)), "compared": int((df["CompareFailReason"] == "").sum()),
-                   "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),
-                   "origins": int((df["Role"] == "origin").sum()),
-                   "propagated": int((df["Role"] == "propagated").sum()),
-                   "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
+        "counts": {**layer_counts(df), "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
     }
     plan = sess.plan
     diag = Diagnosis(

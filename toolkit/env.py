@@ -18,14 +18,23 @@ from pathlib import Path
 
 PACKAGES = ("npuscope", "numpy", "onnx", "onnxruntime", "onnx-ir", "onnxscript", "ml_dtypes", "pandas", "plotly",
             "jinja2")
-#: Environment variables that change numerics, threading or where files go.
-RELEVANT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "ORT_NUM_THREADS",
-                "NPUSCOPE_THREADS", "NPUSCOPE_GLOBAL_POOL", "NPUSCOPE_MODEL_CACHE", "ASCEND_GLOBAL_LOG_LEVEL",
-                "ASCEND_SLOG_PRINT_TO_STDOUT")
+#: Environment variables that change what npuscope does: numerics and threading (BLAS / OpenMP / onnxruntime
+#: thread counts, toolkit.runtime.ort_env, toolkit.dataset.runner.blas_threads), where files go and whether
+#: they are reused (the compile cache, toolkit.cache.settings; the model zoo cache, toolkit.zoo; their
+#: ``XDG_CACHE_HOME`` / ``LOCALAPPDATA`` bases) and what is logged where (toolkit.logs.plog). Every variable the
+#: package reads is listed here or in :data:`BOOKKEEPING_ENV` (tests/test_fixes_round7_report.py checks the source).
+RELEVANT_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "ORT_NUM_THREADS",
+                "NPUSCOPE_THREADS", "NPUSCOPE_GLOBAL_POOL",
+                "NPUSCOPE_COMPILE_CACHE", "NPUSCOPE_COMPILE_CACHE_MODE", "NPUSCOPE_COMPILE_CACHE_MAX_BYTES",
+                "NPUSCOPE_MODEL_CACHE", "XDG_CACHE_HOME", "LOCALAPPDATA",
+                "NPUSCOPE_LOG_LEVEL", "NPUSCOPE_LOG_TO_STDOUT", "NPUSCOPE_LOG_FILE",
+                "ASCEND_GLOBAL_LOG_LEVEL", "ASCEND_SLOG_PRINT_TO_STDOUT")
 
 
 #: Where :func:`set_default` records the variables npuscope set itself ("VAR=value,VAR2=value2").
 DEFAULTED_ENV = "NPUSCOPE_DEFAULTED"
+#: Variables npuscope reads that change nothing by themselves (bookkeeping), so not in :data:`RELEVANT_ENV`.
+BOOKKEEPING_ENV = (DEFAULTED_ENV,)
 
 
 def defaulted(environ=None) -> dict[str, str]:
@@ -121,3 +130,25 @@ def environment() -> dict:
         "env": {k: os.environ[k] for k in RELEVANT_ENV if k in os.environ and k not in mine},
         "set_by_npuscope": {k: mine[k] for k in RELEVANT_ENV if k in mine},
     }
+
+
+def compile_cache(config: dict | None) -> dict | None:
+    """The compile cache a compile with ``config`` (a ``Config.to_dict()``, as recorded in summary.json) uses,
+    resolved as the compile resolves it (toolkit.cache.settings.from_config: the config, else
+    ``$NPUSCOPE_COMPILE_CACHE``, else the default folder): {"mode": enable|disable|force, "dir": absolute
+    folder path, "dir_from": "op_compiler_cache_dir" | "NPUSCOPE_COMPILE_CACHE" | "default", "max_bytes": size
+    limit in bytes}. None when ``config`` is not a compile config (no ``op_compiler_cache_mode`` key, e.g. the
+    compare-dumps config); {"error": message} when the settings are invalid (the compile refused them too)."""
+    if not isinstance(config, dict) or "op_compiler_cache_mode" not in config:
+        return None
+    from toolkit.cache.settings import ENV_DIR, from_config
+    from toolkit.errors import ConfigError
+
+    try:
+        settings = from_config(config)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    explicit = config.get("op_compiler_cache_dir") or ""
+    source = "op_compiler_cache_dir" if explicit else (ENV_DIR if os.environ.get(ENV_DIR, "").strip() else "default")
+    return {"mode": settings.mode, "dir": str(Path(settings.root).absolute()), "dir_from": source,
+            "max_bytes": settings.limit}

@@ -34,8 +34,8 @@ def cache_command(action: str, folder: str | None = None) -> dict:
     settings = from_config({"op_compiler_cache_dir": folder or "", "op_compiler_cache_mode": "enable"})
     problem = cache_problem(settings.root)
     if action == "clear" and problem and settings.root.exists():
-        raise ConfigError(f"cannot clear compile cache '{settings.root}' ({_source(folder)}): {problem}; fix that "
-                          f"or point {_source(folder)} to another folder")
+        raise ConfigError(f"cannot clear compile cache '{settings.root}' ({_source(folder)}): it is not writable "
+                          f"({problem}); fix that or point {_source(folder)} to another folder")
     store = EntryStore(settings.root, settings.limit)
     out: dict = {}
     if action == "clear":

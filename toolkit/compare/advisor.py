@@ -461,8 +461,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
                  + "; without --model its inputs cannot be checked, so the error may start earlier (in a tensor "
                  "not dumped); " + NO_GRAPH_ADVICE)
         out.append(Finding("error" if i == 0 else "warning", kind, r["NodeName"], ev,
-                           f"'{r['NodeName']}' ({r['OpType']}, kernel {r.get('Kernel', '')} in {r.get('Precision', '')}) "
-                           + where))
+                           f"'{r['NodeName']}' ({_kernel_facts(r)}) " + where))
     return out
 
 
@@ -487,3 +486,13 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
         out["consumer_nodes"] = list(storage.get("consumer_nodes", []))
         out["evidence"]["storage_rounding"] = dict(storage)
     return out
+
+
+def _kernel_facts(r) -> str:
+    """"OpType, kernel K in P" of a layer-table row without the parts a dump does not know (no op type, no
+    kernel): never "(, kernel add in fp16)"."""
+    from toolkit.report.console import join_present
+
+    kernel = (f"kernel {r.get('Kernel')}" + (f" in {r.get('Precision')}" if r.get("Precision") else "")) \
+        if r.get("Kernel") else ""
+    return join_present(r.get("OpType", ""), kernel)

@@ -54,7 +54,9 @@ MANIFEST = "manifest.json"
 RESULTS = "results"
 LOG = "log.jsonl"
 LOCK = ".npuscope-run.lock"
-FORMAT = 1
+#: Record format; 2: records hold the single-input analysis (toolkit.diagnose.layer_analysis), so a folder of
+#: format 1 (layer table only) is not resumed into the same aggregate.
+FORMAT = 2
 #: Manifest keys that must match for a folder to be resumed.
 KEYED = ("format", "command", "model_sha256", "config", "thresholds", "task_metrics", "columns", "tensors_sha256")
 

@@ -7,8 +7,10 @@ same worker runs in-process (serial), in each ``--jobs`` process and in each Ray
 computes the same numbers.
 
 Per input: a timed NPU run without dumps (``run_ms``, outputs, tasks, as signoff measures latency), a run with
-dumps, the reference run, and :func:`toolkit.compare.layerwise.layer_table` (no single-kernel isolation and no
-force_fp32 triage: the workflow runs the full diagnosis once, on the worst input).
+dumps, the reference run, and the same per-tensor analysis as a single-input diagnose / compare
+(:func:`toolkit.diagnose.layer_analysis`: layer table, single-kernel isolation of the origins, FP16 storage
+origins), so an input's abnormal count, roles and first divergence are those a single-input compare reports.
+No force_fp32 triage and no advisor: the workflow runs the full diagnosis once, on the worst input.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class Record:
         meta: JSON-able scalars: input, sha256 (of the file), status ("ok" | "error"), error (one line),
             verdict (PASS | WARN | FAIL | ERROR), reasons, first_divergence ({node, tensor, kind} or None),
             shapes ({input: dims}), run_ms (host ms of the timed NPU run), outputs ({output: {metric: value}}),
-            tasks ([{name, passed, value, detail}]), counts ({compared, abnormal, overflow}).
+            tasks ([{name, passed, value, detail}]), counts ({tensors, compared, abnormal, overflow, origins,
+            propagated}: toolkit.diagnose.layer_counts).
         rows: int32 (n,) indices into ``JobSpec.tensors`` of the tensors that have values.
         values: float64 (n, len(COLUMNS)).
     """
@@ -203,9 +206,13 @@ class Worker:
 
     def _evaluate(self, name: str, sha: str, feeds: dict) -> Record:
         from toolkit.compare.advisor import first_divergence
-        from toolkit.compare.layerwise import layer_table
         from toolkit.compare.tasks import run_tasks
-        from toolkit.diagnose import _verdict
+        from toolkit.diagnose import (
+            _verdict,
+            device_tensors,
+            layer_analysis,
+            layer_counts,
+        )
         from toolkit.engine import shapes_of
 
         sess = self._session(feeds)
@@ -213,7 +220,7 @@ class Worker:
         dumped = sess.run(feeds, dump=True)
         golden = self.reference.run(feeds)
         golden.update(feeds)
-        df = layer_table(self.model, sess.plan, golden, {**dumped.dumps, **feeds}, self.spec.thresholds)
+        df = layer_analysis(self.model, sess.runtime, golden, device_tensors(dumped, feeds), self.spec.thresholds)
         tasks = run_tasks(self.spec.zoo_name, list(self.spec.task_metrics),
                           {o: golden[o] for o in self.outputs if o in golden}, timed.outputs, self.model)
         verdict, reasons = _verdict(df, self.outputs, tasks, "none", sess.compiled.findings)
@@ -221,13 +228,11 @@ class Worker:
         outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds)
                    for o in self.outputs if o in golden and o in timed.outputs}
         rows, values = self._values(df)
-        bad = df["Abnormal"] | df["OverFlow"]
         meta = {"input": name, "sha256": sha, "status": "ok", "error": "", "verdict": verdict, "reasons": reasons,
                 "first_divergence": ({k: first[k] for k in ("node", "tensor", "kind")} if first else None),
                 "shapes": {k: list(v) for k, v in shapes_of(feeds).items()}, "run_ms": float(timed.total_ms),
                 "outputs": outputs, "tasks": tasks,
-                "counts": {"compared": int((df["CompareFailReason"] == "").sum()), "abnormal": int(bad.sum()),
-                           "overflow": int(df["OverFlow"].sum())}}
+                "counts": layer_counts(df)}
         return Record(meta, rows, values)
 
     def _values(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -239,7 +244,8 @@ class Worker:
                         .astype(np.float64).to_numpy())
         values = np.stack(cols, axis=1) if cols else np.zeros((len(df), 0))
         metric_cols = values[:, :len(METRICS)]
-        keep = ~np.isnan(metric_cols).all(axis=1) | (np.nan_to_num(values[:, COLUMNS.index("OverFlow")]) > 0)
+        keep = ~np.isnan(metric_cols).all(axis=1) | (np.nan_to_num(values[:, COLUMNS.index("OverFlow")]) > 0) \
+            | (np.nan_to_num(values[:, COLUMNS.index("Abnormal")]) > 0)
         pos = np.array([self.position.get(t, -1) for t in df["TensorName"]], dtype=np.int64)
         keep &= pos >= 0
         return pos[keep].astype(np.int32), np.ascontiguousarray(values[keep])

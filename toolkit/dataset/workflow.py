@@ -328,7 +328,7 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
     few scalars; layers = worst case per tensor over all inputs). Inputs that could not be evaluated add a
     failing ``inputs.evaluated`` criterion. result.csv is the first evaluated input's layer table."""
     from toolkit.api import REPORTS_DIR, signoff_lines, write_signoff
-    from toolkit.compare.layerwise import layer_table
+    from toolkit.diagnose import device_tensors, layer_analysis
     from toolkit.engine import Session, shapes_of
     from toolkit.runtime.reference import ReferenceRunner
     from toolkit.signoff.criteria import Result
@@ -349,8 +349,8 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
         feeds = _feeds_of(job, names[0])
         sess = Session(job.model, config, input_shapes=shapes_of(feeds))
         golden = {**ReferenceRunner(job.model).run(feeds), **feeds}
-        first = layer_table(job.model, sess.plan, golden, {**sess.run(feeds, dump=True).dumps, **feeds},
-                            job.thresholds)
+        first = layer_analysis(job.model, sess.runtime, golden, device_tensors(sess.run(feeds, dump=True), feeds),
+                               job.thresholds)
         outputs = [o.name for o in job.model.graph.output]
         ok_metas = (m for m in store.metas(job.refs) if m["status"] == "ok")
         ev = dataset_evidence(outputs, ok_metas, worst_case_table(first, agg), sess.plan)

@@ -7,6 +7,7 @@ Arrays are loaded lazily, one pair at a time, so a comparison never holds more t
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,20 +88,27 @@ def _declared_bytes(fh) -> int | None:
 def read_npy(path: Path) -> np.ndarray:
     """Load one ``.npy`` file (NumPy format v1–v3, no pickles) and return its array.
 
-    The header's declared size is checked against the file size first, so a truncated file is reported
-    without allocating the declared array. Raises :class:`DumpReadError` with a short reason.
+    Only a regular file is read (toolkit.textfile.open_regular: a FIFO, socket, device or a link to one such as
+    ``/dev/zero`` is refused without blocking: "not a regular file but a FIFO (named pipe)"). The header's
+    declared size is checked against the file size first, so a truncated file is reported without allocating
+    the declared array, and no more than the declared bytes are read. Raises :class:`DumpReadError` with a
+    short reason.
     """
+    from toolkit.textfile import NotRegularFile, open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             declared = _declared_bytes(fh)
             if declared is not None:
-                held = Path(path).stat().st_size - fh.tell()
+                held = os.fstat(fh.fileno()).st_size - fh.tell()
                 if held < declared:
                     raise DumpReadError(f"truncated: header declares {declared} data bytes, file holds {held}")
             fh.seek(0)
             arr = np.lib.format.read_array(fh, allow_pickle=False)
     except DumpReadError:
         raise
+    except NotRegularFile as exc:
+        raise DumpReadError(str(exc)) from None
     except (OSError, ValueError, EOFError, MemoryError, SyntaxError) as exc:
         raise DumpReadError(f"not a readable .npy file ({type(exc).__name__}: {_one_line(exc)})") from None
     return arr

@@ -32,9 +32,10 @@ def load_mapping(path: str | Path) -> dict[str, list[str]]:
     """
     p = Path(path)
     where = f"mapping file '{p}'"
-    if not p.is_file():
-        raise InputError(f"{where} does not exist; give a JSON file {_SHAPE}")
-    text = read_user_text(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}")  # a BOM is fine
+    if not p.exists() or p.is_dir():
+        raise InputError(f"{where} {'is a folder' if p.is_dir() else 'does not exist'}; give a JSON file {_SHAPE}")
+    text = read_user_text(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}",  # a BOM is fine
+                          regular_only=True)  # a FIFO or a link to /dev/zero is refused, never read
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

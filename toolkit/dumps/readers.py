@@ -16,6 +16,11 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                a (name, output index) dumped several times is taken at its latest timestamp (later file name
                on equal timestamps).
 
+Only regular files are read (toolkit.textfile.open_regular, never blocking): a folder entry that is a FIFO,
+socket, device or a symbolic link to one (``/dev/zero``) becomes an unreadable dump row ("<side> dump unreadable
+(<file>): not a regular file but a FIFO (named pipe)") when the format names it as a dump, else it is listed in
+``DumpSet.ignored``; a side path or ``index.json`` that is not a regular file is an InputError.
+
 Every user mistake (missing/empty folder, nothing recognised, bad JSON, unknown runner) raises
 :class:`toolkit.errors.InputError`, one line; polygraphy missing raises :class:`toolkit.errors.UserError`.
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.errors import InputError, UsageError, UserError
+from toolkit.textfile import not_regular_reason, read_user_text
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, looks_like_raw_device_dump
@@ -63,18 +69,29 @@ def read_side(spec: SideSpec) -> DumpSet:
     path = Path(spec.path)
     if not path.exists():
         raise InputError(f"{spec.label} does not exist; give a folder of .npy dumps or a Polygraphy RunResults JSON")
+    if not path.is_dir() and not_regular_reason(path):
+        raise InputError(f"{spec.label} is {not_regular_reason(path)}; give a folder of .npy dumps or a Polygraphy "
+                         "RunResults JSON file")
     if path.is_file():
         if spec.format not in ("auto", "polygraphy"):
             raise InputError(f"{spec.label} is a file but --{spec.role}-format is {spec.format}; give the dump folder")
         return read_polygraphy(path, spec)
     if spec.format == "polygraphy":
         raise InputError(f"{spec.label} is a folder; --{spec.role}-format polygraphy needs the RunResults JSON file")
-    files = sorted(p.name for p in path.iterdir() if p.is_file())
+    files = folder_members(path)
     if not files:
         raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
     if spec.format == "npuscope" or (spec.format == "auto" and INDEX_FILE in files):
         return read_npuscope(path, spec, files)
     return read_named(path, spec, files)
+
+
+def folder_members(path: Path) -> list[str]:
+    """Names of the entries directly in ``path`` that are not folders, sorted: regular files and also FIFOs,
+    sockets, devices and (broken) symbolic links, so that such an entry named like a dump becomes an unreadable
+    row ("not a regular file but a FIFO (named pipe)", never read: toolkit.textfile.open_regular) and any other
+    is listed as ignored, instead of vanishing."""
+    return sorted(p.name for p in path.iterdir() if not p.is_dir())
 
 
 # ------------------------------------------------------------------------------------------ named .npy files
@@ -171,9 +188,8 @@ def restore_dtype(arr: np.ndarray, dtype_name) -> np.ndarray:
 
 def _load_index(path: Path, spec: SideSpec) -> dict:
     where = f"{spec.label}/{INDEX_FILE}"
-    from toolkit.textfile import read_user_text
-
-    text = read_user_text(path, f"{spec.role} index file", InputError, "re-run npuscope run --dump")
+    text = read_user_text(path, f"{spec.role} index file", InputError, "re-run npuscope run --dump",
+                          regular_only=True)
     try:
         index = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -192,7 +208,9 @@ def _load_index(path: Path, spec: SideSpec) -> dict:
 # ------------------------------------------------------------------------------------------ Polygraphy JSON
 def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
-    with open(path, "rb") as fh:
+    from toolkit.textfile import open_regular
+
+    with open_regular(path) as fh:  # read_side refused anything but a regular file already
         head = fh.read(4096).lstrip()
     if not head.startswith((b"{", b"[")):
         what = "an empty file" if not head else "not JSON"

@@ -15,7 +15,6 @@ compared (missing, unreadable, mis-shaped dumps; "fused into" rows do not count)
 
 from __future__ import annotations
 
-import hashlib
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +27,7 @@ from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds
 from toolkit.compiler.pipeline import Finding
 from toolkit.env import environment
+from toolkit.report.console import join_present
 
 from .entry import DumpSet
 from .mapping import check_mapping_model, load_mapping
@@ -57,6 +57,9 @@ _UNREADABLE_ADVICE = {
     "object (pickled)": "object (pickled) arrays are refused for safety (loading them can run code): save the "
                         "tensors as numeric arrays, np.save(path, np.asarray(t, dtype=np.float32))",
     "not a readable .npy": "these files are not .npy arrays that NumPy can read: re-dump or re-convert them",
+    "not a regular file": "FIFOs, sockets, devices and links to them are never read (they can block or never end): "
+                          "replace them with the .npy files themselves",
+    "a broken symbolic link": "these symbolic links point nowhere: re-dump the files or fix the links",
 }
 
 
@@ -157,13 +160,13 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
 def _load_model(model: str | None, progress):
     if not model:
         return None, {"model": "", "model_name": "", "model_sha256": ""}
-    from toolkit.ir.load import load_model
+    from toolkit.ir.load import load_model, loaded_sha256
     from toolkit.source import resolve_model
 
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
+    sha = loaded_sha256(src.path)  # the bytes loaded
     return m, {"model": str(src.path), "model_name": src.name, "model_sha256": sha}
 
 
@@ -297,8 +300,9 @@ def console_lines(diag: Diagnosis) -> list[str]:
     lines.append(f"{c['tensors']} row(s), {c['compared']} compared, {c['abnormal']} abnormal, {c['overflow']} overflow")
     fd = s.get("first_divergence")
     if fd:
-        lines.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, tensor {fd['tensor']}"
-                     + (f", device op {fd['kernel']}" if fd.get("kernel") else "") + f") [{fd['kind']}]"
+        what = join_present(fd.get("op_type"), f"tensor {fd['tensor']}",
+                            f"device op {fd['kernel']}" if fd.get("kernel") else "")  # no op type without --model
+        lines.append(f"first divergence: node '{fd['node']}' ({what}) [{fd['kind']}]"
                      + (f"; the first abnormal tensor in {fd['basis']}" if fd.get("basis", "graph") != "graph" else ""))
     for f in diag.findings[:5]:
         lines.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")

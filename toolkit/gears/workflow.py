@@ -19,12 +19,11 @@ Files:
 
 from __future__ import annotations
 
-import math
 import re
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from toolkit.artifacts import (
     check_dump_dir,
@@ -55,10 +54,13 @@ def _noop(msg: str) -> None:
 # ------------------------------------------------------------------------------------------- lengths file
 def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     """Observed lengths (int64) from ``path``: one integer per line (blank lines and '#' comments skipped), or
-    with ``column`` the named column of a CSV with a header row (blank lines skipped).
+    with ``column`` the named column of a CSV with a header row (blank lines skipped). Lines end at ``\n``
+    (``\r\n`` too) only: a form feed, vertical tab or lone ``\r`` inside a line is part of it, so error line
+    numbers are those of an editor (1-based). Only a regular file is read (toolkit.textfile.open_regular).
 
     Raises:
-        InputError: missing, unreadable, empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column or
+        InputError: missing, unreadable, not a regular file (a FIFO, device such as /dev/null, socket or a link
+        to one), empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column or
         one the header names twice, an empty cell in the column or a value that is not a positive integer in
         ASCII digits (named by line number), or no lengths at all.
     """
@@ -68,13 +70,13 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     if not p.exists() or p.is_dir():
         raise InputError(f"lengths file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; give a file with "
                          "one length per line, or a CSV with --column")
-    text = read_user_text(p, "lengths file", InputError, "give one length per line, or a CSV with --column")
+    text = read_user_text(p, "lengths file", InputError, "it holds no lengths npuscope reads: save them to a "
+                          "regular file with one positive integer per line", regular_only=True)
     if not text.strip():
-        kind = "" if p.is_file() else " (not a regular file)"
-        raise InputError(f"lengths file '{p}'{kind} is empty; give one positive integer per line")
+        raise InputError(f"lengths file '{p}' is empty; give one positive integer per line")
     if column:
         return _csv_column(p, text, column)
-    lines = text.splitlines()
+    lines = text_lines(text)
     out = []
     for no, raw in enumerate(lines, 1):
         text = raw.strip()
@@ -87,6 +89,15 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
+def text_lines(text: str) -> list[str]:
+    """``text`` split at ``\n`` only, a ``\r`` before it dropped (unlike str.splitlines, which also splits at
+    form feed, vertical tab, lone ``\r``, U+2028, ...); line ``i + 1`` of the file is item ``i``."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln.removesuffix("\r") for ln in lines]
+
+
 MAX_LENGTH = dp.MAX_LENGTH
 #: Number syntax read from a lengths file: ASCII digits only (re.ASCII; int() and float() would also take
 #: full-width or other Unicode digits such as "１２").
@@ -95,8 +106,8 @@ _INTEGER = re.compile(r"\+?\d+", re.ASCII)
 
 
 def _length(text: str, where: str, hint: str = "") -> int:
-    """One length from its text: a decimal integer in ASCII digits (a whole float such as "12.0" or "1e3" is
-    taken too).
+    """One length from its text: a decimal integer in ASCII digits (a number whose exact decimal value is whole,
+    such as "12.0" or "1e3", is taken too; "5.000000000000000001" and "4.5" are not whole).
 
     Raises:
         InputError naming ``where``: not a number (full-width or other non-ASCII digits included), not finite
@@ -111,10 +122,7 @@ def _length(text: str, where: str, hint: str = "") -> int:
         digits = text.lstrip("+").lstrip("0") or "0"
         val = int(digits) if len(digits) <= 20 else MAX_LENGTH + 1  # int() of thousands of digits is refused
     else:
-        num = float(text)  # "1e400" -> inf, "nan" -> nan: never raises once _NUMBER matched
-        if not math.isfinite(num) or num != math.floor(num):
-            raise InputError(f"{where}: '{shown}' is not a positive integer length")
-        val = int(num)
+        val = _whole(Decimal(text), shown, where)
     if val < 1:
         raise InputError(f"{where}: '{shown}' is not a positive integer length")
     if val > MAX_LENGTH:
@@ -123,20 +131,31 @@ def _length(text: str, where: str, hint: str = "") -> int:
     return val
 
 
+def _whole(num: Decimal, shown: str, where: str) -> int:
+    """The integer value of a decimal number that is exactly whole ("12.0", "1e3"); compared exactly, so
+    "5.000000000000000001" (which a float rounds to 5.0) is refused as not whole. Values beyond MAX_LENGTH
+    come back as MAX_LENGTH + 1 and values below 1 as 0 (the caller's range checks name them)."""
+    if not num.is_finite():
+        raise InputError(f"{where}: '{shown}' is not a positive integer length")
+    if num > MAX_LENGTH:
+        return MAX_LENGTH + 1
+    if num < 1:
+        return 0
+    if num != num.to_integral_value():
+        raise InputError(f"{where}: '{shown}' is not a positive integer length (not a whole number)")
+    return int(num)
+
+
 def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
     """The lengths in column ``column`` of the CSV ``text`` (header row first; leading blank lines and rows
-    whose cells are all empty are skipped). Raises InputError naming the file: not a CSV, the column missing or
-    named twice in the header, an empty cell in the column (by line number), a bad value (:func:`_length`)."""
-    import io
-
-    lines = text.split("\n")
-    lead = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
-    try:
-        df = pd.read_csv(io.StringIO("\n".join(lines[lead:])), header=None, dtype=str, keep_default_na=False,
-                         skip_blank_lines=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"lengths file '{p}' is not a readable CSV ({' '.join(str(exc).split())[:120]})") from None
-    header = [str(c) for c in df.iloc[0]]
+    whose cells are all empty are skipped), read with Python's csv module over the lines of :func:`text_lines`,
+    so each error names the line where its row starts. Raises InputError naming the file: not a CSV, the column
+    missing or named twice in the header, a row with more or fewer fields than the header, an empty cell in
+    the column, a bad value (:func:`_length`)."""
+    rows = _csv_rows(p, text)
+    if not rows:
+        raise InputError(f"lengths file '{p}' is empty; give a CSV with a header row")
+    header = [c.strip() for c in rows[0][1]]
     where = [i for i, name in enumerate(header) if name == column]
     if not where:
         from toolkit.config import suggest
@@ -146,18 +165,38 @@ def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
                          f"{', '.join(str(i + 1) for i in where)} of the header); rename them so that --column "
                          "names one")
     out = []
-    for i in range(1, len(df)):
-        row = [str(v).strip() for v in df.iloc[i]]
-        if not any(row):
-            continue  # a blank line
-        at = f"lengths file '{p}' line {lead + i + 1} column '{column}'"
-        if not row[where[0]]:
+    for no, cells in rows[1:]:
+        at = f"lengths file '{p}' line {no} column '{column}'"
+        if len(cells) != len(header):
+            raise InputError(f"{at}: the row has {len(cells)} field(s), the header {len(header)}; give every row "
+                             "the header's columns")
+        cell = cells[where[0]].strip()
+        if not cell:
             raise InputError(f"{at}: the cell is empty; give a positive integer length on every row (or delete "
                              "the row)")
-        out.append(_length(row[where[0]], at))
+        out.append(_length(cell, at))
     if not out:
         raise InputError(f"lengths file '{p}' column '{column}' holds no lengths")
     return np.asarray(out, dtype=np.int64)
+
+
+def _csv_rows(p: Path, text: str) -> list[tuple[int, list[str]]]:
+    """(1-based line where the row starts, cells) of each CSV row of ``text`` whose cells are not all blank."""
+    import csv
+
+    reader = csv.reader(ln + "\n" for ln in text_lines(text))
+    rows, done = [], 0
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return rows
+        except csv.Error as exc:
+            raise InputError(f"lengths file '{p}' line {done + 1} is not a readable CSV row ({exc}); save it as "
+                             "CSV with a header row") from None
+        if any(c.strip() for c in cells):
+            rows.append((done + 1, cells))
+        done = reader.line_num
 
 
 # ------------------------------------------------------------------------------------------- recommendation

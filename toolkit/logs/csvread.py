@@ -1,4 +1,5 @@
-"""CSV helpers shared by the CSV parsers: header sniffing and a read that counts skipped lines.
+"""CSV helpers shared by the CSV parsers: header sniffing, a read that counts malformed rows (a field count
+other than the header's) and refuses an ambiguous header, and per-check malformed counts with notes.
 
 Numbers in the device profiler's CSVs may carry a trailing tab (it keeps spreadsheets from reformatting long
 timestamps) or ``N/A``; :func:`numeric` strips whitespace and turns anything unparseable into NaN.
@@ -7,13 +8,14 @@ timestamps) or ``N/A``; :func:`numeric` strips whitespace and turns anything unp
 from __future__ import annotations
 
 import csv
-import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from toolkit.logs.detect import head_lines
 from toolkit.report.csvjson import undo_formula_safe
+from toolkit.textfile import open_regular_text
 
 
 def header(head: str) -> list[str]:
@@ -27,20 +29,109 @@ def header(head: str) -> list[str]:
         return []
 
 
-def read_counted(path: Path) -> tuple[pd.DataFrame, int]:
-    """All cells as strings (missing → ""), and the number of lines pandas skipped for having too many fields.
+@dataclass
+class CsvRows:
+    """A CSV read by :func:`read_counted`.
+
+    Attributes:
+        frame: the data rows, all cells as strings, columns = the header's names (stripped; a name the header
+            repeats keeps its first column only).
+        malformed: rows skipped because their number of fields differs from the header's (more *or* fewer:
+            a row is never shifted into other columns nor padded) or the csv module could not read them (a NUL
+            byte, a field over :data:`MAX_FIELD_CHARS`).
+        notes: what was skipped or ignored, one line each.
+    """
+
+    frame: pd.DataFrame
+    malformed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+#: The longest field read (characters); a longer one makes its row malformed.
+MAX_FIELD_CHARS = 1 << 20
+
+
+def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
+    """Read a CSV with a header row (the first non-blank row) with Python's csv module, UTF-8 (BOM skipped,
+    invalid bytes replaced), from a regular file only (toolkit.textfile.open_regular).
+
+    Rows of only blank cells are skipped (not malformed). A row with more or fewer fields than the header is
+    malformed (counted, skipped; pandas would have shifted every cell of such rows one column to the right, its
+    implicit index column). A header naming one column several times: when the column is one of ``used``
+    (the columns the parser reads) which cell holds the data is ambiguous, so the file is refused; otherwise
+    a note says so.
 
     Raises:
-        pandas.errors.ParserError, UnicodeError, ValueError: the file cannot be read as CSV at all.
+        ValueError: no header row; a column of ``used`` named twice in the header.
+        OSError (toolkit.textfile.NotRegularFile): not a regular file.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig", encoding_errors="replace",
-                         on_bad_lines="warn", skip_blank_lines=True)
-    skipped = sum(str(w.message).count("Skipping line") for w in caught)
-    df = undo_formula_safe(df)  # our own CSVs prefix formula-like names with ' (toolkit.report.csvjson)
-    df.columns = [str(c).strip() for c in df.columns]
-    return df, skipped
+    rows, bad, width, head = [], 0, 0, None
+    limit = csv.field_size_limit()
+    try:
+        csv.field_size_limit(MAX_FIELD_CHARS)
+        with open_regular_text(path, newline="") as fh:
+            reader = csv.reader(fh)
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    break
+                except csv.Error:  # a NUL byte, a field over the limit: that row only
+                    bad += 1
+                    continue
+                if not any(c.strip() for c in row):
+                    continue
+                if head is None:
+                    head, width = [c.strip() for c in row], len(row)
+                elif len(row) != width:
+                    bad += 1
+                else:
+                    rows.append(row)
+    finally:
+        csv.field_size_limit(limit)
+    if head is None:
+        raise ValueError("no header row")
+    names, notes = _unique_header(head, used)
+    keep = sorted(names.values())
+    frame = pd.DataFrame([[r[i] for i in keep] for r in rows], columns=[head[i] for i in keep], dtype=object)
+    if frame.empty:
+        frame = pd.DataFrame({head[i]: pd.Series([], dtype=object) for i in keep})
+    frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.report.csvjson)
+    frame.columns = [str(c).strip() for c in frame.columns]
+    if bad:
+        notes.append(f"{bad} row(s) with a number of fields other than the header's {width} skipped (malformed)")
+    return CsvRows(frame, bad, notes)
+
+
+def _unique_header(head: list[str], used) -> tuple[dict[str, int], list[str]]:
+    """({name: index of its first column}, notes); raises ValueError for a repeated name in ``used``."""
+    where: dict[str, list[int]] = {}
+    for i, name in enumerate(head):
+        where.setdefault(name, []).append(i)
+    notes = []
+    for name, idx in where.items():
+        if len(idx) < 2:
+            continue
+        cols = ", ".join(str(i + 1) for i in idx)
+        if name in used:
+            raise ValueError(f"the header names column '{name[:80]}' {len(idx)} times (columns {cols}): which "
+                             "one holds the data is ambiguous; remove or rename the extra column(s)")
+        notes.append(f"the header names column '{name[:80]}' {len(idx)} times (columns {cols}); not read, ignored")
+    return {name: idx[0] for name, idx in where.items()}, notes
+
+
+def malformed_mask(checks: dict[str, pd.Series]) -> tuple[pd.Series, list[str]]:
+    """(rows that pass every check, one note per failed check). ``checks``: {why a row is malformed: boolean
+    Series true for the rows it catches}, all on the same index; a note reads "N row(s) malformed: <why>"
+    (a row failing several checks is counted under each)."""
+    bad = None
+    notes = []
+    for why, mask in checks.items():
+        mask = mask.fillna(False).astype(bool)
+        bad = mask if bad is None else (bad | mask)
+        if mask.any():
+            notes.append(f"{int(mask.sum())} row(s) malformed: {why}")
+    return ~bad, notes
 
 
 def numeric(series: pd.Series) -> pd.Series:

@@ -1,8 +1,9 @@
 """Which registered format a file is in: read its head once, ask each parser's ``detect`` in order.
 
 ``detect_format(path) -> Detection``: ``parser`` is the first registered parser whose ``detect(path, head)``
-is true, or None with ``reason`` one of "not found", "not a file", "unreadable: ...", "empty", "binary"
-or "unknown format".
+is true, or None with ``reason`` one of "not found", "not a file" (a folder), "not a regular file but a FIFO
+(named pipe)" (or a socket, device; toolkit.textfile.not_regular_reason: never opened), "a broken symbolic link (...)",
+"unreadable: ...", "empty", "binary" or "unknown format".
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
+from toolkit.textfile import NotRegularFile, not_regular_reason, open_regular
 
 #: A head with a NUL byte, or with more than this share of control characters, is binary.
 BINARY_CONTROL_SHARE = 0.10
@@ -25,8 +27,9 @@ class Detection:
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of ``path``. Raises OSError."""
-    with open(path, "rb") as fh:
+    """The first ``size`` bytes of ``path`` (a regular file: toolkit.textfile.open_regular). Raises OSError
+    (NotRegularFile for a FIFO, socket, device or a link to one)."""
+    with open_regular(path) as fh:
         return fh.read(size)
 
 
@@ -56,12 +59,17 @@ def head_lines(head: str, n: int) -> list[str]:
 def detect_format(path: str | Path) -> Detection:
     """The parser for ``path`` (see module docstring); never raises for a bad file."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return Detection(path, None, "not found")
-    if not path.is_file():
+    if path.is_dir():
         return Detection(path, None, "not a file")
+    why = not_regular_reason(path)
+    if why:
+        return Detection(path, None, why)
     try:
         head = read_head(path)
+    except NotRegularFile as exc:
+        return Detection(path, None, str(exc))
     except OSError as exc:
         return Detection(path, None, f"unreadable: {exc.strerror or exc}")
     if not head.strip():

@@ -51,8 +51,11 @@ from toolkit.profile.optable import (
     op_summary_frame,
 )
 from toolkit.report.csvjson import _dumps, atomic_write_text, to_csv_safe
+from toolkit.textfile import open_regular_text
 
 REPORTS_DIR = Path("reports")
+#: profile.json is read up to this many characters (npuscope writes a few hundred).
+PROFILE_JSON_MAX_CHARS = 1 << 20
 _log = logging.getLogger("npuscope.logs")
 
 
@@ -98,7 +101,8 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
     out = {}
     for folder, names in by_dir.items():
         try:
-            files = json.loads((folder / "profile.json").read_text(encoding="utf-8")).get("files", {})
+            with open_regular_text(folder / "profile.json", errors="strict") as fh:  # never a FIFO
+                files = json.loads(fh.read(PROFILE_JSON_MAX_CHARS)).get("files", {})
         except (OSError, ValueError, AttributeError):
             continue
         trace, summary = files.get("trace") if isinstance(files, dict) else None, \
@@ -110,16 +114,18 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
 
 
 def _folder_files(folder: Path) -> list[Path]:
-    """The non-hidden files directly inside ``folder``, sorted. Raises InputError when there are none."""
+    """The non-hidden entries directly inside ``folder`` that are not folders, sorted: regular files, and also
+    FIFOs, sockets, devices and (broken) symbolic links, which are then skipped with the reason (never opened:
+    toolkit.logs.detect) instead of vanishing. Raises InputError when there are none."""
     try:
         children = sorted(folder.iterdir())
     except OSError as exc:
         raise InputError(f"folder '{folder}' cannot be listed ({exc.strerror or exc}); check its permissions") from None
-    files = [c for c in children if c.is_file() and not c.name.startswith(".")]
+    files = [c for c in children if not c.is_dir() and not c.name.startswith(".")]
     if files:
         return files
     subdirs = sum(1 for c in children if c.is_dir())
-    hidden = sum(1 for c in children if c.is_file() and c.name.startswith("."))
+    hidden = sum(1 for c in children if not c.is_dir() and c.name.startswith("."))
     what = ", ".join(x for x in (f"{subdirs} subfolder(s)" if subdirs else "",
                                  f"{hidden} hidden file(s)" if hidden else "") if x) or "nothing"
     raise InputError(f"folder '{folder}' holds no files to read (it has {what}); parse-log reads the non-hidden "
@@ -140,7 +146,8 @@ def read_file(path: Path) -> tuple[ParseResult | None, str]:
     _log.info("%s: %s, %d record(s), %d malformed, %d op row(s)", path, res.format, res.records, res.malformed,
               len(res.op_summary))
     if res.records == 0 and res.malformed > 0:
-        return res, f"{det.parser.name}: no readable record, {res.malformed} malformed"
+        why = "; ".join(n for n in res.notes if "malformed" in n)
+        return res, f"{det.parser.name}: no readable record, {res.malformed} malformed" + (f" ({why})" if why else "")
     if nothing_read(res):
         note = f" ({res.notes[0]})" if res.notes else ""
         return res, f"{det.parser.name}: no record in it{note}"

@@ -129,10 +129,20 @@ def load_plan(path) -> Plan:
     tensor, offsets outside the arena). A misaligned offset is left to ``memcheck``
     (toolkit.memory.static_check.misaligned)."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"plan file '{p}' does not exist; write one with `npuscope compile` (plan.json)")
+    if not p.exists() or p.is_dir():
+        raise InputError(f"plan file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; write one with "
+                         "`npuscope compile` (plan.json)")
+    from toolkit.textfile import NotRegularFile, open_regular
+
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        with open_regular(p) as fh:  # a FIFO, device or a link to /dev/zero is refused, never read
+            raw = fh.read()
+        data = json.loads(raw.decode("utf-8"))
+    except NotRegularFile as exc:
+        raise InputError(f"plan file '{p}' is {exc}; give the plan.json written by `npuscope compile`") from None
+    except OSError as exc:
+        raise InputError(f"plan file '{p}' cannot be read ({exc.strerror or type(exc).__name__}); check the "
+                         "file") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"plan file '{p}' is not valid JSON: {exc}") from None
     except UnicodeDecodeError:

@@ -39,7 +39,7 @@ def show(value, *limits, digits: int = 6) -> str:
     extended to the limits a message prints."""
     if value is None:
         return "none"
-    f = float(value)
+    f = float(value) + 0.0  # -0.0 prints as 0
     if not math.isfinite(f):
         return str(f)
     marks = _marks(limits)
@@ -53,10 +53,11 @@ def show(value, *limits, digits: int = 6) -> str:
 def show_line(line, digits: int = 6) -> str:
     """A line or limit (a threshold, a policy limit, a budget) as written: ``digits`` significant digits, or more
     until the text reads back as exactly ``line`` (0.9999999749 prints "0.9999999749", never "0.99999997";
-    0.99 prints "0.99"; 65504 prints "65504"). NaN / inf as 'nan' / 'inf'; None as 'none'."""
+    0.99 prints "0.99"; 65504 prints "65504"). NaN / inf as 'nan' / 'inf'; None as 'none'; -0.0 as '0' (so
+    do :func:`show`, :func:`show_pair` and :func:`show_crossed`)."""
     if line is None:
         return "none"
-    f = float(line)
+    f = float(line) + 0.0  # -0.0 (a limit written -0.0) prints as 0, not -0
     if not math.isfinite(f):
         return str(f)
     for d in range(digits, 18):
@@ -111,7 +112,7 @@ def _finite_or_none(value) -> float | None:
         f = float(value)
     except (TypeError, ValueError):
         return None
-    return f if math.isfinite(f) else None
+    return f + 0.0 if math.isfinite(f) else None  # -0.0 prints as 0
 
 
 def show_crossed(value, below: bool, *limits, digits: int = 6) -> str:
@@ -129,7 +130,7 @@ def show_crossed(value, below: bool, *limits, digits: int = 6) -> str:
     NaN / inf as 'nan' / 'inf'; None as 'none'."""
     if value is None:
         return "none"
-    f = float(value)
+    f = float(value) + 0.0  # -0.0 prints as 0
     if not math.isfinite(f):
         return str(f)
     marks = _marks(limits)
@@ -168,6 +169,12 @@ def _reads_right(shown: float, f: float, limits: list[float]) -> bool:
     ``f`` (below, equal, above) and no more than twice as far from it as ``f`` is (0.9999999748911 under the
     limit 0.9999999749 prints "0.99999997489", not "0.99999997", which would claim a miss 4000 times larger)."""
     return all(_side(shown, m) == _side(f, m) and abs(shown - m) <= 2.0 * abs(f - m) for m in (*limits, *_ANCHORS))
+
+
+def join_present(*parts, sep: str = ", ") -> str:
+    """The non-empty ``parts`` (as text) joined with ``sep``: a message never shows an empty field as
+    "(, tensor s)" when a part, such as the op type of a dump read without its model, is unknown."""
+    return sep.join(str(p) for p in parts if p is not None and str(p) != "")
 
 
 def human_bytes(n: int) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
@@ -21,6 +22,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from toolkit.compare.diagnosis import Diagnosis
+from toolkit.env import compile_cache
 from toolkit.report.console import human_bytes
 
 #: Columns shown first in the per-tensor table; the rest follow in the DataFrame's order.
@@ -92,7 +94,7 @@ def _float_cells(values: np.ndarray) -> tuple[list[str], list[str]]:
     from toolkit.report.console import show
 
     nums, missing = values.tolist(), np.isnan(values).tolist()
-    texts = ["" if nan else f"{v:.6g}" for v, nan in zip(nums, missing)]
+    texts = ["" if nan else f"{v + 0.0:.6g}" for v, nan in zip(nums, missing)]  # + 0.0: -0.0 reads "0" as in fmt
     for i, v in enumerate(nums):
         # 6 significant digits read right except within ~1e-6 of ±1 (a cosine of 0.99999994 is not 1): those,
         # and inf, take fmt's own rule
@@ -295,6 +297,9 @@ def environment_section(diag: Diagnosis) -> list[dict]:
     sections.append({"title": "Environment variables",
                      "facts": facts(env_vars) if env_vars else [{"key": "(none of the relevant variables set)", "value": ""}]})
     sections.append({"title": "Configuration", "facts": facts(s.get("config") or {})})
+    cache = s.get("compile_cache") or compile_cache(s.get("config"))  # the folder used when the config says ""
+    if cache:
+        sections.append({"title": "Compile cache used", "facts": facts(cache)})
     sections.append({"title": "Run", "facts": facts(s, ["seed", "inputs", "model", "model_sha256"])})
     return sections
 
@@ -308,20 +313,29 @@ def safe_href(name: str) -> str | None:
     return quote(name, safe="/._-~")
 
 
-def artifacts_section(diag: Diagnosis, out_dir=None) -> list[dict]:
+#: The size cell of the artifact row naming the report being rendered: it is written after its own table.
+THIS_PAGE = "this page"
+
+
+def artifacts_section(diag: Diagnosis, out_dir=None, page: str = "index.html") -> list[dict]:
+    """One row per ``diag.artifacts`` entry: {label, name, href, size}. ``size`` (with ``out_dir``) is the file's
+    size on disk, "folder", "missing", or :data:`THIS_PAGE` for ``page``, the report file being rendered (not on
+    disk yet, or an older copy, while its own table is built)."""
     out = []
     for label, name in (diag.artifacts or {}).items():
         href = safe_href(name)
         size = ""
         if out_dir is not None and href is not None:
-            p = out_dir / str(name)
-            size = human_bytes(p.stat().st_size) if p.is_file() else ("folder" if p.is_dir() else "missing")
+            p = Path(out_dir) / str(name)
+            size = (THIS_PAGE if str(name) == page else human_bytes(p.stat().st_size) if p.is_file()
+                    else "folder" if p.is_dir() else "missing")
         out.append({"label": fmt(label), "name": fmt(name), "href": href or "", "size": size})
     return out
 
 
-def build_context(diag: Diagnosis, out_dir=None, figures: dict | None = None) -> dict:
-    """Everything the report template needs, as plain data (``figures``: {key: {"id", "json"}} from html.py)."""
+def build_context(diag: Diagnosis, out_dir=None, figures: dict | None = None, page: str = "index.html") -> dict:
+    """Everything the report template needs, as plain data (``figures``: {key: {"id", "json"}} from html.py;
+    ``page``: the report's file name in ``out_dir``, see :func:`artifacts_section`)."""
     s = diag.summary
     title = s.get("model_name") or s.get("model") or "model"
     return {
@@ -337,6 +351,6 @@ def build_context(diag: Diagnosis, out_dir=None, figures: dict | None = None) ->
         "memory": memory_section(diag),
         "kernels": kernels_section(diag),
         "environment": environment_section(diag),
-        "artifacts": artifacts_section(diag, out_dir),
+        "artifacts": artifacts_section(diag, out_dir, page),
         "figures": figures or {},
     }

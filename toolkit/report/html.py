@@ -113,10 +113,11 @@ def figure_blocks(figs: dict) -> dict[str, dict]:
     return {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in figs.items()}
 
 
-def render_html(diag: Diagnosis, out_dir: Path | None = None) -> str:
-    """The report as an HTML string (``out_dir`` is used to show artifact sizes)."""
+def render_html(diag: Diagnosis, out_dir: Path | None = None, page: str = "index.html") -> str:
+    """The report as an HTML string (``out_dir`` is used to show artifact sizes; ``page``: the report's own file
+    name there, listed as "this page")."""
     figs = figure_blocks(build_figures(diag))
-    ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs)
+    ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs, page)
     return environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js())
 
 
@@ -129,5 +130,5 @@ def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / filename
-    atomic_write_text(path, render_html(diag, out_dir))
+    atomic_write_text(path, render_html(diag, out_dir, filename))
     return path

@@ -172,7 +172,9 @@ def check_layers(section: dict, ev: Evidence) -> list[Result]:
     df = _layer_rows(section, ev)
     out = []
     if "max_abnormal" in section:
-        bad = df[df["Abnormal"] | df["OverFlow"]]
+        from toolkit.diagnose import abnormal_mask
+
+        bad = df[abnormal_mask(df)]  # compare's rule (docs/thresholds.md)
         lim = section["max_abnormal"]
         names = bad["TensorName"].astype(str).tolist()
         out.append(Result("layers.max_abnormal", "layers", len(bad) <= lim,

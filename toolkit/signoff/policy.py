@@ -64,16 +64,19 @@ from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
 from toolkit.config import _check_op_type, suggest
 from toolkit.errors import ConfigError
 
+#: What a count-typed key takes (TOML integers only: 1.5 or 2.0 are refused), as its messages say it.
+WHOLE_GE0 = "a whole number >= 0"
+REQUESTS_RANGE = "a whole number 1..10000"
 #: {section: {key: (python types accepted, description)}}; "outputs" is special (a table per output name).
 SCHEMA: dict[str, dict[str, tuple]] = {
     "policy": {"name": ((str,), "free text"), "description": ((str,), "free text")},
-    "layers": {"max_abnormal": ((int,), "count >= 0"), "min_cosine": ((int, float), "0..1"),
+    "layers": {"max_abnormal": ((int,), WHOLE_GE0), "min_cosine": ((int, float), "0..1"),
                "ignore": ((list,), "list of node names")},
     "tasks": {"required_pass_rate": ((int, float), "0..1"), "metrics": ((list,), "list of module:function")},
     "fp16_overflow": {"allow": ((list,), "list of tensor names")},
-    "memory": {"max_arena_bytes": ((int,), "bytes >= 0"), "allow_conflicts": ((bool,), "true/false")},
+    "memory": {"max_arena_bytes": ((int,), f"{WHOLE_GE0} (bytes)"), "allow_conflicts": ((bool,), "true/false")},
     "latency": {"max_ms": ((int, float), "ms > 0"), "min_throughput": ((int, float), "requests/s > 0"),
-                "device": ((str,), "a built-in device name or a .json file"), "requests": ((int,), "count >= 1"),
+                "device": ((str,), "a built-in device name or a .json file"), "requests": ((int,), REQUESTS_RANGE),
                 "source": ((str,), "schedule | host"), "statistic": ((str,), "p50 | mean | max")},
     "placement": {"allowed_cpu_ops": ((list,), "list of op types")},
 }
@@ -118,12 +121,19 @@ def load_policy(path: str | Path) -> Policy:
     """Read and validate a TOML policy (a ``[latency] device`` .json file is relative to the policy's folder).
     Raises ConfigError (one line) for a missing/invalid file, key, value or device profile."""
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"policy file '{p}' does not exist; check the --policy path")
-    from toolkit.textfile import read_user_text
+    if not p.exists() or p.is_dir():
+        raise ConfigError(f"policy file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; check the "
+                          "--policy path")
+    from toolkit.textfile import open_regular, read_user_text
 
-    text = read_user_text(p, "policy file", ConfigError, "save the policy as UTF-8 TOML")
-    raw = p.read_bytes()
+    # only a regular file: a FIFO, device or a link to /dev/zero is refused, never read (toolkit.textfile)
+    text = read_user_text(p, "policy file", ConfigError, "give the policy as a regular UTF-8 TOML file",
+                          regular_only=True)
+    try:
+        with open_regular(p) as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"policy file '{p}' changed while it was read ({exc}); run again") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -165,9 +175,19 @@ def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | N
             _check_device(body, where, base_dir)
     criteria_sections = [s for s in data if s != "policy"]
     if not criteria_sections:
-        raise ConfigError(f"{where}: no criteria; add at least one of {', '.join('[' + s + ']' for s in SECTIONS[:-1] if s != 'policy')}")
+        sections = ", ".join(f"[{s}]" for s in criterion_sections())
+        raise ConfigError(f"{where}: no criteria; add at least one of {sections}")
     digest = hashlib.sha256(repr(sorted(data.items())).encode()).hexdigest()
     return Policy(data=data, sha256=digest, sections=criteria_sections)
+
+
+def criterion_sections() -> list[str]:
+    """The policy sections that hold criteria: those of the criteria registry (toolkit.signoff.criteria.CRITERIA),
+    in its order."""
+    # imported here: criteria imports this module
+    from toolkit.signoff.criteria import CRITERIA
+
+    return list(CRITERIA)
 
 
 def _check_section(sec: str, body: dict, where: str) -> None:
@@ -190,13 +210,13 @@ def _check_section(sec: str, body: dict, where: str) -> None:
 def _check_ranges(sec: str, body: dict, where: str) -> None:
     bad = None
     if sec == "layers" and body.get("max_abnormal", 0) < 0:
-        bad = ("max_abnormal", "count >= 0")
+        bad = ("max_abnormal", WHOLE_GE0)
     if sec == "layers" and not 0 <= body.get("min_cosine", 0) <= 1:
         bad = ("min_cosine", "0..1")
     if sec == "tasks" and not 0 <= body.get("required_pass_rate", 1) <= 1:
         bad = ("required_pass_rate", "a share 0..1, e.g. 0.95")
     if sec == "memory" and body.get("max_arena_bytes", 0) < 0:
-        bad = ("max_arena_bytes", "bytes >= 0")
+        bad = ("max_arena_bytes", f"{WHOLE_GE0} (bytes)")
     if sec == "latency":
         bad = _check_latency(body, where) or bad
     if bad:
@@ -223,7 +243,7 @@ def _check_latency(body: dict, where: str) -> tuple[str, str] | None:
                           f"{' and '.join(ignored)} would be ignored; remove {' and '.join(ignored)}, or omit source "
                           "(the default, 'schedule') to simulate the device")
     for key, ok, desc in (("max_ms", lambda v: v > 0, "ms > 0"), ("min_throughput", lambda v: v > 0, "requests/s > 0"),
-                          ("requests", lambda v: 1 <= v <= 10_000, "a count 1..10000")):
+                          ("requests", lambda v: 1 <= v <= 10_000, REQUESTS_RANGE)):
         if key in body and not (ok(body[key]) and body[key] == body[key] and abs(body[key]) != float("inf")):
             return key, desc
     return None

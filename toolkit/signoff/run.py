@@ -7,7 +7,8 @@ records. :func:`run_signoff` below holds its (few) input sets in memory.
 
 One NPU Session per distinct input shape (compiled once), one FP32 ReferenceRunner. Per input set: a timed NPU
 run without dumps (latency, outputs, tasks), then — for the first set, and for every set when the policy has
-``[layers]`` or ``[fp16_overflow]`` — a run with dumps compared tensor by tensor (toolkit.compare.layerwise).
+``[layers]`` or ``[fp16_overflow]`` — a run with dumps compared tensor by tensor with the analysis of a
+single-input compare (toolkit.diagnose.layer_analysis: the same abnormal tensors and origins).
 The policy's names are checked against the model (toolkit.signoff.policy.check_policy_model) before any input
 runs. ``[latency]`` is simulated on the compiled plan of every distinct input shape (:func:`conclude` compiles
 the shapes a dataset run only recorded) and judged on the worst.
@@ -23,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toolkit.compare.layerwise import layer_table
 from toolkit.compare.metrics import compare_tensors
 from toolkit.compare.tasks import run_tasks
 from toolkit.config import Config
@@ -120,6 +120,8 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
     model = load_model(src.path)
     sets = input_sets(model, src, inputs, config.input_shapes())
     check_policy_model(policy, model)
+    from toolkit.diagnose import device_tensors, layer_analysis
+
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
     all_layers = policy.section("layers") is not None or policy.section("fp16_overflow") is not None
@@ -139,8 +141,7 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
         tasks.append(run_tasks(zname, task_specs, {o: golden[o] for o in outputs if o in golden}, res.outputs, model))
         if i == 0 or all_layers:
             dumped = sess.run(feeds, dump=True)
-            device = {**dumped.dumps, **feeds}
-            tables.append(layer_table(model, sess.plan, golden, device, thresholds))
+            tables.append(layer_analysis(model, sess.runtime, golden, device_tensors(dumped, feeds), thresholds))
     first = next(iter(sessions.values()))
     ev = Evidence(outputs=outputs, output_rows=rows, layers=_worst_case(tables), tasks=tasks, plan=first.plan,
                   run_ms=run_ms, inputs=[s[0] for s in sets], shapes=shapes,
@@ -165,12 +166,16 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
     _compile_shapes(policy, config, ev, compiled, model, src.path)
     ev.output_classes = ev.output_classes or {o: c for o, (_, c) in output_dtypes(model).items()}
     results = check_unique(evaluate(policy, ev) + list(extra_results))
-    sha = hashlib.sha256(Path(src.path).read_bytes()).hexdigest()
+    from toolkit.env import compile_cache
+    from toolkit.ir.load import file_sha256, loaded_sha256
+
+    sha = loaded_sha256(src.path) or file_sha256(src.path)  # the bytes evaluated, even if the file changed since
     n_fail = sum(not r.passed for r in results)
     summary = {
         "verdict": "FAIL" if n_fail else "PASS", "reasons": [r.message for r in results if not r.passed],
         "model": str(src.path), "model_name": src.name, "model_sha256": sha,
-        "config": config.to_dict(), "config_path": config_path or "", "config_sha256": config_sha256(config, config_path),
+        "config": config.to_dict(), "compile_cache": compile_cache(config.to_dict()), "config_path": config_path or "",
+        "config_sha256": config_sha256(config, config_path),
         "policy": policy.data, "policy_path": policy.path, "policy_sha256": policy.sha256,
         "inputs": ev.inputs, "counts": {"criteria": len(results), "passed": len(results) - n_fail, "failed": n_fail,
                                         "input_sets": len(ev.inputs), "kernels": len(ev.plan.kernels)},

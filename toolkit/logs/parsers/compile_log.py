@@ -36,6 +36,7 @@ from toolkit.logs.detect import head_lines
 from toolkit.logs.jsonio import number
 from toolkit.logs.numbers import sane
 from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.textfile import open_regular_text
 
 NAME = "compile_log"
 DESCRIPTION = "npuscope compile.log (pass headers with op counts, fusion matches, memory plan)"
@@ -86,7 +87,7 @@ def _detail(pass_name: str, text: str, out: dict) -> None:
 def _read(path: Path) -> tuple[dict, int]:
     out = {"passes": [], "fusion": [], "memory": [], "details": []}
     current, bad = None, 0
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open_regular_text(path, encoding="utf-8") as fh:  # never a FIFO or /dev/zero
         for raw in fh:
             line = raw.rstrip("\r\n")
             if not line.strip():

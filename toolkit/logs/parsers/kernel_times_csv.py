@@ -5,15 +5,16 @@ Rows become op-summary tasks: Op Name = Kernel, OP Type = OpType, Task Type HOST
 Task Duration(us) = HostMs x 1000, Time Kind ``measured``, Input/Output Data Types from Precision
 (fp16 → DT_FLOAT16, fp32 → DT_FLOAT: a kernel reads and stores its float tensors in its precision), Task ID =
 row order. The file has no start times (diagnose sorts it by time), so these rows are not on the timeline.
-Malformed rows (counted, skipped): too many fields, no Kernel, or HostMs missing, not a number, negative, not
-finite or beyond 1e18 µs once in µs (toolkit.logs.numbers).
+Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never shifted:
+toolkit.logs.csvread), no Kernel, or HostMs missing, not a number, negative, not finite or beyond 1e18 µs once
+in µs (toolkit.logs.numbers). A header naming a column it reads twice makes the file unreadable (ValueError).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
 from toolkit.logs.numbers import sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import op_summary_frame
@@ -31,13 +32,16 @@ def detect(path: Path, head: str) -> bool:
 def parse(path: Path) -> ParseResult:
     """Read a kernel_times.csv (module docstring)."""
     path = Path(path)
-    df, skipped = read_counted(path)
+    read = read_counted(path, COLUMNS)
+    df = read.frame
     for col in COLUMNS:
         if col not in df.columns:
             df[col] = ""
     ms = numeric(df["HostMs"])
     us = ms.where(sane_mask(ms)) * 1000.0  # only sane values are scaled: no overflow
-    ok = (df["Kernel"].str.strip() != "") & sane_mask(us) & (us >= 0)
+    ok, why = malformed_mask({"no Kernel": df["Kernel"].str.strip() == "",
+                              "HostMs missing, not a number, not finite or beyond 1e18 us": ~sane_mask(us),
+                              "negative HostMs": us < 0})
     good, ms = df[ok], ms[ok]
     dtype = good["Precision"].str.strip().str.lower().map(DTYPES).fillna("")
     summary = op_summary_frame({
@@ -46,8 +50,9 @@ def parse(path: Path) -> ParseResult:
         "Input Data Types": dtype.to_numpy(), "Output Data Types": dtype.to_numpy(), "Time Kind": "measured",
         "Source": path.name}) if len(good) else op_summary_frame([])
     return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
-                       malformed=skipped + int((~ok).sum()),
-                       notes=["host wall time of simulated-NPU kernels (measured); no start times, not on the timeline"])
+                       malformed=read.malformed + int((~ok).sum()),
+                       notes=["host wall time of simulated-NPU kernels (measured); no start times, not on the timeline"]
+                       + read.notes + why)
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))

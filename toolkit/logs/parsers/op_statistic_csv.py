@@ -4,16 +4,19 @@ Min Time(us), Max Time(us), Ratio(%) — plus, in npuscope's own files, a traili
 Per op type, not per task, so ``op_summary`` is empty; the rows go to table ``op_statistic`` with exactly
 :data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is ""; a file
 without a Time Kind column, or an empty cell, is a real device's profile: Time Kind ``device``).
-Malformed rows (counted, skipped): too many fields, no OP Type, a Count / Total Time(us) that is missing,
-not a number, not finite, beyond 1e18 or negative, or another number column holding a non-finite value or
-one beyond 1e18 (toolkit.logs.numbers).
+Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
+shifted: toolkit.logs.csvread), no OP Type, a Count / Total Time(us) that is missing, not a number, not finite,
+beyond 1e18 or negative, another number column holding a non-finite value or one beyond 1e18
+(toolkit.logs.numbers), and impossible values: a Count that is not a whole number, a Count of 0 with a time
+(Total / Avg / Min / Max) above 0, a negative Avg / Min / Max Time(us) or Ratio(%), or Min Time(us) above
+Max Time(us). A header naming a column it reads twice makes the file unreadable (ValueError: ambiguous).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS
@@ -30,7 +33,8 @@ def detect(path: Path, head: str) -> bool:
 
 def parse(path: Path) -> ParseResult:
     """Read an op_statistic CSV (module docstring)."""
-    df, skipped = read_counted(Path(path))
+    read = read_counted(Path(path), OP_STATISTIC_COLUMNS)
+    df = read.frame
     for col in OP_STATISTIC_COLUMNS:
         if col not in df.columns:
             df[col] = ""
@@ -38,14 +42,28 @@ def parse(path: Path) -> ParseResult:
     df["Time Kind"] = df["Time Kind"].fillna("").astype(str).str.strip().replace("", "device")
     for col in _NUMBERS:
         df[col] = numeric(df[col])
-    ok = (df["OP Type"].str.strip() != "") & sane_mask(df["Count"]) & (df["Count"] >= 0) \
-        & sane_mask(df["Total Time(us)"]) & (df["Total Time(us)"] >= 0)
-    for col in _NUMBERS:
-        ok &= missing_or_sane(df[col])
+    ok, why = malformed_mask(_checks(df))
     table = df[ok].reset_index(drop=True)
     return ParseResult(str(path), NAME, tables={"op_statistic": table}, records=len(table),
-                       malformed=skipped + int((~ok).sum()),
-                       notes=[f"{len(table)} op type(s), {table['Total Time(us)'].sum():.6g} us in total"])
+                       malformed=read.malformed + int((~ok).sum()),
+                       notes=[f"{len(table)} op type(s), {table['Total Time(us)'].sum():.6g} us in total"]
+                       + read.notes + why)
+
+
+def _checks(df) -> dict:
+    """{why: rows that are malformed for it} (module docstring)."""
+    count, total = df["Count"], df["Total Time(us)"]
+    times = ["Total Time(us)", "Avg Time(us)", "Min Time(us)", "Max Time(us)"]
+    checks = {"no OP Type": df["OP Type"].str.strip() == "",
+              "Count missing, not a number, not finite or beyond 1e18": ~sane_mask(count),
+              "Total Time(us) missing, not a number, not finite or beyond 1e18": ~sane_mask(total),
+              "Count not a whole number": count.notna() & (count != count.round()),
+              "Count 0 with a time above 0": (count == 0) & (df[times] > 0).any(axis=1)}
+    for col in _NUMBERS:
+        checks[f"{col} not finite or beyond 1e18"] = ~missing_or_sane(df[col])
+        checks[f"negative {col}"] = df[col] < 0
+    checks["Min Time(us) above Max Time(us)"] = df["Min Time(us)"] > df["Max Time(us)"]
+    return checks
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))

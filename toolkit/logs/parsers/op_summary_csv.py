@@ -5,17 +5,19 @@ Detected by a header holding ``Op Name`` and ``Task Duration(us)``. Columns of
 are ignored); numbers may carry whitespace. A file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
 
-Malformed rows (counted, skipped): too many fields, no Op Name, a Task Duration(us) that is missing, not a
-number, not finite, beyond 1e18 or negative, or any other numeric column (Task Start Time(us), Stream ID, ...)
-holding a number that is not finite or beyond 1e18 (toolkit.logs.numbers; an empty or non-numeric cell there
-is just missing).
+Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
+shifted: toolkit.logs.csvread), no Op Name, a Task Duration(us) that is missing, not a number, not finite,
+beyond 1e18 or negative, any other numeric column (Task Start Time(us), Stream ID, ...) holding a number that
+is not finite or beyond 1e18 (toolkit.logs.numbers; an empty or non-numeric cell there is just missing), a
+negative Task Start Time(us) / Task Wait Time(us), or a Task ID / Stream ID / Block Dim that is negative or not
+a whole number. A header naming a column it reads twice makes the file unreadable (ValueError: ambiguous).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.logs.csvread import header, numeric, read_counted
+from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
@@ -36,24 +38,39 @@ def detect(path: Path, head: str) -> bool:
 def parse(path: Path) -> ParseResult:
     """Read an op_summary CSV (module docstring)."""
     path = Path(path)
-    df, skipped = read_counted(path)
-    df = df[[c for c in OP_SUMMARY_COLUMNS if c in df.columns]].copy()
+    read = read_counted(path, OP_SUMMARY_COLUMNS)
+    df = read.frame[[c for c in OP_SUMMARY_COLUMNS if c in read.frame.columns]].copy()
     for col in NUMERIC_COLUMNS:
         if col in df.columns:
             df[col] = numeric(df[col])
-    notes = []
+    notes = list(read.notes)
     if "Time Kind" not in df.columns:
         df["Time Kind"] = "device"
         notes.append("no Time Kind column: read as a real device's profile (Time Kind 'device')")
     df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device")
     df["Source"] = df["Source"].replace("", path.name) if "Source" in df.columns else path.name
-    ok = (df["Op Name"].str.strip() != "") & sane_mask(df["Task Duration(us)"]) & (df["Task Duration(us)"] >= 0)
-    for col in NUMERIC_COLUMNS:
-        if col in df.columns:
-            ok &= missing_or_sane(df[col])
+    ok, why = malformed_mask(_checks(df))
     summary = op_summary_frame(df[ok])
     return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
-                       malformed=skipped + int((~ok).sum()), notes=notes)
+                       malformed=read.malformed + int((~ok).sum()), notes=notes + why)
+
+
+def _checks(df) -> dict:
+    """{why: rows that are malformed for it} (module docstring)."""
+    dur = df["Task Duration(us)"]
+    checks = {"no Op Name": df["Op Name"].str.strip() == "",
+              "Task Duration(us) missing, not a number, not finite or beyond 1e18": ~sane_mask(dur),
+              "negative Task Duration(us)": dur < 0}
+    for col in NUMERIC_COLUMNS:
+        if col in df.columns and col != "Task Duration(us)":
+            checks[f"{col} not finite or beyond 1e18"] = ~missing_or_sane(df[col])
+    for col in ("Task Start Time(us)", "Task Wait Time(us)"):
+        if col in df.columns:
+            checks[f"negative {col}"] = df[col] < 0
+    for col in ("Task ID", "Stream ID", "Block Dim"):
+        if col in df.columns:
+            checks[f"{col} negative or not a whole number"] = (df[col] < 0) | (df[col].notna() & (df[col] != df[col].round()))
+    return checks
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))

@@ -28,6 +28,7 @@ from toolkit.logs.detect import head_lines
 from toolkit.logs.plog import LINE_PATTERN, LINE_RE
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.logs.textcap import clip
+from toolkit.textfile import open_regular_text
 
 NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
@@ -53,7 +54,7 @@ def detect(path: Path, head: str) -> bool:
 
 def _blocks(path: Path):
     """The file's text in blocks ending at a line end (the last block may end without one)."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+    with open_regular_text(path, encoding="utf-8", newline="") as fh:  # never a FIFO or /dev/zero
         rest = ""
         while True:
             chunk = fh.read(BLOCK_CHARS)
