@@ -146,19 +146,24 @@ def _passes_frame(compiled) -> pd.DataFrame:
 
 
 def _quick_close(d, g) -> bool:
-    """Cheap screen: same shape, same non-finite positions, max|d-g| <= 1e-3·max|g| + 1e-6."""
+    """Cheap screen: same shape, same non-finite positions, max|d-g| <= 1e-3·max|g| + 1e-6. Computed in the
+    tensors' own precision (float32 unless a side is float64): its rounding, ~1e-7 relative, cannot move a
+    verdict at the 1e-3 line, and a float64 copy of every tensor cost ~40 ms on PP-OCRv4 rec."""
     d, g = np.asarray(d), np.asarray(g)
     if d.shape != g.shape:
         return False
     if d.dtype.kind not in "fc" or g.dtype.kind not in "fc":
         return bool(np.array_equal(d, g))
-    d64, g64 = d.astype(np.float64), g.astype(np.float64)
-    fd, fg = np.isfinite(d64), np.isfinite(g64)
+    work = np.result_type(d.dtype, g.dtype, np.float32)
+    d, g = d.astype(work, copy=False), g.astype(work, copy=False)
+    fd, fg = np.isfinite(d), np.isfinite(g)
     if not np.array_equal(fd, fg):
         return False
     if not fg.any():
         return True
-    return bool(np.max(np.abs(d64[fg] - g64[fg])) <= 1e-3 * np.max(np.abs(g64[fg])) + 1e-6)
+    if not fg.all():
+        d, g = d[fg], g[fg]
+    return bool(float(np.max(np.abs(d - g))) <= 1e-3 * float(np.max(np.abs(g))) + 1e-6)
 
 
 def triage_run(prep: Prepared, config: Config, compiled=None):
