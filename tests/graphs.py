@@ -20,3 +20,16 @@ def make_model(nodes, inputs, outputs, inits=(), opset=17, name="test"):
 def N(op, ins, outs, name, **attrs):
     """A node with an explicit name."""
     return helper.make_node(op, ins, outs, name=name, **attrs)
+
+
+def affine_and(op: str = "Exp", name: str = "m1"):
+    """The testers' m1 family: x float32[4, 8] -> y = 3x + 1 (Mul 'mul', Add 'add'), z = op(x) (node named
+    ``op.lower()``); two float outputs, opset 17, IR version 8."""
+    nodes = [N("Mul", ["x", "three"], ["t"], "mul"), N("Add", ["t", "one"], ["y"], "add"),
+             N(op, ["x"], ["z"], op.lower())]
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
+                          [numpy_helper.from_array(np.array(3.0, np.float32), "three"),
+                           numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

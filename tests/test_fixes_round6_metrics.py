@@ -26,7 +26,6 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import faultkinds as fk
 from toolkit.compare.metrics import (DEFAULT_THRESHOLDS, METRICS, Thresholds, compare_tensors, noise_covers,
@@ -229,15 +228,9 @@ def test_which_lines_the_allowance_covers():
 # ------------------------------------------------------------------ layer table, compare vs compare-dumps
 def _scale_model(low: float, high: float):
     """x[4,8] -> t = 3x (Mul 'mul') -> y = t + 1 (Add 'add'); z = |x| (Abs 'abs'). Values ``low``..``high``."""
-    nodes = [helper.make_node("Mul", ["x", "three"], ["t"], name="mul"),
-             helper.make_node("Add", ["t", "one"], ["y"], name="add"),
-             helper.make_node("Abs", ["x"], ["z"], name="abs")]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
-                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
-                          [numpy_helper.from_array(np.array(3.0, np.float32), "three"),
-                           numpy_helper.from_array(np.array(1.0, np.float32), "one")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    from graphs import affine_and
+
+    m = affine_and("Abs", name="g")
     onnx.checker.check_model(m)
     x = np.random.default_rng(7).uniform(low, high, (4, 8)).astype(np.float32)
     return m, {"x": x}
@@ -446,15 +439,9 @@ def test_signoff_layer_and_latency_messages_print_limits_exactly():
 # ------------------------------------------------------------------ end to end (CLI)
 def _m1(folder: Path) -> tuple[Path, Path]:
     """The tester's m1: x[4,8] -> y = 3x + 1 (Mul 'mul', Add 'add'), z = exp(x) (Exp 'exp')."""
-    nodes = [helper.make_node("Mul", ["x", "three"], ["t"], name="mul"),
-             helper.make_node("Add", ["t", "one"], ["y"], name="add"),
-             helper.make_node("Exp", ["x"], ["z"], name="exp")]
-    g = helper.make_graph(nodes, "m1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
-                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
-                          [numpy_helper.from_array(np.array(3.0, np.float32), "three"),
-                           numpy_helper.from_array(np.array(1.0, np.float32), "one")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    from graphs import affine_and
+
+    m = affine_and("Exp")
     folder.mkdir(parents=True, exist_ok=True)
     onnx.save(m, folder / "m1.onnx")
     np.savez(folder / "in.npz", x=np.random.default_rng(9).uniform(-1, 6, (4, 8)).astype(np.float32))

@@ -54,16 +54,9 @@ def _error_line(res, code: int) -> str:
 
 def _m1(path: Path) -> Path:
     """y = 3x + 1, z = exp(x) on x float32[4, 8] (two float outputs)."""
-    nodes = [helper.make_node("Mul", ["x", "three"], ["t"], name="mul"),
-             helper.make_node("Add", ["t", "one"], ["y"], name="add"),
-             helper.make_node("Exp", ["x"], ["z"], name="exp")]
-    g = helper.make_graph(nodes, "m1", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8]),
-                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
-                          [numpy_helper.from_array(np.array(3, np.float32), "three"),
-                           numpy_helper.from_array(np.array(1, np.float32), "one")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
+    from graphs import affine_and
+
+    m = affine_and("Exp")
     onnx.checker.check_model(m)
     onnx.save(m, path)
     return path

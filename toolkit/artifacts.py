@@ -61,6 +61,20 @@ def new_run_dir(base: str | Path, stem: str) -> Path:
     return path
 
 
+def out_path(explicit: str | Path | None) -> Path | None:
+    """``Path(explicit)`` of an explicit ``--out`` that is neither empty text nor an existing file (the checks
+    every output folder shares; :func:`check_out` and toolkit.dataset.store.check_store_out add theirs), or
+    None without ``explicit``. Raises UsageError (exit 2)."""
+    if explicit is None:
+        return None
+    if not str(explicit).strip():
+        raise UsageError("--out is empty; give a new folder name")
+    path = Path(explicit)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
+    return path
+
+
 def check_out(explicit: str | Path | None) -> Path | None:
     """Refuse an explicit ``--out`` that cannot be a new or empty folder, before any work is done.
 
@@ -72,13 +86,9 @@ def check_out(explicit: str | Path | None) -> Path | None:
         UsageError (exit 2): an empty string, an existing file, an existing folder that is not empty (or
         cannot be listed).
     """
-    if explicit is None:
+    path = out_path(explicit)
+    if path is None:
         return None
-    if not str(explicit).strip():
-        raise UsageError("--out is empty; give a new folder name")
-    path = Path(explicit)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
     try:
         taken = path.is_dir() and any(path.iterdir())
     except OSError as exc:

@@ -364,13 +364,11 @@ def check_store_out(explicit: str | Path | None) -> Path | None:
     Raises:
         UsageError (exit 2): an empty string, an existing file, a non-empty folder without a manifest.
     """
-    if explicit is None:
+    from toolkit.artifacts import out_path
+
+    path = out_path(explicit)
+    if path is None:
         return None
-    if not str(explicit).strip():
-        raise UsageError("--out is empty; give a new folder name")
-    path = Path(explicit)
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
     if path.is_dir() and _has_content(path) and not (path / MANIFEST).is_file():
         raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
                          "to resume); choose a new --out")
