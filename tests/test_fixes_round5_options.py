@@ -174,13 +174,22 @@ def test_optypelist_with_default_select_is_a_warning(tmp_path):
     ('modify_mixlist = {"black-list" = {"to-add" = ["Conv"]}}\n', "black-list to-add Conv", "modify_mixlist"),
     ('modify_mixlist = {"black-list" = {"to-remove" = ["MatMul"]}}\n', "black-list to-remove MatMul",
      "modify_mixlist"),
+    # round 8: adding an op to the list it is on by default changes nothing either (Add is on neither the white
+    # nor the black list: gray; MatMul is a cube op: white)
+    ('modify_mixlist = {"gray-list" = {"to-add" = ["Add"]}}\n', "gray-list to-add Add", "modify_mixlist"),
+    ('modify_mixlist = {"white-list" = {"to-add" = ["MatMul"]}}\n', "white-list to-add MatMul", "modify_mixlist"),
     ('precision_mode = "force_fp16"\nop_select_implmode = "high_precision"\noptypelist_for_implmode = ["Conv"]\n',
      "Conv", "optypelist_for_implmode"),
 ])
 def test_unmatched_entry_is_a_warning_finding_and_log_line(tmp_path, cfg_text, subject, option):
-    """transformer_block has no Conv node; MatMul is not on the default black list (nothing to remove)."""
+    """transformer_block has no Conv node; MatMul is not on the default black list (nothing to remove), it is on
+    the white list already; Add is gray already."""
+    from toolkit.precision.contract import default_mixlists
+
     ops = {n.op_type for n in onnx.load(str(_sample(TB))).graph.node}
-    assert "Conv" not in ops and "MatMul" in ops
+    assert "Conv" not in ops and "MatMul" in ops and "Add" in ops
+    lists = default_mixlists()
+    assert "MatMul" in lists["white-list"] and not {"Add"} & (lists["white-list"] | lists["black-list"])
     r, out = compile_cli(tmp_path, TB, cfg_text)
     assert r.returncode == 0, r.stderr
     hits = [f for f in findings_of(out) if f["kind"] == "option_unmatched" and f["subject"] == subject]

@@ -117,7 +117,7 @@ def static_conflicts(plan) -> list[Conflict]:
             lo_b, hi_b = max(a.offset, v.offset), min(a.offset + a.nbytes, v.offset + v.nbytes)
             reader = _kernel_name(plan, rs)
             out.append(Conflict(_kernel_name(plan, s), s, a.name, v.name, reader, rs, lo_b, hi_b, kind,
-                                f"'{_kernel_name(plan, s)}' writes '{a.name}' over bytes [{lo_b}, {hi_b}) of "
+                                f"kernel '{_kernel_name(plan, s)}' writes '{a.name}' over bytes [{lo_b}, {hi_b}) of "
                                 f"'{v.name}', which '{reader}' (step {rs}) still reads"))
     out += misaligned(plan, life)
     return sorted(out, key=lambda c: (c.writer_step, c.victim, c.written))

@@ -155,6 +155,16 @@ def _check_mixlist(ctx, cfg, used: set[str], log: list) -> None:
             _warn(ctx, "option_unmatched", entry, {**ev, "reason": "not_on_list"},
                   f"modify_mixlist {key} to-remove '{op}' changes nothing: {op} is not on the default {key}",
                   f"remove the entry; to move {op} add it to another list", log)
+        elif action == "to-add" and _default_list(op, defaults) == key:
+            _warn(ctx, "option_unmatched", entry, {**ev, "reason": "already_on_list"},
+                  f"modify_mixlist {key} to-add '{op}' changes nothing: {op} is on the default {key} already"
+                  + (" (an op on neither the white nor the black list is gray)" if key == "gray-list" else ""),
+                  f"remove the entry; to move {op} add it to another list", log)
+
+
+def _default_list(op: str, defaults: dict[str, set[str]]) -> str:
+    """The default mixed-precision list ``op`` is on: white, black, else gray (every other op is gray)."""
+    return next((key for key in ("white-list", "black-list") if op in defaults[key]), "gray-list")
 
 
 def _check_implmode(ctx, cfg, used: set[str], log: list) -> None:
