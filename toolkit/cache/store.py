@@ -305,8 +305,11 @@ class EntryStore:
     def _files(self):
         """(path, size, mtime, is_tmp) of every entry and temporary file of the store (regular files named
         :data:`ENTRY_NAME` / :data:`TMP_NAME` directly in a :data:`KINDS` folder); files vanishing meanwhile
-        are skipped."""
+        are skipped. A KINDS folder that is a symbolic link is never entered (clear and eviction stay inside
+        the cache folder); it counts as a foreign file."""
         for kind in KINDS:
+            if (self.base / kind).is_symlink():
+                continue
             try:
                 found = list(os.scandir(self.base / kind))
             except OSError:  # missing, not a folder, unreadable
@@ -331,6 +334,7 @@ class EntryStore:
         n = 0
         for folder, dirs, names in os.walk(self.base):
             n += sum(1 for name in names if Path(folder, name) not in ours)
+            n += sum(1 for d in dirs if os.path.islink(os.path.join(folder, d)))  # linked folders: not entered
         return n
 
     def evict(self) -> int:

@@ -163,15 +163,23 @@ class _ModelIndex:
     def __init__(self, model: onnx.ModelProto):
         self.nodes = list(model.graph.node)
         self.by_norm: dict[str, onnx.NodeProto] = {}
+        clash: dict[str, list[str]] = {}
         for n in self.nodes:
             self.by_norm.setdefault(norm(n.name), n)
+            clash.setdefault(norm(n.name), []).append(n.name)
+        #: file-name forms shared by several nodes ('a/b' and 'a.b' both dump as 'a_b'): {form: node names}
+        self.ambiguous = {k: v for k, v in clash.items() if len(v) > 1}
         self.by_name = {n.name: n for n in self.nodes}
         self.producer = {t: n for n in self.nodes for t in n.output if t}
         inits = {i.name for i in model.graph.initializer}
         self.inputs = [i.name for i in model.graph.input if i.name not in inits]
 
     def node(self, name: str) -> onnx.NodeProto | None:
-        return self.by_name.get(name) or self.by_norm.get(norm(name))
+        """The node called ``name``, else the one whose file-name form (:func:`norm`) it is; None when no node,
+        or several, have that form (their dumps cannot be told apart by name)."""
+        if name in self.by_name:
+            return self.by_name[name]
+        return None if norm(name) in self.ambiguous else self.by_norm.get(norm(name))
 
     def tensor_of(self, name: str, index: int, keyed_by: str) -> str | None:
         if keyed_by == TENSOR:
@@ -190,15 +198,24 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
     fused, group_of, notes = _fused_tensors(idx, ops)
     pairs = [_model_pair("Input", name, name, 0, g_by.get(name), t_by.get(name), "", ())
              for name in idx.inputs if name in g_by or name in t_by]
+    clashed = {n: names for names in idx.ambiguous.values() for n in names} if target.keyed_by == NODE \
+        else {}
     for n in idx.nodes:
         for i, t in enumerate(n.output):
-            if not t or not (t in g_by or t in t_by or t in fused):
+            if not t or not (t in g_by or t in t_by or t in fused or n.name in clashed):
                 continue
             hit = t_by.get(t)
             mapped = hit[1] if hit else None
             inputs = _group_inputs(idx, group_of.get(mapped.op, [n]) if mapped else [n])
-            pairs.append(_model_pair(n.op_type, n.name, t, i, g_by.get(t), hit, "" if hit else fused.get(t, ""),
-                                     inputs))
+            reason = "" if hit else fused.get(t, "")
+            if not hit and not reason and n.name in clashed:
+                reason = (f"target dump ambiguous: nodes {', '.join(repr(x) for x in clashed[n.name])} all dump as "
+                          f"'{norm(n.name)}' (the dump tools' file-name rule); rename them or give --mapping")
+            pairs.append(_model_pair(n.op_type, n.name, t, i, g_by.get(t), hit, reason, inputs))
+    if clashed:
+        notes.append("nodes whose dump file names coincide were not paired by name: "
+                     + "; ".join(" / ".join(repr(x) for x in names) + f" -> '{form}'"
+                                 for form, names in list(idx.ambiguous.items())[:5]))
     pairs += [_extra_pair(e, None, "golden") for e in g_extra]
     pairs += [_extra_pair(None, e, "target") for e in t_extra]
     if target.keyed_by == NODE:

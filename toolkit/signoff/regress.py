@@ -468,6 +468,14 @@ def _bad(t: pd.DataFrame) -> pd.Series:
     return ab | ov
 
 
+def _compared(df: pd.DataFrame) -> pd.Series:
+    """Bool per tensor: compared in that run (no CompareFailReason; a table without the column: every row)."""
+    if "CompareFailReason" not in df.columns:
+        return pd.Series(True, index=df.index)
+    reason = df["CompareFailReason"]
+    return reason.isna() | (reason.astype(object).where(reason.notna(), "").astype(str).str.strip() == "")
+
+
 def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -> dict:
     """{"newly_abnormal": [...], "layer_deltas": [...] (worse beyond the tolerance), "newly_normal": [...],
     "layer_improvements": [...] (better beyond the tolerance), "tensor_changes": [...]} by TensorName."""
@@ -484,11 +492,15 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
                "metrics": str(a.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in a.columns else ""}
               for t in common if bad_a[t] and not bad_b[t]]
     deltas, better = [], []
+    compared_a, compared_b = _compared(a), _compared(b)
+    one_sided = [t for t in common if compared_a[t] != compared_b[t]]  # fused / not stored in one of the runs
     for metric, limit in tol.items():
         if metric not in a.columns or metric not in b.columns:
             continue
         sign = -1.0 if METRICS[metric].direction == HIGHER_IS_BETTER else 1.0
         for t in common:
+            if compared_a[t] != compared_b[t]:  # compared in one run only: listed below, not a metric change
+                continue
             va, vb = pd.to_numeric(a.at[t, metric], errors="coerce"), pd.to_numeric(b.at[t, metric], errors="coerce")
             if math.isnan(va) and math.isnan(vb):
                 continue
@@ -501,6 +513,9 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
                                "new": vb, "delta": vb - va, "regression": False})
     changes = [{"TensorName": t, "change": "only in baseline"} for t in a.index if t not in b.index]
     changes += [{"TensorName": t, "change": "only in new"} for t in b.index if t not in a.index]
+    changes += [{"TensorName": t, "change": "compared only in " + ("new" if compared_b[t] else "baseline")
+                 + f" ({(a if compared_b[t] else b).at[t, 'CompareFailReason'] or 'no metrics'})"}
+                for t in one_sided]
     return {"newly_abnormal": newly, "layer_deltas": deltas, "newly_normal": healed, "layer_improvements": better,
             "tensor_changes": changes}
 
