@@ -33,3 +33,15 @@ def affine_and(op: str = "Exp", name: str = "m1"):
                           [numpy_helper.from_array(np.array(3.0, np.float32), "three"),
                            numpy_helper.from_array(np.array(1.0, np.float32), "one")])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def conv_relu(batch=1):
+    """x float32[batch, 3, 8, 8] -> Conv (4 filters 3x3, pad 1, seeded weights) 'conv' -> Relu 'relu' -> y
+    float32[batch, 4, 8, 8]; ``batch`` an int or a symbolic dim name ("N"). Opset 17, IR version 8."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
+    g = helper.make_graph([N("Conv", ["x", "W", "B"], ["c"], "conv", pads=[1, 1, 1, 1]), N("Relu", ["c"], ["y"], "relu")],
+                          "cr", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])], [w, b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

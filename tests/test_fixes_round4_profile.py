@@ -24,7 +24,6 @@ import onnx
 import onnxruntime as ort
 import pandas as pd
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.errors import ConfigError
 from toolkit.profile import e2e
@@ -38,16 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _convrelu(path: Path) -> Path:
     """Conv(3->4, 3x3, pad 1) + Relu on x: float32[N, 3, 8, 8] (dynamic batch)."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "cr",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], [w, b])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
+    from graphs import conv_relu
+
+    onnx.save(conv_relu("N"), path)
     return path
 
 

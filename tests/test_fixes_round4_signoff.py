@@ -52,14 +52,9 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 def conv_relu(path: Path) -> Path:
     """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32), "W")
-    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B")
-    g = helper.make_graph([helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-                           helper.make_node("Relu", ["c"], ["y"], name="relu")], "cr",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, b])
-    return save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    from graphs import conv_relu as build
+
+    return save(build(1), path)
 
 
 def mixed(path: Path) -> Path:
