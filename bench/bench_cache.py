@@ -41,7 +41,7 @@ import json, sys, time
 from toolkit.runtime.ort_env import enable_global_thread_pool
 enable_global_thread_pool()
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
 from toolkit.runtime.npu import NpuRuntime
 m = load_model(sys.argv[1])
@@ -100,7 +100,7 @@ def main() -> None:
 
     from toolkit import zoo
     from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.ir.load import load_model
     from toolkit.runtime import kernels
     from toolkit.runtime.npu import NpuRuntime

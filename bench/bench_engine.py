@@ -27,7 +27,7 @@ import time, json, sys
 t0 = time.perf_counter()
 from toolkit.runtime.ort_env import enable_global_thread_pool
 enable_global_thread_pool()
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.runtime.npu import NpuRuntime
@@ -63,7 +63,7 @@ def main() -> None:
     enable_global_thread_pool()
     import onnxruntime as ort
     from toolkit import zoo
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.engine import Session
     from toolkit.inputs import realistic_inputs
 

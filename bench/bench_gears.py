@@ -66,7 +66,7 @@ PASSES = 15
 
 def measured_run() -> None:
     from toolkit import samples
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.gears import dp
     from toolkit.gears.session import GearSession
     from toolkit.runtime.ort_env import enable_global_thread_pool

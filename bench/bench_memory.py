@@ -52,8 +52,8 @@ def main() -> None:
     args = ap.parse_args()
     from toolkit.compiler.passes.plan_memory import place
     from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
-    from toolkit.memory.static_check import static_conflicts
+    from toolkit.config.schema import Config
+    from toolkit.memcheck.static_check import static_conflicts
     from toolkit.runtime.ort_env import enable_global_thread_pool
 
     enable_global_thread_pool()

@@ -14,7 +14,7 @@ Like-for-like check of the peer's answer: the peer validates its FP16 model on C
 many FP16 ops in FP32 internally, so its "keep nothing" can hide faults our simulated device shows. The peer's
 final FP32 set (its last ``node_block_list``, plus the nodes its default ``op_block_list`` never converts) is
 therefore compiled for the simulated NPU under the same condition with ``keep_dtype`` = that set, run on the same
-feed, and checked against the same target (toolkit.precision.tune.check_outputs vs the FP32 reference). Where
+feed, and checked against the same target (toolkit.tuning.tune.check_outputs vs the FP32 reference). Where
 the peer's set fails that check, comparing FP32-node counts is void for the model.
 
 Usage: python bench/bench_tune.py [--timeout 900] [--repeat 3] [--only c01,ppocr_rec] [--json out.json]
@@ -111,7 +111,7 @@ def models(only: set[str] | None):
 LAZY_MODULES = ("onnxscript.optimizer", "toolkit.compiler.passes", "toolkit.compiler.passes.bind_shapes",
                 "toolkit.compiler.rules.activation", "toolkit.compiler.rules.attention", "toolkit.compiler.rules.norm",
                 "toolkit.cache.compile_cache", "toolkit.cache.kernel_entries", "toolkit.compare.layerwise",
-                "toolkit.compare.isolate", "toolkit.compare.tasks", "toolkit.precision.tune")
+                "toolkit.reexec.isolate", "toolkit.compare.tasks", "toolkit.tuning.tune")
 
 
 def load_libraries() -> None:
@@ -124,7 +124,7 @@ def load_libraries() -> None:
 
 
 def start_config(cond: dict):
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     return Config(**{"precision_mode": "force_fp16", **cond})
 
@@ -142,7 +142,7 @@ def tune_child(key: str, out: str) -> None:
     warnings.simplefilter("ignore")
     enable_global_thread_pool()  # as the npuscope CLI does (per-session pools make kernel builds ~8x slower)
     load_libraries()
-    from toolkit.precision.tune import tune
+    from toolkit.tuning.tune import tune
 
     _, _, model, feed, cond = next(models({key}))
     t = time.perf_counter()
@@ -198,10 +198,10 @@ def median_run(fn, repeat: int) -> dict:
 
 def check_on_device(model, feed: dict, cond: dict, keep: list[str]) -> dict:
     """The peer's FP32 set on OUR simulated NPU: compile ``cond`` (start config) with keep_dtype = ``keep``
-    (toolkit.precision.tune.keep_config, as tune writes its tuned config), run ``feed`` and check the target
-    against the FP32 onnxruntime reference with toolkit.precision.tune.check_outputs."""
+    (toolkit.tuning.tune.keep_config, as tune writes its tuned config), run ``feed`` and check the target
+    against the FP32 onnxruntime reference with toolkit.tuning.tune.check_outputs."""
     from toolkit.engine import Session, shapes_of
-    from toolkit.precision.tune import check_outputs, keep_config, parse_target
+    from toolkit.tuning.tune import check_outputs, keep_config, parse_target
     from toolkit.runtime.reference import ReferenceRunner
 
     cfg = keep_config(start_config(cond), keep)

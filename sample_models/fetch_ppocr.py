@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from toolkit import zoo
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -215,7 +215,7 @@ def exclusion(case: Case) -> tuple[str, str]:
 # ------------------------------------------------------------------ running through the engine
 def run_engine(model: onnx.ModelProto, feeds: dict) -> list:
     """Outputs (graph output order) of the model compiled and run by NpuRuntime in force_fp32 mode."""
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.engine import simulate
 
     res = simulate(model, feeds, Config(precision_mode="force_fp32"))

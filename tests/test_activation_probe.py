@@ -6,7 +6,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compiler.rules import activation
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
 
 

@@ -21,8 +21,8 @@ from toolkit.cache import keys, store
 from toolkit.cache.settings import default_dir, from_config
 from toolkit.cache.store import LAYOUT, EntryStore, unpack
 from toolkit.compiler.pipeline import compile_model, recompile_precision
-from toolkit.config import Config
-from toolkit.errors import ConfigError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError
 from toolkit.runtime import kernels
 from toolkit.runtime.npu import NpuRuntime
 
@@ -275,7 +275,7 @@ WORKER = textwrap.dedent("""
     import hashlib, json, sys
     import numpy as np, onnx
     from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.runtime.npu import NpuRuntime
     model = onnx.load(sys.argv[1])
     c = Config(precision_mode="force_fp16", op_compiler_cache_mode="enable", op_compiler_cache_dir=sys.argv[2])
@@ -543,12 +543,12 @@ def test_kernel_entry_of_every_level_loads_and_computes_the_same(tmp_path, level
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 3.0 + 0.5)
 
 
-@pytest.mark.parametrize("dist", sorted({*__import__("toolkit.env").env.PACKAGES, "onnxscript", "Jinja2", "ONNX_IR",
+@pytest.mark.parametrize("dist", sorted({*__import__("toolkit.core.env").env.PACKAGES, "onnxscript", "Jinja2", "ONNX_IR",
                                           "pytest", "no-such-distribution-xyz"}))
 def test_fast_distribution_version_agrees_with_importlib_metadata(dist):
     from importlib import metadata
 
-    from toolkit.env import dist_version
+    from toolkit.core.env import dist_version
 
     try:
         want = metadata.version(dist)

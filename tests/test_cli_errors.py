@@ -334,7 +334,7 @@ def test_read_spy_sees_an_inside_read(ext_ws, monkeypatch):
 @pytest.mark.parametrize("loc_kind", ["dotdot", "absolute", "symlink"])
 def test_external_data_outside_is_refused_before_reading(ext_ws, monkeypatch, loc_kind):
     """In process: the loader refuses the path without opening the outside file."""
-    from toolkit.errors import ModelError
+    from toolkit.core.errors import ModelError
     from toolkit.ir.load import load_model
 
     outside = (ext_ws / "outside.bin").resolve()
@@ -428,7 +428,7 @@ def test_config_from_a_pipe_is_read_as_json_or_toml(tmp_path, text, expect):
     'does not exist'."""
     import threading
 
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     fifo = tmp_path / "cfg"
     os.mkfifo(fifo)

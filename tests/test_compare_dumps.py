@@ -26,7 +26,7 @@ from toolkit.dumps import compare_dumps
 from toolkit.dumps.entry import DumpReadError, read_npy
 from toolkit.dumps.names import choose_convention, parse_device, parse_onnx_golden
 from toolkit.dumps.readers import SideSpec
-from toolkit.errors import InputError, UsageError, UserError
+from toolkit.core.errors import InputError, UsageError, UserError
 
 TIMEOUT_S = 300
 T0 = 1_700_000_000_000_000  # 16-digit µs timestamps, as on the device

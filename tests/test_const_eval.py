@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.compiler.pipeline import compile_model
 from toolkit.ir import const_eval
 

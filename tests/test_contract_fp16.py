@@ -28,7 +28,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from graphs import make_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
 
 F16 = np.float16

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from graphs import N, make_model
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 TIMEOUT_S = 300
@@ -620,7 +620,7 @@ def test_unreadable_entries_are_error_rows(case, tmp_path, jobs):
 @pytest.mark.parametrize("value, expected", [(None, 0), ("", 0), ("0", 0), ("3", 3), (" 2 ", 2), ("abc", None),
                                              ("-2", None), ("1.5", None), ("+3", None), ("\u0663", None)])
 def test_npuscope_threads_is_a_non_negative_integer(monkeypatch, value, expected):
-    from toolkit.errors import ConfigError
+    from toolkit.core.errors import ConfigError
     from toolkit.runtime.ort_env import intra_op_threads
 
     if value is None:
@@ -670,7 +670,7 @@ def test_percentile_labels_are_plain_decimals(tmp_path):
                                            ("50,,90", "entry ''"), ("nan", "entry 'nan'"), ("101", "entry '101'")])
 def test_bad_percentiles_are_usage_errors(text, message):
     from toolkit.dataset.aggregate import parse_percentiles
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     with pytest.raises(UsageError, match=message):
         parse_percentiles(text)

@@ -21,7 +21,7 @@ import pytest
 from onnx import helper
 
 import faultkinds as fk
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 
 C02 = Path("/work/shared/cases/fp16/c02_decomposed_layernorm_pow_overflow")

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compiler.pipeline import PASSES, _load_passes, compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import simulate
 
 FP32 = Config(precision_mode="force_fp32")
@@ -163,7 +163,7 @@ def _cannot_take(case):
 
 @pytest.mark.parametrize("case", ["broadcast", "matmul", "concat", "static"])
 def test_shapes_the_graph_cannot_take_are_one_model_error(case):
-    from toolkit.errors import ModelError
+    from toolkit.core.errors import ModelError
 
     m, shapes, node = _cannot_take(case)
     with pytest.raises(ModelError, match=f"at node '{node}'") as exc:
@@ -185,7 +185,7 @@ def test_shapes_that_fail_only_at_run_time_are_one_model_error(tmp_path):
     """A Reshape to a fixed size: shape inference does not check the element count, the kernel fails at run
     time; run reports it as the model's (onnxruntime fails too), not as an internal error."""
     from toolkit import api
-    from toolkit.errors import ModelError
+    from toolkit.core.errors import ModelError
 
     shape = numpy_helper.from_array(np.array([2, 8], np.int64), "s")
     m = _model([helper.make_node("Reshape", ["a", "s"], ["t"], name="rs"), helper.make_node("Relu", ["t"], ["y"])],
@@ -205,7 +205,7 @@ def test_shapes_that_fail_only_at_run_time_are_one_model_error(tmp_path):
 def test_shapes_that_fail_only_at_run_time_are_one_model_error_in_diagnose(tmp_path):
     """The same kind through diagnose: a kernel failing on inputs the model cannot take is the model's error."""
     from toolkit import api
-    from toolkit.errors import ModelError
+    from toolkit.core.errors import ModelError
 
     shape = numpy_helper.from_array(np.array([2, 8], np.int64), "s")
     m = _model([helper.make_node("Reshape", ["a", "s"], ["t"], name="rs"), helper.make_node("Relu", ["t"], ["y"])],

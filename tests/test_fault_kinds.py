@@ -19,7 +19,7 @@ import pytest
 
 import faultkinds as fk
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of
 

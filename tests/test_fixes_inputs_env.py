@@ -17,8 +17,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.config import SUGGEST_MAX_NAMES, Config
-from toolkit.errors import ConfigError, InputError, ModelError
+from toolkit.core.text import SUGGEST_MAX_NAMES
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError, ModelError
 
 BOM = b"\xef\xbb\xbf"
 

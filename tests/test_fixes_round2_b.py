@@ -27,8 +27,8 @@ import onnx
 import pandas as pd
 import pytest
 
-from toolkit.config import Config
-from toolkit.errors import ConfigError, InputError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 ENV = dict(os.environ, PYTHONWARNINGS="ignore")
@@ -108,7 +108,7 @@ def resnet():
 
 @pytest.mark.parametrize("name", sorted(LOADERS))
 def test_loader_failures_are_input_errors_naming_script_and_function(tmp_path, resnet, name):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     text, fn, expect = LOADERS[name]
     (tmp_path / name).write_text(text)
@@ -120,7 +120,7 @@ def test_loader_failures_are_input_errors_naming_script_and_function(tmp_path, r
 
 
 def test_loader_good_generator_gives_its_feeds(tmp_path, resnet):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "ok.py").write_text("import numpy as np\ndef make():\n    for k in range(3):\n"
                                    "        yield {'x': np.full((1, 3, 32, 32), k, np.float32)}\n")
@@ -145,7 +145,7 @@ def _fake_tuner(trials: dict):
 
 
 def test_without_it_is_not_claimed_when_the_set_fails_too():
-    from toolkit.precision.tune import NOT_MET_WITH_IT, _without_it
+    from toolkit.tuning.tune import NOT_MET_WITH_IT, _without_it
 
     fail = [{"Failed": "CosineSimilarity>=1.0"}]
     tuner = _fake_tuner({("a", "b"): (False, fail), ("b",): (False, fail)})

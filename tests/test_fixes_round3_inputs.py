@@ -32,7 +32,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.errors import InputError, ModelError, UserError
+from toolkit.core.errors import InputError, ModelError, UserError
 
 ENV = dict(os.environ, PYTHONWARNINGS="default")  # a numpy RuntimeWarning would show in stderr
 
@@ -228,7 +228,7 @@ def test_compile_zoo_model_uses_its_registered_input_shape(tmp_path):
 def compiled_resnet():
     from toolkit import samples
     from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.ir.load import load_model
 
     return compile_model(load_model(samples.sample_path("resnet_small")), Config())
@@ -249,7 +249,7 @@ def _edited_plan(compiled, tmp_path: Path, edits: dict) -> tuple[Path, dict, dic
     {"nbytes": 1}, {"shape": "SHAPE+1"}, {"dtype": "OTHER"}, {"storage": "host"},
     {"nbytes": 1, "storage": "host"}])
 def test_plan_tensor_difference_names_each_field_with_both_values(compiled_resnet, tmp_path, edits):
-    from toolkit.memory.planio import attach_plan, load_plan
+    from toolkit.memcheck.planio import attach_plan, load_plan
 
     t0 = next(t for t in compiled_resnet.plan.tensors.values() if t.name == "stem_relu")
     resolved = {}
@@ -271,7 +271,7 @@ def test_plan_tensor_difference_names_each_field_with_both_values(compiled_resne
 
 
 def test_plan_missing_tensor_is_named(compiled_resnet, tmp_path):
-    from toolkit.memory.planio import attach_plan, load_plan
+    from toolkit.memcheck.planio import attach_plan, load_plan
 
     path, _, _ = _edited_plan(compiled_resnet, tmp_path, {})
     d = json.loads(path.read_text())

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.report.console import printable, show_crossed
+from toolkit.core.text import printable, show_crossed
 from toolkit.report.csvjson import csv_text, formula_safe
 
 REPO = Path(__file__).resolve().parents[1]

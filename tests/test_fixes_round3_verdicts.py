@@ -29,7 +29,7 @@ from onnx import helper, numpy_helper
 
 from toolkit.compare.nondeterminism import NONDETERMINISTIC, dependent_tensors, sources
 from toolkit.compare.tasks import RESULT_KEYS, run_check, run_tasks
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -28,13 +28,13 @@ import pytest
 from toolkit import samples
 from toolkit.cache import store
 from toolkit.cache.store import EntryStore
-from toolkit.config import Config
-from toolkit.errors import ConfigError, InputError, UsageError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.session import GearSession
 from toolkit.gears.workflow import check_dim, read_lengths
-from toolkit.memory.planio import load_plan
-from toolkit.memory.static_check import static_conflicts
+from toolkit.memcheck.planio import load_plan
+from toolkit.memcheck.static_check import static_conflicts
 
 MAX_LENGTH_DOC = 2147483647  # docs/gears.md: "Lengths are whole numbers from 1 to 2147483647"
 
@@ -260,7 +260,7 @@ def test_gear_session_config_types():
     with pytest.raises(ConfigError, match="repeats gear"):  # a dict is validated like a config file
         GearSession(m, {**GEAR_CFG, "dynamic_dims": "16,16;16,16"})
     for bad in (5, "x:1,-1", [GEAR_CFG]):
-        with pytest.raises(TypeError, match="config must be a toolkit.config.Config, a dict"):
+        with pytest.raises(TypeError, match="config must be a toolkit.config.schema.Config, a dict"):
             GearSession(m, bad)
     with pytest.raises(TypeError, match="model must be"):
         GearSession(3, GEAR_CFG)

@@ -25,7 +25,7 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 from toolkit.profile import e2e
 from toolkit.profile.device import load_device
 from toolkit.profile.findings import ProfileData, cast_islands

@@ -29,8 +29,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.config import Config
-from toolkit.errors import ConfigError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError
 from toolkit.signoff.criteria import Result, check_unique
 from toolkit.signoff.policy import check_policy_model, output_limits, policy_from_dict
 from toolkit.signoff.regress import policy_changes, regress

@@ -25,8 +25,8 @@ from graphs import N, make_model
 from onnx import TensorProto, helper
 
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
-from toolkit.errors import ConfigError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError
 
 F16 = np.float16
 TB = "transformer_block"
@@ -369,7 +369,7 @@ def test_unknown_pass_suggests_only_close_names(name, close):
 
 # ----------------------------------------------------------------------------- 5. environment set by npuscope
 def _clean_env():
-    from toolkit.env import RELEVANT_ENV
+    from toolkit.core.env import RELEVANT_ENV
 
     e = {k: v for k, v in os.environ.items() if k not in ("MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                                            "NPUSCOPE_DEFAULTED", *RELEVANT_ENV)}
@@ -401,7 +401,7 @@ def test_doctor_reports_the_users_own_setting():
 
 
 def test_set_default_records_and_user_change_wins():
-    from toolkit.env import DEFAULTED_ENV, defaulted, set_default
+    from toolkit.core.env import DEFAULTED_ENV, defaulted, set_default
 
     environ = {"OPENBLAS_NUM_THREADS": "4"}
     assert set_default("OPENBLAS_NUM_THREADS", "1", environ) is False and environ["OPENBLAS_NUM_THREADS"] == "4"

@@ -30,7 +30,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import faultkinds as fk
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -263,7 +263,7 @@ def test_repro_of_an_origin_reading_the_graph_input(tmp_path):
 
 
 def test_extract_subgraph_casts_only_fp16_stored_inputs():
-    from toolkit.compare.repro import extract_subgraph
+    from toolkit.reexec.repro import extract_subgraph
 
     model, feeds = scale_chain()
     ref = fk.reference(model, feeds)

@@ -27,7 +27,7 @@ from toolkit.compiler.passes.check_constants import (
     REL_TOL,
     material_issues,
 )
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.runtime import fp16_accum
 
 FP16_MAX = 65504.0  # largest finite IEEE binary16 value, by hand
@@ -330,7 +330,7 @@ TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_tune_keeps_the_add_not_the_matmul():
-    from toolkit.precision.tune import tune
+    from toolkit.tuning.tune import tune
 
     model, feed, _ = _smoff()
     cfg = Config(fusion_level=0)
@@ -346,7 +346,7 @@ def test_tune_keeps_the_add_not_the_matmul():
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_tune_keeps_the_matmul_when_its_own_output_overflows():
-    from toolkit.precision.tune import tune
+    from toolkit.tuning.tune import tune
 
     model, feed, W = _smoff(w_scale=20000.0, seed=1)
     logits = feed["x"].astype(np.float64) @ W.astype(np.float64)
@@ -358,7 +358,7 @@ def test_tune_keeps_the_matmul_when_its_own_output_overflows():
 
 
 def test_search_cheapest_prefers_zero_cube_flops_then_replaces_a_cube_node():
-    from toolkit.precision.tune import search_cheapest
+    from toolkit.tuning.tune import search_cheapest
 
     cost = {"mm": 1e6, "add": 0.0, "mm2": 1e6, "mul": 0.0}
     # the MatMul alone or the two vector ops together meet the target: the vector pair costs no cube FLOPs

@@ -26,16 +26,10 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper
 
-from toolkit.artifacts import save_npz, storable, write_npz
-from toolkit.compare.metrics import (
-    compare_tensors,
-    dtype_class,
-    line_origins,
-    parse_thresholds,
-    value_kind,
-)
-from toolkit.config import Config
-from toolkit.errors import InputError, ModelError
+from toolkit.core.artifacts import save_npz, storable, write_npz
+from toolkit.compare.metrics import compare_tensors, dtype_class, line_origins, parse_thresholds, value_kind
+from toolkit.config.schema import Config
+from toolkit.core.errors import InputError, ModelError
 from toolkit.runtime import ort_values
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -242,7 +236,7 @@ def _expected_stored(arr: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("name", TYPES)
 def test_npz_and_npy_of_every_cpu_dtype_read_back_without_pickle(name, tmp_path):
-    from toolkit.artifacts import save_npy
+    from toolkit.core.artifacts import save_npy
 
     arr = _reference_output(name)
     want = _expected_stored(arr)
@@ -334,7 +328,7 @@ def test_load_npz_restores_declared_ml_dtypes(tmp_path):
 
 @pytest.mark.parametrize("name", ["STRING", "BFLOAT16", "INT4"])
 def test_repro_files_read_back_and_feed_the_reproducer(name, tmp_path):
-    from toolkit.compare.repro import write_repro
+    from toolkit.reexec.repro import write_repro
     from toolkit.inputs.npz import load_npz
     from toolkit.inputs.spec import input_specs
     from toolkit.runtime.reference import ReferenceRunner
@@ -372,7 +366,7 @@ def test_dataset_store_results_read_back_without_pickle(tmp_path):
 
 # ------------------------------------------------------------------------------------------ 3. pair texts
 def test_show_pair_never_prints_two_numbers_alike():
-    from toolkit.report.console import show, show_pair
+    from toolkit.core.text import show, show_pair
 
     assert show(0.12345649, 0.12345651) == show(0.12345651, 0.12345649)  # the defect: each against the other
     rng = np.random.default_rng(0)

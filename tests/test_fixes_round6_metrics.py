@@ -5,7 +5,7 @@
 3. User-set abnormal lines are applied as given: the FP16 expected-noise allowance excuses default lines only;
    crossed lines are always listed in AbnormalMetrics; compare and compare-dumps agree on user-set lines.
 8. A value printed next to its line or limit reads on the same side of it, about as far from it, and the limit
-   is printed exactly (one shared function: toolkit.report.console.show_vs).
+   is printed exactly (one shared function: toolkit.core.text.show_vs).
 
 Expected values are computed here (numpy, onnxruntime, by hand), never copied from npuscope's output.
 """
@@ -28,10 +28,17 @@ import pandas as pd
 import pytest
 
 import faultkinds as fk
-from toolkit.compare.metrics import (DEFAULT_THRESHOLDS, METRICS, Thresholds, compare_tensors, noise_covers,
-                                     parse_thresholds, resolve_thresholds)
+from toolkit.compare.metrics import (
+    DEFAULT_THRESHOLDS,
+    METRICS,
+    Thresholds,
+    compare_tensors,
+    noise_covers,
+    parse_thresholds,
+    resolve_thresholds,
+)
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER, INFORMATIONAL
-from toolkit.report.console import show, show_crossed, show_line, show_vs
+from toolkit.core.text import show, show_crossed, show_line, show_vs
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300
@@ -237,7 +244,7 @@ def _scale_model(low: float, high: float):
 
 
 def _diagnose(tmp_path: Path, model, feeds, thresholds):
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.diagnose import diagnose, prepare
 
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -252,7 +259,7 @@ def _diagnose(tmp_path: Path, model, feeds, thresholds):
 
 def _compare_dumps(tmp_path: Path, model_path: Path, model, feeds, extra, thresholds):
     """compare-dumps of the same device tensors against an onnxruntime golden written here."""
-    from toolkit.artifacts import write_dumps
+    from toolkit.core.artifacts import write_dumps
     from toolkit.dumps.readers import SideSpec
     from toolkit.dumps.workflow import compare_dumps
 

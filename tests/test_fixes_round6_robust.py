@@ -10,7 +10,7 @@
    columns/keys, wrong field types) is a one-line error naming the file, exit 1.
 12. No numpy RuntimeWarning reaches the terminal: memcheck's divergence on NaN/Inf values, and the main commands
     on NaN / Inf / empty tensors.
-Cosmetic: default report folders keep Unicode model names readable (toolkit.artifacts.safe_filename).
+Cosmetic: default report folders keep Unicode model names readable (toolkit.core.artifacts.safe_filename).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from onnx import numpy_helper
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NotImplementedOrt
 
-from toolkit.artifacts import new_run_dir, safe_filename
-from toolkit.config import Config
-from toolkit.errors import InputError
+from toolkit.core.artifacts import new_run_dir, safe_filename
+from toolkit.config.schema import Config
+from toolkit.core.errors import InputError
 
 V = h.make_tensor_value_info
 IR = {21: 10, 25: 12}
@@ -276,7 +276,7 @@ def test_tester_reproducers_bf16_and_sparse_compare(tmp_path):
 
 def test_origin_isolation_reruns_a_kernel_reading_bfloat16(tmp_path):
     """An FP16 overflow at a Cast reading a bfloat16 graph input: the origin analysis re-runs that kernel alone
-    on the reference's bfloat16 values (toolkit.compare.isolate) and names it; FAIL, exit 1, no traceback."""
+    on the reference's bfloat16 values (toolkit.reexec.isolate) and names it; FAIL, exit 1, no traceback."""
     p = save(tmp_path, "m.onnx", [h.make_node("Cast", ["x"], ["f"], to=T.FLOAT, name="c2"),
                                   h.make_node("Mul", ["f", "k"], ["y"], name="mul2")],
              [V("x", T.BFLOAT16, [8])], [V("y", T.FLOAT, [8])], 21, [numpy_helper.from_array(np.array(0.5, np.float32), "k")])
@@ -432,7 +432,7 @@ def test_regress_cli_damaged_folder_is_one_line_exit_1(report, tmp_path):
 
 # ---------------------------------------------------------------------------------------- 12: RuntimeWarnings
 def test_memcheck_diff_has_no_warnings():
-    from toolkit.memory.memcheck import _diff
+    from toolkit.memcheck.memcheck import _diff
 
     nan, inf = np.nan, np.inf
     cases = [([nan, nan], [nan, nan], 0.0), ([nan], [2.0], nan), ([inf, 1], [inf, 3], 2.0), ([inf], [1.0], inf),

@@ -3,7 +3,7 @@
 1. User code that ends the interpreter (sys.exit(any code), another BaseException but KeyboardInterrupt) in
    any hook — task checks (--task-metric, policy [tasks], tune --task-metric, dataset runs), tune loader
    scripts (import, call, iteration), profile --pre/--post, value conversion — is a one-line error (exit 1)
-   naming the hook, never the user's exit code with no report (toolkit.usercode).
+   naming the hook, never the user's exit code with no report (toolkit.core.usercode).
 2. Input sets are never silently cut: tune uses every file of a folder / every set of a loader, more than
    --max-inputs is refused naming the count and the option (a never-ending generator included); the
    single-run commands refuse a folder of several files instead of taking the first.
@@ -29,7 +29,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.errors import InputError, UsageError, UserError
+from toolkit.core.errors import InputError, UsageError, UserError
 
 X = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
 
@@ -184,7 +184,7 @@ def _hook_load_task(tmp_path, exc, monkeypatch=None):
 
 
 def _hook_loader_call(tmp_path, exc):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "l.py").write_text(f"from {__name__} import _raise, RAISERS\n"
                                    f"def inputs():\n    _raise(RAISERS[{_key(exc)!r}][0])\n")
@@ -192,7 +192,7 @@ def _hook_loader_call(tmp_path, exc):
 
 
 def _hook_loader_iteration(tmp_path, exc):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "l.py").write_text(f"import numpy as np\nfrom {__name__} import _raise, RAISERS\n"
                                    "def inputs():\n    yield {'x': np.zeros((4, 8), np.float32)}\n"
@@ -201,7 +201,7 @@ def _hook_loader_iteration(tmp_path, exc):
 
 
 def _hook_loader_import(tmp_path, exc):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "l.py").write_text(f"from {__name__} import _raise, RAISERS\n_raise(RAISERS[{_key(exc)!r}][0])\n")
     load_feed_sets(onnx.load(_m1(tmp_path / "m.onnx")), None, str(tmp_path / "l.py"))
@@ -251,7 +251,7 @@ def test_every_hook_turns_every_non_keyboard_base_exception_into_a_user_error(tm
 
 
 def test_keyboard_interrupt_in_user_code_keeps_its_meaning():
-    from toolkit import usercode
+    from toolkit.core import usercode
     from toolkit.compare.tasks import run_check
 
     def check(g, n, m):
@@ -276,7 +276,7 @@ def test_ordinary_exceptions_keep_each_hooks_contract():
 
 
 def test_loader_raising_an_exception_mid_iteration_is_an_input_error(tmp_path):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "l.py").write_text("import numpy as np\ndef inputs():\n    yield {'x': np.zeros((4, 8), np.float32)}\n"
                                    "    raise ValueError('late')\n")
@@ -327,7 +327,7 @@ def test_cli_tune_never_ending_loader_is_refused_not_cut(m1):
 
 
 def test_loader_with_exactly_max_sets_gives_them_all(tmp_path):
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
 
     (tmp_path / "l.py").write_text("import numpy as np\ndef inputs():\n"
                                    "    for i in range(5):\n        yield {'x': np.full((4, 8), i, np.float32)}\n")
@@ -370,7 +370,7 @@ def test_cli_tune_float_target_on_integer_outputs_is_a_usage_error(tmp_path):
 
 def test_tune_checks_exact_match_rate_on_integer_outputs():
     """check_outputs: an integer output with one of four positions differing has ExactMatchRate 3/4."""
-    from toolkit.precision.tune import check_outputs, parse_target
+    from toolkit.tuning.tune import check_outputs, parse_target
 
     golden = {"am": np.array([0, 1, 1, 0], np.int64), "y": np.ones(3, np.float32)}
     npu = {"am": np.array([0, 1, 0, 0], np.int64), "y": np.ones(3, np.float32)}
@@ -384,7 +384,7 @@ def test_tune_checks_exact_match_rate_on_integer_outputs():
 
 
 def test_tune_library_refuses_inapplicable_target_before_running(tmp_path):
-    from toolkit.precision.tune import tune
+    from toolkit.tuning.tune import tune
 
     m = onnx.load(_m1(tmp_path / "m.onnx"))
     with pytest.raises(UsageError, match="ExactMatchRate applies to integer/bool outputs only"):

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 from graphs import N, make_model
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 FP16 = {"precision_mode": "force_fp16"}
@@ -247,7 +247,7 @@ def test_cli_reproducer(tmp_path):
 def test_folder_of_the_old_record_format_is_not_resumed(tmp_path):
     """Records written before the shared analysis (format 1: layer table only) are not mixed into a new aggregate:
     resuming such a folder is refused with one line naming the format."""
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     model = elt_model(tmp_path / "elt.onnx")
     (tmp_path / "in").mkdir()

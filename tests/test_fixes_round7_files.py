@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named p
 
 TIMEOUT = 60
 KINDS = ["fifo", "devzero", "socket", "broken"]
-#: what each kind is called in the messages (toolkit.textfile.not_regular_reason)
+#: what each kind is called in the messages (toolkit.core.textfile.not_regular_reason)
 SAID = {"fifo": "not a regular file but a FIFO", "devzero": "not a regular file but a character device",
         "socket": "not a regular file but a socket", "broken": "a broken symbolic link"}
 
@@ -172,9 +172,9 @@ def test_user_files_that_are_not_regular_are_refused_without_reading(tmp_path, k
     make_special(tmp_path / "f", kind)
     call = {"lengths": "from toolkit.gears.workflow import read_lengths as f",
             "policy": "from toolkit.signoff.policy import load_policy as f",
-            "plan": "from toolkit.memory.planio import load_plan as f",
+            "plan": "from toolkit.memcheck.planio import load_plan as f",
             "mapping": "from toolkit.dumps.mapping import load_mapping as f"}[reader]
-    proc = py(f"{call}\nfrom toolkit.errors import UserError\ntry:\n    f('f')\nexcept UserError as exc:\n"
+    proc = py(f"{call}\nfrom toolkit.core.errors import UserError\ntry:\n    f('f')\nexcept UserError as exc:\n"
               "    print('ERR', exc)\n", tmp_path)
     out = proc.stdout
     assert out.startswith("ERR ") and len(out.strip().splitlines()) == 1, out + proc.stderr
@@ -276,7 +276,7 @@ def test_impossible_op_summary_values_are_malformed_with_a_note(tmp_path):
     ("5\n# c\n\n5.000000000000000001\n", 4), ("5\n4.5\n", 2), ("1\n2\n3\n0.999999999999999999999\n", 4),
 ])
 def test_lengths_lines_split_only_at_newline_and_errors_name_the_line(tmp_path, text, line):
-    from toolkit.errors import InputError
+    from toolkit.core.errors import InputError
     from toolkit.gears.workflow import read_lengths
 
     p = tmp_path / "l.txt"
@@ -298,7 +298,7 @@ def test_lengths_crlf_and_documented_whole_forms(tmp_path):
     ("len\n5\n5.000000000000000001\n", 3),
 ])
 def test_lengths_csv_errors_name_the_line_where_the_row_starts(tmp_path, text, line):
-    from toolkit.errors import InputError
+    from toolkit.core.errors import InputError
     from toolkit.gears.workflow import read_lengths
 
     p = tmp_path / "l.csv"

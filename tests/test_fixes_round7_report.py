@@ -27,7 +27,7 @@ import pytest
 from graphs import N, make_model
 from onnx import TensorProto, helper
 
-from toolkit import env as tkenv
+from toolkit.core import env as tkenv
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "toolkit"
@@ -132,7 +132,7 @@ def test_relevant_env_lists_every_variable_the_package_reads():
     assert not unknown, f"environment reads the test cannot resolve (name them with a constant): {unknown}"
     assert {"NPUSCOPE_COMPILE_CACHE", "NPUSCOPE_COMPILE_CACHE_MODE", "NPUSCOPE_COMPILE_CACHE_MAX_BYTES",
             "NPUSCOPE_LOG_LEVEL", "NPUSCOPE_THREADS", "OMP_NUM_THREADS"} <= read  # the scan sees the known ones
-    assert read - listed == set(), f"read but not recorded in toolkit.env.RELEVANT_ENV: {sorted(read - listed)}"
+    assert read - listed == set(), f"read but not recorded in toolkit.core.env.RELEVANT_ENV: {sorted(read - listed)}"
 
 
 def test_every_npuscope_variable_name_in_the_source_is_listed():
@@ -287,7 +287,7 @@ def test_dataset_and_dump_reports_artifacts_agree_with_disk(tmp_path):
 
 # ------------------------------------------------------------------------------------------- G: messages
 def test_minus_zero_prints_as_zero():
-    from toolkit.report.console import show, show_crossed, show_line, show_pair, show_vs
+    from toolkit.core.text import show, show_crossed, show_line, show_pair, show_vs
     from toolkit.report.context import fmt
 
     assert show_line(-0.0) == "0" and show(-0.0) == "0" and fmt(-0.0) == "0"
@@ -309,7 +309,7 @@ def test_signoff_prints_a_minus_zero_limit_as_zero(tmp_path):
 
 
 def test_no_criteria_message_lists_every_criterion_section():
-    from toolkit.errors import ConfigError
+    from toolkit.core.errors import ConfigError
     from toolkit.signoff.criteria import CRITERIA
     from toolkit.signoff.policy import SECTIONS, policy_from_dict
 
@@ -331,7 +331,7 @@ def _minimal(sec: str) -> dict:
 def test_count_keys_refuse_fractions_saying_whole_number():
     """Every integer-typed policy key (read from the schema, so a new one is covered): 1.5 and -1 are refused
     with 'a whole number', never 'count >= 0' (which 1.5 satisfies)."""
-    from toolkit.errors import ConfigError
+    from toolkit.core.errors import ConfigError
     from toolkit.signoff.policy import SCHEMA, policy_from_dict
 
     count_keys = [(sec, key) for sec, keys in SCHEMA.items() for key, (types, _) in keys.items() if types == (int,)]
@@ -345,7 +345,7 @@ def test_count_keys_refuse_fractions_saying_whole_number():
 
 
 def test_join_present_leaves_out_empty_parts():
-    from toolkit.report.console import join_present
+    from toolkit.core.text import join_present
 
     assert join_present("", "tensor s", None, "device op add") == "tensor s, device op add"
     assert join_present("Add", "tensor s") == "Add, tensor s"

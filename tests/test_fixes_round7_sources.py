@@ -38,7 +38,7 @@ def test_diagnose_summary_names_the_model_it_compiled(tmp_path, monkeypatch):
     import json
 
     from toolkit import api
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     import toolkit.diagnose as D
 
     a, b = SAMPLES["resnet_small"].path, SAMPLES["detector_head"].path

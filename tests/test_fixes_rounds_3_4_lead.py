@@ -49,7 +49,7 @@ def test_generated_inputs_take_the_given_input_shape(tmp_path, command):
 
 def test_feed_sets_have_the_configured_shape(tmp_path):
     from toolkit.ir.load import load_model
-    from toolkit.precision.feeds import load_feed_sets
+    from toolkit.tuning.feeds import load_feed_sets
     from toolkit.signoff.run import input_sets
     from toolkit.source import resolve_model
 

@@ -93,7 +93,7 @@ def test_memcheck_without_model_uses_the_model_the_plan_records(plans):
 
 # ----------------------------------------------------------------------------------------------- 2. tune
 def test_format_target_keeps_every_digit():
-    from toolkit.precision.tune import format_target, parse_target
+    from toolkit.tuning.tune import format_target, parse_target
 
     for text in ("CosineSimilarity>=0.9999999", "MaxAbsoluteError<=1.2345678901e-07", "CosineSimilarity>0.123456789"):
         (m, o, v), = parse_target(text)
@@ -134,7 +134,7 @@ def test_tune_target_range_matches_thresholds(tmp_path, target, threshold):
 def test_host_time_skips_the_warm_up_and_takes_the_median():
     from types import SimpleNamespace
 
-    from toolkit.precision.tune import host_time_ms
+    from toolkit.tuning.tune import host_time_ms
 
     class Fake:
         def __init__(self, times):

@@ -34,8 +34,8 @@ from onnx import helper, numpy_helper
 from toolkit.compare.advisor import advise, golden_nonfinite_rows, overflow_rows
 from toolkit.compare.layerwise import RESULT_COLUMNS, golden_range, layer_table
 from toolkit.compare.metrics import compare_tensors
-from toolkit.compiler.pipeline import Finding
-from toolkit.config import Config
+from toolkit.core.records import Finding
+from toolkit.config.schema import Config
 from toolkit.diagnose import _verdict, diagnose, prepare
 from toolkit.dumps import compare_dumps
 from toolkit.dumps.readers import SideSpec
@@ -422,7 +422,7 @@ def test_parse_log_with_one_kernel_event_still_parses(tmp_path):
 
 # ------------------------------------------------------------------------------------ 6. isolation
 def test_isolation_cast_overflow_is_silent():
-    from toolkit.compare.isolate import _as_stored
+    from toolkit.reexec.isolate import _as_stored
 
     big = np.array([1e5, -1e5, 1.0], np.float32)
     with warnings.catch_warnings():

@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import simulate
 
 REPO = Path(__file__).resolve().parents[1]

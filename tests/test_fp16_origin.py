@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto as TP
 from onnx import helper, numpy_helper
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
 
 F16, F32 = "float16", "float32"

@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from toolkit import samples
-from toolkit.config import Config
-from toolkit.errors import ConfigError, InputError, ModelError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError, ModelError
 from toolkit.gears.padding import padding_sensitivity
 from toolkit.gears.session import GearSession, pad_feeds
 from toolkit.gears.spec import parse_gears

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from toolkit.errors import InputError, UsageError
+from toolkit.core.errors import InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.workflow import read_lengths
 

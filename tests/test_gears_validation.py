@@ -18,8 +18,8 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit import samples
 from toolkit.compiler.passes.bind_shapes import check_input_shapes
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
-from toolkit.errors import ConfigError, InputError, UsageError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.padding import padding_sensitivity
 from toolkit.gears.session import GearSession, pad_feeds

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compiler.pipeline import compile_model
 from toolkit.engine import host_memory_bytes
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 from toolkit.runtime.npu import NpuRuntime
 
 

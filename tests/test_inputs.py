@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from toolkit import zoo
-from toolkit.errors import InputError, ModelError, UserError
+from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.inputs import (InputSpec, binarize_iou, check_feed, ctc_greedy_decode, input_specs, load_npz,
                             parse_val_range, preprocess_cls, preprocess_det, preprocess_rec, random_inputs,
                             read_ctc_characters, realistic_image, realistic_inputs, render_text_image)

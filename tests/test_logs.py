@@ -1,5 +1,5 @@
 """npuscope's plog logger and the parse-log parsers, on fixtures written here from the documented formats
-(GUIDE §4; toolkit.artifacts / toolkit.diagnose for our own files), malformed ones included."""
+(GUIDE §4; toolkit.core.artifacts / toolkit.diagnose for our own files), malformed ones included."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 from toolkit.logs import plog
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import breakdown_findings, idle_share, op_summary_findings
@@ -200,7 +200,7 @@ def test_compile_log_parser_on_the_documented_format(tmp_path):
 
 def test_compile_log_parser_reads_a_real_compile_log(tmp_path):
     from toolkit import samples
-    from toolkit.artifacts import write_compile_artifacts
+    from toolkit.core.artifacts import write_compile_artifacts
     from toolkit.compiler.pipeline import compile_model
 
     compiled = compile_model(samples.sample("transformer_block").build())

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 
 from graphs import N, make_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
-from toolkit.memory.dynamic_check import OwnerMap, dynamic_check
-from toolkit.memory.memcheck import memcheck
-from toolkit.memory.planio import attach_plan
-from toolkit.memory.static_check import static_conflicts
+from toolkit.memcheck.dynamic_check import OwnerMap, dynamic_check
+from toolkit.memcheck.memcheck import memcheck
+from toolkit.memcheck.planio import attach_plan
+from toolkit.memcheck.static_check import static_conflicts
 from toolkit.runtime.npu import NpuRuntime
 
 POLICIES = ("off", "conservative", "aggressive")

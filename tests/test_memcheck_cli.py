@@ -84,7 +84,7 @@ def test_plan_for_another_model_is_refused(model_and_plan, tmp_path):
 
 
 def test_capacity_error_names_peak_and_options(tmp_path):
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.engine import Session
     from toolkit.memory.capacity import CapacityError
 

@@ -62,9 +62,9 @@ C10 = Path("/work/shared/cases/fp16/c10_repeated_runs_bitwise_equal")
 
 @pytest.mark.skipif(not C10.is_dir(), reason="shared case c10 not present")
 def test_c10_repeated_runs_bitwise_equal_under_aggressive():
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.engine import Session, shapes_of
-    from toolkit.memory.memcheck import memcheck
+    from toolkit.memcheck.memcheck import memcheck
     from toolkit.runtime.reference import ReferenceRunner  # noqa: F401 (import check only)
 
     model = onnx.load(str(C10 / "model.onnx"))

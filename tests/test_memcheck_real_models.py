@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.memory.planner import POLICIES
-from toolkit.memory.static_check import static_conflicts
+from toolkit.memcheck.static_check import static_conflicts
 
 pytestmark = pytest.mark.slow
 

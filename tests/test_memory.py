@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from graphs import N, make_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 from toolkit.memory.planner import Block, align, find_conflicts, lower_bound, plan_greedy_by_size, plan_no_reuse
 from toolkit.runtime.npu import NpuRuntime
 

@@ -21,7 +21,7 @@ from toolkit.compare.metrics import (
     parse_thresholds,
     tolerance_that_would_pass,
 )
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 
 EPS = 1e-6  # the documented default |y| floor of the relative errors
 KL_FLOOR = 2.0 ** -23  # float32 machine epsilon, written independently of the implementation

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from toolkit.compiler import pipeline
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.runtime.npu import NpuRuntime
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_models"

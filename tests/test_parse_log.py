@@ -25,8 +25,8 @@ from test_logs import (
     write_events_per_line,
 )
 
-from toolkit.compiler.pipeline import Finding
-from toolkit.errors import InputError
+from toolkit.core.records import Finding
+from toolkit.core.errors import InputError
 from toolkit.logs.parsers import ort_profile
 from toolkit.logs.workflow import parse_log_command
 from toolkit.profile.optable import (

@@ -17,9 +17,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphs import N, make_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 
 BN_RULE = "ConvBatchnormFusionPass"
 UB_RULE = "TbeCubeElemwiseFusionPass"

@@ -15,16 +15,16 @@ from onnx import TensorProto, helper
 
 from toolkit.compare.layerwise import layer_table
 from toolkit.compiler.pipeline import compile_model, recompile_precision
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session
-from toolkit.errors import ConfigError
-from toolkit.memory.dynamic_check import dynamic_check
-from toolkit.memory.memcheck import memcheck
-from toolkit.memory.planio import attach_plan
-from toolkit.memory.static_check import static_conflicts
+from toolkit.core.errors import ConfigError
+from toolkit.memcheck.dynamic_check import dynamic_check
+from toolkit.memcheck.memcheck import memcheck
+from toolkit.memcheck.planio import attach_plan
+from toolkit.memcheck.static_check import static_conflicts
 from toolkit.precision.contract import CONTROL
 from toolkit.precision.support import UNSUPPORTED
-from toolkit.report.console import compile_summary
+from toolkit.core.text import compile_summary
 from toolkit.runtime.npu import NpuRuntime
 from toolkit.runtime.reference import ReferenceRunner
 
@@ -154,7 +154,7 @@ def test_layer_comparison_finds_every_tensor_with_cpu_ops():
 def test_kernel_inputs_and_isolation_see_through_copies():
     """Roles (origin / propagated) and single-kernel isolation map copy outputs back to ONNX names."""
     from toolkit import samples
-    from toolkit.compare.isolate import isolate
+    from toolkit.reexec.isolate import isolate
     from toolkit.compare.layerwise import kernel_inputs
 
     spec = samples.sample("detector_head")

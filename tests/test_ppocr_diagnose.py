@@ -11,7 +11,7 @@ import pytest
 
 from toolkit import zoo
 from toolkit.api import diagnose_command
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.inputs import binarize_iou, ctc_greedy_decode, read_ctc_characters, realistic_inputs
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 
 from graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.profile.advisor import advise, verify
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import load_device

@@ -10,8 +10,8 @@ import pytest
 
 from graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
-from toolkit.errors import ConfigError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError
 from toolkit.profile.cost import as_placed, copy_time, kernel_costs
 from toolkit.profile.device import RATE_FIELDS, COST_FIELDS, builtin_devices, load_device
 

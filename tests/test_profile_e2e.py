@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.profile import e2e
 from toolkit.profile.device import load_device
 from toolkit.profile.findings import ProfileData, run_rules
@@ -46,7 +46,7 @@ def test_load_callable_errors_are_one_line(tmp_path, source, spec, needle):
 
 @pytest.mark.parametrize("spec", ["", "  "])
 def test_load_callable_empty_spec_is_a_usage_error(spec):
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     with pytest.raises(UsageError, match="--post is empty") as ei:
         e2e.load_callable(spec, "--post", "post")
@@ -278,7 +278,7 @@ def test_cpu_kernels_tell_user_placement_from_fallback(case, kind, words):
 
 
 def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_fallback():
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
     from toolkit.profile.workflow import profile_model
 
     placed = profile_model("transformer_block", Config(op_placement={"Softmax": "CPU"}), requests=2, advise=False)
@@ -298,7 +298,7 @@ def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_f
 ])
 def test_launch_overhead_advice_follows_the_config(cfg, says, never):
     """The defect: "enable fusion (fusion_level 2)" was advised when the level already was 2."""
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     costs = _costs([{"Kernel": f"k{i}", "DurationUs": 4.1} for i in range(10)]
                    + [{"Kernel": "big", "DurationUs": 100.0, "Bound": "compute", "LaunchUs": 4.0}])

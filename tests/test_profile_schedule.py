@@ -12,7 +12,7 @@ import pytest
 from graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.compiler.plan import KernelSpec, Plan, TensorSpec
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import load_device
 from toolkit.profile.schedule import Task, device_graph, makespan_us, schedule_plan, simulate

@@ -14,7 +14,7 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import sys, time
     import toolkit.diagnose as D
-    from toolkit.errors import ModelError
+    from toolkit.core.errors import ModelError
     from toolkit.runtime import reference
 
     slow_run = reference.ReferenceRunner.run

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.config import Config
-from toolkit.errors import InputError, UsageError
+from toolkit.config.schema import Config
+from toolkit.core.errors import InputError, UsageError
 from toolkit.signoff.regress import DEFAULT_TOLERANCE, parse_tolerance, regress
 
 C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")

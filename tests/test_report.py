@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import pytest
 
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.report import context, figures
 from toolkit.report.csvjson import json_safe, write_tables
 from toolkit.report.html import render_report, script_json, templates_dir

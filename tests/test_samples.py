@@ -13,7 +13,7 @@ import pytest
 from onnx import numpy_helper
 
 from toolkit import samples
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 

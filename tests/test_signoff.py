@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from toolkit.config import Config
-from toolkit.errors import ConfigError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError
 from toolkit.signoff.criteria import arena_conflicts, check_memory
 from toolkit.signoff.policy import load_policy, policy_from_dict
 
@@ -599,7 +599,7 @@ def test_cosine_just_below_one_is_not_printed_as_one():
 def test_policy_names_are_checked_before_a_dataset_runs(tmp_path):
     """A policy naming an output the model lacks is refused (exit 2) before any input of a folder runs: no
     results folder is left behind."""
-    from toolkit.errors import ConfigError
+    from toolkit.core.errors import ConfigError
 
     folder = tmp_path / "sets"
     folder.mkdir()

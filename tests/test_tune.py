@@ -19,13 +19,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import faultkinds as fk
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 from toolkit.inputs import input_specs, load_npz
-from toolkit.precision.feeds import load_feed_sets
+from toolkit.tuning.feeds import load_feed_sets
 from toolkit.precision.ranges import analyse_ranges, range_findings
-from toolkit.precision.tune import parse_target, search, tune
+from toolkit.tuning.tune import parse_target, search, tune
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -17,11 +17,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compare.metrics import compare_tensors
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.precision.ranges import RangeStats, percentile_linear
-from toolkit.precision.sensitivity import compare_metrics
-from toolkit.precision.tune import keep_config, tune
+from toolkit.tuning.sensitivity import compare_metrics
+from toolkit.tuning.tune import keep_config, tune
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from toolkit import zoo
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 
 @pytest.fixture

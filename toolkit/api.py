@@ -1,18 +1,18 @@
 """Command workflows as plain functions (the CLI only parses arguments and prints what these return).
 
 Each returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder) and the files
-written; each raises toolkit.errors.UserError subclasses for user mistakes.
+written; each raises toolkit.core.errors.UserError subclasses for user mistakes.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from toolkit.artifacts import check_out, output_dir, write_compile_artifacts, write_dumps, write_npz
-from toolkit.config import Config
+from toolkit.core.artifacts import check_out, output_dir, write_compile_artifacts, write_dumps, write_npz
+from toolkit.config.schema import Config
 from toolkit.engine import shapes_of
 from toolkit.ir.load import load_model
-from toolkit.report.console import compile_summary, human_bytes, printable
+from toolkit.core.text import compile_summary, human_bytes, printable
 from toolkit.source import prepare_inputs, resolve_model
 
 REPORTS_DIR = Path("reports")
@@ -58,13 +58,13 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
                 val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
                 out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
-    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memory.planio);
+    plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memcheck.planio);
     ``config`` None: the plan's own recorded config (the defaults without ``plan``).
     With gears in the config: the smallest fitting gear runs (toolkit.gears.workflow.run_gears_command).
     ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
     output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
     symbolic dim given two sizes), InputError for inputs that do not fit the model or input_shape."""
-    from toolkit.artifacts import check_dump_dir
+    from toolkit.core.artifacts import check_dump_dir
     from toolkit.engine import Session
     from toolkit.gears.spec import has_gears
 
@@ -73,7 +73,7 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     check_output_paths(output, dump_dir, out)
     loaded = None
     if plan:  # config None: the plan's own (as memcheck --plan)
-        from toolkit.memory.planio import open_plan
+        from toolkit.memcheck.planio import open_plan
         loaded, model, config = open_plan(plan, model, config)
     config = config if config is not None else Config()
     if has_gears(config):
@@ -154,7 +154,7 @@ def check_output_paths(output: str | None, dump_dir: str | None, out: str | None
     """Refuse, before any work (UsageError, exit 2), an ``--output`` file that exists, is the ``--dump`` folder
     or lies inside it, is the ``--out`` folder itself, or whose folder does not exist (and is not ``--out``,
     which the command creates)."""
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     if not output:
         return
@@ -174,7 +174,7 @@ def check_output_paths(output: str | None, dump_dir: str | None, out: str | None
 def check_out_for(out: str | None, inputs: str | None) -> None:
     """The early ``--out`` check of a command taking ``--inputs``: a folder of inputs is a dataset run, whose
     ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), else
-    toolkit.artifacts.check_out. Raises UsageError (exit 2)."""
+    toolkit.core.artifacts.check_out. Raises UsageError (exit 2)."""
     if inputs and Path(inputs).is_dir():
         from toolkit.dataset.store import check_store_out
         check_store_out(out)
@@ -183,7 +183,7 @@ def check_out_for(out: str | None, inputs: str | None) -> None:
 
 
 def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     given = [o for o, on in (("--jobs", jobs != 1), ("--ray", bool(ray)), ("--percentiles", percentiles is not None)) if on]
     if given:
@@ -194,7 +194,7 @@ def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html
     """Write one diagnosis into ``folder``: compile artifacts, repro/ (when an origin was found), result.csv,
     summary.json, findings.json, kernel_times.csv and, with ``html``, index.html (``render(diag, folder)``,
     default toolkit.report.html.render_report). Returns {label: file name}."""
-    from toolkit.compare.repro import fp16_tensors_of, write_repro
+    from toolkit.reexec.repro import fp16_tensors_of, write_repro
     from toolkit.report.csvjson import write_tables
 
     files = {k: v.name for k, v in write_compile_artifacts(extra["compiled"], folder).items()}
@@ -347,17 +347,17 @@ def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                  target: str | None = None, task_metrics=(), out: str | None = None, html: bool = True,
                  progress=_noop, max_inputs: int | None = None) -> dict:
-    """Run :func:`toolkit.precision.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
+    """Run :func:`toolkit.tuning.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
     line), tuned_config.json (accepted by compile/diagnose --config), summary.json, ranking.csv, ranges.csv and
     tune.html. ``met`` in the result says whether the target holds on every input. ``max_inputs``: most input
-    sets ``inputs`` may give (default toolkit.precision.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
+    sets ``inputs`` may give (default toolkit.tuning.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
     condition no output's dtype admits is a UsageError before the inputs are read."""
     import dataclasses
 
-    from toolkit.artifacts import write_json, write_text
+    from toolkit.core.artifacts import write_json, write_text
     from toolkit.compare.tasks import TASKS, load_task
-    from toolkit.precision.feeds import DEFAULT_MAX_SETS, load_feed_sets
-    from toolkit.precision.tune import (
+    from toolkit.tuning.feeds import DEFAULT_MAX_SETS, load_feed_sets
+    from toolkit.tuning.tune import (
         DEFAULT_TARGET,
         check_target_outputs,
         format_target,
@@ -426,8 +426,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
 
 
 def plan_config(plan, where) -> Config:
-    """The Config a plan.json was compiled with (toolkit.memory.planio.plan_config)."""
-    from toolkit.memory.planio import plan_config as _plan_config
+    """The Config a plan.json was compiled with (toolkit.memcheck.planio.plan_config)."""
+    from toolkit.memcheck.planio import plan_config as _plan_config
 
     return _plan_config(plan, where)
 
@@ -437,7 +437,7 @@ def _session_with_plan(m, plan, plan_path, config: Config | None, arrays):
     config: the plan's own when None)."""
     from toolkit.compiler.pipeline import compile_model
     from toolkit.engine import Session
-    from toolkit.memory.planio import attach_plan, plan_where
+    from toolkit.memcheck.planio import attach_plan, plan_where
     from toolkit.runtime.npu import NpuRuntime
 
     cfg = config if config is not None else plan_config(plan, plan_path)
@@ -455,21 +455,21 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     """Check a memory plan statically, dynamically and differentially; propose and verify a fix.
 
     ``plan``: a plan.json to check (default: the plan the engine compiles with ``config``). ``config``: None
-    means the plan's own config (or the defaults). Files: conflicts.csv (toolkit.memory.memcheck.CONFLICT_COLUMNS),
+    means the plan's own config (or the defaults). Files: conflicts.csv (toolkit.memcheck.memcheck.CONFLICT_COLUMNS),
     memcheck.json (summary, conflicts, dynamic events, divergence, fix, per-policy totals), plan.json (the checked
     plan), plan_fixed.json (when a fix was made) and memory.html. ``conflicts`` in the result: their count
     (the CLI exits 1 when it is not 0).
     """
-    from toolkit.artifacts import write_json
+    from toolkit.core.artifacts import write_json
     from toolkit.engine import Session
-    from toolkit.memory.memcheck import memcheck, policy_totals
-    from toolkit.memory.planio import relocate
+    from toolkit.memcheck.memcheck import memcheck, policy_totals
+    from toolkit.memcheck.planio import relocate
     from toolkit.report.csvjson import atomic_write_text, to_csv_safe
 
     check_out(out)  # before the plan or the model is read
     loaded = None
     if plan:
-        from toolkit.memory.planio import open_plan
+        from toolkit.memcheck.planio import open_plan
         loaded, model, config = open_plan(plan, model, config)
     config = config or Config()
     src = resolve_model(model)

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 
 _VERBOSITY = {"progress": None}  # None: show progress when stderr is a terminal
@@ -27,16 +27,16 @@ def _progress(msg: str) -> None:
 
 
 def _say(lines, err: bool = False) -> None:
-    """Echo workflow text (one line or a list of lines), each line through toolkit.report.console.printable:
+    """Echo workflow text (one line or a list of lines), each line through toolkit.core.text.printable:
     names read from a model never reach the terminal as control characters or bidi overrides."""
-    from toolkit.report.console import printable
+    from toolkit.core.text import printable
 
     for line in [lines] if isinstance(lines, str) else lines:
         click.echo(printable(line), err=err)
 
 
 def _config(config_path, **overrides):
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     return Config.load(config_path).with_overrides(**overrides)
 
@@ -458,7 +458,7 @@ def _single_threaded_blas() -> None:
     vector reductions that gain nothing from BLAS threads, and OpenBLAS threads busy-wait against
     onnxruntime's spinning thread pool: on 2 cores the layer comparison of PP-OCRv4 rec took 1.7 s with
     them and 0.18 s without."""
-    from toolkit.env import set_default  # records them: doctor / summaries report them as set by npuscope
+    from toolkit.core.env import set_default  # records them: doctor / summaries report them as set by npuscope
 
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # not OMP_NUM_THREADS: it may size onnxruntime
         set_default(var, "1")

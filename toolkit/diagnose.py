@@ -24,13 +24,13 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compare.isolate import fp16_input_origins
+from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins, sequence_as_tensor
 from toolkit.compare.tasks import run_tasks
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
-from toolkit.env import environment
-from toolkit.errors import ModelError
+from toolkit.core.env import environment
+from toolkit.core.errors import ModelError
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.runtime.reference import ReferenceRunner
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
@@ -88,7 +88,7 @@ def layer_analysis(model: onnx.ModelProto, runtime, golden: dict, device: dict, 
     compare, each input of a dataset run, signoff's layer tables), so the same input gives the same Abnormal
     flags, Roles and first divergence everywhere: toolkit.compare.layerwise.layer_table, then
     toolkit.compare.layerwise.refine_origins (single-kernel isolation; FP16 storage-rounding origins), then
-    toolkit.compare.isolate.fp16_input_origins.
+    toolkit.reexec.isolate.fp16_input_origins.
 
     Args:
         model: the loaded model; runtime: the NpuRuntime that ran (its plan and built kernels are re-used);
@@ -218,14 +218,14 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
 
 def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list[str]]:
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
-    the reasons then print them, each value next to its line (toolkit.report.console.show_vs: the line exactly,
+    the reasons then print them, each value next to its line (toolkit.core.text.show_vs: the line exactly,
     the value with the digits it takes to read on its side of the line). A PASS/WARN says in one reason how many
     tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
     docs/thresholds.md)."""
     from toolkit.compare.metrics.registry import METRICS
     from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
     from toolkit.compare.metrics.thresholds import noise_covers, resolve_thresholds
-    from toolkit.report.console import show, show_crossed, show_vs
+    from toolkit.core.text import show, show_crossed, show_vs
 
     def metric_text(m, v, crossed):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -381,7 +381,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     outputs = [o.name for o in prep.model.graph.output]
     df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
-    from toolkit.compiler.pipeline import Finding
+    from toolkit.core.records import Finding
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
         if a is not None and a.dtype.kind == "f" and not np.isfinite(a).all():
@@ -399,7 +399,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")
     if stage == "compile":
-        from toolkit.compiler.pipeline import Finding
+        from toolkit.core.records import Finding
         findings.insert(0, Finding("error", "compile_stage_fault", fp32_first["node"], fp32_first["evidence"],
                                    f"the plan diverges from the reference even in force_fp32 at kernel "
                                    f"'{fp32_first['kernel']}': a rewrite or fusion changed the math; switch that "

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from toolkit.compiler.pipeline import CompileResult, compile_model
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
 from toolkit.runtime.npu import NpuRuntime, RunResult
 
@@ -35,8 +35,8 @@ def host_memory_bytes() -> int:
 
 def check_host_memory(plan) -> None:
     """Refuse, before allocating, a simulated arena that cannot fit in this machine's memory (ModelError)."""
-    from toolkit.errors import ModelError
-    from toolkit.report.console import human_bytes
+    from toolkit.core.errors import ModelError
+    from toolkit.core.text import human_bytes
 
     total = host_memory_bytes()
     if total and plan.arena_bytes > 0.8 * total:
@@ -66,7 +66,7 @@ class Session:
             ``run --plan`` find the model); ignored when ``model`` is a path.
 
     Raises:
-        ModelError, ConfigError, InputError: see toolkit.errors.
+        ModelError, ConfigError, InputError: see toolkit.core.errors.
     """
 
     def __init__(self, model, config: Config | None = None, input_shapes=None, progress=None,

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 #: Canonical location of the built sample models (packaged with toolkit).
 SAMPLES_DIR = Path(__file__).resolve().parent / "data"

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from toolkit import samples, zoo
-from toolkit.errors import InputError, ModelError, UserError
+from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.ir.load import file_sha256
 from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
 from toolkit.inputs.synthetic import ALL_INPUTS
@@ -197,7 +197,7 @@ def _val_ranges(text: str, specs=None) -> dict:
     """parse_val_range with usage-error semantics (finite bounds, lo <= hi); with ``specs`` each input's range
     must also lie within its dtype's finite values (toolkit.inputs.synthetic.check_val_range: float16 ±65504,
     integer min/max, ...), else UsageError naming the input, its dtype and the range."""
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
     from toolkit.inputs.synthetic import check_val_range
 
     try:
@@ -214,8 +214,8 @@ def _check_options(model, specs, val_range, input_shapes) -> None:
     """--input-shape and --val-range are options: a name or shape the model cannot take is a usage error
     (exit 2), found before any data is read or generated."""
     from toolkit.compiler.passes.bind_shapes import check_input_shapes
-    from toolkit.config import suggest
-    from toolkit.errors import UsageError
+    from toolkit.core.text import suggest
+    from toolkit.core.errors import UsageError
 
     if input_shapes:
         check_input_shapes(model, dict(input_shapes))

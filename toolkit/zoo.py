@@ -11,7 +11,7 @@ directory + ``npuscope/models`` (Linux ``$XDG_CACHE_HOME`` or ``~/.cache``; macO
 Windows ``%LOCALAPPDATA%``).
 
 Errors: every failure (unknown name, pip failure, checksum mismatch, missing member) raises
-:class:`toolkit.errors.UserError` with a one-line message.
+:class:`toolkit.core.errors.UserError` with a one-line message.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from toolkit.errors import ConfigError, UserError
+from toolkit.core.errors import ConfigError, UserError
 
 #: pip requirement of the wheel that carries the models.
 WHEEL_REQUIREMENT = "rapidocr-onnxruntime==1.4.4"

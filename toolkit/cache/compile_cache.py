@@ -73,7 +73,7 @@ class CompileCache:
         self.store.put("family", self.family, {"compile": self.key}, evict=True)
 
     def _attach(self, result, ops_before: int) -> None:
-        from toolkit.compiler.pipeline import PassLog
+        from toolkit.core.records import PassLog
 
         ms = (time.perf_counter() - self.t0) * 1e3
         line = f"compile entry {self.status}{self.note} (key {self.key[:16]}; {self.settings.root})"

@@ -15,7 +15,8 @@ import dataclasses
 
 import onnx
 
-from toolkit.compiler.pipeline import CompileContext, CompileResult, Finding, Group, PassLog
+from toolkit.compiler.pipeline import CompileContext, CompileResult, Group
+from toolkit.core.records import Finding, PassLog
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.ir.graph import Graph
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import onnx
 
-from toolkit.env import dist_version
+from toolkit.core.env import dist_version
 from toolkit.ir.proto import copy_fields
 
 #: Config fields that choose where/whether to cache, not what is compiled: left out of every key.

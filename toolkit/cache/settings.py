@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 
 MODES = ("enable", "disable", "force")
 DEFAULT_MAX_BYTES = 2 << 30
@@ -38,7 +38,7 @@ def default_mode() -> str:
     """
     raw = os.environ.get(ENV_MODE, "").strip()
     if raw and raw not in MODES:
-        from toolkit.config import suggest
+        from toolkit.core.text import suggest
 
         raise ConfigError(f"environment variable {ENV_MODE}={raw!r} is not a cache mode{suggest(raw, MODES)}; "
                           f"set it to one of {', '.join(MODES)} or unset it")

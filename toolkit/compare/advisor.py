@@ -17,7 +17,7 @@
 4. the origin: the first abnormal tensor whose producing kernel's inputs are all normal, as distinct from
    tensors that only inherit an upstream error (propagated; counted in the evidence); or a tensor whose FP16
    storage breaks what a consumer computes from it (toolkit.compare.layerwise.refine_origins for an FP32
-   consumer, toolkit.compare.isolate.fp16_input_origins for an FP16 one or several hops up; evidence
+   consumer, toolkit.reexec.isolate.fp16_input_origins for an FP16 one or several hops up; evidence
    ``storage_rounding``, quoting the metric of the consumer output's dtype: ExactMatchRate for integers).
 
 Each finding carries evidence (metric values, value ranges) and a recommendation; a recommendation that keeps
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from toolkit.compare import nondeterminism
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.precision.contract import FP16_MAX
 
 EVIDENCE_COLS = ["CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError", "MeanRelativeError",
@@ -57,7 +57,7 @@ def _evidence(row) -> dict:
 
 def _beyond_fp16(absmax) -> str:
     """|x| for a message next to 'FP16 max 65504': past the max it is rounded up (never reads 65504)."""
-    from toolkit.report.console import show, show_crossed
+    from toolkit.core.text import show, show_crossed
 
     if absmax is not None and FP16_MAX < float(absmax) < 1e9:  # whole numbers, rounded up: 120000, 65505
         return str(math.ceil(float(absmax)))
@@ -109,7 +109,7 @@ def _keep_kernels_advice(kernels) -> str:
 
 def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list]:
     """(advice, kernels it keeps in FP32): what changes an origin's result. A tensor whose FP16 storage breaks
-    an FP16 consumer (toolkit.compare.isolate.fp16_input_origins): keep its producer and the consumer in FP32
+    an FP16 consumer (toolkit.reexec.isolate.fp16_input_origins): keep its producer and the consumer in FP32
     (evidence ``keep_kernels``). An FP16 kernel: keep it in FP32. An FP32 kernel (keep_dtype cannot change
     it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it; else keep the producers of
     its FP16-stored inputs in FP32."""
@@ -143,7 +143,7 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
 
 def _storage_where(ev: dict, row) -> str:
     """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence)."""
-    from toolkit.report.console import show
+    from toolkit.core.text import show
 
     metric = ev.get("metric") or "CosineSimilarity"
     exact = ev.get("exact_value", ev.get("exact_cosine"))
@@ -333,7 +333,7 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
 
 def _site_text(r, site: dict, plan_kernels) -> str:
     """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
-    from toolkit.report.console import show
+    from toolkit.core.text import show
 
     node, op = r["NodeName"], r.get("OpType", "")
     out = _beyond_fp16(r.get("GoldenAbsMax", float("nan")))
@@ -491,7 +491,7 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
 def _kernel_facts(r) -> str:
     """"OpType, kernel K in P" of a layer-table row without the parts a dump does not know (no op type, no
     kernel): never "(, kernel add in fp16)"."""
-    from toolkit.report.console import join_present
+    from toolkit.core.text import join_present
 
     kernel = (f"kernel {r.get('Kernel')}" + (f" in {r.get('Precision')}" if r.get("Precision") else "")) \
         if r.get("Kernel") else ""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 
 
 @dataclass

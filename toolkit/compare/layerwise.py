@@ -186,14 +186,14 @@ STORAGE_ROUNDING = "FP16StorageRounding"
 
 
 def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> pd.DataFrame:
-    """Re-run each 'origin' row's kernel alone (toolkit.compare.isolate) and move the origin where the error
+    """Re-run each 'origin' row's kernel alone (toolkit.reexec.isolate) and move the origin where the error
     really starts. Returns a copy of ``df``.
 
     1. The kernel runs on the reference values of its inputs, exactly as the reference computed them (only
        converted to the dtype the kernel reads): LocalCosineSimilarity, LocalRelativeEuclideanDistance and
        LocalAbnormal of the row. Locally abnormal: the row stays an origin.
     2. Locally normal: the row only carries upstream error and becomes 'propagated'. If the kernel reads
-       FP16-stored inputs in FP32 (:func:`toolkit.compare.isolate.fp16_stored_inputs`) and, re-run on the
+       FP16-stored inputs in FP32 (:func:`toolkit.reexec.isolate.fp16_stored_inputs`) and, re-run on the
        reference inputs rounded to their storage dtype, is abnormal, that storage rounding is what destroys
        the result: each input whose rounding alone does it (all of them if none alone does) becomes the
        origin (Abnormal, not WithinExpectedNoise, ``AbnormalMetrics`` the lines it crosses without the noise
@@ -203,7 +203,7 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
        "stored_red"}}.
     3. A row reading such an input afterwards is 'propagated' without a re-run.
     """
-    from toolkit.compare.isolate import isolate
+    from toolkit.reexec.isolate import isolate
 
     kernels = {k.name: k for k in runtime.plan.kernels}
     ins = kernel_inputs(runtime.plan)
@@ -251,7 +251,7 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
 def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> dict[str, dict]:
     """{FP16-stored input of kernel ``k``: evidence} for the inputs whose storage rounding makes ``k``'s output
     ``t`` abnormal (see :func:`refine_origins`); {} when the stored inputs do not break it."""
-    from toolkit.compare.isolate import fp16_stored_inputs, isolate
+    from toolkit.reexec.isolate import fp16_stored_inputs, isolate
 
     stored = [s for s in fp16_stored_inputs(runtime, k.name) if s in golden]
     if not stored:

@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.ir.nondeterminism import NONDETERMINISTIC, Lookup, _subgraphs, is_nondeterministic, register  # noqa: F401
 
 #: Prefix of the CompareFailReason of a tensor that depends on a nondeterministic op.

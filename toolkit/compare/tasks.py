@@ -11,7 +11,7 @@ A check whose return value breaks these rules (not a dict, a key missing, a wron
 *failing* task check whose detail names the function and what was wrong (:func:`validate_result`); a check that
 raises is a failing task check "raised <Exception>: ...". Neither ends the run; a check (or its module's
 import) that calls ``sys.exit()`` or raises another BaseException but KeyboardInterrupt is a one-line error
-(exit 1, :mod:`toolkit.usercode`). Built-ins (selected by zoo name):
+(exit 1, :mod:`toolkit.core.usercode`). Built-ins (selected by zoo name):
 
 - ``ppocr_det``: IoU of the binarised probability maps (threshold 0.3), passes at >= 0.95;
 - ``ppocr_rec``: CTC greedy decoding with the dictionary in the model's ``character`` metadata: texts equal;
@@ -28,8 +28,8 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from toolkit import usercode
-from toolkit.errors import UsageError
+from toolkit.core import usercode
+from toolkit.core.errors import UsageError
 from toolkit.inputs import binarize_iou, ctc_greedy_decode, read_ctc_characters
 
 DET_IOU_MIN = 0.95
@@ -65,7 +65,7 @@ def load_task(spec: str, label: str = "", error: type = UsageError) -> Callable:
 
     ``label``: how messages name the entry (default ``--task-metric '<spec>'``; a policy passes
     ``policy 'p.toml': [tasks] metrics entry '<spec>'``). Raises ``error`` (UsageError by default) when the
-    entry is malformed, cannot be imported (its module raises, sys.exit() included: toolkit.usercode) or is
+    entry is malformed, cannot be imported (its module raises, sys.exit() included: toolkit.core.usercode) or is
     not callable."""
     head = label or f"--task-metric '{spec}'"
     mod, sep, fn = spec.partition(":")
@@ -141,7 +141,7 @@ def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> 
 
     Raises:
         UserError: the check raised SystemExit (sys.exit(), any code) or another BaseException that is not
-            KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.usercode), exit 1.
+            KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 1.
     """
     label = check_label(fn)
     res, exc = usercode.capture(fn, golden, npu, model, what=f"task check {label}")

@@ -29,7 +29,7 @@ import difflib
 import json
 import logging
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 
 #: Levels of the fusion switch file.
 FUSION_LEVELS = ("GraphFusion", "UBFusion")
@@ -108,7 +108,7 @@ def check(sw, where: str) -> list[str]:
     Raises:
         ConfigError: the shape, a level, a pass name or a value is wrong (the message says which and how to fix).
     """
-    from toolkit.config import suggest
+    from toolkit.core.text import suggest
 
     if not sw:
         return []
@@ -148,7 +148,7 @@ def findings(config) -> tuple[list[str], list]:
     """(compile-log lines, warning Findings of kind ``fusion_switch_ignored``) for the converter passes
     ``config.fusion_switch_file`` switches that npuscope does not simulate; for the pass that applies the
     switch file to call (e.g. graph_fusion)."""
-    from toolkit.compiler.pipeline import Finding
+    from toolkit.core.records import Finding
 
     lines, out = [], []
     for level, name, state in ignored_passes(getattr(config, "fusion_switch_file", None)):

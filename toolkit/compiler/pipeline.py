@@ -16,7 +16,8 @@ from typing import Callable
 
 import onnx
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
+from toolkit.core.records import Finding, PassLog
 from toolkit.ir.graph import Graph
 from toolkit.compiler.plan import KernelSpec, Plan
 
@@ -40,18 +41,6 @@ class Group:
     nodes: list[str]
 
 
-@dataclass
-class Finding:
-    """A diagnostic: severity (info/warning/error), kind, subject, evidence dict, recommendation."""
-
-    severity: str
-    kind: str
-    subject: str
-    evidence: dict
-    recommendation: str
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
 
 
 @dataclass
@@ -119,17 +108,6 @@ def register_pass(name: str, *, requires=(), provides=(), min_level: int = 0, sw
     return deco
 
 
-@dataclass
-class PassLog:
-    name: str
-    ran: bool
-    reason: str
-    ops_before: int
-    ops_after: int
-    kernels_after: int
-    changed: int
-    ms: float
-    log: list[str]
 
 
 @dataclass

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from toolkit.dataset.source import InputRef, read_bytes
 from toolkit.dataset.worker import JobSpec, Record, Worker, error_record
-from toolkit.errors import UsageError, UserError
+from toolkit.core.errors import UsageError, UserError
 
 
 def _noop(msg: str) -> None:

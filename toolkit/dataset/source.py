@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed
 from toolkit.inputs.validate import conform_feed
 

@@ -10,7 +10,7 @@ Layout of the output folder::
     log.jsonl              one line per evaluated input ({"input", "sha256", "status", "pid", "time"}),
                            appended after its result file is in place; a "start" line per run
 
-Resume (the one exception to toolkit.artifacts.output_dir's "new or empty" rule): an existing ``--out``
+Resume (the one exception to toolkit.core.artifacts.output_dir's "new or empty" rule): an existing ``--out``
 folder whose manifest.json matches this run (same KEYED values) is continued: inputs whose result file exists
 and records the sha256 of the current input file are not evaluated again. A folder holding a non-matching
 manifest is refused with a one-line UsageError naming what differs; any other non-empty folder is refused as
@@ -44,10 +44,10 @@ except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
 
 import numpy as np
 
-from toolkit.artifacts import new_run_dir, safe_filename, save_npz
+from toolkit.core.artifacts import new_run_dir, safe_filename, save_npz
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
-from toolkit.errors import UsageError, UserError
+from toolkit.core.errors import UsageError, UserError
 from toolkit.report.csvjson import _dumps, atomic_write_text, json_safe
 
 MANIFEST = "manifest.json"
@@ -357,14 +357,14 @@ def release_lock(folder: Path, fd: int | None) -> None:
 
 def check_store_out(explicit: str | Path | None) -> Path | None:
     """The checks of an explicit dataset ``--out`` that need no manifest, made before any work (the dataset
-    workflows call it first thing; :func:`open_store` again): toolkit.artifacts.check_out's rules, except that
+    workflows call it first thing; :func:`open_store` again): toolkit.core.artifacts.check_out's rules, except that
     a folder holding a ``manifest.json`` may be resumed (module docstring; whether its manifest matches is
     decided by :func:`open_store`). Returns ``Path(explicit)``, or None without ``explicit``. Nothing is created.
 
     Raises:
         UsageError (exit 2): an empty string, an existing file, a non-empty folder without a manifest.
     """
-    from toolkit.artifacts import out_path
+    from toolkit.core.artifacts import out_path
 
     path = out_path(explicit)
     if path is None:

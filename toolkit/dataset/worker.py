@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import METRICS, compare_tensors
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.dataset.source import (
     InputRef,
     load_feed,
@@ -32,7 +32,7 @@ from toolkit.dataset.source import (
     sha256_bytes,
     sha256_file,
 )
-from toolkit.errors import ModelError, UserError
+from toolkit.core.errors import ModelError, UserError
 
 #: Per-tensor values kept for every input, in this column order (floats; flags as 0/1, NaN = not computed).
 COLUMNS: tuple[str, ...] = tuple(METRICS) + ("GoldenAbsMax", "Abnormal", "OverFlow", "DeviceNaN", "DeviceInf")
@@ -176,7 +176,7 @@ class Worker:
             ModelError, ConfigError: the plan cannot be compiled for a feed that fits the model: a model or
                 config problem, not one of this input (the dataset workflow checks it before the run).
         """
-        from toolkit.errors import InputError
+        from toolkit.core.errors import InputError
         from toolkit.inputs import check_feed
 
         try:
@@ -188,7 +188,7 @@ class Worker:
         return True
 
     def _check_shapes(self, name: str, feeds: dict) -> None:
-        from toolkit.errors import InputError
+        from toolkit.core.errors import InputError
 
         for key, want in self.spec.config.input_shapes().items():
             if key in feeds and tuple(np.shape(feeds[key])) != tuple(want):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.dataset.aggregate import aggregate, parse_percentiles
 from toolkit.dataset.runner import run_inputs
 from toolkit.dataset.source import (
@@ -34,7 +34,7 @@ from toolkit.dataset.source import (
 )
 from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.report.csvjson import _csv_text, atomic_write_text
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "NPUDump"]
@@ -114,7 +114,7 @@ def preflight(job: Job, progress=_noop) -> Worker:
         ModelError, ConfigError: the plan cannot be compiled for inputs that fit the model (the message names
             the input whose shapes were used).
     """
-    from toolkit.errors import ConfigError, ModelError
+    from toolkit.core.errors import ConfigError, ModelError
 
     worker = Worker(job.spec, in_process=True)
     for ref in job.refs[:PREFLIGHT_INPUTS]:

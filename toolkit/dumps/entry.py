@@ -88,13 +88,13 @@ def _declared_bytes(fh) -> int | None:
 def read_npy(path: Path) -> np.ndarray:
     """Load one ``.npy`` file (NumPy format v1–v3, no pickles) and return its array.
 
-    Only a regular file is read (toolkit.textfile.open_regular: a FIFO, socket, device or a link to one such as
+    Only a regular file is read (toolkit.core.textfile.open_regular: a FIFO, socket, device or a link to one such as
     ``/dev/zero`` is refused without blocking: "not a regular file but a FIFO (named pipe)"). The header's
     declared size is checked against the file size first, so a truncated file is reported without allocating
     the declared array, and no more than the declared bytes are read. Raises :class:`DumpReadError` with a
     short reason.
     """
-    from toolkit.textfile import NotRegularFile, open_regular
+    from toolkit.core.textfile import NotRegularFile, open_regular
 
     try:
         with open_regular(path) as fh:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolkit.config import suggest
-from toolkit.errors import InputError
-from toolkit.textfile import read_user_text
+from toolkit.core.text import suggest
+from toolkit.core.errors import InputError
+from toolkit.core.textfile import read_user_text
 
 _SHAPE = 'expected {"device_op": ["orig_node", ...], ...}'
 

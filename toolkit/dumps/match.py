@@ -13,7 +13,7 @@ Order:
   or are fused; dumps whose node or tensor is not in the model come last ("not in the model").
 - without (:func:`pair_without_model`): the golden side's timestamps (ties: node name, then output index);
   tensor-keyed goldens keep their file / JSON order; target dumps without a golden come last. Both sides
-  must be keyed the same way (else :class:`toolkit.errors.UsageError`: give --model).
+  must be keyed the same way (else :class:`toolkit.core.errors.UsageError`: give --model).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 
 from .entry import NODE, TENSOR, DumpEntry, DumpSet
 

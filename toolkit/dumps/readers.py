@@ -16,13 +16,13 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                a (name, output index) dumped several times is taken at its latest timestamp (later file name
                on equal timestamps).
 
-Only regular files are read (toolkit.textfile.open_regular, never blocking): a folder entry that is a FIFO,
+Only regular files are read (toolkit.core.textfile.open_regular, never blocking): a folder entry that is a FIFO,
 socket, device or a symbolic link to one (``/dev/zero``) becomes an unreadable dump row ("<side> dump unreadable
 (<file>): not a regular file but a FIFO (named pipe)") when the format names it as a dump, else it is listed in
 ``DumpSet.ignored``; a side path or ``index.json`` that is not a regular file is an InputError.
 
 Every user mistake (missing/empty folder, nothing recognised, bad JSON, unknown runner) raises
-:class:`toolkit.errors.InputError`, one line; polygraphy missing raises :class:`toolkit.errors.UserError`.
+:class:`toolkit.core.errors.InputError`, one line; polygraphy missing raises :class:`toolkit.core.errors.UserError`.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.errors import InputError, UsageError, UserError
-from toolkit.textfile import not_regular_reason, read_user_text
+from toolkit.core.errors import InputError, UsageError, UserError
+from toolkit.core.textfile import not_regular_reason, read_user_text
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, looks_like_raw_device_dump
@@ -89,7 +89,7 @@ def read_side(spec: SideSpec) -> DumpSet:
 def folder_members(path: Path) -> list[str]:
     """Names of the entries directly in ``path`` that are not folders, sorted: regular files and also FIFOs,
     sockets, devices and (broken) symbolic links, so that such an entry named like a dump becomes an unreadable
-    row ("not a regular file but a FIFO (named pipe)", never read: toolkit.textfile.open_regular) and any other
+    row ("not a regular file but a FIFO (named pipe)", never read: toolkit.core.textfile.open_regular) and any other
     is listed as ignored, instead of vanishing."""
     return sorted(p.name for p in path.iterdir() if not p.is_dir())
 
@@ -170,10 +170,10 @@ def _npuscope_loader(path: Path, dtype_name):
 def restore_dtype(arr: np.ndarray, dtype_name) -> np.ndarray:
     """``arr`` (a dump file's array) in the tensor's own dtype recorded in index.json (``dtype``), when that is an
     ml_dtypes dtype (bfloat16, float8_*, int4, uint2, ...): npuscope stores those in an exact standard dtype
-    (float32 / int8 / uint8: toolkit.artifacts.storable), older npuscope wrote their raw bytes (void ``|V2`` /
+    (float32 / int8 / uint8: toolkit.core.artifacts.storable), older npuscope wrote their raw bytes (void ``|V2`` /
     ``|V1``); both come back exactly. Anything else (strings stored as ``<U``, numpy dtypes, an unknown or
     missing name) is returned as read. Raises DumpReadError when the file cannot hold the recorded dtype."""
-    from toolkit.compare.metrics.dtypes import dtype_named, is_ml_dtype
+    from toolkit.core.dtypes import dtype_named, is_ml_dtype
 
     want = dtype_named(dtype_name)
     if want is None or not is_ml_dtype(want) or arr.dtype == want:
@@ -208,7 +208,7 @@ def _load_index(path: Path, spec: SideSpec) -> dict:
 # ------------------------------------------------------------------------------------------ Polygraphy JSON
 def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
-    from toolkit.textfile import open_regular
+    from toolkit.core.textfile import open_regular
 
     with open_regular(path) as fh:  # read_side refused anything but a regular file already
         head = fh.read(4096).lstrip()

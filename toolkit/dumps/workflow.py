@@ -21,13 +21,13 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from toolkit.artifacts import check_out, output_dir
+from toolkit.core.artifacts import check_out, output_dir
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds
-from toolkit.compiler.pipeline import Finding
-from toolkit.env import environment
-from toolkit.report.console import join_present
+from toolkit.core.records import Finding
+from toolkit.core.env import environment
+from toolkit.core.text import join_present
 
 from .entry import DumpSet
 from .mapping import check_mapping_model, load_mapping
@@ -95,7 +95,7 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
             compare tool's).
 
     Raises:
-        toolkit.errors.UserError (one line): unreadable sides, mapping or model; sides keyed differently
+        toolkit.core.errors.UserError (one line): unreadable sides, mapping or model; sides keyed differently
         without a model; bad thresholds.
     """
     t0 = time.perf_counter()
@@ -228,10 +228,10 @@ def uncompared_outputs(df: pd.DataFrame, outputs: list[str] | None) -> list[tupl
 
 def _crossed(r) -> str:
     """'CosineSimilarity 0.999999, OverFlow': each crossed metric rounded away from its line
-    (toolkit.report.console.show_crossed), so it never reads as the line or as 1."""
+    (toolkit.core.text.show_crossed), so it never reads as the line or as 1."""
     from toolkit.compare.metrics.registry import METRICS
     from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-    from toolkit.report.console import show_crossed
+    from toolkit.core.text import show_crossed
 
     metrics = list(r.AbnormalMetrics) or ["OverFlow"]
     shown = [f"{m} {show_crossed(getattr(r, m), METRICS[m].direction == HIGHER_IS_BETTER)}"

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 
 COSTS = {"linear": lambda g: g, "quadratic": lambda g: g * g}
 #: Largest length taken (a gear dim beyond this does not fit a compiled tensor).

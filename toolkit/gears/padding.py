@@ -33,8 +33,8 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
-from toolkit.errors import InputError
+from toolkit.core.records import Finding
+from toolkit.core.errors import InputError
 from toolkit.gears.session import pad_feeds
 
 COLUMNS = ["Index", "Tensor", "Node", "OpType", "ExactShape", "PaddedShape", "PaddedAxes", "Status", "Origin",

@@ -7,7 +7,7 @@ Gears are built **lazily**: a gear's plan is compiled (and its kernels built) th
 Choosing: a gear fits when every gear dim (-1 of ``input_shape``) of the feed is <= the gear's value and every
 other dim equals ``input_shape``; among fitting gears the one with the fewest input elements runs (for a single
 gear dim: the smallest value >= the length). An input larger than every gear is an
-:class:`toolkit.errors.InputError` naming the gears.
+:class:`toolkit.core.errors.InputError` naming the gears.
 
 Padding: each gear input is filled with its ``pad_value`` (default 0) to the gear's shape and the given data
 is copied into the leading region (``padded[:n0, :n1, ...] = data``): padding goes at the end of each padded
@@ -22,7 +22,7 @@ Slicing outputs back — the rule, per output axis, from the model's declared ou
    (:func:`infer_output_shapes`) gives the exact size; the output is cut to that leading size (a time axis
    downsampled from the padded width, a flattened padded axis). When the size is unknown (data-dependent) or
    larger than the gear's, the padded positions cannot be located and the run is refused
-   (:class:`toolkit.errors.ModelError` naming the output and axis; fix: give the output dim the input's
+   (:class:`toolkit.core.errors.ModelError` naming the output and axis; fix: give the output dim the input's
    dim_param, or compile that shape exactly).
 
 Rule 3 assumes the valid positions come first along the axis; the padding-sensitivity check
@@ -41,9 +41,9 @@ import numpy as np
 import onnx
 
 from toolkit.compiler.passes.bind_shapes import UNNAMED
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, as_model
-from toolkit.errors import ConfigError, InputError, ModelError
+from toolkit.core.errors import ConfigError, InputError, ModelError
 from toolkit.gears.spec import GearSpec, check_against_model, label, parse_gears
 from toolkit.inputs.validate import check_feed
 from toolkit.runtime.npu import KernelRuntimeError, RunResult
@@ -182,7 +182,7 @@ class GearSession:
         model: an ``.onnx`` path, a bundled sample or zoo name (resolved as the CLI's MODEL argument,
             :func:`toolkit.source.resolve_model`), or a loaded ``onnx.ModelProto``; its gear dims dynamic (or
             matching each gear).
-        config: a :class:`toolkit.config.Config`, a dict of config options (validated as a config file:
+        config: a :class:`toolkit.config.schema.Config`, a dict of config options (validated as a config file:
             :meth:`Config.from_dict`), or None (the defaults, which have no gears: ConfigError). It must set
             gears: ``dynamic_batch_size`` or ``dynamic_dims``, ``input_shape`` with -1 at the gear dims,
             optionally ``pad_value``.
@@ -364,7 +364,7 @@ def _as_config(config) -> Config:
         return config
     if isinstance(config, dict):
         return Config.from_dict(config, where="GearSession config")
-    raise TypeError(f"GearSession config must be a toolkit.config.Config, a dict of config options or None; "
+    raise TypeError(f"GearSession config must be a toolkit.config.schema.Config, a dict of config options or None; "
                     f"got {type(config).__name__}")
 
 

@@ -13,7 +13,7 @@ Rules (as the converter's): 2..100 gears, every value a positive integer, no gea
 the value padded positions of each input get (default 0); it must name inputs of ``input_shape``, each once, with
 a finite number. Against the model (:func:`check_against_model`, before any gear compiles): every -1 sits on a
 dim the model leaves dynamic, and a symbolic dim shared by several inputs gets one value per gear.
-Every violation is one :class:`toolkit.errors.ConfigError` line.
+Every violation is one :class:`toolkit.core.errors.ConfigError` line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 
 #: Gear count bounds of the converter: more than one, at most 100.
 MIN_GEARS, MAX_GEARS = 2, 100
@@ -126,7 +126,7 @@ def parse_pad_values(value, names, where: str = "config") -> dict[str, float]:
     given: set[str] = set()
     for name, val in items:
         if name not in out:
-            from toolkit.config import suggest
+            from toolkit.core.text import suggest
             hint = suggest(str(name), names) if names else ""
             raise ConfigError(f"{where}: pad_value names '{name}', which is not an input of input_shape "
                               f"({', '.join(names) or 'none'}){hint if 'did you mean' in hint else ''}")

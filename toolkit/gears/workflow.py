@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.artifacts import (
+from toolkit.core.artifacts import (
     check_dump_dir,
     check_out,
     output_dir,
@@ -34,8 +34,8 @@ from toolkit.artifacts import (
     write_json,
     write_npz,
 )
-from toolkit.config import Config
-from toolkit.errors import ConfigError, InputError, UsageError
+from toolkit.config.schema import Config
+from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.spec import MAX_GEARS, label
 from toolkit.report.csvjson import atomic_write_text, json_safe, to_csv_safe
@@ -56,7 +56,7 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
     """Observed lengths (int64) from ``path``: one integer per line (blank lines and '#' comments skipped), or
     with ``column`` the named column of a CSV with a header row (blank lines skipped). Lines end at ``\n``
     (``\r\n`` too) only: a form feed, vertical tab or lone ``\r`` inside a line is part of it, so error line
-    numbers are those of an editor (1-based). Only a regular file is read (toolkit.textfile.open_regular).
+    numbers are those of an editor (1-based). Only a regular file is read (toolkit.core.textfile.open_regular).
 
     Raises:
         InputError: missing, unreadable, not a regular file (a FIFO, device such as /dev/null, socket or a link
@@ -64,7 +64,7 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
         one the header names twice, an empty cell in the column or a value that is not a positive integer in
         ASCII digits (named by line number), or no lengths at all.
     """
-    from toolkit.textfile import read_user_text
+    from toolkit.core.textfile import read_user_text
 
     p = Path(path)
     if not p.exists() or p.is_dir():
@@ -158,7 +158,7 @@ def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
     header = [c.strip() for c in rows[0][1]]
     where = [i for i, name in enumerate(header) if name == column]
     if not where:
-        from toolkit.config import suggest
+        from toolkit.core.text import suggest
         raise InputError(f"lengths file '{p}' has no column '{column}'{suggest(column, header)}")
     if len(where) > 1:
         raise InputError(f"lengths file '{p}' has {len(where)} columns named '{column}' (columns "
@@ -223,7 +223,7 @@ def _fill_template(template: str, value: int) -> str:
 
 
 def config_snippet(gears: list[int], dim: str, input_shape: str | None = None) -> dict:
-    """The config options for ``gears`` (ascending), accepted by :class:`toolkit.config.Config` validation.
+    """The config options for ``gears`` (ascending), accepted by :class:`toolkit.config.schema.Config` validation.
 
     - two or more gears: ``dynamic_batch_size`` when ``dim`` names a batch dim ("batch", "batch_size", "n"),
       else ``dynamic_dims`` (each gear's value given to every -1 of ``input_shape``: one padded dim, e.g.
@@ -349,7 +349,7 @@ def compile_gears_command(model: str | None, config, out: str | None = None, pro
     from toolkit.compiler.pipeline import compile_model
     from toolkit.gears.session import GearSession, output_rules
     from toolkit.ir.load import load_model
-    from toolkit.report.console import human_bytes
+    from toolkit.core.text import human_bytes
     from toolkit.source import resolve_model
 
     check_out(out)  # before the model is read
@@ -400,7 +400,7 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
     from toolkit.gears.padding import padding_sensitivity
     from toolkit.gears.session import GearSession
     from toolkit.ir.load import load_model
-    from toolkit.report.console import compile_summary
+    from toolkit.core.text import compile_summary
     from toolkit.source import resolve_model
 
     check_out(out)  # --out, --dump and --output are refused before the model is read

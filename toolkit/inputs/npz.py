@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed
 
@@ -64,11 +64,11 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
 def restore_declared(feed: dict[str, np.ndarray], model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     """``feed`` with each array for an input the model declares in an ml_dtypes dtype (bfloat16, float8_*, int4,
     uint2, ...) given in that dtype, when it holds exactly that dtype's values: an array in the standard dtype
-    npuscope writes them in (float32, int8, uint8: toolkit.artifacts.storable — repro/inputs.npz, outputs.npz)
+    npuscope writes them in (float32, int8, uint8: toolkit.core.artifacts.storable — repro/inputs.npz, outputs.npz)
     is converted when the conversion is exact, a raw void array of the same item size (what ``np.savez`` makes of
     an ml_dtypes array) is reinterpreted. Other arrays are left for :func:`~toolkit.inputs.validate.check_feed`
     to judge (a float32 array with values bfloat16 cannot hold is refused there, naming the dtype)."""
-    from toolkit.compare.metrics.dtypes import is_ml_dtype
+    from toolkit.core.dtypes import is_ml_dtype
 
     by_name = {s.name: s for s in model_inputs}
     return {k: (_as_declared(v, by_name[k].dtype) if k in by_name and is_ml_dtype(by_name[k].dtype) else v)
@@ -80,7 +80,7 @@ def _as_declared(arr: np.ndarray, want: np.dtype) -> np.ndarray:
         return arr
     if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize and arr.dtype.names is None:
         return arr.view(want)
-    from toolkit.compare.metrics.dtypes import value_kind
+    from toolkit.core.dtypes import value_kind
 
     if arr.dtype.kind not in "iuf" or value_kind(arr.dtype) != value_kind(want):  # floats for floats, ints for ints
         return arr

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image
 
 from toolkit import zoo
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.inputs.render import render_text_image
 
 #: ImageNet mean and std on [0, 1] RGB, used by PaddleOCR's detector pre-processing.

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 
 #: Font size in pixels; at 40 px a line of lower-case text is about 37 px tall.
 DEFAULT_FONT_SIZE = 40

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import onnx
 
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 
 #: dim_param values exporters use for "unknown" (paddle2onnx writes "?"; it also writes dim_value -1).
 _UNNAMED = ("", "?")

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import cast_hint
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from toolkit.errors import InputError, ModelError
+from toolkit.core.errors import InputError, ModelError
 
 #: Metadata key of the PP-OCR recogniser that holds the dictionary, one character per line.
 CHARACTER_KEY = "character"

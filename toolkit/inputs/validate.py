@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from toolkit.errors import InputError
+from toolkit.core.errors import InputError
 from toolkit.inputs.spec import InputSpec
 
 
@@ -73,7 +73,7 @@ def cast_hint(dtype: np.dtype) -> str:
     name = dtype.name
     if dtype_expr(dtype):
         return f"cast it with .astype({dtype_expr(dtype)})"
-    from toolkit.compare.metrics.dtypes import value_kind
+    from toolkit.core.dtypes import value_kind
 
     std = "np.float32" if value_kind(dtype) == "float" else ("np.uint8" if name.startswith("uint") else "np.int8")
     return (f"numpy has no {name} dtype (it comes from ml_dtypes): save the values as {std} holding exactly "
@@ -120,9 +120,9 @@ def feed_arrays(feed: Mapping, source: str) -> dict:
 
     Raises:
         InputError: a value numpy cannot turn into an array (a ragged list, an object whose ``__array__``
-            raises; sys.exit() there too: toolkit.usercode), naming ``source`` and the key.
+            raises; sys.exit() there too: toolkit.core.usercode), naming ``source`` and the key.
     """
-    from toolkit import usercode
+    from toolkit.core import usercode
 
     out = {}
     for k, v in feed.items():

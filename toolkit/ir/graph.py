@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Load and validate an untrusted ONNX file.
 
 `load_model(path)` returns an ``onnx.ModelProto`` that passed these checks, each failing with a one-line
-:class:`toolkit.errors.ModelError` that names the file/node/tensor and says how to fix it:
+:class:`toolkit.core.errors.ModelError` that names the file/node/tensor and says how to fix it:
 
 - the file exists and parses as an ONNX protobuf (a truncated file is named as such);
 - external-data locations stay inside the model's folder (no absolute paths, no ``..`` escapes, no symlinks
@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7

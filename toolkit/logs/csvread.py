@@ -15,7 +15,7 @@ import pandas as pd
 
 from toolkit.logs.detect import head_lines
 from toolkit.report.csvjson import undo_formula_safe
-from toolkit.textfile import open_regular_text
+from toolkit.core.textfile import open_regular_text
 
 
 def header(head: str) -> list[str]:
@@ -53,7 +53,7 @@ MAX_FIELD_CHARS = 1 << 20
 
 def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
     """Read a CSV with a header row (the first non-blank row) with Python's csv module, UTF-8 (BOM skipped,
-    invalid bytes replaced), from a regular file only (toolkit.textfile.open_regular).
+    invalid bytes replaced), from a regular file only (toolkit.core.textfile.open_regular).
 
     Rows of only blank cells are skipped (not malformed). A row with more or fewer fields than the header is
     malformed (counted, skipped; pandas would have shifted every cell of such rows one column to the right, its
@@ -63,7 +63,7 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
 
     Raises:
         ValueError: no header row; a column of ``used`` named twice in the header.
-        OSError (toolkit.textfile.NotRegularFile): not a regular file.
+        OSError (toolkit.core.textfile.NotRegularFile): not a regular file.
     """
     rows, bad, width, head = [], 0, 0, None
     limit = csv.field_size_limit()

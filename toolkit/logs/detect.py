@@ -2,7 +2,7 @@
 
 ``detect_format(path) -> Detection``: ``parser`` is the first registered parser whose ``detect(path, head)``
 is true, or None with ``reason`` one of "not found", "not a file" (a folder), "not a regular file but a FIFO
-(named pipe)" (or a socket, device; toolkit.textfile.not_regular_reason: never opened), "a broken symbolic link (...)",
+(named pipe)" (or a socket, device; toolkit.core.textfile.not_regular_reason: never opened), "a broken symbolic link (...)",
 "unreadable: ...", "empty", "binary" or "unknown format".
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
-from toolkit.textfile import NotRegularFile, not_regular_reason, open_regular
+from toolkit.core.textfile import NotRegularFile, not_regular_reason, open_regular
 
 #: A head with a NUL byte, or with more than this share of control characters, is binary.
 BINARY_CONTROL_SHARE = 0.10
@@ -27,7 +27,7 @@ class Detection:
 
 
 def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of ``path`` (a regular file: toolkit.textfile.open_regular). Raises OSError
+    """The first ``size`` bytes of ``path`` (a regular file: toolkit.core.textfile.open_regular). Raises OSError
     (NotRegularFile for a FIFO, socket, device or a link to one)."""
     with open_regular(path) as fh:
         return fh.read(size)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 
 CAST_SHARE = 0.05
 TRANSFER_SHARE = 0.10

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.logs.numbers import sane
-from toolkit.textfile import open_regular_text
+from toolkit.core.textfile import open_regular_text
 
 _SKIP = re.compile(r"[\s,]*")
 _NEXT_OBJECT = re.compile(r"\n[ \t]*\{")
@@ -34,7 +34,7 @@ class Events:
 
 def read_text(path: Path) -> str:
     """The file as text (UTF-8, invalid bytes replaced, BOM removed). Only a regular file is read
-    (toolkit.textfile.open_regular; NotRegularFile otherwise)."""
+    (toolkit.core.textfile.open_regular; NotRegularFile otherwise)."""
     with open_regular_text(path) as fh:
         return fh.read()
 

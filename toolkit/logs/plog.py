@@ -13,9 +13,9 @@ traceback are written as the two characters ``\\n``.
 Environment (read by :func:`setup_logging`, which the CLI calls once per command):
 
 - ``NPUSCOPE_LOG_LEVEL``: 0 debug, 1 info, 2 warning, 3 error (default), 4 none. Any other value raises
-  :class:`toolkit.errors.ConfigError` (exit code 2).
+  :class:`toolkit.core.errors.ConfigError` (exit code 2).
 - ``NPUSCOPE_LOG_TO_STDOUT``: ``1``/``true``/``yes``/``on`` writes log lines to stdout; ``0``/``false``/``no``/``off``
-  or unset (or empty) to stderr (case-insensitive). Any other value raises :class:`toolkit.errors.ConfigError`.
+  or unset (or empty) to stderr (case-insensitive). Any other value raises :class:`toolkit.core.errors.ConfigError`.
 - ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``).
 
 A closed stdout or stderr (``npuscope ... | head -1``) stops the handler silently (no ``--- Logging error ---``
@@ -30,8 +30,8 @@ import re
 import sys
 import time
 
-from toolkit.errors import ConfigError
-from toolkit.report.console import printable
+from toolkit.core.errors import ConfigError
+from toolkit.core.text import printable
 
 ENV_LEVEL = "NPUSCOPE_LOG_LEVEL"
 ENV_STDOUT = "NPUSCOPE_LOG_TO_STDOUT"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.profile.optable import op_summary_frame
 
 HEAD_BYTES = 64 * 1024

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.artifacts import check_out, output_dir
-from toolkit.compiler.pipeline import Finding
-from toolkit.errors import InputError, UsageError
+from toolkit.core.artifacts import check_out, output_dir
+from toolkit.core.records import Finding
+from toolkit.core.errors import InputError, UsageError
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
 from toolkit.logs.registry import ParseResult, parsers
@@ -51,7 +51,7 @@ from toolkit.profile.optable import (
     op_summary_frame,
 )
 from toolkit.report.csvjson import _dumps, atomic_write_text, to_csv_safe
-from toolkit.textfile import open_regular_text
+from toolkit.core.textfile import open_regular_text
 
 REPORTS_DIR = Path("reports")
 #: profile.json is read up to this many characters (npuscope writes a few hundred).

@@ -3,8 +3,8 @@ peak is, what is live there and which options would shrink it."""
 
 from __future__ import annotations
 
-from toolkit.errors import ModelError
-from toolkit.report.console import human_bytes
+from toolkit.core.errors import ModelError
+from toolkit.core.text import human_bytes
 
 
 class CapacityError(ModelError):

@@ -85,7 +85,7 @@ def fallback_cost(before: dict, after: dict, host_ms_before: float, host_ms_afte
     """The estimated cost of the fallback: Casts added, activation bytes added, FP32 cube FLOPs added and their
     estimated extra cube time relative to the FP16 plan (:data:`FP32_CUBE_RATE`), and the measured host time
     ratio of the simulation (host time, not device time). ``host_ms_*``: ms per run, the median of
-    ``host_runs`` runs after an untimed warm-up (toolkit.precision.tune.host_time_ms); ``host_time_measure``
+    ``host_runs`` runs after an untimed warm-up (toolkit.tuning.tune.host_time_ms); ``host_time_measure``
     says so in the result."""
     fp32_flops = (after["flops_total"] - after["flops_fp16"]) - (before["flops_total"] - before["flops_fp16"])
     cube = before["flops_total"] or 1.0

@@ -29,8 +29,8 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
-from toolkit.report.console import show_crossed
+from toolkit.core.records import Finding
+from toolkit.core.text import show_crossed
 
 FP16_MAX = 65504.0
 #: smallest normal FP16 (2**-14 = 6.1035e-5): smaller non-zero values are subnormal (lose precision)

@@ -15,7 +15,7 @@ A profile read from a user's file is labelled by the file name and the name insi
 computed on it cannot be mistaken for the built-in's.
 
 Units: TFLOPS = 1e12 floating-point operations per second; GB/s = 1e9 bytes per second; µs.
-Errors are :class:`toolkit.errors.ConfigError` with one line naming the file, the field and the fix. A field
+Errors are :class:`toolkit.core.errors.ConfigError` with one line naming the file, the field and the fix. A field
 given twice in one file is refused (JSON would silently keep the last), and every ``unsupported_ops`` entry must
 be an ONNX op type (``onnx.defs.get_all_schemas``; case-sensitive), the closest one suggested otherwise.
 """
@@ -28,9 +28,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.config import suggest
-from toolkit.errors import ConfigError
-from toolkit.textfile import read_user_text
+from toolkit.core.text import suggest
+from toolkit.core.errors import ConfigError
+from toolkit.core.textfile import read_user_text
 
 DEVICES_DIR = Path(__file__).with_name("devices")
 DEFAULT_DEVICE = "atlas300i_pro"

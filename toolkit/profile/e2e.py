@@ -44,8 +44,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from toolkit import usercode
-from toolkit.errors import InputError, UsageError
+from toolkit.core import usercode
+from toolkit.core.errors import InputError, UsageError
 from toolkit.profile.schedule import Task, offset_tasks, simulate
 
 LATENCY_COLUMNS = ["Schedule", "p50(ms)", "p90(ms)", "p99(ms)", "Throughput(req/s)"]
@@ -81,7 +81,7 @@ def load_callable(spec: str, option: str, default_fn: str) -> Callable:
 
 
 def _import_file(path: Path, option: str):
-    """The user's module (toolkit.usercode.import_file: whatever its top level raises, sys.exit() included, is
+    """The user's module (toolkit.core.usercode.import_file: whatever its top level raises, sys.exit() included, is
     an InputError "<option> file '<path>' raised <type> on import: ...")."""
     name = f"_npuscope_{option.strip('-')}_{abs(hash(str(path.resolve())))}"
     return usercode.import_file(path, name, f"{option} file '{path}'", InputError)
@@ -100,7 +100,7 @@ def time_call(fn: Callable, args: tuple, option: str, request: int) -> tuple[flo
     """(wall time in ms, value) of one call ``fn(*args)`` for request number ``request``.
 
     Raises:
-        InputError: ``fn`` raised anything but KeyboardInterrupt (SystemExit included: toolkit.usercode),
+        InputError: ``fn`` raised anything but KeyboardInterrupt (SystemExit included: toolkit.core.usercode),
             naming ``option`` and the request.
     """
     t0 = time.perf_counter()

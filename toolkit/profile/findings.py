@@ -26,7 +26,7 @@ from typing import Callable
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.profile.device import DeviceProfile
 
 LAUNCH_SHARE = 0.10

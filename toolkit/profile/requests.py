@@ -148,7 +148,7 @@ def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, pr
     Raises:
         InputError: a new label when :data:`MAX_PLANS` plans exist already.
     """
-    from toolkit.errors import InputError
+    from toolkit.core.errors import InputError
 
     if label in plans:
         return plans[label]

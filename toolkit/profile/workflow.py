@@ -40,9 +40,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
-from toolkit.config import Config
-from toolkit.errors import UsageError
+from toolkit.core.records import Finding
+from toolkit.config.schema import Config
+from toolkit.core.errors import UsageError
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
 from toolkit.profile.cost import kernel_costs
@@ -422,7 +422,7 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     Returns:
         {"summary": terminal lines, "out": folder, "files": {key: file name}, "result": ProfileResult}.
     """
-    from toolkit.artifacts import check_out, output_dir
+    from toolkit.core.artifacts import check_out, output_dir
 
     check_out(out)  # a taken --out is refused before the model is read
     stem = Path(str(model)).stem if model else "sample"

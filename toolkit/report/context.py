@@ -22,8 +22,8 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.env import compile_cache
-from toolkit.report.console import human_bytes
+from toolkit.core.env import compile_cache
+from toolkit.core.text import human_bytes
 
 #: Columns shown first in the per-tensor table; the rest follow in the DataFrame's order.
 LEADING_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "Role", "Abnormal",
@@ -54,7 +54,7 @@ def is_missing(v) -> bool:
 
 
 def fmt(v) -> str:
-    """A value as display text: floats as toolkit.report.console.show prints them (6 significant digits, more
+    """A value as display text: floats as toolkit.core.text.show prints them (6 significant digits, more
     when that would read as ±1 or on the wrong side of it), NaN/None → '',
     booleans yes/no, lists joined with ', ', dicts as 'key: value; ...'."""
     if is_missing(v):
@@ -64,7 +64,7 @@ def fmt(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        from toolkit.report.console import show
+        from toolkit.core.text import show
 
         return show(v) if np.isfinite(v) else str(float(v))
     if isinstance(v, (list, tuple, set, np.ndarray)):
@@ -91,7 +91,7 @@ def facts(mapping: dict | None, keys=None) -> list[dict]:
 
 def _float_cells(values: np.ndarray) -> tuple[list[str], list[str]]:
     """:func:`fmt` and :func:`sort_key` of a float column in two list passes (no per-cell type dispatch)."""
-    from toolkit.report.console import show
+    from toolkit.core.text import show
 
     nums, missing = values.tolist(), np.isnan(values).tolist()
     texts = ["" if nan else f"{v + 0.0:.6g}" for v, nan in zip(nums, missing)]  # + 0.0: -0.0 reads "0" as in fmt

@@ -5,7 +5,7 @@ Files (all written atomically: a temporary file in the same folder, then ``os.re
 - ``result.csv``: ``Diagnosis.table`` (one row per tensor; list cells such as AbnormalMetrics joined with ';';
   missing values empty);
 - ``summary.json``: the keys of ``Diagnosis.summary`` at top level plus ``findings``, ``tasks``, ``triage``,
-  ``environment`` and ``memory``, and ``compile_cache`` (toolkit.env.compile_cache: the compile cache folder, mode
+  ``environment`` and ``memory``, and ``compile_cache`` (toolkit.core.env.compile_cache: the compile cache folder, mode
   and size limit used, resolved from the config and the environment) when the config is a compile config;
   strict JSON (NaN and ±inf become null, numpy scalars become numbers, DataFrames become lists of records);
 - ``findings.json``: the findings as a list of {severity, kind, subject, evidence, recommendation};
@@ -163,7 +163,7 @@ def summary_data(diag: Diagnosis) -> dict:
     data.update(findings=[f.to_dict() if hasattr(f, "to_dict") else f for f in diag.findings], tasks=diag.tasks,
                 triage=diag.triage, environment=diag.environment, memory=diag.memory)
     if "compile_cache" not in data:
-        from toolkit.env import compile_cache
+        from toolkit.core.env import compile_cache
 
         cache = compile_cache(data.get("config"))  # the folder used, next to the config's "" (= the default)
         if cache is not None:

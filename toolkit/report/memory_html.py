@@ -10,7 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from toolkit.memory.lifetimes import lifetimes
-from toolkit.report.console import human_bytes
+from toolkit.core.text import human_bytes
 from toolkit.report.context import grid
 from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import esc

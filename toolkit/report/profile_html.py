@@ -19,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.profile.optable import TIME_KINDS, op_statistic, op_summary_frame
 from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
 from toolkit.report.csvjson import atomic_write_text

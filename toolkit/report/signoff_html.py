@@ -71,7 +71,7 @@ def render_signoff(summary: dict, table: pd.DataFrame | None, out_dir: Path, fil
 
 def regress_context(rep: dict) -> dict:
     """Template data of regress.html from the regress report (regress.json content)."""
-    from toolkit.report.console import show_pair
+    from toolkit.core.text import show_pair
 
     def g(rows, cols):
         return context.grid(pd.DataFrame(rows), cols) if rows else {"columns": [], "rows": []}

@@ -1,6 +1,6 @@
 """tune.html: the report of `npuscope tune` (one self-contained file, plotly.js inlined, opens offline).
 
-``render_tune_report(result, out_dir, model_name)`` turns a :class:`toolkit.precision.tune.TuneResult` into plain
+``render_tune_report(result, out_dir, model_name)`` turns a :class:`toolkit.tuning.tune.TuneResult` into plain
 data (grids and key/value lists, formatted by toolkit.report.context) and renders ``templates/tune.html.j2``
 with the same jinja2 environment (autoescape on) and helpers as the diagnosis report.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from toolkit.precision.tune import format_target
+from toolkit.tuning.tune import format_target
 from toolkit.report.context import facts, fmt, grid
 from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import LOG_FLOOR, esc

@@ -35,7 +35,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compiler.passes.check_constants import FP32_PARAMETERS
 from toolkit.compiler.plan import KernelSpec, Plan
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 from toolkit.ir.graph import node_reads
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.compiler.pipeline import CompileResult
-from toolkit.errors import InputError, UserError
+from toolkit.core.errors import InputError, UserError
 from toolkit.runtime import ort_values
 from toolkit.runtime.kernels import build_kernels
 

@@ -11,7 +11,7 @@ import os
 
 import onnxruntime as ort
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
 
 _STATE = {"global": None, "allocator": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from toolkit.errors import ModelError
+from toolkit.core.errors import ModelError
 
 #: bits per element of ONNX's packed sub-byte types
 _BITS = {getattr(TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from toolkit.compare.layerwise import not_compared_reason
 from toolkit.memory.planner import Block, find_conflicts
-from toolkit.report.console import show, show_line, show_vs  # noqa: F401 - the message number formats; also imported from here
+from toolkit.core.text import show, show_line, show_vs  # noqa: F401 - the message number formats; also imported from here
 from toolkit.signoff.policy import bound_of, output_limits
 
 FP16_MAX = 65504.0

@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 
 import onnx
 
-from toolkit.env import environment
-from toolkit.errors import ModelError, UserError
+from toolkit.core.env import environment
+from toolkit.core.errors import ModelError, UserError
 
 #: {package: (minimum inclusive, maximum exclusive)}; None = unbounded.
 COMPATIBILITY: dict[str, tuple[str | None, str | None]] = {

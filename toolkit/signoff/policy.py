@@ -1,7 +1,7 @@
 """The signoff policy: a TOML file of written criteria a model must meet before it ships.
 
 Every section is optional; a section that is present adds its criteria. Unknown sections and keys are refused
-with a one-line :class:`toolkit.errors.ConfigError` suggesting the closest valid name.
+with a one-line :class:`toolkit.core.errors.ConfigError` suggesting the closest valid name.
 Names are checked twice: the policy alone at load time (:func:`load_policy` / :func:`policy_from_dict`: sections,
 keys, types, ranges, the device profile), and against the model once it is loaded, before any input runs
 (:func:`check_policy_model`: output names of ``[outputs.NAME]``, node names of ``[layers] ignore``, tensor names
@@ -61,8 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
-from toolkit.config import _check_op_type, suggest
-from toolkit.errors import ConfigError
+from toolkit.config.schema import _check_op_type
+from toolkit.core.text import suggest
+from toolkit.core.errors import ConfigError
 
 #: What a count-typed key takes (TOML integers only: 1.5 or 2.0 are refused), as its messages say it.
 WHOLE_GE0 = "a whole number >= 0"
@@ -124,9 +125,9 @@ def load_policy(path: str | Path) -> Policy:
     if not p.exists() or p.is_dir():
         raise ConfigError(f"policy file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; check the "
                           "--policy path")
-    from toolkit.textfile import open_regular, read_user_text
+    from toolkit.core.textfile import open_regular, read_user_text
 
-    # only a regular file: a FIFO, device or a link to /dev/zero is refused, never read (toolkit.textfile)
+    # only a regular file: a FIFO, device or a link to /dev/zero is refused, never read (toolkit.core.textfile)
     text = read_user_text(p, "policy file", ConfigError, "give the policy as a regular UTF-8 TOML file",
                           regular_only=True)
     try:
@@ -202,7 +203,7 @@ def _check_section(sec: str, body: dict, where: str) -> None:
             raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected a list of {STRING_LISTS[sec, key]} "
                               "(non-empty strings)")
         if (sec, key) == ("placement", "allowed_cpu_ops"):
-            for op in val:  # ONNX op types, as the config's op type options (toolkit.config._check_op_type)
+            for op in val:  # ONNX op types, as the config's op type options (toolkit.config.schema._check_op_type)
                 _check_op_type(op, f"{where}: [placement] allowed_cpu_ops")
     _check_ranges(sec, body, where)
 

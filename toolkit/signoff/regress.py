@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
-from toolkit.config import suggest
-from toolkit.errors import InputError, UsageError
-from toolkit.report.console import show_line, show_pair
+from toolkit.core.text import suggest
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.text import show_line, show_pair
 from toolkit.report.csvjson import undo_formula_safe
 from toolkit.signoff.policy import BOUNDABLE
 

@@ -26,10 +26,10 @@ import pandas as pd
 
 from toolkit.compare.metrics import compare_tensors
 from toolkit.compare.tasks import run_tasks
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
-from toolkit.env import environment
-from toolkit.errors import InputError
+from toolkit.core.env import environment
+from toolkit.core.errors import InputError
 from toolkit.inputs import input_specs, load_npz
 from toolkit.ir.load import load_model
 from toolkit.runtime.reference import ReferenceRunner
@@ -166,7 +166,7 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
     _compile_shapes(policy, config, ev, compiled, model, src.path)
     ev.output_classes = ev.output_classes or {o: c for o, (_, c) in output_dtypes(model).items()}
     results = check_unique(evaluate(policy, ev) + list(extra_results))
-    from toolkit.env import compile_cache
+    from toolkit.core.env import compile_cache
     from toolkit.ir.load import file_sha256, loaded_sha256
 
     sha = loaded_sha256(src.path) or file_sha256(src.path)  # the bytes evaluated, even if the file changed since

@@ -19,7 +19,7 @@ CANN 8.1.RC1); each module docstring states where we depart from it and why.
 """
 
 from .compare import ROW_KEYS, compare_tensors, tolerance_that_would_pass
-from .dtypes import dtype_class, standard, value_kind
+from toolkit.core.dtypes import dtype_class, standard, value_kind
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec

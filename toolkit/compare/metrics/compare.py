@@ -11,9 +11,9 @@ from typing import Mapping
 
 import numpy as np
 
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 
-from .dtypes import dtype_class, standard, value_kind
+from toolkit.core.dtypes import dtype_class, standard, value_kind
 from .exact import exact_match_rate
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
 from .registry import METRICS, THRESHOLDABLE

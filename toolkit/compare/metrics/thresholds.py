@@ -16,7 +16,7 @@ import math
 import re
 from typing import Mapping
 
-from toolkit.errors import UsageError
+from toolkit.core.errors import UsageError
 
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL

@@ -5,11 +5,11 @@ static in the model keeps its size, and a symbolic dim (``dim_param``, e.g. ``"s
 gets one value in all of them. After binding, strict ONNX shape inference must get through the graph: shapes the
 graph cannot take (an Add of ``[.., 16]`` and ``[.., 32]``) would otherwise leave the node's outputs untyped in
 the compiler's (non-strict) inference, get them placed as host values and break the kernel builder (a KeyError).
-They are a :class:`toolkit.errors.ModelError` naming the first failing node, saying whether the given shapes or
+They are a :class:`toolkit.core.errors.ModelError` naming the first failing node, saying whether the given shapes or
 the model's own declared shapes are at fault. Shapes that pass inference but fail in onnxruntime (a Reshape to a
 fixed size) are caught at run time by :func:`raise_if_reference_fails`.
 
-Errors about the shapes are :class:`toolkit.errors.ConfigError` (exit 2) by default, since the shapes come from
+Errors about the shapes are :class:`toolkit.core.errors.ConfigError` (exit 2) by default, since the shapes come from
 ``input_shape`` / ``--input-shape`` / gears; callers binding the shapes of data pass ``error=InputError``.
 """
 
@@ -19,7 +19,7 @@ import re
 
 import onnx
 
-from toolkit.errors import ConfigError, ModelError
+from toolkit.core.errors import ConfigError, ModelError
 from toolkit.ir.shape_inference import infer_light
 # dim_params exporters write for "unknown" ("", "?"): not symbols that inputs share
 from toolkit.inputs.spec import _UNNAMED as UNNAMED
@@ -85,7 +85,7 @@ def check_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]
         ``error``: an unknown input (with did-you-mean), a rank or a static dim that disagrees, a -1 on a static
         dim, or one symbolic dim given two sizes ("dim 'seq' is 16 in x but 32 in mask").
     """
-    from toolkit.config import suggest
+    from toolkit.core.text import suggest
 
     declared = {vi.name: declared_dims(vi) for vi in model_inputs(model)}
     seen: dict[str, tuple[int, str]] = {}

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.compiler.pipeline import Finding, PassResult, register_pass
+from toolkit.core.records import Finding
+from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
 
 #: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
@@ -177,7 +178,7 @@ def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
 
 def describe(ev: dict) -> str:
     """What FP16 conversion does to a constant, in words, from :func:`material_issues` evidence."""
-    from toolkit.report.console import show
+    from toolkit.core.text import show
 
     parts = []
     if "overflow" in ev:

@@ -24,8 +24,9 @@ import logging
 
 import numpy as np
 
-from toolkit.compiler.pipeline import Finding, PassResult, register_pass
-from toolkit.errors import ConfigError
+from toolkit.core.records import Finding
+from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.core.errors import ConfigError
 from toolkit.ir.graph import node_reads
 from toolkit.precision.contract import op_class
 from toolkit.precision.support import unsupported_reason
@@ -70,7 +71,7 @@ def check_keys(ctx, entries: dict) -> list[str]:
     lines for op types this model does not use."""
     import onnx
 
-    from toolkit.config import suggest
+    from toolkit.core.text import suggest
 
     nodes = {n.name for n in ctx.graph.nodes} | {o for n in ctx.graph.nodes for o in _originals(ctx, n)}
     used_types = {n.op_type for n in ctx.graph.nodes}

@@ -126,8 +126,8 @@ def check_disable_reuse(cfg, graph, kernels, tensors) -> None:
     """Refuse a ``disable_reuse`` name that is no tensor, node or kernel of the model (as keep_dtype refuses
     unknown nodes); a model tensor fused inside a kernel has no range and is accepted. Raises ConfigError
     (exit 2) naming the config file, with a did-you-mean."""
-    from toolkit.config import suggest
-    from toolkit.errors import ConfigError
+    from toolkit.core.text import suggest
+    from toolkit.core.errors import ConfigError
 
     _, unknown = exclusive_tensors(cfg.disable_reuse, kernels, tensors)
     model_names = {n.name for n in graph.nodes} | {t for n in graph.nodes for t in (*n.input, *n.output) if t}

@@ -1,4 +1,4 @@
-"""compile.log as written by ``npuscope compile/run/diagnose`` (toolkit.artifacts.write_compile_artifacts,
+"""compile.log as written by ``npuscope compile/run/diagnose`` (toolkit.core.artifacts.write_compile_artifacts,
 lines of ``CompileResult.log_lines()``).
 
 Format: one header line per pass, then its detail lines indented by four spaces::
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.logs.detect import head_lines
 from toolkit.logs.jsonio import number
 from toolkit.logs.numbers import sane
 from toolkit.logs.registry import Parser, ParseResult, register_parser
-from toolkit.textfile import open_regular_text
+from toolkit.core.textfile import open_regular_text
 
 NAME = "compile_log"
 DESCRIPTION = "npuscope compile.log (pass headers with op counts, fusion matches, memory plan)"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.logs.jsonio import read_text
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.compiler.pipeline import Finding
+from toolkit.core.records import Finding
 from toolkit.logs.jsonio import load_events, number
 from toolkit.logs.numbers import MAX_ABS
 from toolkit.logs.registry import Parser, ParseResult, register_parser

@@ -2,7 +2,7 @@
 
 For every FP16 kernel of a built plan, :func:`kernel_sensitivity` re-runs the kernel alone on the FP32
 reference's values of its inputs, converted to the storage dtype the kernel reads them in
-(toolkit.compare.isolate), and compares the result with the reference: that is the kernel's LOCAL error.
+(toolkit.reexec.isolate), and compares the result with the reference: that is the kernel's LOCAL error.
 The ACCUMULATED error is the same tensor from the full NPU run (every upstream kernel's error included), as
 diagnose measures it. :func:`rank_kernels` orders the kernels for the FP32-fallback search.
 
@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from toolkit.compare.isolate import isolate
+from toolkit.reexec.isolate import isolate
 from toolkit.compare.metrics import METRICS, compare_tensors
 from toolkit.compare.metrics.reductions import as_flat64, reduce_pair
 from toolkit.precision.ranges import FP16_MAX

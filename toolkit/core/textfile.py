@@ -16,7 +16,7 @@ import os
 import stat
 from pathlib import Path
 
-from toolkit.errors import UserError
+from toolkit.core.errors import UserError
 
 
 def read_user_text(path: str | os.PathLike, what: str, error: type[UserError], hint: str = "", *,

@@ -142,7 +142,7 @@ def compile_cache(config: dict | None) -> dict | None:
     if not isinstance(config, dict) or "op_compiler_cache_mode" not in config:
         return None
     from toolkit.cache.settings import ENV_DIR, from_config
-    from toolkit.errors import ConfigError
+    from toolkit.core.errors import ConfigError
 
     try:
         settings = from_config(config)

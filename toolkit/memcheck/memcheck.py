@@ -1,7 +1,7 @@
 """``npuscope memcheck``: static, dynamic and differential checks of a memory plan, and a verified fix.
 
-- static: :func:`toolkit.memory.static_check.static_conflicts` (writer, victim, late reader);
-- dynamic: :func:`toolkit.memory.dynamic_check.dynamic_check` (poisoned, owner-tagged run);
+- static: :func:`toolkit.memcheck.static_check.static_conflicts` (writer, victim, late reader);
+- dynamic: :func:`toolkit.memcheck.dynamic_check.dynamic_check` (poisoned, owner-tagged run);
 - differential: the same plan with reuse off (every tensor its own range) vs. the plan under check; the first
   tensor (in kernel order, then the graph outputs) that is not bitwise equal is attributed to the conflict
   whose late read produced it;
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from toolkit.memory.dynamic_check import dynamic_check
-from toolkit.memory.planio import attach_plan, no_reuse_plan, relocate
-from toolkit.memory.static_check import Conflict, static_conflicts
+from toolkit.memcheck.dynamic_check import dynamic_check
+from toolkit.memcheck.planio import attach_plan, no_reuse_plan, relocate
+from toolkit.memcheck.static_check import Conflict, static_conflicts
 
 #: Columns of conflicts.csv (one row per static conflict).
 CONFLICT_COLUMNS = ["Writer", "WriterStep", "Written", "Victim", "Reader", "ReaderStep", "Kind", "OverlapStart",

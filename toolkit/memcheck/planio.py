@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from toolkit.compiler.plan import Plan
-from toolkit.errors import InputError, UsageError, UserError
+from toolkit.core.errors import InputError, UsageError, UserError
 from toolkit.memory.planner import align
 
 
@@ -117,7 +117,7 @@ def _check_tensor_names(tensors: list[dict], where: str) -> None:
             raise InputError(f"{where}, tensor #{i} '{alias[:60]}': field 'alias_of' names the tensor itself; "
                              "set it to null or to the tensor whose bytes it shares")
         if alias not in first:
-            from toolkit.config import suggest
+            from toolkit.core.text import suggest
             raise InputError(f"{where}, tensor #{i} '{t['name'][:60]}': field 'alias_of' names '{alias[:60]}', "
                              f"which is not a tensor of the plan{suggest(alias, list(first))}; set it to null or "
                              "to the tensor whose bytes it shares")
@@ -127,12 +127,12 @@ def load_plan(path) -> Plan:
     """Read plan.json and validate it (:func:`validate_plan_dict`). Raises InputError (missing file, bad JSON,
     an unknown version, missing/unknown/wrongly typed fields, a tensor listed twice, an ``alias_of`` naming no
     tensor, offsets outside the arena). A misaligned offset is left to ``memcheck``
-    (toolkit.memory.static_check.misaligned)."""
+    (toolkit.memcheck.static_check.misaligned)."""
     p = Path(path)
     if not p.exists() or p.is_dir():
         raise InputError(f"plan file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; write one with "
                          "`npuscope compile` (plan.json)")
-    from toolkit.textfile import NotRegularFile, open_regular
+    from toolkit.core.textfile import NotRegularFile, open_regular
 
     try:
         with open_regular(p) as fh:  # a FIFO, device or a link to /dev/zero is refused, never read
@@ -157,9 +157,9 @@ def load_plan(path) -> Plan:
 
 
 def plan_config(plan: Plan, path):
-    """The toolkit.config.Config ``plan`` (read from ``path``) records; raises ConfigError (exit 2) when the
+    """The toolkit.config.schema.Config ``plan`` (read from ``path``) records; raises ConfigError (exit 2) when the
     recorded config is not valid (an unknown option or value)."""
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     return Config.from_dict(plan.config, where=f"{plan_where(path)} config")
 

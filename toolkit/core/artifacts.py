@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolkit.errors import ModelError, UsageError
-from toolkit.report.console import printable
+from toolkit.core.errors import ModelError, UsageError
+from toolkit.core.text import printable
 
 #: Windows device names, reserved with any extension (CON, CON.txt): https://learn.microsoft.com/windows/win32/fileio/naming-a-file
 _RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?", re.IGNORECASE)
@@ -151,7 +151,7 @@ def write_compile_artifacts(compiled, out: Path) -> dict[str, Path]:
         "compile_findings": out / "compile_findings.json",
     }
     write_json(files["plan"], compiled.plan.to_dict())
-    # one line per entry, names escaped (toolkit.report.console.printable): a plain-text file people cat
+    # one line per entry, names escaped (toolkit.core.text.printable): a plain-text file people cat
     write_text(files["compile_log"], "\n".join(map(printable, compiled.log_lines())) + "\n")
     write_json(files["fusion_result"], compiled.fusion_result_json())
     write_json(files["compile_findings"], [f.to_dict() for f in compiled.findings])
@@ -163,14 +163,14 @@ def storable(value, name: str = "array") -> np.ndarray:
     stores): an array of a dtype plain numpy reads back without pickle (docs/array-files.md). Strings (object
     arrays of str, as onnxruntime returns ONNX STRING tensors; bytes) become numpy unicode ``<U``; ml_dtypes
     arrays become the standard dtype that holds their values exactly — bfloat16 / float8 / float4 → float32,
-    int4 / int2 → int8, uint4 / uint2 → uint8 (:func:`toolkit.compare.metrics.dtypes.standard`); other arrays
+    int4 / int2 → int8, uint4 / uint2 → uint8 (:func:`toolkit.core.dtypes.standard`); other arrays
     are unchanged (no copy). ``name`` names the value in errors.
 
     Raises:
         ModelError: ``value`` has no array form without pickle (an empty optional (None), a sequence of tensors
             of different shapes, an object array of non-strings).
     """
-    from toolkit.compare.metrics.dtypes import standard
+    from toolkit.core.dtypes import standard
 
     what = "an empty optional (None)" if value is None else None
     if what is None:
@@ -265,7 +265,7 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
 def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
     """Refuse, before any work, a ``--dump`` folder that cannot be written: an existing file, a non-empty
     folder, the same folder as ``--out`` or one that holds ``--out`` (UsageError, exit 2)."""
-    from toolkit.errors import UsageError
+    from toolkit.core.errors import UsageError
 
     if not dump_dir:
         return

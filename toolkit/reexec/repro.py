@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from toolkit.artifacts import save_npz, write_json, write_text
+from toolkit.core.artifacts import save_npz, write_json, write_text
 from toolkit.ir.graph import node_reads
-from toolkit.report.console import printable
+from toolkit.core.text import printable
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
@@ -108,7 +108,7 @@ def _free_name(name: str, model: onnx.ModelProto) -> str:
 
 def _plan(model: onnx.ModelProto, config: dict, shapes: dict):
     from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
+    from toolkit.config.schema import Config
 
     cfg = Config.from_dict({k: v for k, v in config.items() if k != "input_shape"})
     return compile_model(model, cfg, input_shapes=shapes).plan

@@ -119,11 +119,11 @@ def _differs(t: str, golden: dict, device: dict) -> bool:
 
 
 def _judge_fp32(model, nodes, golden, device, t, stored, thresholds, noise) -> dict | None:
-    """The compare row of ``t`` from ``nodes`` run alone in FP32 (toolkit.compare.repro.run_subgraph) on the
+    """The compare row of ``t`` from ``nodes`` run alone in FP32 (toolkit.reexec.repro.run_subgraph) on the
     reference values of their inputs, those in ``stored`` replaced by the device's (as the plan stored them);
     None if they cannot run alone."""
     from toolkit.compare.metrics import compare_tensors
-    from toolkit.compare.repro import run_subgraph
+    from toolkit.reexec.repro import run_subgraph
 
     feeds = dict(golden)
     feeds.update({s: _as_reference_dtype(device[s], golden[s]) for s in stored})
@@ -157,7 +157,7 @@ def fp32_fix(plan, model, golden: dict, device: dict, kernel, tensor: str, thres
     """What must run in FP32 for ``kernel``'s output ``tensor`` to match the reference, when keeping ``kernel``
     alone in FP32 is not enough because the values it reads were rounded to FP16 upstream.
 
-    The kernel's ONNX nodes run in FP32 (:func:`toolkit.compare.repro.run_subgraph`) on the values the plan
+    The kernel's ONNX nodes run in FP32 (:func:`toolkit.reexec.repro.run_subgraph`) on the values the plan
     stored for their inputs (``device``: FP16-stored tensors rounded, FP32 ones carrying whatever FP16 rounding
     flowed into them), judged against the reference with the kernel's op-class noise allowance. Normal:
     keeping ``kernel`` in FP32 is enough (None). Abnormal: the inputs whose stored value alone breaks it (each

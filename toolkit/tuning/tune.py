@@ -8,7 +8,7 @@ kernel sessions are cached by model digest):
    (toolkit.precision.ranges) and, from input 0, the tensor shapes for the FLOP estimate (coverage).
 2. The plan in the given config (default allow_mix_precision) on every input, each right after its
    reference: if the target holds, the set is empty.
-3. Sensitivity (toolkit.precision.sensitivity) on the worst input, whose full reference step 1 kept:
+3. Sensitivity (toolkit.tuning.sensitivity) on the worst input, whose full reference step 1 kept:
    single-kernel isolation for every FP16 kernel, ranked by overflow evidence, measured share of the output
    error and local error.
 4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
@@ -42,12 +42,12 @@ from toolkit.compare.metrics import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.compare.metrics.thresholds import _in_range, _number, check_metric_name
 from toolkit.compiler.pipeline import compile_model, recompile_precision
-from toolkit.config import Config
+from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
-from toolkit.errors import InputError, UsageError
+from toolkit.core.errors import InputError, UsageError
 from toolkit.precision import coverage as cov
 from toolkit.precision.ranges import RangeStats, range_findings
-from toolkit.precision.sensitivity import (
+from toolkit.tuning.sensitivity import (
     compare_metrics,
     kernel_sensitivity,
     rank_kernels,

@@ -5,7 +5,7 @@ A loader script is a Python file defining ``inputs()`` (or the function named af
 (big-endian arrays made native, str arrays for string inputs: toolkit.inputs.validate.conform_feed) and
 checked against the model's inputs (toolkit.inputs.check_feed). Every file of a folder and every set of a
 loader is used; more than ``max_sets`` (``tune --max-inputs``) is refused, never cut. The loader is user code:
-whatever it raises (sys.exit() included) is a one-line InputError (toolkit.usercode). Without ``--inputs``
+whatever it raises (sys.exit() included) is a one-line InputError (toolkit.core.usercode). Without ``--inputs``
 the model's default input (realistic / sample generator / seeded random, as for diagnose) is the one set.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import onnx
 
-from toolkit import usercode
-from toolkit.errors import InputError
+from toolkit.core import usercode
+from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed, input_specs, load_npz
 from toolkit.inputs.validate import conform_feed, feed_arrays
 
@@ -55,7 +55,7 @@ def _call_loader(fn, path: Path, fn_name: str, max_sets: int):
     exception while calling ``fn`` (e.g. it takes arguments), taking its result as an iterable (e.g. it returns
     5) or iterating it (e.g. the generator raises after the first feed) becomes a one-line InputError naming
     the script and function; so does sys.exit() (SystemExit, any code) or another BaseException but
-    KeyboardInterrupt there (toolkit.usercode)."""
+    KeyboardInterrupt there (toolkit.core.usercode)."""
     where = f"--inputs loader script '{path}'"
     what = f"{where}: {fn_name}()"
     result, exc = usercode.capture(fn, what=what, error=InputError)

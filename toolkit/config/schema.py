@@ -1,7 +1,7 @@
 """Compile/run configuration, with the converter's option names.
 
 A config is a JSON or TOML file (or a dict) whose keys are the fields of :class:`Config`. Unknown keys and
-invalid values are refused with a :class:`toolkit.errors.ConfigError` that suggests the closest valid name.
+invalid values are refused with a :class:`toolkit.core.errors.ConfigError` that suggests the closest valid name.
 
 Paths inside a config file (``keep_dtype``, ``modify_mixlist``, ``fusion_switch_file``) are resolved
 relative to the config file's folder.
@@ -10,14 +10,14 @@ relative to the config file's folder.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from toolkit.errors import ConfigError
+from toolkit.core.errors import ConfigError
+from toolkit.core.text import suggest
 
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 IMPL_MODES = ("high_precision", "high_performance")
@@ -26,25 +26,6 @@ REUSE_POLICIES = ("off", "conservative", "aggressive", "greedy")  # "greedy": ol
 #: Largest size input_shape / gears may give a dim (ONNX dims are int64).
 _MAX_DIM = 2**63 - 1
 
-
-#: At most this many valid names are listed when no close match exists (e.g. ~200 ONNX op types).
-SUGGEST_MAX_NAMES = 10
-
-
-def suggest(word: str, choices) -> str:
-    """' (did you mean 'x'?)' for the closest of ``choices`` (difflib ratio >= 0.5; a case-insensitive
-    equal name first), else ' (valid: a, b, ...)' with at most :data:`SUGGEST_MAX_NAMES` names sorted, then
-    '... (N more)'."""
-    names = [str(c) for c in choices]
-    same_case = [n for n in names if n.lower() == str(word).lower()]
-    close = same_case[:1] or difflib.get_close_matches(str(word), names, n=1, cutoff=0.5)
-    if close:
-        return f" (did you mean '{close[0]}'?)"
-    shown = sorted(names)
-    more = len(shown) - SUGGEST_MAX_NAMES
-    if more > 0:
-        return f" (valid: {', '.join(shown[:SUGGEST_MAX_NAMES])}, ... ({more} more))"
-    return f" (valid: {', '.join(shown)})"
 
 
 def _cache_mode_default() -> str:
@@ -168,7 +149,7 @@ class Config:
     @classmethod
     def _load_stream(cls, p: Path) -> "Config":
         """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
-        from toolkit.textfile import read_user_text
+        from toolkit.core.textfile import read_user_text
 
         text = read_user_text(p, "config", ConfigError, "pass a .json or .toml file")
         try:
@@ -394,8 +375,8 @@ def fusion_pass_names(level: str) -> list[str]:
 
 
 def _read_text(p: Path, what: str, where: str | None) -> str:
-    """The text of a user's file (UTF-8, a BOM is skipped: toolkit.textfile). Raises ConfigError."""
-    from toolkit.textfile import read_user_text
+    """The text of a user's file (UTF-8, a BOM is skipped: toolkit.core.textfile). Raises ConfigError."""
+    from toolkit.core.textfile import read_user_text
 
     return read_user_text(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from toolkit.memory.aliases import is_view
 from toolkit.memory.lifetimes import lifetimes
-from toolkit.memory.static_check import FEED, READBACK
+from toolkit.memcheck.static_check import FEED, READBACK
 
 POISON = 0xFF
 

@@ -5,6 +5,7 @@ measured values printed side by side)."""
 
 from __future__ import annotations
 
+import difflib
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 
@@ -213,3 +214,23 @@ def compile_summary(compiled) -> list[str]:
     for f in compiled.findings:
         lines.append(f"{f.severity.upper()}: {f.kind} '{f.subject}': {f.recommendation}")
     return lines
+
+
+#: At most this many valid names are listed when no close match exists (e.g. ~200 ONNX op types).
+SUGGEST_MAX_NAMES = 10
+
+
+def suggest(word: str, choices) -> str:
+    """' (did you mean 'x'?)' for the closest of ``choices`` (difflib ratio >= 0.5; a case-insensitive
+    equal name first), else ' (valid: a, b, ...)' with at most :data:`SUGGEST_MAX_NAMES` names sorted, then
+    '... (N more)'."""
+    names = [str(c) for c in choices]
+    same_case = [n for n in names if n.lower() == str(word).lower()]
+    close = same_case[:1] or difflib.get_close_matches(str(word), names, n=1, cutoff=0.5)
+    if close:
+        return f" (did you mean '{close[0]}'?)"
+    shown = sorted(names)
+    more = len(shown) - SUGGEST_MAX_NAMES
+    if more > 0:
+        return f" (valid: {', '.join(shown[:SUGGEST_MAX_NAMES])}, ... ({more} more))"
+    return f" (valid: {', '.join(shown)})"

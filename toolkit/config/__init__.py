@@ -1,0 +1,1 @@
+"""The configuration schema (:mod:`toolkit.config.schema`): fields, types, enums, defaults, file loading."""
