@@ -38,9 +38,9 @@ from bytecode import compile_toolkit
 
 FRESH = r"""
 import json, sys, time
-from toolkit.runtime.ort_env import enable_global_thread_pool
+from toolkit.ort.ort_env import enable_global_thread_pool
 enable_global_thread_pool()
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
 from toolkit.runtime.npu import NpuRuntime
@@ -93,13 +93,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     compile_toolkit()  # .pyc files, as after `pip install .` (bench/bytecode.py)
-    from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
+    from toolkit.ort.ort_env import enable_global_thread_pool, session_options
     enable_global_thread_pool()
     import onnxruntime as ort
     import onnxscript.optimizer  # noqa: F401 - imported up front: an import is not compile time
 
     from toolkit import zoo
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.config.schema import Config
     from toolkit.ir.load import load_model
     from toolkit.runtime import kernels

@@ -25,11 +25,11 @@ from bytecode import compile_toolkit
 COLD = r"""
 import time, json, sys
 t0 = time.perf_counter()
-from toolkit.runtime.ort_env import enable_global_thread_pool
+from toolkit.ort.ort_env import enable_global_thread_pool
 enable_global_thread_pool()
 from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.runtime.npu import NpuRuntime
 t1 = time.perf_counter()
 m = load_model(sys.argv[1])
@@ -59,7 +59,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     args = ap.parse_args()
     compile_toolkit()  # .pyc files, as after `pip install .` (bench/bytecode.py)
-    from toolkit.runtime.ort_env import enable_global_thread_pool, session_options
+    from toolkit.ort.ort_env import enable_global_thread_pool, session_options
     enable_global_thread_pool()
     import onnxruntime as ort
     from toolkit import zoo

@@ -69,7 +69,7 @@ def measured_run() -> None:
     from toolkit.config.schema import Config
     from toolkit.gears import dp
     from toolkit.gears.session import GearSession
-    from toolkit.runtime.ort_env import enable_global_thread_pool
+    from toolkit.ort.ort_env import enable_global_thread_pool
 
     enable_global_thread_pool()
     rs = np.random.RandomState(1)

@@ -51,10 +51,10 @@ def main() -> None:
     ap.add_argument("--no-light", action="store_true")
     args = ap.parse_args()
     from toolkit.compiler.passes.plan_memory import place
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.config.schema import Config
     from toolkit.memcheck.static_check import static_conflicts
-    from toolkit.runtime.ort_env import enable_global_thread_pool
+    from toolkit.ort.ort_env import enable_global_thread_pool
 
     enable_global_thread_pool()
     mib = 2 ** 20

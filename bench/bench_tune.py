@@ -137,7 +137,7 @@ def worst(rows) -> tuple[float, float]:
 
 def tune_child(key: str, out: str) -> None:
     """Child-process body: tune one model once and write the result as JSON to ``out``."""
-    from toolkit.runtime.ort_env import enable_global_thread_pool
+    from toolkit.ort.ort_env import enable_global_thread_pool
 
     warnings.simplefilter("ignore")
     enable_global_thread_pool()  # as the npuscope CLI does (per-session pools make kernel builds ~8x slower)
@@ -202,7 +202,7 @@ def check_on_device(model, feed: dict, cond: dict, keep: list[str]) -> dict:
     against the FP32 onnxruntime reference with toolkit.tuning.tune.check_outputs."""
     from toolkit.engine import Session, shapes_of
     from toolkit.tuning.tune import check_outputs, keep_config, parse_target
-    from toolkit.runtime.reference import ReferenceRunner
+    from toolkit.ort.reference import ReferenceRunner
 
     cfg = keep_config(start_config(cond), keep)
     with np.errstate(all="ignore"):

@@ -20,7 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.cache import keys, store
 from toolkit.cache.settings import default_dir, from_config
 from toolkit.cache.store import LAYOUT, EntryStore, unpack
-from toolkit.compiler.pipeline import compile_model, recompile_precision
+from toolkit.engine import compile_model
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError
 from toolkit.runtime import kernels
@@ -274,7 +275,7 @@ def test_corrupted_kernel_entry_is_rebuilt(tmp_path, caplog):
 WORKER = textwrap.dedent("""
     import hashlib, json, sys
     import numpy as np, onnx
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.config.schema import Config
     from toolkit.runtime.npu import NpuRuntime
     model = onnx.load(sys.argv[1])

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.dumps import compare_dumps
+from toolkit.commands.compare_dumps import compare_dumps
 from toolkit.dumps.entry import DumpReadError, read_npy
 from toolkit.dumps.names import choose_convention, parse_device, parse_onnx_golden
 from toolkit.dumps.readers import SideSpec

@@ -1,4 +1,4 @@
-"""toolkit.ir.const_eval: the computable part of a graph folded by one onnxruntime evaluation.
+"""toolkit.ort.const_eval: the computable part of a graph folded by one onnxruntime evaluation.
 
 Every case checks the folded graph computes what the original computes (both run by onnxruntime, the
 original unfolded) and what was folded away, for each kind of computable node: constant inputs, Shape/Size
@@ -11,8 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.config.schema import Config
-from toolkit.compiler.pipeline import compile_model
-from toolkit.ir import const_eval
+from toolkit.engine import compile_model
+from toolkit.ort import const_eval
 
 LIMIT = 1 << 22
 

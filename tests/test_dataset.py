@@ -571,7 +571,7 @@ def test_folder_without_a_successful_result_does_not_block_a_rerun_with_other_se
     by a run with another config; one holding a successful result still refuses it."""
     from toolkit.dataset.store import open_store
     from toolkit.dataset.worker import error_record
-    from toolkit.dataset.workflow import prepare_job
+    from toolkit.commands.dataset import prepare_job
 
     out = tmp_path / "out"
     job = prepare_job("diagnose", str(case["model"]), Config.from_dict({"precision_mode": "force_fp32"}),
@@ -621,7 +621,7 @@ def test_unreadable_entries_are_error_rows(case, tmp_path, jobs):
                                              ("-2", None), ("1.5", None), ("+3", None), ("\u0663", None)])
 def test_npuscope_threads_is_a_non_negative_integer(monkeypatch, value, expected):
     from toolkit.core.errors import ConfigError
-    from toolkit.runtime.ort_env import intra_op_threads
+    from toolkit.ort.ort_env import intra_op_threads
 
     if value is None:
         monkeypatch.delenv("NPUSCOPE_THREADS", raising=False)

@@ -57,8 +57,8 @@ def check_result_csv(path: Path) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ diagnose / compare on the bundled sample
-needs_tables = pytest.mark.skipif(not has_module("toolkit.report.csvjson"),
-                                  reason="toolkit.report.csvjson (CSV/JSON writer) not written yet")
+needs_tables = pytest.mark.skipif(not has_module("toolkit.core.csvjson"),
+                                  reason="toolkit.core.csvjson (CSV/JSON writer) not written yet")
 
 
 @needs_tables
@@ -200,8 +200,8 @@ def test_planted_rule_inside_a_fused_kernel_names_that_kernel(tmp_path):
 def c02_report(tmp_path_factory):
     if not C02.is_dir():
         pytest.skip(f"{C02} not present")
-    if not has_module("toolkit.report.csvjson"):
-        pytest.skip("toolkit.report.csvjson not written yet")
+    if not has_module("toolkit.core.csvjson"):
+        pytest.skip("toolkit.core.csvjson not written yet")
     from toolkit import api
 
     out = tmp_path_factory.mktemp("c02") / "report"

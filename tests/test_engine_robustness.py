@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.compiler.pipeline import PASSES, _load_passes, compile_model
+from toolkit.compiler.registry import PASSES
+from toolkit.compiler.pipeline import _load_passes
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.engine import simulate
 

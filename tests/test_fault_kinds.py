@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 import faultkinds as fk
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of

@@ -55,7 +55,7 @@ def tiny_model(tmp_path):
 
 # ------------------------------------------------------------------------------------ 1. NPUSCOPE_THREADS
 def test_threads_upper_bound_is_four_per_cpu(monkeypatch):
-    from toolkit.runtime.ort_env import intra_op_threads
+    from toolkit.ort.ort_env import intra_op_threads
 
     limit = 4 * (os.cpu_count() or 1)
     monkeypatch.setenv("NPUSCOPE_THREADS", str(limit))
@@ -188,7 +188,7 @@ def test_config_files_with_bom_read_like_without(tmp_path):
 
 
 def test_policy_and_lengths_files_with_bom(tmp_path):
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
     from toolkit.signoff.policy import load_policy
 
     text = '[outputs."*"]\nCosineSimilarity = 0.9\n'
@@ -198,7 +198,7 @@ def test_policy_and_lengths_files_with_bom(tmp_path):
 
 
 def test_non_utf8_user_files_are_one_line_errors(tmp_path):
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
     from toolkit.signoff.policy import load_policy
 
     bad = "precision_mode = 'caf\xe9'\n".encode("latin-1")
@@ -278,7 +278,7 @@ def test_model_cache_that_is_a_file_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("name, content", [("/dev/null", None), ("empty.txt", b""), ("blank.txt", b"\n  \n")])
 def test_empty_lengths_file_is_not_called_missing(tmp_path, name, content):
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
 
     path = name if content is None else tmp_path / name
     if content is not None:

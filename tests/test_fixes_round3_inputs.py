@@ -227,7 +227,7 @@ def test_compile_zoo_model_uses_its_registered_input_shape(tmp_path):
 @pytest.fixture(scope="module")
 def compiled_resnet():
     from toolkit import samples
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.config.schema import Config
     from toolkit.ir.load import load_model
 
@@ -360,7 +360,7 @@ ADVICE_WORDS = {"pickled": "pickled", "truncated": "truncated", "garbage": "not 
 @pytest.mark.parametrize("side", ["golden", "target"])
 @pytest.mark.parametrize("how", ["pickled", "truncated", "garbage"])
 def test_compare_dumps_advice_matches_the_unreadable_reason(tmp_path, side, how):
-    from toolkit.dumps import compare_dumps
+    from toolkit.commands.compare_dumps import compare_dumps
     from toolkit.dumps.readers import SideSpec
 
     g, t = _dump_sides(tmp_path, side, how)
@@ -387,7 +387,7 @@ def test_cli_compare_dumps_pickled_recommendation(tmp_path):
 # ================================================================== 4c. tune's Cast count reads as what happened
 
 def test_count_change_wording():
-    from toolkit.api import count_change
+    from toolkit.commands.common import count_change
 
     assert count_change("Casts", 2) == "Casts added 2"
     assert count_change("Casts", -1) == "Casts removed 1"

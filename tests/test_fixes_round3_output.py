@@ -28,7 +28,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.core.text import printable, show_crossed
-from toolkit.report.csvjson import csv_text, formula_safe
+from toolkit.core.csvjson import csv_text, formula_safe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -354,7 +354,7 @@ def test_verdict_and_dump_reasons_print_crossed_values_beyond_their_lines(lines)
     """The verdict of diagnose/compare (with and without the lines passed) and of compare-dumps: a cosine of
     1 - 5e-8 crossing 0.99999999 and a max error just above 1e-3, both computed here with numpy."""
     from toolkit.diagnose import _verdict
-    from toolkit.dumps.workflow import judge
+    from toolkit.commands.compare_dumps import judge
 
     golden = np.linspace(1.0, 2.0, 64)
     device = golden.copy()

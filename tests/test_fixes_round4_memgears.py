@@ -32,7 +32,7 @@ from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.session import GearSession
-from toolkit.gears.workflow import check_dim, read_lengths
+from toolkit.commands.gears import check_dim, read_lengths
 from toolkit.memcheck.planio import load_plan
 from toolkit.memcheck.static_check import static_conflicts
 

@@ -24,7 +24,7 @@ import pytest
 from graphs import N, make_model
 from onnx import TensorProto, helper
 
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError
 

@@ -231,7 +231,7 @@ def test_a_handful_of_denormal_weights_is_not_reported_but_a_shifted_tensor_is()
 
 
 def _const_findings(nodes, inits, precision_mode="force_fp16"):
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
 
     m = _model(nodes, [("x", [2, 8])], [("y", [2, 8])], inits)
     res = compile_model(m, Config(precision_mode=precision_mode), input_shapes={"x": [2, 8]})
@@ -313,7 +313,7 @@ def _target_met(model, feed, cfg):
     import onnxruntime as ort
 
     from toolkit.engine import Session, shapes_of
-    from toolkit.runtime.ort_env import session_options
+    from toolkit.ort.ort_env import session_options
 
     got = Session(model, cfg, input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64).ravel()
     sess = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),

@@ -30,7 +30,7 @@ from toolkit.core.artifacts import save_npz, storable, write_npz
 from toolkit.compare.metrics import compare_tensors, dtype_class, line_origins, parse_thresholds, value_kind
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, ModelError
-from toolkit.runtime import ort_values
+from toolkit.ort import ort_values
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 OPSET = 25
@@ -331,7 +331,7 @@ def test_repro_files_read_back_and_feed_the_reproducer(name, tmp_path):
     from toolkit.reexec.repro import write_repro
     from toolkit.inputs.npz import load_npz
     from toolkit.inputs.spec import input_specs
-    from toolkit.runtime.reference import ReferenceRunner
+    from toolkit.ort.reference import ReferenceRunner
 
     model = CPU_MODELS[name]
     feeds = {"x": FEED}

@@ -261,7 +261,7 @@ def _compare_dumps(tmp_path: Path, model_path: Path, model, feeds, extra, thresh
     """compare-dumps of the same device tensors against an onnxruntime golden written here."""
     from toolkit.core.artifacts import write_dumps
     from toolkit.dumps.readers import SideSpec
-    from toolkit.dumps.workflow import compare_dumps
+    from toolkit.commands.compare_dumps import compare_dumps
 
     gold = tmp_path / "golden"
     gold.mkdir()

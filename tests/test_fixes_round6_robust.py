@@ -105,7 +105,7 @@ def run_npu(path: Path, feeds: dict):
     """(NPU RunResult with dumps, FP32 reference outputs) of the model at ``path`` (defaults: mixed precision)."""
     from toolkit.engine import Session
     from toolkit.ir.load import load_model
-    from toolkit.runtime.reference import ReferenceRunner
+    from toolkit.ort.reference import ReferenceRunner
 
     m = load_model(path)
     sess = Session(m, Config(), input_shapes={k: v.shape for k, v in feeds.items()})
@@ -191,7 +191,7 @@ def test_types_onnxruntime_cannot_run_are_one_line_errors(tmp_path, code, opset)
 def test_ortvalue_exchange_packs_sub_byte_types():
     """int4/uint4/int2 arrays survive the trip through onnxruntime's packed layout (checked by onnxruntime's own
     Cast of the packed tensor), odd counts included."""
-    from toolkit.runtime import ort_values
+    from toolkit.ort import ort_values
 
     for code, vals in [(T.INT4, [-8, 7, -1, 0, 3]), (T.UINT4, [15, 0, 9]), (T.INT2, [-2, 1, -1]),
                        (T.UINT2, [3, 0, 2, 1, 3])]:

@@ -170,7 +170,7 @@ def test_parse_log_profile_json_that_is_a_fifo_does_not_block(tmp_path):
 @pytest.mark.parametrize("reader", ["lengths", "policy", "plan", "mapping"])
 def test_user_files_that_are_not_regular_are_refused_without_reading(tmp_path, kind, reader):
     make_special(tmp_path / "f", kind)
-    call = {"lengths": "from toolkit.gears.workflow import read_lengths as f",
+    call = {"lengths": "from toolkit.commands.gears import read_lengths as f",
             "policy": "from toolkit.signoff.policy import load_policy as f",
             "plan": "from toolkit.memcheck.planio import load_plan as f",
             "mapping": "from toolkit.dumps.mapping import load_mapping as f"}[reader]
@@ -277,7 +277,7 @@ def test_impossible_op_summary_values_are_malformed_with_a_note(tmp_path):
 ])
 def test_lengths_lines_split_only_at_newline_and_errors_name_the_line(tmp_path, text, line):
     from toolkit.core.errors import InputError
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
 
     p = tmp_path / "l.txt"
     p.write_bytes(text.encode())
@@ -286,7 +286,7 @@ def test_lengths_lines_split_only_at_newline_and_errors_name_the_line(tmp_path, 
 
 
 def test_lengths_crlf_and_documented_whole_forms(tmp_path):
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
 
     p = tmp_path / "l.txt"
     p.write_bytes(b"5\r\n12.0\r\n1e3\r\n+7\r\n")
@@ -299,7 +299,7 @@ def test_lengths_crlf_and_documented_whole_forms(tmp_path):
 ])
 def test_lengths_csv_errors_name_the_line_where_the_row_starts(tmp_path, text, line):
     from toolkit.core.errors import InputError
-    from toolkit.gears.workflow import read_lengths
+    from toolkit.commands.gears import read_lengths
 
     p = tmp_path / "l.csv"
     p.write_bytes(text.encode())

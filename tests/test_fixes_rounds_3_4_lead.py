@@ -88,7 +88,7 @@ def test_formula_safe_csv_reads_back_exactly():
 
     import pandas as pd
 
-    from toolkit.report.csvjson import formula_safe, to_csv_safe, undo_formula_safe
+    from toolkit.core.csvjson import formula_safe, to_csv_safe, undo_formula_safe
 
     names = ["=HYPERLINK(\"x\")", "+cmd", "-n", "@at", "\tt", "'quoted", "''two", "'=q", "plain", "a=b"]
     df = pd.DataFrame({"TensorName": names, "Value": np.arange(len(names)) - 3.5})

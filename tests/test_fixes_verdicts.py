@@ -37,7 +37,7 @@ from toolkit.compare.metrics import compare_tensors
 from toolkit.core.records import Finding
 from toolkit.config.schema import Config
 from toolkit.diagnose import _verdict, diagnose, prepare
-from toolkit.dumps import compare_dumps
+from toolkit.commands.compare_dumps import compare_dumps
 from toolkit.dumps.readers import SideSpec
 from toolkit.engine import Session
 

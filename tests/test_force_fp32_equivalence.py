@@ -27,7 +27,7 @@ REL_MAX_ABS = 1e-4
 
 
 def ort_outputs(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray]:
-    from toolkit.runtime.ort_env import session_options
+    from toolkit.ort.ort_env import session_options
 
     sess = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
                                 providers=["CPUExecutionProvider"])

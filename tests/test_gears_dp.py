@@ -12,7 +12,7 @@ import pytest
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.gears import dp
-from toolkit.gears.workflow import read_lengths
+from toolkit.commands.gears import read_lengths
 
 
 def _brute_force(lengths, k, cost):

@@ -17,14 +17,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit import samples
 from toolkit.compiler.passes.bind_shapes import check_input_shapes
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.gears import dp
 from toolkit.gears.padding import padding_sensitivity
 from toolkit.gears.session import GearSession, pad_feeds
 from toolkit.gears.spec import MAX_GEARS, MIN_GEARS, parse_gears
-from toolkit.gears.workflow import config_snippet, read_lengths, recommend
+from toolkit.commands.gears import config_snippet, read_lengths, recommend
 
 FP32 = {"precision_mode": "force_fp32"}
 

@@ -9,8 +9,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.compiler.pipeline import compile_model
-from toolkit.engine import host_memory_bytes
+from toolkit.engine import compile_model
+from toolkit.runtime.host_memory import host_memory_bytes
 from toolkit.core.errors import ModelError
 from toolkit.runtime.npu import NpuRuntime
 

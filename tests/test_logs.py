@@ -201,7 +201,7 @@ def test_compile_log_parser_on_the_documented_format(tmp_path):
 def test_compile_log_parser_reads_a_real_compile_log(tmp_path):
     from toolkit import samples
     from toolkit.core.artifacts import write_compile_artifacts
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
 
     compiled = compile_model(samples.sample("transformer_block").build())
     files = write_compile_artifacts(compiled, tmp_path)
@@ -622,7 +622,7 @@ def test_compile_progress_reaches_the_log_at_info_and_details_at_debug(tmp_path)
     info = lines(1)
     assert info and all(m is not None for m in info)
     passes = [m["message"].split("]")[0].lstrip("[") for m in info if m["level"] == "INFO"]
-    from toolkit.compiler.pipeline import PASS_ORDER
+    from toolkit.compiler.stages import PASS_ORDER
     assert passes == list(PASS_ORDER)
     assert any("buffer_fusion" in m["message"] and "ops " in m["message"] for m in info)
     debug = lines(0)

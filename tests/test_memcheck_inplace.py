@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.memory.aliases import INPLACE_OPS, VIEW_OPS
-from toolkit.runtime.ort_env import make_session
+from toolkit.ort.ort_env import make_session
 
 BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"}
 POSITIVE = {"Sqrt", "Log", "Reciprocal", "Pow"}
@@ -65,7 +65,7 @@ def test_c10_repeated_runs_bitwise_equal_under_aggressive():
     from toolkit.config.schema import Config
     from toolkit.engine import Session, shapes_of
     from toolkit.memcheck.memcheck import memcheck
-    from toolkit.runtime.reference import ReferenceRunner  # noqa: F401 (import check only)
+    from toolkit.ort.reference import ReferenceRunner  # noqa: F401 (import check only)
 
     model = onnx.load(str(C10 / "model.onnx"))
     feeds = dict(np.load(C10 / "inputs.npz"))

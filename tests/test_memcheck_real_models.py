@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.memory.planner import POLICIES
 from toolkit.memcheck.static_check import static_conflicts

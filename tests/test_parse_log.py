@@ -28,7 +28,7 @@ from test_logs import (
 from toolkit.core.records import Finding
 from toolkit.core.errors import InputError
 from toolkit.logs.parsers import ort_profile
-from toolkit.logs.workflow import parse_log_command
+from toolkit.commands.parse_log import parse_log_command
 from toolkit.profile.optable import (
     OP_STATISTIC_COLUMNS,
     OP_SUMMARY_COLUMNS,

@@ -587,7 +587,7 @@ def test_skipping_the_folder_gives_the_plan_the_folder_gives(monkeypatch):
     """With nothing computable, skipping the folder must not change the plan (kernels, folded tensors, arena)."""
     from toolkit import samples
     from toolkit.compiler.passes import fold_constants as fc
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.ir.load import load_model
 
     for name in ("resnet_small", "transformer_block", "detector_head"):

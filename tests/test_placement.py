@@ -14,7 +14,8 @@ from graphs import N, make_model
 from onnx import TensorProto, helper
 
 from toolkit.compare.layerwise import layer_table
-from toolkit.compiler.pipeline import compile_model, recompile_precision
+from toolkit.engine import compile_model
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.engine import Session
 from toolkit.core.errors import ConfigError
@@ -26,7 +27,7 @@ from toolkit.precision.contract import CONTROL
 from toolkit.precision.support import UNSUPPORTED
 from toolkit.core.text import compile_summary
 from toolkit.runtime.npu import NpuRuntime
-from toolkit.runtime.reference import ReferenceRunner
+from toolkit.ort.reference import ReferenceRunner
 
 R = np.random.default_rng(11)
 W = (R.standard_normal((16, 16)) * 0.3).astype(np.float32)

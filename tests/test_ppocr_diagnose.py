@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from toolkit import zoo
-from toolkit.api import diagnose_command
+from toolkit.commands.diagnose import diagnose_command
 from toolkit.config.schema import Config
 from toolkit.inputs import binarize_iou, ctc_greedy_decode, read_ctc_characters, realistic_inputs
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def _ort_outputs(path, feeds):
-    from toolkit.runtime.ort_env import session_options
+    from toolkit.ort.ort_env import session_options
 
     sess = ort.InferenceSession(str(path), session_options(optimize=False), providers=["CPUExecutionProvider"])
     return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))

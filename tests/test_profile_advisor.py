@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graphs import N, make_model
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.profile.advisor import advise, verify
 from toolkit.profile.cost import kernel_costs

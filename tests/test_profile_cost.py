@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from graphs import N, make_model
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError
 from toolkit.profile.cost import as_placed, copy_time, kernel_costs
@@ -177,7 +177,7 @@ def test_user_device_files_are_labelled_by_their_file(tmp_path, content, label):
 
 
 def test_user_device_label_reaches_the_signoff_evidence(tmp_path):
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.profile.budget import device_timing
 
     p = tmp_path / "slow.json"

@@ -279,7 +279,7 @@ def test_cpu_kernels_tell_user_placement_from_fallback(case, kind, words):
 
 def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_fallback():
     from toolkit.config.schema import Config
-    from toolkit.profile.workflow import profile_model
+    from toolkit.commands.profile import profile_model
 
     placed = profile_model("transformer_block", Config(op_placement={"Softmax": "CPU"}), requests=2, advise=False)
     kinds = {(f.kind, f.subject) for f in placed.findings if f.kind in ("cpu_fallback", "cpu_placement")}
@@ -432,7 +432,7 @@ def _key_rows(df):
 def test_trace_json_round_trips_through_parse_log(tmp_path, with_prepost):
     from collections import Counter
 
-    from toolkit.logs.workflow import collect
+    from toolkit.commands.parse_log import collect
     from toolkit.profile.summary import MEASURED_STREAM_ID
 
     n = 3

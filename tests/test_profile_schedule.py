@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from graphs import N, make_model
-from toolkit.compiler.pipeline import compile_model
+from toolkit.engine import compile_model
 from toolkit.compiler.plan import KernelSpec, Plan, TensorSpec
 from toolkit.config.schema import Config
 from toolkit.profile.cost import kernel_costs
@@ -117,7 +117,7 @@ def test_chrome_trace_tracks_and_flows():
 
 
 def test_device_unsupported_ops_run_on_the_host():
-    from toolkit.profile.workflow import device_config
+    from toolkit.commands.profile import device_config
 
     dev = dataclasses.replace(DEV, unsupported_ops=("Sigmoid", "LSTM"))
     cfg = device_config(_cpu_model(), Config(precision_mode="force_fp32", op_placement={"Sigmoid": "NPU"}), dev)

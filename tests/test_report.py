@@ -16,7 +16,8 @@ import pytest
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.core.records import Finding
 from toolkit.report import context, figures
-from toolkit.report.csvjson import json_safe, write_tables
+from toolkit.core.csvjson import json_safe
+from toolkit.report.tables import write_tables
 from toolkit.report.html import render_report, script_json, templates_dir
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from test_report import EVIL, synthetic_diagnosis
-from toolkit.report.csvjson import write_tables
+from toolkit.report.tables import write_tables
 from toolkit.report.html import render_report
 
 CHROMIUM = Path(os.environ.get("NPUSCOPE_CHROMIUM", "/usr/bin/chromium"))

@@ -251,7 +251,7 @@ def test_ppocr_rec_signoff_over_20_rendered_lines(tmp_path):
 def test_latency_criterion_reports_the_profile_schedule(tmp_path):
     """The [latency] numbers are those of `npuscope profile` for the same plan and device: one request's
     simulated makespan, and the pipelined rate, which cannot exceed 1 / (latency of the NPU stream's work)."""
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.ir.load import load_model
     from toolkit.profile.cost import kernel_costs
     from toolkit.profile.device import load_device
@@ -285,7 +285,7 @@ def _seq_inputs(folder: Path, names: dict[str, int]) -> dict[str, np.ndarray]:
 
 def _shape_timing(seq: int) -> dict:
     """The schedule of transformer_seq compiled for x (1, seq, 64) alone, on the default device."""
-    from toolkit.compiler.pipeline import compile_model
+    from toolkit.engine import compile_model
     from toolkit.ir.load import load_model
     from toolkit.profile.budget import device_timing
     from toolkit.source import resolve_model

@@ -50,7 +50,7 @@ CONDITIONS = {
 def ort_outputs(model: onnx.ModelProto, feed: dict) -> dict:
     """Plain onnxruntime, no graph optimisation (options compatible with a process-wide global thread pool,
     which an in-process CLI test of the same worker may have switched on)."""
-    from toolkit.runtime.ort_env import session_options
+    from toolkit.ort.ort_env import session_options
 
     sess = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
                                 providers=["CPUExecutionProvider"])

@@ -38,7 +38,7 @@ def _bench():
 
 
 def _ort(model, feed) -> dict:
-    from toolkit.runtime.ort_env import session_options
+    from toolkit.ort.ort_env import session_options
 
     s = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
                              providers=["CPUExecutionProvider"])

@@ -12,8 +12,25 @@ import time
 
 import click
 
+from toolkit.commands.cache import cache_command
+from toolkit.commands.common import load_config
+from toolkit.commands.compare_dumps import compare_dumps_command
+from toolkit.commands.compile import compile_command
+from toolkit.commands.diagnose import diagnose_command
+from toolkit.commands.doctor import doctor_command
+from toolkit.commands.gears import gears_command
+from toolkit.commands.memcheck import memcheck_command
+from toolkit.commands.parse_log import parse_log_command
+from toolkit.commands.profile import profile_command
+from toolkit.commands.regress import regress_command
+from toolkit.commands.run import run_command
+from toolkit.commands.signoff import signoff_command
+from toolkit.commands.tune import tune_command
+from toolkit.core.env import set_default
 from toolkit.core.errors import UserError
-
+from toolkit.core.text import printable
+from toolkit.logs.plog import SIGPIPE_EXIT, setup_logging, silence_stdout, stdout_closed
+from toolkit.ort.ort_env import enable_global_thread_pool
 
 _VERBOSITY = {"progress": None}  # None: show progress when stderr is a terminal
 
@@ -29,16 +46,12 @@ def _progress(msg: str) -> None:
 def _say(lines, err: bool = False) -> None:
     """Echo workflow text (one line or a list of lines), each line through toolkit.core.text.printable:
     names read from a model never reach the terminal as control characters or bidi overrides."""
-    from toolkit.core.text import printable
-
     for line in [lines] if isinstance(lines, str) else lines:
         click.echo(printable(line), err=err)
 
 
 def _config(config_path, **overrides):
-    from toolkit.config.schema import Config
-
-    return Config.load(config_path).with_overrides(**overrides)
+    return load_config(config_path, **overrides)
 
 
 COMMON = [
@@ -68,9 +81,6 @@ def cli(verbose, quiet):
     MODEL may be a file, a bundled sample (resnet_small, transformer_block, detector_head, transformer_seq,
     transformer_seq_masked) or a zoo name (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on
     first use)."""
-    from toolkit.runtime.ort_env import enable_global_thread_pool
-
-    from toolkit.logs.plog import setup_logging
 
     if quiet and verbose:
         raise click.UsageError("-q/--quiet and -v/--verbose contradict each other; give one of them")
@@ -85,10 +95,8 @@ def cli(verbose, quiet):
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
 def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, out):
     """Compile MODEL and write plan.json, compile.log and fusion_result.json."""
-    from toolkit import api
-
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
-    res = api.compile_command(model, cfg, out, progress=_progress)
+    res = compile_command(model, cfg, out, progress=_progress)
     _say(res["summary"])
     _say(f"wrote {res['out']}")
 
@@ -111,12 +119,10 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
             output, out, plan_path):
     """Run MODEL in simulated NPU mode and write its outputs (npz) and, with --dump, every kernel output.
     With gears: exit code 1 when padding to the gear changes an output (outputs and padding.json still written)."""
-    from toolkit import api
-
     cfg = None  # --plan alone: the plan's own config
     if not plan_path or any(o is not None for o in (config_path, precision_mode, fusion_level, input_shape)):
         cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
-    res = api.run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
+    res = run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                           output=output, out=out, plan=plan_path, progress=_progress)
     _say(res["summary"])
     if res.get("exit_code"):
@@ -139,12 +145,10 @@ def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_
     """Check MODEL's memory plan: static conflicts (writer, victim, late reader), a poisoned owner-tagged run,
     reuse off vs the plan, and a verified disable_reuse fix. Writes memory.html, conflicts.csv, memcheck.json.
     Exit code 1 when conflicts are found."""
-    from toolkit import api
-
     cfg = None
     if config_path or memory_reuse or not plan_path:
         cfg = _config(config_path, memory_reuse=memory_reuse)
-    res = api.memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
+    res = memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
                                html=not no_html, progress=_progress)
     _say(res["summary"])
     if res["conflicts"]:
@@ -181,10 +185,8 @@ def _diag_options(fn):
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
           task_metrics, out, jobs, ray_address, percentiles, html):
-    from toolkit import api
-
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
-    res = api.diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
+    res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
                                task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
                                percentiles=percentiles, progress=_progress)
     _say(res["summary"])
@@ -231,10 +233,8 @@ def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, i
                 no_html, out, jobs, ray_address, percentiles):
     """Check MODEL against a written policy: every criterion PASS/FAIL with evidence, signoff.html,
     summary.json and junit.xml. Exit code 0 only when every criterion passes, else 1."""
-    from toolkit import api
-
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
-    res = api.signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
+    res = signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
                               out=out, html=not no_html, jobs=jobs, ray=ray_address, percentiles=percentiles,
                               progress=_progress)
     _say(res["summary"])
@@ -254,9 +254,7 @@ def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, i
 def regress_cmd(baseline, new, tolerance, no_html, allow_different_models, out):
     """Compare two report folders (diagnose, compare or signoff): environment changes first, per-layer metric
     deltas, layers newly abnormal, changed fusion / precision / placement decisions. Exit code 1 on regression."""
-    from toolkit import api
-
-    res = api.regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html,
+    res = regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html,
                               allow_different_models=allow_different_models, progress=_progress)
     _say(res["summary"])
     if res["regressed"]:
@@ -269,9 +267,7 @@ def regress_cmd(baseline, new, tolerance, no_html, allow_different_models, out):
 def doctor_cmd(model, as_json):
     """Check the environment (package versions, CPU, threads, relevant variables) against the supported
     ranges, and MODEL's opset / IR version when given. Exit code 1 on a mismatch."""
-    from toolkit import api
-
-    res = api.doctor_command(model, as_json=as_json)
+    res = doctor_command(model, as_json=as_json)
     _say(res["summary"])
     if res["exit_code"]:
         sys.exit(res["exit_code"])
@@ -297,10 +293,8 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
              task_metrics, no_html, out):
     """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
     keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
-    from toolkit import api
-
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
-    res = api.tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
+    res = tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
                            html=not no_html, progress=_progress, max_inputs=max_inputs)
     _say(res["summary"])
     if not res["met"]:
@@ -324,8 +318,6 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
 def gears_cmd(lengths, k, column, input_shape, dim, cost, no_html, out):
     """Choose the K gears that minimise expected padded work for the observed lengths (exact dynamic
     programming) and compare them with power-of-two gears; write gears.csv, gears.json and gears.html."""
-    from toolkit.gears.workflow import gears_command
-
     res = gears_command(lengths, k, column=column, dim=dim, cost=cost, out=out, html=not no_html,
                         input_shape=input_shape, progress=_progress)
     _say(res["summary"])
@@ -358,8 +350,6 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format,
     """Compare two sets of dumps (folders of .npy: ONNX golden {node}.{output_index}.{timestamp}.npy, device
     {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy, npuscope run --dump; or a Polygraphy
     --save-outputs JSON) with compare's metrics, advisor and report. Exit code 1 when the verdict is FAIL."""
-    from toolkit.dumps import compare_dumps_command
-
     res = compare_dumps_command(golden, target, mapping=mapping, model=model, thresholds=thresholds, out=out,
                                 html=not no_html, golden_format=golden_format, target_format=target_format,
                                 golden_runner=golden_runner, golden_iteration=golden_iteration,
@@ -387,8 +377,6 @@ def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, d
     """Where the time of one inference goes: simulated device time (cost model on a device profile) next to
     measured host time, real pre/post-processing, serial vs pipelined latency and throughput, which short ops
     to move to the CPU. Writes profile.html, op_summary.csv, op_statistic.csv, trace.json (Perfetto) and more."""
-    from toolkit.profile.workflow import profile_command
-
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
                           inputs=inputs, out=out, html=not no_html, progress=_progress)
@@ -404,8 +392,6 @@ def parse_log_cmd(files, out, no_html):
     op_summary / op_statistic CSVs, kernel_times.csv, onnxruntime profiling JSON and Chrome-trace JSON (FILE
     may be a folder: its files). Writes op_summary.csv, op_statistic.csv, parse_summary.json and profile.html.
     Malformed lines are counted and skipped. Exit code 1 when nothing could be parsed."""
-    from toolkit.logs.workflow import parse_log_command
-
     res = parse_log_command(list(files), out=out, html=not no_html, progress=_progress)
     _say(res["summary"])
 
@@ -416,8 +402,6 @@ def parse_log_cmd(files, out, no_html):
               "else ~/.cache/npuscope/compile under $XDG_CACHE_HOME when set).")
 def cache_cmd(action, folder):
     """Show the compile cache (folder, entries, bytes) or clear it. See docs/compile-cache.md."""
-    from toolkit.cache.workflow import cache_command
-
     _say(cache_command(action, folder)["summary"])
 
 
@@ -458,8 +442,6 @@ def _single_threaded_blas() -> None:
     vector reductions that gain nothing from BLAS threads, and OpenBLAS threads busy-wait against
     onnxruntime's spinning thread pool: on 2 cores the layer comparison of PP-OCRv4 rec took 1.7 s with
     them and 0.18 s without."""
-    from toolkit.core.env import set_default  # records them: doctor / summaries report them as set by npuscope
-
     for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # not OMP_NUM_THREADS: it may size onnxruntime
         set_default(var, "1")
 
@@ -527,7 +509,6 @@ def _main(argv) -> None:
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="npuscope")))
         sys.exit(0)
-    from toolkit.logs.plog import SIGPIPE_EXIT, silence_stdout, stdout_closed
 
     stdout = sys.stdout
     try:

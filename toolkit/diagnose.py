@@ -24,15 +24,35 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.reexec.isolate import fp16_input_origins
-from toolkit.compare.layerwise import layer_table, not_compared_reason, refine_origins, sequence_as_tensor
+from toolkit.compare.layerwise import (
+    layer_table,
+    not_compared_reason,
+    sequence_as_tensor,
+)
+from toolkit.compare.metrics import compare_tensors
+from toolkit.compare.metrics.registry import METRICS
+from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+from toolkit.compare.metrics.thresholds import (
+    line_origins,
+    noise_covers,
+    resolve_thresholds,
+)
+from toolkit.compare.nondeterminism import dependent_tensors
 from toolkit.compare.tasks import run_tasks
+from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
-from toolkit.engine import Session, shapes_of
 from toolkit.core.env import environment
 from toolkit.core.errors import ModelError
+from toolkit.core.records import Finding
+from toolkit.core.text import show, show_crossed, show_vs
+from toolkit.engine import Session, shapes_of
+from toolkit.inputs.digest import input_digests
 from toolkit.ir.load import load_model, loaded_sha256
-from toolkit.runtime.reference import ReferenceRunner
+from toolkit.ort.reference import ReferenceRunner
+from toolkit.reexec.isolate import fp16_input_origins
+from toolkit.reexec.refine import refine_origins
+from toolkit.runtime.npu import KernelRuntimeError
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
 
 
@@ -169,8 +189,6 @@ def _quick_close(d, g) -> bool:
 def triage_run(prep: Prepared, config: Config, compiled=None):
     """(Session, RunResult with dumps) of the same compilation in force_fp32 (keep_dtype cleared); with
     ``compiled`` (the NPU compile) only the precision passes run again (recompile_precision)."""
-    from toolkit.compiler.pipeline import recompile_precision
-
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
     again = recompile_precision(compiled, cfg) if compiled is not None else None
     sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
@@ -186,9 +204,6 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence. Tensors that
     depend on a nondeterministic op (toolkit.compare.nondeterminism) are skipped: the two runs draw
     different random numbers, which is no compile-stage fault."""
-    from toolkit.compare.metrics import compare_tensors
-    from toolkit.compare.nondeterminism import dependent_tensors
-
     sess, res = triage_run(prep, config, compiled) if ran is None else ran
     owner = sess.plan.kernel_of_tensor()
     random_dep = dependent_tensors(prep.model, golden)
@@ -222,11 +237,6 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list
     the value with the digits it takes to read on its side of the line). A PASS/WARN says in one reason how many
     tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
     docs/thresholds.md)."""
-    from toolkit.compare.metrics.registry import METRICS
-    from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-    from toolkit.compare.metrics.thresholds import noise_covers, resolve_thresholds
-    from toolkit.core.text import show, show_crossed, show_vs
-
     def metric_text(m, v, crossed):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             return f"{m} {v}"
@@ -332,9 +342,6 @@ class _Background:
 def _run_or_explain(sess, prep: Prepared):
     """The NPU run; a kernel failure on inputs the model itself cannot take becomes a one-line ModelError
     (toolkit.compiler.passes.bind_shapes.raise_if_reference_fails), any other stays an internal error."""
-    from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
-    from toolkit.runtime.npu import KernelRuntimeError
-
     try:
         return sess.run(prep.feeds, dump=True)
     except KernelRuntimeError as exc:
@@ -381,7 +388,6 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     outputs = [o.name for o in prep.model.graph.output]
     df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
-    from toolkit.core.records import Finding
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
         if a is not None and a.dtype.kind == "f" and not np.isfinite(a).all():
@@ -399,15 +405,12 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")
     if stage == "compile":
-        from toolkit.core.records import Finding
         findings.insert(0, Finding("error", "compile_stage_fault", fp32_first["node"], fp32_first["evidence"],
                                    f"the plan diverges from the reference even in force_fp32 at kernel "
                                    f"'{fp32_first['kernel']}': a rewrite or fusion changed the math; switch that "
                                    "fusion off (fusion_switch_file) and report it"))
     tasks = run_tasks(prep.zoo_name, list(task_metrics),
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
-    from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.compare.metrics.thresholds import line_origins
 
     lines = resolve_thresholds(thresholds)
     verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=lines)
@@ -419,7 +422,6 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         origin_nodes = list(k.nodes) if k is not None and len(k.nodes) > 1 else [origin["node"]]
         origin_nodes += [n for n in origin.get("consumer_nodes", []) if n not in origin_nodes]  # storage origin
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
-    from toolkit.signoff.regress import input_digests
     sha = (loaded_sha256(prep.path) or "") if prep.path else ""  # the bytes compiled, even if the file changed since
     summary = {
         "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,

@@ -1,4 +1,6 @@
-"""The public entry points of the engine: load → compile → run, as plain functions.
+"""The public entry points of the engine: load → compile → run, as plain functions. The one place where the
+compiler, the compile cache and the runtime meet: :func:`compile_model` is the compiler wrapped by the compile
+cache, :func:`npu_runtime` a runtime whose kernels come through the cache's session source.
 
     >>> from toolkit.engine import Session
     >>> s = Session("model.onnx", config=Config(precision_mode="force_fp16"), input_shapes={"x": (1, 3, 32, 32)})
@@ -12,10 +14,16 @@ import os
 import numpy as np
 import onnx
 
-from toolkit.compiler.pipeline import CompileResult, compile_model
+from toolkit.cache.compile_cache import compile_model
+from toolkit.cache.kernel_entries import session_source
+from toolkit.compiler.context import CompileResult
 from toolkit.config.schema import Config
 from toolkit.ir.load import load_model
+from toolkit.runtime.host_memory import check_host_memory, host_memory_bytes
 from toolkit.runtime.npu import NpuRuntime, RunResult
+
+__all__ = ["Session", "as_model", "check_host_memory", "compile_model", "host_memory_bytes", "npu_runtime",
+           "shapes_of", "simulate"]
 
 
 def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -25,26 +33,10 @@ def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProt
     return load_model(model), str(model)
 
 
-def host_memory_bytes() -> int:
-    """Physical memory of this machine in bytes (0 if unknown)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def check_host_memory(plan) -> None:
-    """Refuse, before allocating, a simulated arena that cannot fit in this machine's memory (ModelError)."""
-    from toolkit.core.errors import ModelError
-    from toolkit.core.text import human_bytes
-
-    total = host_memory_bytes()
-    if total and plan.arena_bytes > 0.8 * total:
-        big = sorted((t for t in plan.tensors.values() if t.storage == "arena"), key=lambda t: -t.nbytes)[:3]
-        raise ModelError(f"the planned device arena needs {human_bytes(plan.arena_bytes)}, more than 80% of this "
-                         f"machine's {human_bytes(total)}; largest tensors: "
-                         + ", ".join(f"'{t.name}' {t.shape} ({human_bytes(t.nbytes)})" for t in big)
-                         + "; use smaller input shapes (--input-shape)")
+def npu_runtime(compiled: CompileResult, progress=None) -> NpuRuntime:
+    """An NpuRuntime for ``compiled`` whose kernel sessions come through the compile cache's kernel entries
+    (toolkit.cache.kernel_entries.session_source; none when the plan's config disables the cache)."""
+    return NpuRuntime(compiled, progress=progress, sessions=session_source)
 
 
 def shapes_of(feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
@@ -77,7 +69,7 @@ class Session:
         self.compiled: CompileResult = compiled or compile_model(self.model, self.config, input_shapes=input_shapes,
                                                                  model_path=self.path)
         check_host_memory(self.compiled.plan)
-        self.runtime = NpuRuntime(self.compiled, progress=progress)
+        self.runtime = npu_runtime(self.compiled, progress=progress)
 
     @property
     def plan(self):

@@ -21,10 +21,18 @@ import numpy as np
 import onnx
 
 from toolkit import samples, zoo
-from toolkit.core.errors import InputError, ModelError, UserError
+from toolkit.compiler.passes.bind_shapes import check_input_shapes, dynamic_dims_message
+from toolkit.core.errors import InputError, ModelError, UsageError, UserError
+from toolkit.core.text import suggest
+from toolkit.inputs import (
+    input_specs,
+    load_npz,
+    parse_val_range,
+    random_inputs,
+    realistic_inputs,
+)
+from toolkit.inputs.synthetic import ALL_INPUTS, check_val_range
 from toolkit.ir.load import file_sha256
-from toolkit.inputs import input_specs, load_npz, parse_val_range, random_inputs, realistic_inputs
-from toolkit.inputs.synthetic import ALL_INPUTS
 
 
 @dataclass
@@ -160,8 +168,6 @@ CONFIG_BIND_FIX = 'give its shape with input_shape = "{example}" (N: your sizes)
 
 def _generated_dims(specs, input_shapes: dict, bind_fix: str = BIND_FIX) -> dict:
     """{input name: full shape} for generated data; dynamic dims must be bound by input_shape."""
-    from toolkit.compiler.passes.bind_shapes import dynamic_dims_message
-
     dims = {}
     for spec in specs:
         if spec.name in input_shapes:
@@ -197,9 +203,6 @@ def _val_ranges(text: str, specs=None) -> dict:
     """parse_val_range with usage-error semantics (finite bounds, lo <= hi); with ``specs`` each input's range
     must also lie within its dtype's finite values (toolkit.inputs.synthetic.check_val_range: float16 ±65504,
     integer min/max, ...), else UsageError naming the input, its dtype and the range."""
-    from toolkit.core.errors import UsageError
-    from toolkit.inputs.synthetic import check_val_range
-
     try:
         ranges = parse_val_range(text)
         for spec in specs or ():
@@ -213,10 +216,6 @@ def _val_ranges(text: str, specs=None) -> dict:
 def _check_options(model, specs, val_range, input_shapes) -> None:
     """--input-shape and --val-range are options: a name or shape the model cannot take is a usage error
     (exit 2), found before any data is read or generated."""
-    from toolkit.compiler.passes.bind_shapes import check_input_shapes
-    from toolkit.core.text import suggest
-    from toolkit.core.errors import UsageError
-
     if input_shapes:
         check_input_shapes(model, dict(input_shapes))
     if val_range:

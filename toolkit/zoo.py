@@ -26,6 +26,7 @@ import zipfile
 from pathlib import Path
 
 from toolkit.core.errors import ConfigError, UserError
+from toolkit.core.folders import check_dir, unwritable_reason
 
 #: pip requirement of the wheel that carries the models.
 WHEEL_REQUIREMENT = "rapidocr-onnxruntime==1.4.4"
@@ -138,8 +139,6 @@ def _check_cache_env() -> None:
     """Refuse ``$NPUSCOPE_MODEL_CACHE`` naming a file (or a path under one), as the compile cache does for
     ``$NPUSCOPE_COMPILE_CACHE`` (toolkit.cache.settings.check_dir). Raises ConfigError (exit 2)."""
     if os.environ.get(CACHE_ENV, "").strip():
-        from toolkit.cache.settings import check_dir
-
         check_dir(cache_dir(), f"environment variable {CACHE_ENV}")
 
 
@@ -147,8 +146,6 @@ def _prepare_cache_dir() -> Path:
     """Create the model cache folder and check that files can be created in it (a temporary file, deleted).
     Raises ConfigError (exit 2) when ``$NPUSCOPE_MODEL_CACHE`` is set (the user's setting), else UserError,
     with one line naming the folder and the reason."""
-    from toolkit.cache.settings import unwritable_reason
-
     target_dir = cache_dir()
     error = ConfigError if os.environ.get(CACHE_ENV, "").strip() else UserError
     try:

@@ -1,4 +1,5 @@
-"""The compile cache around compile_model: look the model up before the passes run, store the result after.
+"""The compile cache around the compiler (:func:`compile_model`): look the bound model up before the passes run,
+store the result after.
 
 Entries (toolkit.cache.store): ``compile/<compile key>`` (toolkit.cache.compile_entry), and
 ``family/<family key>`` → ``{"compile": key}``, the latest compile of a model with the same structure, from
@@ -16,6 +17,9 @@ import time
 from toolkit.cache import compile_entry, keys, patch
 from toolkit.cache.settings import Settings, from_config
 from toolkit.cache.store import EntryStore, LazyPayload
+from toolkit.compiler import pipeline
+from toolkit.config.schema import Config
+from toolkit.core.records import PassLog
 
 LOG = logging.getLogger("npuscope.cache")
 
@@ -73,8 +77,6 @@ class CompileCache:
         self.store.put("family", self.family, {"compile": self.key}, evict=True)
 
     def _attach(self, result, ops_before: int) -> None:
-        from toolkit.core.records import PassLog
-
         ms = (time.perf_counter() - self.t0) * 1e3
         line = f"compile entry {self.status}{self.note} (key {self.key[:16]}; {self.settings.root})"
         LOG.info("compile cache (%s): %s", self.settings.mode, line)
@@ -120,3 +122,24 @@ def begin(work, config, disabled, model_path: str, t0: float) -> CompileCache | 
         cc._store(cc.result)
     cc._attach(cc.result, ops_before)
     return cc
+
+
+def compile_model(model, config: Config | None = None, *, input_shapes=None, model_path: str = "",
+                  disabled: tuple[str, ...] = ()):
+    """toolkit.compiler.pipeline.compile_model through the compile cache (docs/compile-cache.md): the bound
+    model is looked up first; a hit or a patch returns the cached result, a miss compiles and stores it.
+    Same arguments, result and errors as the compiler's; ``CompileResult.cache`` records what happened (None
+    when the cache is disabled or the model cannot be keyed)."""
+    config = config or Config()
+    t0 = time.perf_counter()
+    bound = pipeline.bind(model, config, input_shapes)
+    cached = begin(bound.model, config, disabled, model_path, t0)
+    if cached is not None and cached.result is not None:
+        # a hit: this bound model compiled before, so its shape-inference check passed then; a patch: it differs
+        # from one that did only in Conv values and attributes that keep every shape (toolkit.cache.patch)
+        return cached.result
+    ops_before = len(bound.model.graph.node)
+    result = pipeline.compile_bound(bound, config, model_path=model_path, disabled=disabled, t0=t0)
+    if cached is not None:
+        cached.finish(result, ops_before)
+    return result

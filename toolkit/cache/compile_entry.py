@@ -15,9 +15,9 @@ import dataclasses
 
 import onnx
 
-from toolkit.compiler.pipeline import CompileContext, CompileResult, Group
-from toolkit.core.records import Finding, PassLog
+from toolkit.compiler.context import CompileContext, CompileResult, Group
 from toolkit.compiler.plan import KernelSpec, Plan
+from toolkit.core.records import Finding, PassLog
 from toolkit.ir.graph import Graph
 
 FORMAT = 1
@@ -25,7 +25,7 @@ FORMAT = 1
 
 def json_safe(obj):
     """``obj`` with JSON types only (numpy scalars → Python, tuples/sets → lists, NaN/inf → None). Kept here
-    rather than toolkit.report.csvjson's, whose pandas import would cost a cache hit ~200 ms."""
+    rather than toolkit.core.csvjson's, whose pandas import would cost a cache hit ~200 ms."""
     if obj is None or isinstance(obj, (bool, str, int)):
         return obj
     if isinstance(obj, float):

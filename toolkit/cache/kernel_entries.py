@@ -14,12 +14,11 @@ the kernel models, ~14 ms from the stored optimised models).
   make the kernel without building its ONNX model: ``{"spec": spec digest, "digest": kernel model sha256,
   "level", "feeds", "fetches", "native"}`` (``null`` for numpy/copy kernels, which are cheap to rebuild).
 
-A :class:`KernelCache` is active (:func:`current`) while toolkit.runtime.kernels.build_kernels runs.
+A :class:`Build` (made by :func:`session_source`) is the session source of one toolkit.runtime.kernels.build_kernels call.
 """
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import json
 import logging
@@ -29,16 +28,11 @@ import tempfile
 import onnxruntime as ort
 
 from toolkit.cache import keys
+from toolkit.cache.settings import from_config
 from toolkit.cache.store import EntryStore
-from toolkit.runtime.ort_env import DISABLED_OPTIMIZERS, make_session, session_options
+from toolkit.ort.ort_env import DISABLED_OPTIMIZERS, make_session, session_options
 
 LOG = logging.getLogger("npuscope.cache")
-_CURRENT: contextvars.ContextVar = contextvars.ContextVar("npuscope_kernel_cache", default=None)
-
-
-def current() -> "KernelCache | None":
-    """The kernel cache of the build in progress, or None (cache disabled / not building)."""
-    return _CURRENT.get()
 
 
 def spec_digest(spec, plan, overflow_mode: str, memo: dict | None = None) -> str:
@@ -89,13 +83,6 @@ class KernelCache:
         self._fresh: bool | None = None  # see _fresh_store
         self.made: dict[int, tuple[str, object]] = {}  # id(session) -> (kernel model sha256, level)
         self.payloads: dict[str, tuple[bool, bytes]] = {}  # kernel model sha256 -> (optimised?, entry payload)
-
-    def activate(self):
-        return _CURRENT.set(self)
-
-    @staticmethod
-    def deactivate(token) -> None:
-        _CURRENT.reset(token)
 
     # ------------------------------------------------------------------ sessions
     def note(self, sess, digest: str, level) -> None:
@@ -269,6 +256,23 @@ class Build:
         self.from_bundle = 0
         self.memo: dict = {}  # id(spec) -> spec digest
 
+    # ------------------------------------------------- toolkit.runtime.kernels.SessionSource
+    def session(self, data: bytes, key: str, optimize):
+        """The session of kernel model ``data`` from its entry, else built (and stored)."""
+        return self.kc.session(data, key, optimize)
+
+    def reused(self, sess, key: str, optimize) -> None:
+        """``sess`` was already in this process (counted, and noted for the recipes)."""
+        self.kc.in_memory += 1
+        self.kc.note(sess, key, optimize)
+
+    def made(self, sess, key: str, optimize) -> None:
+        """``sess`` was just built or loaded through :meth:`session` (noted for the recipes)."""
+        self.kc.note(sess, key, optimize)
+
+    def close(self) -> None:
+        self.kc.close()
+
     def from_recipe(self, i: int, spec, sessions: dict):
         """(session, feeds, fetches, native, digest) of kernel ``i`` from the bundle, or None."""
         r = self.bundle.get(i, spec, self.plan, self.overflow, self.memo) if self.bundle is not None else None
@@ -309,21 +313,12 @@ class Build:
             self.info.setdefault("log", []).append(line)
 
 
-def begin_build(plan, info: dict | None, overflow_mode: str) -> tuple["Build | None", object]:
-    """(Build, token) with its KernelCache made current, or (None, None) when the plan's config disables the
-    cache. End with :func:`end_build`."""
-    from toolkit.cache.settings import from_config
-
+def session_source(plan, info: dict | None, overflow_mode: str) -> "Build | None":
+    """The compile cache's :class:`toolkit.runtime.kernels.SessionSource` for one build_kernels call over
+    ``plan`` (``info``: the compile's CompileResult.cache record, or None), or None when the plan's config
+    disables the cache. build_kernels calls its ``finish`` and then ``close``."""
     settings = from_config(plan.config)
     if settings.mode == "disable":
-        return None, None
+        return None
     kc = KernelCache(EntryStore(settings.root, settings.limit), settings.reads, settings.writes)
-    return Build(kc, info, plan, overflow_mode), kc.activate()
-
-
-def end_build(token) -> None:
-    if token is not None:
-        kc = _CURRENT.get()
-        KernelCache.deactivate(token)
-        if kc is not None:
-            kc.close()
+    return Build(kc, info, plan, overflow_mode)

@@ -25,6 +25,10 @@ from pathlib import Path
 
 import onnx
 
+import toolkit
+from toolkit.compiler import stages
+from toolkit.compiler.registry import PASSES
+from toolkit.compiler.rules import load_rules
 from toolkit.core.env import dist_version
 from toolkit.ir.proto import copy_fields
 
@@ -49,8 +53,6 @@ def _source_digest() -> str:
     """sha256 over the path, size and modification time (ns) of every .py file of the installed toolkit
     package: an edited, reinstalled or checked-out file changes it. Stat instead of reading the ~200 files
     (~1 ms instead of ~13 ms in a new process); a file touched without a change only costs a recompile."""
-    import toolkit
-
     root = Path(toolkit.__file__).parent
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.py")):
@@ -65,8 +67,6 @@ def _source_digest() -> str:
 def _versions() -> tuple[tuple[str, str], ...]:
     import numpy
     import onnxruntime
-
-    import toolkit
 
     folder = dist_version("onnxscript") or "?"  # the constant folder; not imported just to read its version
     return (("npuscope", f"{toolkit.__version__}+{_source_digest()}"), ("onnxruntime", onnxruntime.__version__),
@@ -93,11 +93,9 @@ def registry_digest() -> str:
     """sha256 over the registered compiler passes and graph-fusion rules as they are now (names, order,
     functions): part of every compile key, so a pass or rule registered or replaced in this process after
     import cannot be served an entry compiled without it. Not cached: registries may change at run time."""
-    from toolkit.compiler.pipeline import PASSES, _load_passes
-    from toolkit.compiler.rules import load_rules
-
-    _load_passes()
-    parts = [f"pass:{n}:{p.min_level}:{p.switch}:{_code_digest(p.fn)}" for n, p in PASSES.items()]
+    order = stages.STRUCTURE + ("|",) + stages.PRECISION
+    parts = [f"order:{','.join(order)}"]
+    parts += [f"pass:{n}:{p.min_level}:{p.switch}:{_code_digest(p.fn)}" for n, p in PASSES.items()]
     parts += [f"rule:{r.name}:{r.level}:{sorted(r.anchors)}:{_code_digest(r.match)}" for r in load_rules()]
     return _sha(*parts)
 

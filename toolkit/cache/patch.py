@@ -29,6 +29,8 @@ from onnx import numpy_helper
 
 from toolkit.cache.compile_entry import result_from, value_digest
 from toolkit.cache.keys import Manifest
+from toolkit.compiler.passes import check_constants
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.ir.graph import node_reads
 
 LOG = logging.getLogger("npuscope.cache")
@@ -137,9 +139,6 @@ def patch(meta: dict, payload: bytes, base: Manifest, new: Manifest, model: onnx
           model_path: str):
     """The :class:`Patched` compile of ``model`` from cached entry (meta, payload) of a same-family model.
     Raises NotPatchable (the reason) when the difference is not a value edit covered above."""
-    from toolkit.compiler.passes import check_constants
-    from toolkit.compiler.pipeline import recompile_precision
-
     if meta.get("stage") is None:
         raise NotPatchable("the cached compile kept no stage")
     values, attrs = _changes(base, new, model)

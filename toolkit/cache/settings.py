@@ -21,28 +21,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.cache.store import KINDS, LAYOUT
+from toolkit.config.cache_mode import MODES, default_mode
 from toolkit.core.errors import ConfigError
+from toolkit.core.folders import check_dir, unwritable_reason
 
-MODES = ("enable", "disable", "force")
 DEFAULT_MAX_BYTES = 2 << 30
 ENV_DIR = "NPUSCOPE_COMPILE_CACHE"
-ENV_MODE = "NPUSCOPE_COMPILE_CACHE_MODE"
 ENV_MAX = "NPUSCOPE_COMPILE_CACHE_MAX_BYTES"
-
-
-def default_mode() -> str:
-    """``$NPUSCOPE_COMPILE_CACHE_MODE`` or ``enable`` (the converter's default); read when a Config is made.
-
-    Raises:
-        ConfigError: the variable holds something other than one of :data:`MODES` (named in the message).
-    """
-    raw = os.environ.get(ENV_MODE, "").strip()
-    if raw and raw not in MODES:
-        from toolkit.core.text import suggest
-
-        raise ConfigError(f"environment variable {ENV_MODE}={raw!r} is not a cache mode{suggest(raw, MODES)}; "
-                          f"set it to one of {', '.join(MODES)} or unset it")
-    return raw or "enable"
 
 
 def default_dir() -> Path:
@@ -55,59 +41,14 @@ def default_dir() -> Path:
     return root / "npuscope" / "compile"
 
 
-def check_dir(root: Path, what: str) -> None:
-    """Refuse a cache folder that is, or lies under, an existing non-folder (a file): entries could never be
-    stored there. ``what`` names where the path came from (an environment variable or option).
-
-    Raises:
-        ConfigError: one line naming ``what``, the path and the file in the way.
-    """
-    for p in (root, *root.parents):
-        if p.exists() or p.is_symlink():
-            if not p.is_dir():
-                kind = f"a broken symbolic link (to '{os.readlink(p)}')" if p.is_symlink() and not p.exists() \
-                    else "a file"
-                where = f"is {kind}" if p == root else f"lies under {kind} '{p}'"
-                raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
-                                  "missing) or unset it")
-            return
-
-
 def cache_problem(root: Path) -> str | None:
     """Why the compile cache in ``root`` cannot store entries, or None: one of npuscope's own folders in it
     (``<root>/v2`` and its namespace folders) is a file or another non-folder, or :func:`unwritable_reason`."""
-    from toolkit.cache.store import KINDS, LAYOUT
-
     root = Path(root)
     for p in [root / LAYOUT] + [root / LAYOUT / k for k in KINDS]:
         if (p.exists() or p.is_symlink()) and not p.is_dir():
             return f"'{p}' is not a folder (npuscope keeps its entries there); remove it"
     return unwritable_reason(root)
-
-
-def unwritable_reason(root: Path) -> str | None:
-    """Why files cannot be created in the folder ``root``, or None when they can. An existing folder is probed
-    by creating and deleting a temporary file in it (``tempfile.mkstemp``: permissions, read-only or virtual
-    file systems such as /proc); a missing one by ``os.access`` (write + search) on its nearest existing
-    parent, which would have to create it. Nothing is left behind."""
-    import tempfile
-
-    root = Path(root)
-    if root.is_dir():
-        try:
-            fd, name = tempfile.mkstemp(prefix=".npuscope-probe-", dir=root)
-        except OSError as exc:
-            return f"creating a file there fails: {exc.strerror or type(exc).__name__}"
-        os.close(fd)
-        try:
-            os.unlink(name)
-        except OSError:
-            pass
-        return None
-    parent = next((p for p in root.parents if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        return f"'{parent}' does not allow creating it"
-    return None
 
 
 def _dir_source(explicit: str) -> str:
@@ -166,3 +107,23 @@ def from_config(cfg: dict | object | None) -> Settings:
     if mode != "disable":
         check_dir(root, _dir_source(where))
     return Settings(mode, root, max_bytes())
+
+
+def compile_cache(config: dict | None) -> dict | None:
+    """The compile cache a compile with ``config`` (a ``Config.to_dict()``, as recorded in summary.json) uses,
+    resolved as the compile resolves it (toolkit.cache.settings.from_config: the config, else
+    ``$NPUSCOPE_COMPILE_CACHE``, else the default folder): {"mode": enable|disable|force, "dir": absolute
+    folder path, "dir_from": "op_compiler_cache_dir" | "NPUSCOPE_COMPILE_CACHE" | "default", "max_bytes": size
+    limit in bytes}. None when ``config`` is not a compile config (no ``op_compiler_cache_mode`` key, e.g. the
+    compare-dumps config); {"error": message} when the settings are invalid (the compile refused them too)."""
+    if not isinstance(config, dict) or "op_compiler_cache_mode" not in config:
+        return None
+
+    try:
+        settings = from_config(config)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    explicit = config.get("op_compiler_cache_dir") or ""
+    source = "op_compiler_cache_dir" if explicit else (ENV_DIR if os.environ.get(ENV_DIR, "").strip() else "default")
+    return {"mode": settings.mode, "dir": str(Path(settings.root).absolute()), "dir_from": source,
+            "max_bytes": settings.limit}

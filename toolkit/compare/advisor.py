@@ -32,8 +32,11 @@ from types import SimpleNamespace
 import pandas as pd
 
 from toolkit.compare import nondeterminism
+from toolkit.compare.layerwise import golden_range, kernel_inputs
 from toolkit.core.records import Finding
+from toolkit.core.text import join_present, show, show_crossed
 from toolkit.precision.contract import FP16_MAX
+from toolkit.runtime import fp16_accum
 
 EVIDENCE_COLS = ["CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError", "MeanRelativeError",
                  "KullbackLeiblerDivergence", "GoldenMin", "GoldenMax", "GoldenAbsMax", "GoldenFP16OverflowRatio",
@@ -57,8 +60,6 @@ def _evidence(row) -> dict:
 
 def _beyond_fp16(absmax) -> str:
     """|x| for a message next to 'FP16 max 65504': past the max it is rounded up (never reads 65504)."""
-    from toolkit.core.text import show, show_crossed
-
     if absmax is not None and FP16_MAX < float(absmax) < 1e9:  # whole numbers, rounded up: 120000, 65505
         return str(math.ceil(float(absmax)))
     if absmax is not None and float(absmax) > FP16_MAX:
@@ -125,7 +126,6 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     k = plan_kernels.get(row.get("Kernel", ""))
     if k is None or getattr(k, "precision", "") != "fp32":  # compare-dumps' kernels carry no precision
         return _keep_advice(row, plan_kernels), [k] if k is not None and getattr(k, "nodes", None) else []
-    from toolkit.compare.layerwise import kernel_inputs
 
     tensors = getattr(plan, "tensors", {})
     stored16 = [t for t in kernel_inputs(plan).get(k.name, []) if getattr(tensors.get(t), "dtype", "") == "float16"]
@@ -143,8 +143,6 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
 
 def _storage_where(ev: dict, row) -> str:
     """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence)."""
-    from toolkit.core.text import show
-
     metric = ev.get("metric") or "CosineSimilarity"
     exact = ev.get("exact_value", ev.get("exact_cosine"))
     stored = ev.get("stored_value", ev.get("stored_cosine"))
@@ -223,8 +221,6 @@ def accumulation_overflow(r, plan_kernels, model=None, values=None) -> dict | No
     accumulate in FP16, the reference itself passes 65504, or the recomputed sums stay within 65504."""
     from onnx import helper
 
-    from toolkit.runtime import fp16_accum
-
     k = plan_kernels.get(r.get("Kernel", ""))
     absmax = pd.to_numeric(pd.Series([r.get("GoldenAbsMax")]), errors="coerce").iloc[0]
     if (k is None or k.precision != "fp16" or k.implmode != "high_performance" or k.fusion == "cast"
@@ -245,8 +241,6 @@ def accumulation_overflow(r, plan_kernels, model=None, values=None) -> dict | No
 def _golden_absmax(t: str, df: pd.DataFrame, values) -> float:
     """Reference |x| max of tensor ``t`` over its finite values: from ``values`` when given, else the table's
     GoldenAbsMax; NaN when unknown or not numeric."""
-    from toolkit.compare.layerwise import golden_range
-
     if values is not None and t in values:
         return float(golden_range(values[t]).get("GoldenAbsMax", float("nan")))
     hit = df.loc[df["TensorName"] == t, "GoldenAbsMax"] if "GoldenAbsMax" in df else pd.Series(dtype=float)
@@ -269,8 +263,6 @@ def overflow_site(r, plan, df: pd.DataFrame, values=None) -> dict:
     - ``"unknown"``: the row's value fits FP16 and there is no plan to tell what it reads (compare-dumps).
 
     ``golden_absmax``: the reference |x| max of ``tensor`` (over its finite values; :func:`_golden_absmax`)."""
-    from toolkit.compare.layerwise import kernel_inputs
-
     own = {"where": "output", "tensor": r["TensorName"], "producer": r["NodeName"],
            "golden_absmax": _golden_absmax(r["TensorName"], df, values)}
     k = {k.name: k for k in getattr(plan, "kernels", [])}.get(r.get("Kernel", ""))
@@ -297,8 +289,6 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
     (the row's big outputs, the big FP32 input cast at ``site``, and onwards through whatever reads them:
     kept in FP32 alone, a kernel's big output would only be cast to FP16 at its FP16 consumer's input).
     In plan order. Kernels without a plan (compare-dumps): the row's kernel only."""
-    from toolkit.compare.layerwise import kernel_inputs
-
     kernels = list(getattr(plan, "kernels", []))
     k = {x.name: x for x in kernels}.get(r.get("Kernel", ""))
     if k is None:
@@ -333,8 +323,6 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
 
 def _site_text(r, site: dict, plan_kernels) -> str:
     """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
-    from toolkit.core.text import show
-
     node, op = r["NodeName"], r.get("OpType", "")
     out = _beyond_fp16(r.get("GoldenAbsMax", float("nan")))
     past = f"golden |x| up to {_beyond_fp16(site['golden_absmax'])} > FP16 max {FP16_MAX:.0f}"
@@ -491,8 +479,6 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
 def _kernel_facts(r) -> str:
     """"OpType, kernel K in P" of a layer-table row without the parts a dump does not know (no op type, no
     kernel): never "(, kernel add in fp16)"."""
-    from toolkit.core.text import join_present
-
     kernel = (f"kernel {r.get('Kernel')}" + (f" in {r.get('Precision')}" if r.get("Precision") else "")) \
         if r.get("Kernel") else ""
     return join_present(r.get("OpType", ""), kernel)

@@ -25,8 +25,10 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compare.metrics import ROW_KEYS, compare_tensors
-from toolkit.compare.nondeterminism import dependent_tensors, reason as nondeterministic_reason
+from toolkit.compare.metrics import ROW_KEYS, compare_tensors, resolve_thresholds
+from toolkit.compare.metrics.registry import METRICS
+from toolkit.compare.nondeterminism import dependent_tensors
+from toolkit.compare.nondeterminism import reason as nondeterministic_reason
 from toolkit.precision.contract import expected_noise
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
@@ -44,7 +46,6 @@ TEXT_COLUMNS = [c for c in INFO_COLUMNS if c not in ("Index", "TensorIndex", "Ke
     ["CompareFailReason", "Role"]
 
 
-
 #: CompareFailReason prefixes of rows rightly not compared: the value is the device's by construction (a
 #: kernel's on-chip intermediate, or computed at compile time). Other reasons mean the tensor could not be
 #: compared (non-finite everywhere, shape or dtype mismatch, depends on a nondeterministic op, ...).
@@ -59,6 +60,7 @@ def not_compared_reason(row) -> str | None:
     why = row.get("CompareFailReason")
     why = why.strip() if isinstance(why, str) else ""
     return None if not why or why.startswith(SAME_BY_CONSTRUCTION) else why
+
 
 def golden_range(y) -> dict:
     """{"GoldenMin", "GoldenMax", "GoldenAbsMax"} over the finite values of a numeric reference tensor (float64);
@@ -185,101 +187,9 @@ def sequence_as_tensor(value):
 STORAGE_ROUNDING = "FP16StorageRounding"
 
 
-def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> pd.DataFrame:
-    """Re-run each 'origin' row's kernel alone (toolkit.reexec.isolate) and move the origin where the error
-    really starts. Returns a copy of ``df``.
-
-    1. The kernel runs on the reference values of its inputs, exactly as the reference computed them (only
-       converted to the dtype the kernel reads): LocalCosineSimilarity, LocalRelativeEuclideanDistance and
-       LocalAbnormal of the row. Locally abnormal: the row stays an origin.
-    2. Locally normal: the row only carries upstream error and becomes 'propagated'. If the kernel reads
-       FP16-stored inputs in FP32 (:func:`toolkit.reexec.isolate.fp16_stored_inputs`) and, re-run on the
-       reference inputs rounded to their storage dtype, is abnormal, that storage rounding is what destroys
-       the result: each input whose rounding alone does it (all of them if none alone does) becomes the
-       origin (Abnormal, not WithinExpectedNoise, ``AbnormalMetrics`` the lines it crosses without the noise
-       allowance, else :data:`STORAGE_ROUNDING`). Its evidence goes into
-       ``df.attrs["storage_origins"]``: {input tensor: {"consumer_kernel", "consumer_node", "consumer_op_type",
-       "consumer_tensor", "consumer_nodes", "consumer_precision", "exact_cosine", "stored_cosine",
-       "stored_red"}}.
-    3. A row reading such an input afterwards is 'propagated' without a re-run.
-    """
-    from toolkit.reexec.isolate import isolate
-
-    kernels = {k.name: k for k in runtime.plan.kernels}
-    ins = kernel_inputs(runtime.plan)
-    df = df.reindex(columns=RESULT_COLUMNS)  # a copy, in the fixed column order
-    for col in ("LocalCosineSimilarity", "LocalRelativeEuclideanDistance"):
-        df[col] = np.nan
-    df["LocalAbnormal"] = pd.Series(None, index=df.index, dtype=object)
-    row_of = {}
-    for i, name in zip(df.index, df["TensorName"]):
-        row_of.setdefault(name, i)
-    storage: dict[str, dict] = {}
-    cache: dict[str, dict | None] = {}
-    for i in list(df.index[df["Role"] == "origin"]):
-        kname, t = df.at[i, "Kernel"], df.at[i, "TensorName"]
-        if not kname or t not in golden or kname not in kernels:
-            continue
-        if any(x in storage for x in ins.get(kname, [])):
-            df.at[i, "Role"] = "propagated"
-            continue
-        if kname not in cache:
-            cache[kname] = isolate(runtime, kname, golden, stored=False)
-        local = cache[kname]
-        if local is None or t not in local:
-            continue
-        k = kernels[kname]
-        noise = expected_noise(k.op_class)
-        row = compare_tensors(local[t], golden[t], thresholds=thresholds, expected_noise=noise)
-        df.at[i, "LocalCosineSimilarity"] = row.get("CosineSimilarity")
-        df.at[i, "LocalRelativeEuclideanDistance"] = row.get("RelativeEuclideanDistance")
-        bad = bool(row["Abnormal"] or row["OverFlow"])
-        df.at[i, "LocalAbnormal"] = bad
-        if bad:
-            continue
-        df.at[i, "Role"] = "propagated"
-        for src, ev in _storage_culprits(runtime, k, t, golden, thresholds, noise).items():
-            ev.update(consumer_node=df.at[i, "NodeName"], consumer_op_type=df.at[i, "OpType"],
-                      exact_cosine=row.get("CosineSimilarity"))
-            storage[src] = ev
-            if src in row_of:
-                _mark_storage_origin(df, row_of[src], thresholds)
-    df.attrs = {**df.attrs, "storage_origins": storage}
-    return df
-
-
-def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> dict[str, dict]:
-    """{FP16-stored input of kernel ``k``: evidence} for the inputs whose storage rounding makes ``k``'s output
-    ``t`` abnormal (see :func:`refine_origins`); {} when the stored inputs do not break it."""
-    from toolkit.reexec.isolate import fp16_stored_inputs, isolate
-
-    stored = [s for s in fp16_stored_inputs(runtime, k.name) if s in golden]
-    if not stored:
-        return {}
-
-    def probe(which):
-        out = isolate(runtime, k.name, golden, stored=set(which))
-        if out is None or t not in out:
-            return None
-        r = compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise)
-        return r if (r["Abnormal"] or r["OverFlow"]) else None
-
-    together = probe(stored)
-    if together is None:
-        return {}
-    alone = {s: probe([s]) for s in stored} if len(stored) > 1 else {stored[0]: together}
-    blamed = {s: r for s, r in alone.items() if r is not None} or dict.fromkeys(stored, together)
-    return {s: {"consumer_kernel": k.name, "consumer_tensor": t, "consumer_nodes": list(k.nodes),
-                "consumer_precision": k.precision, "stored_cosine": r.get("CosineSimilarity"),
-                "stored_red": r.get("RelativeEuclideanDistance")} for s, r in blamed.items()}
-
-
 def _mark_storage_origin(df: pd.DataFrame, i, thresholds) -> None:
     """Row ``i`` (a tensor whose FP16 storage destroys a consumer's result) becomes an abnormal origin; its
     ``AbnormalMetrics`` are the lines its metrics cross once the noise allowance no longer excuses them."""
-    from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.compare.metrics.registry import METRICS
-
     crossed = [m for m, line in resolve_thresholds(thresholds).items()
                if m in df.columns and METRICS[m].is_abnormal(df.at[i, m], line)]
     df.at[i, "AbnormalMetrics"] = crossed or [STORAGE_ROUNDING]

@@ -17,16 +17,22 @@ identity (ONNX operator spec, Dropout-13). A ``training_mode`` whose value is un
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 from toolkit.core.records import Finding
-from toolkit.ir.nondeterminism import NONDETERMINISTIC, Lookup, _subgraphs, is_nondeterministic, register  # noqa: F401
+from toolkit.ir.nondeterminism import (  # noqa: F401
+    NONDETERMINISTIC,
+    Lookup,
+    _subgraphs,
+    is_nondeterministic,
+    register,
+)
 
 #: Prefix of the CompareFailReason of a tensor that depends on a nondeterministic op.
 REASON_PREFIX = "depends on nondeterministic op"
+
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """{name: value} of the graph's initializers and Constant-node outputs holding a tensor ``value``."""

@@ -29,7 +29,12 @@ import difflib
 import json
 import logging
 
+from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
+from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
+from toolkit.compiler.rules import load_rules
 from toolkit.core.errors import ConfigError
+from toolkit.core.records import Finding
+from toolkit.core.text import suggest
 
 #: Levels of the fusion switch file.
 FUSION_LEVELS = ("GraphFusion", "UBFusion")
@@ -64,10 +69,6 @@ _warned: set[tuple[str, str]] = set()
 def simulated_passes(level: str) -> list[str]:
     """Pass names npuscope implements at ``level`` (GraphFusion: BatchNorm folding and the graph-fusion rules;
     UBFusion: buffer fusion)."""
-    from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
-    from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
-    from toolkit.compiler.rules import load_rules
-
     if level == "UBFusion":
         return [UB_RULE]
     return [BN_RULE] + [r.name for r in load_rules()]
@@ -100,6 +101,13 @@ def _unknown(level: str, name: str, where: str) -> ConfigError:
                        "case-sensitive, \"ALL\" switches every pass of the level")
 
 
+def check_config(config) -> list[str]:
+    """:func:`check` of ``config.fusion_switch_file``, its errors naming where the option came from (a config
+    file, the command line). Called where a config is used: the commands (toolkit.commands.common.load_config)
+    and every compile (toolkit.compiler.pipeline.bind). Raises ConfigError."""
+    return check(config.fusion_switch_file, config.origin("fusion_switch_file"))
+
+
 def check(sw, where: str) -> list[str]:
     """Refuse a fusion switch file that is not {"Switch": {level: {pass name or "ALL": "on" | "off"}}} (every
     level's type, level and pass names, every value: module docstring). Returns one warning line per converter
@@ -108,8 +116,6 @@ def check(sw, where: str) -> list[str]:
     Raises:
         ConfigError: the shape, a level, a pass name or a value is wrong (the message says which and how to fix).
     """
-    from toolkit.core.text import suggest
-
     if not sw:
         return []
     if set(sw) != {"Switch"} or not isinstance(sw["Switch"], dict):
@@ -148,8 +154,6 @@ def findings(config) -> tuple[list[str], list]:
     """(compile-log lines, warning Findings of kind ``fusion_switch_ignored``) for the converter passes
     ``config.fusion_switch_file`` switches that npuscope does not simulate; for the pass that applies the
     switch file to call (e.g. graph_fusion)."""
-    from toolkit.core.records import Finding
-
     lines, out = [], []
     for level, name, state in ignored_passes(getattr(config, "fusion_switch_file", None)):
         text = warning_text(level, name, state)

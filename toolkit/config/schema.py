@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from toolkit.config.cache_mode import default_mode
+from toolkit.config.keep_dtype import normalise_keep_dtype, parse_keep_entry
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import suggest
+from toolkit.core.textfile import read_user_text
 
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 IMPL_MODES = ("high_precision", "high_performance")
@@ -27,10 +30,7 @@ REUSE_POLICIES = ("off", "conservative", "aggressive", "greedy")  # "greedy": ol
 _MAX_DIM = 2**63 - 1
 
 
-
 def _cache_mode_default() -> str:
-    from toolkit.cache.settings import default_mode
-
     return default_mode()
 
 
@@ -149,8 +149,6 @@ class Config:
     @classmethod
     def _load_stream(cls, p: Path) -> "Config":
         """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
-        from toolkit.core.textfile import read_user_text
-
         text = read_user_text(p, "config", ConfigError, "pass a .json or .toml file")
         try:
             data = json.loads(text)
@@ -237,7 +235,6 @@ class Config:
             for ops in edits.values():
                 for op in ops:
                     _check_op_type(op, f"{where}: modify_mixlist['{key}']")
-        from toolkit.precision.options import normalise_keep_dtype, parse_keep_entry
 
         for entry in self.keep_dtype:
             try:
@@ -278,13 +275,10 @@ class Config:
                 if op not in ("to-add", "to-remove"):
                     raise ConfigError(f"{where}: modify_mixlist['{key}'] key '{op}'{suggest(op, ['to-add', 'to-remove'])}")
         _check_mixlist_conflicts(self.modify_mixlist, where)
-        from toolkit.compiler.fusion_switch import check as check_fusion_switch
 
-        check_fusion_switch(self.fusion_switch_file, where)
         self.input_shapes(dynamic=True)  # validates the syntax
-        from toolkit.gears.spec import validate_gears
-
-        validate_gears(self, where)
+        # fusion_switch_file's pass names and the gear options are checked by their owners where the config is
+        # used: toolkit.compiler.fusion_switch.check_config, toolkit.gears.spec.validate_gears
 
     # ---------------------------------------------------------------- derived
     def input_shapes(self, dynamic: bool = False) -> dict[str, tuple[int, ...]]:
@@ -367,17 +361,8 @@ def _check_op_type(op: str, where: str) -> None:
         raise ConfigError(f"{where}: '{op}' is not an ONNX op type{suggest(op, known)}")
 
 
-def fusion_pass_names(level: str) -> list[str]:
-    """Pass names npuscope simulates at ``level`` (GraphFusion or UBFusion): toolkit.compiler.fusion_switch."""
-    from toolkit.compiler.fusion_switch import simulated_passes
-
-    return simulated_passes(level)
-
-
 def _read_text(p: Path, what: str, where: str | None) -> str:
     """The text of a user's file (UTF-8, a BOM is skipped: toolkit.core.textfile). Raises ConfigError."""
-    from toolkit.core.textfile import read_user_text
-
     return read_user_text(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
 
 

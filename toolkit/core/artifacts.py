@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.dtypes import standard
 from toolkit.core.errors import ModelError, UsageError
 from toolkit.core.text import printable
 
@@ -170,8 +171,6 @@ def storable(value, name: str = "array") -> np.ndarray:
         ModelError: ``value`` has no array form without pickle (an empty optional (None), a sequence of tensors
             of different shapes, an object array of non-strings).
     """
-    from toolkit.core.dtypes import standard
-
     what = "an empty optional (None)" if value is None else None
     if what is None:
         try:
@@ -265,8 +264,6 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
 def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
     """Refuse, before any work, a ``--dump`` folder that cannot be written: an existing file, a non-empty
     folder, the same folder as ``--out`` or one that holds ``--out`` (UsageError, exit 2)."""
-    from toolkit.core.errors import UsageError
-
     if not dump_dir:
         return
     d = Path(dump_dir)

@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGES = ("npuscope", "numpy", "onnx", "onnxruntime", "onnx-ir", "onnxscript", "ml_dtypes", "pandas", "plotly",
             "jinja2")
 #: Environment variables that change what npuscope does: numerics and threading (BLAS / OpenMP / onnxruntime
-#: thread counts, toolkit.runtime.ort_env, toolkit.dataset.runner.blas_threads), where files go and whether
+#: thread counts, toolkit.ort.ort_env, toolkit.dataset.runner.blas_threads), where files go and whether
 #: they are reused (the compile cache, toolkit.cache.settings; the model zoo cache, toolkit.zoo; their
 #: ``XDG_CACHE_HOME`` / ``LOCALAPPDATA`` bases) and what is logged where (toolkit.logs.plog). Every variable the
 #: package reads is listed here or in :data:`BOOKKEEPING_ENV` (tests/test_fixes_round7_report.py checks the source).
@@ -132,23 +132,3 @@ def environment() -> dict:
     }
 
 
-def compile_cache(config: dict | None) -> dict | None:
-    """The compile cache a compile with ``config`` (a ``Config.to_dict()``, as recorded in summary.json) uses,
-    resolved as the compile resolves it (toolkit.cache.settings.from_config: the config, else
-    ``$NPUSCOPE_COMPILE_CACHE``, else the default folder): {"mode": enable|disable|force, "dir": absolute
-    folder path, "dir_from": "op_compiler_cache_dir" | "NPUSCOPE_COMPILE_CACHE" | "default", "max_bytes": size
-    limit in bytes}. None when ``config`` is not a compile config (no ``op_compiler_cache_mode`` key, e.g. the
-    compare-dumps config); {"error": message} when the settings are invalid (the compile refused them too)."""
-    if not isinstance(config, dict) or "op_compiler_cache_mode" not in config:
-        return None
-    from toolkit.cache.settings import ENV_DIR, from_config
-    from toolkit.core.errors import ConfigError
-
-    try:
-        settings = from_config(config)
-    except ConfigError as exc:
-        return {"error": str(exc)}
-    explicit = config.get("op_compiler_cache_dir") or ""
-    source = "op_compiler_cache_dir" if explicit else (ENV_DIR if os.environ.get(ENV_DIR, "").strip() else "default")
-    return {"mode": settings.mode, "dir": str(Path(settings.root).absolute()), "dir_from": source,
-            "max_bytes": settings.limit}

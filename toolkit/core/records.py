@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+
 @dataclass
 class Finding:
     """A diagnostic: severity (info/warning/error), kind, subject, evidence dict, recommendation."""

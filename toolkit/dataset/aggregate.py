@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, INFORMATIONAL, METRICS
-from toolkit.dataset.worker import COLUMNS
 from toolkit.core.errors import UsageError
+from toolkit.dataset.worker import COLUMNS
 
 #: Metrics aggregated (those with a direction), in CSV column order.
 AGG_METRICS: tuple[str, ...] = tuple(n for n, s in METRICS.items() if s.direction != INFORMATIONAL)

@@ -35,9 +35,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from toolkit.core.errors import UsageError, UserError
+from toolkit.dataset.lifeline import exit_with_parent
 from toolkit.dataset.source import InputRef, read_bytes
 from toolkit.dataset.worker import JobSpec, Record, Worker, error_record
-from toolkit.core.errors import UsageError, UserError
 
 
 def _noop(msg: str) -> None:
@@ -59,8 +60,6 @@ _POOL: dict = {}
 
 
 def _pool_init(spec: JobSpec, parent_pid: int) -> None:
-    from toolkit.dataset.lifeline import exit_with_parent
-
     exit_with_parent(parent_pid)  # a SIGKILLed CLI leaves no worker behind
     try:
         _POOL["worker"] = Worker(spec)

@@ -19,6 +19,7 @@ import numpy as np
 
 from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed
+from toolkit.inputs.npz import restore_declared
 from toolkit.inputs.validate import conform_feed
 
 
@@ -115,7 +116,6 @@ def load_feed(name: str, data: bytes, specs) -> dict[str, np.ndarray]:
                 raise InputError(f"{source}: array {key!r} is {why}; re-save plain numeric arrays with np.savez") from None
             except (OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None
-    from toolkit.inputs.npz import restore_declared
 
     feed = conform_feed(restore_declared(feed, specs), specs)  # ml_dtypes, big-endian, str arrays (as load_npz)
     check_feed(feed, specs, source)

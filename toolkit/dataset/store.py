@@ -37,6 +37,8 @@ import os
 import shutil
 from pathlib import Path
 
+from toolkit.core.artifacts import out_path
+
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
@@ -45,10 +47,10 @@ except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
 import numpy as np
 
 from toolkit.core.artifacts import new_run_dir, safe_filename, save_npz
+from toolkit.core.csvjson import _dumps, atomic_write_text, json_safe
+from toolkit.core.errors import UsageError, UserError
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
-from toolkit.core.errors import UsageError, UserError
-from toolkit.report.csvjson import _dumps, atomic_write_text, json_safe
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -364,8 +366,6 @@ def check_store_out(explicit: str | Path | None) -> Path | None:
     Raises:
         UsageError (exit 2): an empty string, an existing file, a non-empty folder without a manifest.
     """
-    from toolkit.core.artifacts import out_path
-
     path = out_path(explicit)
     if path is None:
         return None

@@ -23,8 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toolkit.compare.advisor import first_divergence
 from toolkit.compare.metrics import METRICS, compare_tensors
+from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
+from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.dataset.source import (
     InputRef,
     load_feed,
@@ -32,7 +35,12 @@ from toolkit.dataset.source import (
     sha256_bytes,
     sha256_file,
 )
-from toolkit.core.errors import ModelError, UserError
+from toolkit.diagnose import _verdict, device_tensors, layer_analysis, layer_counts
+from toolkit.engine import Session, shapes_of
+from toolkit.inputs import check_feed, input_specs
+from toolkit.ir.load import load_model
+from toolkit.ort.ort_env import enable_global_thread_pool
+from toolkit.ort.reference import ReferenceRunner
 
 #: Per-tensor values kept for every input, in this column order (floats; flags as 0/1, NaN = not computed).
 COLUMNS: tuple[str, ...] = tuple(METRICS) + ("GoldenAbsMax", "Abnormal", "OverFlow", "DeviceNaN", "DeviceInf")
@@ -102,8 +110,6 @@ def error_record(name: str, sha: str, message: str) -> Record:
 
 def _setup_process(spec: JobSpec) -> None:
     if spec.global_pool:
-        from toolkit.runtime.ort_env import enable_global_thread_pool
-
         if spec.threads and "NPUSCOPE_THREADS" not in os.environ:
             os.environ["NPUSCOPE_THREADS"] = str(spec.threads)
         enable_global_thread_pool()
@@ -111,8 +117,6 @@ def _setup_process(spec: JobSpec) -> None:
 
 def _load_model(spec: JobSpec):
     """The model from ``model_path`` when this machine has it (same sha256), else from ``model_bytes``."""
-    from toolkit.ir.load import load_model
-
     path = Path(spec.model_path)
     if path.is_file() and sha256_file(path) == spec.model_sha256:
         return load_model(path)
@@ -135,9 +139,6 @@ class Worker:
     """
 
     def __init__(self, spec: JobSpec, in_process: bool = False):
-        from toolkit.inputs import input_specs
-        from toolkit.runtime.reference import ReferenceRunner
-
         if not in_process:
             _setup_process(spec)
         self.spec = spec
@@ -176,9 +177,6 @@ class Worker:
             ModelError, ConfigError: the plan cannot be compiled for a feed that fits the model: a model or
                 config problem, not one of this input (the dataset workflow checks it before the run).
         """
-        from toolkit.core.errors import InputError
-        from toolkit.inputs import check_feed
-
         try:
             check_feed(feed, self.specs, f"input '{name}'")
             self._check_shapes(name, feed)
@@ -188,16 +186,12 @@ class Worker:
         return True
 
     def _check_shapes(self, name: str, feeds: dict) -> None:
-        from toolkit.core.errors import InputError
-
         for key, want in self.spec.config.input_shapes().items():
             if key in feeds and tuple(np.shape(feeds[key])) != tuple(want):
                 raise InputError(f"input '{key}' of '{name}' has shape {tuple(np.shape(feeds[key]))} but "
                                  f"input_shape says {tuple(want)}; make them agree")
 
     def _session(self, feeds: dict):
-        from toolkit.engine import Session, shapes_of
-
         key = tuple(sorted(shapes_of(feeds).items()))
         if key not in self.sessions:
             self.sessions[key] = Session(self.model, self.spec.config, input_shapes=dict(key))
@@ -205,16 +199,6 @@ class Worker:
         return self.sessions[key]
 
     def _evaluate(self, name: str, sha: str, feeds: dict) -> Record:
-        from toolkit.compare.advisor import first_divergence
-        from toolkit.compare.tasks import run_tasks
-        from toolkit.diagnose import (
-            _verdict,
-            device_tensors,
-            layer_analysis,
-            layer_counts,
-        )
-        from toolkit.engine import shapes_of
-
         sess = self._session(feeds)
         timed = sess.run(feeds)
         dumped = sess.run(feeds, dump=True)

@@ -4,10 +4,6 @@ a fusion mapping file and/or the model) and compared with compare's metrics, adv
 
 Modules: ``names`` (file-name conventions, registered parsers), ``entry`` (DumpEntry/DumpSet, safe .npy reader),
 ``readers`` (one side → DumpSet), ``mapping`` (fused op → original nodes), ``match`` (pairs in order),
-``table`` (metrics per pair → result.csv rows), ``workflow`` (compare_dumps, the command), ``report`` (HTML).
+``table`` (metrics per pair → result.csv rows), the command and its report: toolkit.commands.compare_dumps, toolkit.report.dumps_html.
 User documentation: docs/compare-dumps.md.
 """
-
-from .workflow import compare_dumps, compare_dumps_command
-
-__all__ = ["compare_dumps", "compare_dumps_command"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.textfile import NotRegularFile, open_regular
+
 NODE, TENSOR = "node", "tensor"
 
 
@@ -94,8 +96,6 @@ def read_npy(path: Path) -> np.ndarray:
     the declared array, and no more than the declared bytes are read. Raises :class:`DumpReadError` with a
     short reason.
     """
-    from toolkit.core.textfile import NotRegularFile, open_regular
-
     try:
         with open_regular(path) as fh:
             declared = _declared_bytes(fh)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolkit.core.text import suggest
 from toolkit.core.errors import InputError
+from toolkit.core.text import suggest
 from toolkit.core.textfile import read_user_text
 
 _SHAPE = 'expected {"device_op": ["orig_node", ...], ...}'

@@ -33,8 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.dtypes import dtype_named, is_ml_dtype
 from toolkit.core.errors import InputError, UsageError, UserError
-from toolkit.core.textfile import not_regular_reason, read_user_text
+from toolkit.core.textfile import not_regular_reason, open_regular, read_user_text
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, looks_like_raw_device_dump
@@ -173,8 +174,6 @@ def restore_dtype(arr: np.ndarray, dtype_name) -> np.ndarray:
     (float32 / int8 / uint8: toolkit.core.artifacts.storable), older npuscope wrote their raw bytes (void ``|V2`` /
     ``|V1``); both come back exactly. Anything else (strings stored as ``<U``, numpy dtypes, an unknown or
     missing name) is returned as read. Raises DumpReadError when the file cannot hold the recorded dtype."""
-    from toolkit.core.dtypes import dtype_named, is_ml_dtype
-
     want = dtype_named(dtype_name)
     if want is None or not is_ml_dtype(want) or arr.dtype == want:
         return arr
@@ -208,8 +207,6 @@ def _load_index(path: Path, spec: SideSpec) -> dict:
 # ------------------------------------------------------------------------------------------ Polygraphy JSON
 def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
-    from toolkit.core.textfile import open_regular
-
     with open_regular(path) as fh:  # read_side refused anything but a regular file already
         head = fh.read(4096).lstrip()
     if not head.startswith((b"{", b"[")):

@@ -4,5 +4,5 @@
 - :mod:`toolkit.gears.session` — GearSession: one plan per gear, smallest fitting gear, pad, slice outputs back.
 - :mod:`toolkit.gears.padding` — padding sensitivity: padded vs exact run, layer by layer over the valid region.
 - :mod:`toolkit.gears.dp` — the K gears minimising expected padded work (exact DP) and power-of-two baselines.
-- :mod:`toolkit.gears.workflow` — the ``gears`` command, and compile/run with gears.
+- :mod:`toolkit.commands.gears` — the ``gears`` command, and compile/run with gears.
 """

@@ -1,6 +1,6 @@
 """Padding sensitivity: does padding an input to a gear change the valid region of any tensor?
 
-The same input runs twice through the FP32 onnxruntime reference (:class:`toolkit.runtime.reference.ReferenceRunner`,
+The same input runs twice through the FP32 onnxruntime reference (:class:`toolkit.ort.reference.ReferenceRunner`,
 every tensor exposed): once at its exact shape, once padded to the gear (:func:`toolkit.gears.session.pad_feeds`,
 pad values per input). The reference is used, not the NPU plan, so that the only difference between the two
 runs is the padding (no FP16 rounding, every ONNX tensor present even where the NPU fuses it away).
@@ -33,9 +33,11 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.core.records import Finding
+from toolkit.compiler.passes.bind_shapes import bind_input_shapes
 from toolkit.core.errors import InputError
+from toolkit.core.records import Finding
 from toolkit.gears.session import pad_feeds
+from toolkit.ort.reference import ReferenceRunner
 
 COLUMNS = ["Index", "Tensor", "Node", "OpType", "ExactShape", "PaddedShape", "PaddedAxes", "Status", "Origin",
            "ReducesPaddedAxis", "MaxAbsDiff", "Tolerance", "Reason"]
@@ -68,8 +70,6 @@ class PaddingReport:
 
 
 def _bound(model: onnx.ModelProto, shapes: dict) -> onnx.ModelProto:
-    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
-
     m = onnx.ModelProto()
     m.CopyFrom(model)
     bind_input_shapes(m, dict(shapes), where="inputs", error=InputError)
@@ -144,8 +144,6 @@ def padding_sensitivity(model: onnx.ModelProto, feeds: dict[str, np.ndarray], ta
     Raises:
         InputError: a feed does not fit ``target``; ModelError/InputError from binding the shapes.
     """
-    from toolkit.runtime.reference import ReferenceRunner
-
     padded_feeds = pad_feeds(feeds, target, pad_values or {})
     exact_shapes = {k: tuple(np.shape(v)) for k, v in feeds.items() if isinstance(v, np.ndarray)}
     padded_shapes = {k: tuple(np.shape(v)) for k, v in padded_feeds.items() if isinstance(v, np.ndarray)}

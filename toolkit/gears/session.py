@@ -40,13 +40,20 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from toolkit.compiler.passes.bind_shapes import UNNAMED
+from toolkit.compiler.passes.bind_shapes import (
+    UNNAMED,
+    bind_input_shapes,
+    check_input_shapes,
+    raise_if_reference_fails,
+)
 from toolkit.config.schema import Config
-from toolkit.engine import Session, as_model
 from toolkit.core.errors import ConfigError, InputError, ModelError
+from toolkit.engine import Session, as_model
 from toolkit.gears.spec import GearSpec, check_against_model, label, parse_gears
-from toolkit.inputs.validate import check_feed
+from toolkit.inputs import input_specs
+from toolkit.inputs.validate import check_feed, dtype_expr
 from toolkit.runtime.npu import KernelRuntimeError, RunResult
+from toolkit.source import resolve_model
 
 
 @dataclass
@@ -140,8 +147,6 @@ def infer_output_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...
     """{output name: [int | None per axis]} for the input ``shapes``: onnxruntime's symbolic shape inference
     (onnxruntime.tools.symbolic_shape_infer; it gets through more exporters' graphs), else ONNX shape inference
     with data propagation; an axis neither resolves is None."""
-    from toolkit.compiler.passes.bind_shapes import bind_input_shapes
-
     m = onnx.ModelProto()
     m.CopyFrom(model)
     bind_input_shapes(m, shapes, where="inputs", error=InputError)
@@ -252,7 +257,6 @@ class GearSession:
                 raise InputError(f"input '{name}' has shape {shape} but input_shape says '{name}:{want}' "
                                  "(N = a gear dim); fix the input or input_shape")
             shapes[name] = shape
-        from toolkit.compiler.passes.bind_shapes import check_input_shapes
 
         check_input_shapes(self.model, shapes, where="inputs", error=InputError)
         return shapes
@@ -334,7 +338,6 @@ class GearSession:
         try:
             res = sess.run(padded_feeds, dump=dump)
         except KernelRuntimeError as exc:
-            from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
             raise_if_reference_fails(self.model, padded_feeds, exc)
             raise
         outputs = self.slice_outputs(res.outputs, shapes, gear) if padded else dict(res.outputs)
@@ -350,7 +353,6 @@ def _load(model) -> tuple[onnx.ModelProto, str]:
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"GearSession model must be an .onnx path, a sample or zoo name, or an onnx.ModelProto; "
                         f"got {type(model).__name__}")
-    from toolkit.source import resolve_model
 
     return as_model(resolve_model(os.fspath(model)).path)
 
@@ -377,9 +379,6 @@ def check_feed_types(model: onnx.ModelProto, feeds) -> list:
         TypeError: ``feeds`` is not a Mapping (e.g. one array), or a value is not a numpy.ndarray (a list).
     """
     from collections.abc import Mapping
-
-    from toolkit.inputs import input_specs
-    from toolkit.inputs.validate import dtype_expr
 
     specs = input_specs(model)
     if not isinstance(feeds, Mapping):

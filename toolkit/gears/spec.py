@@ -21,7 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from toolkit.compiler.passes.bind_shapes import check_input_shapes
 from toolkit.core.errors import ConfigError
+from toolkit.core.text import suggest
 
 #: Gear count bounds of the converter: more than one, at most 100.
 MIN_GEARS, MAX_GEARS = 2, 100
@@ -126,7 +128,6 @@ def parse_pad_values(value, names, where: str = "config") -> dict[str, float]:
     given: set[str] = set()
     for name, val in items:
         if name not in out:
-            from toolkit.core.text import suggest
             hint = suggest(str(name), names) if names else ""
             raise ConfigError(f"{where}: pad_value names '{name}', which is not an input of input_shape "
                               f"({', '.join(names) or 'none'}){hint if 'did you mean' in hint else ''}")
@@ -204,8 +205,6 @@ def check_against_model(spec: GearSpec, model, where: str = "config") -> None:
     ``input_shape`` naming an input the model lacks (did-you-mean), a rank or a static dim that disagrees, a -1
     on a dim that is static in the model, or a gear giving one symbolic dim (``"seq"`` on x[1] and mask[1])
     two sizes. Raises ConfigError (toolkit.compiler.passes.bind_shapes.check_input_shapes)."""
-    from toolkit.compiler.passes.bind_shapes import check_input_shapes
-
     check_input_shapes(model, spec.template, where=f"{where}: input_shape", gear_dims=True)
     option = "dynamic_batch_size" if spec.kind == "batch" else "dynamic_dims"
     for i, gear in enumerate(spec.gears):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.dtypes import is_ml_dtype, value_kind
 from toolkit.core.errors import InputError
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed
@@ -68,8 +69,6 @@ def restore_declared(feed: dict[str, np.ndarray], model_inputs: Sequence[InputSp
     is converted when the conversion is exact, a raw void array of the same item size (what ``np.savez`` makes of
     an ml_dtypes array) is reinterpreted. Other arrays are left for :func:`~toolkit.inputs.validate.check_feed`
     to judge (a float32 array with values bfloat16 cannot hold is refused there, naming the dtype)."""
-    from toolkit.core.dtypes import is_ml_dtype
-
     by_name = {s.name: s for s in model_inputs}
     return {k: (_as_declared(v, by_name[k].dtype) if k in by_name and is_ml_dtype(by_name[k].dtype) else v)
             for k, v in feed.items()}
@@ -80,7 +79,6 @@ def _as_declared(arr: np.ndarray, want: np.dtype) -> np.ndarray:
         return arr
     if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize and arr.dtype.names is None:
         return arr.view(want)
-    from toolkit.core.dtypes import value_kind
 
     if arr.dtype.kind not in "iuf" or value_kind(arr.dtype) != value_kind(want):  # floats for floats, ints for ints
         return arr

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from toolkit.core import usercode
+from toolkit.core.dtypes import value_kind
 from toolkit.core.errors import InputError
 from toolkit.inputs.spec import InputSpec
 
@@ -73,7 +75,6 @@ def cast_hint(dtype: np.dtype) -> str:
     name = dtype.name
     if dtype_expr(dtype):
         return f"cast it with .astype({dtype_expr(dtype)})"
-    from toolkit.core.dtypes import value_kind
 
     std = "np.float32" if value_kind(dtype) == "float" else ("np.uint8" if name.startswith("uint") else "np.int8")
     return (f"numpy has no {name} dtype (it comes from ml_dtypes): save the values as {std} holding exactly "
@@ -122,8 +123,6 @@ def feed_arrays(feed: Mapping, source: str) -> dict:
         InputError: a value numpy cannot turn into an array (a ragged list, an object whose ``__array__``
             raises; sys.exit() there too: toolkit.core.usercode), naming ``source`` and the key.
     """
-    from toolkit.core import usercode
-
     out = {}
     for k, v in feed.items():
         arr, exc = usercode.capture(np.asarray, v, what=f"{source}: converting input {k!r} to an array",

@@ -1,5 +1,5 @@
 """The registry of ONNX ops that draw random numbers (nondeterministic ops), without dependencies on the
-compiler: constant folding never evaluates them (toolkit.ir.const_eval) and the comparison does not compare
+compiler: constant folding never evaluates them (toolkit.ort.const_eval) and the comparison does not compare
 what they produce (toolkit.compare.nondeterminism, which explains the rules).
 """
 

@@ -5,5 +5,5 @@
   input format, each turning a file into a :class:`~toolkit.logs.registry.ParseResult` (an op summary in the
   profiler's columns, other tables, a malformed-record count).
 - :mod:`toolkit.logs.findings`: findings over an op summary (CPU fallbacks, Casts, transfers, launch overhead).
-- :mod:`toolkit.logs.workflow`: ``npuscope parse-log``.
+- :mod:`toolkit.commands.parse_log`: ``npuscope parse-log``.
 """

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.logs.detect import head_lines
-from toolkit.report.csvjson import undo_formula_safe
+from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.textfile import open_regular_text
+from toolkit.logs.detect import head_lines
 
 
 def header(head: str) -> list[str]:
@@ -96,7 +96,7 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
     frame = pd.DataFrame([[r[i] for i in keep] for r in rows], columns=[head[i] for i in keep], dtype=object)
     if frame.empty:
         frame = pd.DataFrame({head[i]: pd.Series([], dtype=object) for i in keep})
-    frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.report.csvjson)
+    frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.core.csvjson)
     frame.columns = [str(c).strip() for c in frame.columns]
     if bad:
         notes.append(f"{bad} row(s) with a number of fields other than the header's {width} skipped (malformed)")

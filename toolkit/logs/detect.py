@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
 from toolkit.core.textfile import NotRegularFile, not_regular_reason, open_regular
+from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
 
 #: A head with a NUL byte, or with more than this share of control characters, is binary.
 BINARY_CONTROL_SHARE = 0.10

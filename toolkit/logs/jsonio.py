@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.logs.numbers import sane
 from toolkit.core.textfile import open_regular_text
+from toolkit.logs.numbers import sane
 
 _SKIP = re.compile(r"[\s,]*")
 _NEXT_OBJECT = re.compile(r"\n[ \t]*\{")

@@ -75,11 +75,16 @@ def register_parser(parser: Parser) -> Parser:
     return parser
 
 
-def parsers() -> list[Parser]:
-    """All registered parsers in detection order: the built-in ones in toolkit.logs.parsers.ORDER (by module),
-    then any others in registration order."""
-    from toolkit.logs.parsers import ORDER  # importing registers the built-in parsers
+#: The detection order of the built-in formats (modules of toolkit.logs.parsers, which imports them): onnxruntime
+#: profiles are Chrome traces too, so ort_profile comes before chrome_trace; fusion_result before the CSVs;
+#: op_summary CSVs before op_statistic and kernel_times; compile.log before plog lines.
+ORDER = ("ort_profile", "chrome_trace", "fusion_result", "op_summary_csv", "op_statistic_csv", "kernel_times_csv",
+         "compile_log", "plog_lines")
 
+
+def parsers() -> list[Parser]:
+    """All registered parsers in detection order: the built-in ones in ORDER (by module),
+    then any others in registration order."""
     rank = {name: i for i, name in enumerate(ORDER)}
     found = list(_PARSERS.values())
     return sorted(found, key=lambda p: (rank.get(p.module, len(rank)), found.index(p)))

@@ -4,7 +4,7 @@ and the HTML report.
 Any stored text longer than :data:`MAX_TEXT_CHARS` (2,000) characters keeps its first 2,000 characters
 followed by the marker ``… [truncated: N characters]`` (N = the original length), so readers see both that it
 was cut and how long it was; clipping clipped text again changes nothing. Applied by the plog parser as it reads (memory stays bounded) and by
-toolkit.logs.workflow to every text cell of every table and of the op summary, whatever parser made it.
+toolkit.commands.parse_log to every text cell of every table and of the op summary, whatever parser made it.
 """
 
 from __future__ import annotations

@@ -14,10 +14,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import asdict, dataclass
 
-
+from toolkit.memcheck.static_check import FEED, READBACK
 from toolkit.memory.aliases import is_view
 from toolkit.memory.lifetimes import lifetimes
-from toolkit.memcheck.static_check import FEED, READBACK
 
 POISON = 0xFF
 

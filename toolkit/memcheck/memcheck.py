@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from toolkit.compiler.passes.plan_memory import place
+from toolkit.engine import npu_runtime
 from toolkit.memcheck.dynamic_check import dynamic_check
 from toolkit.memcheck.planio import attach_plan, no_reuse_plan, relocate
 from toolkit.memcheck.static_check import Conflict, static_conflicts
@@ -106,11 +108,9 @@ def first_divergence(plan, ref, got, conflicts) -> dict | None:
 
 def check_plan(compiled, plan, feeds) -> CheckRound:
     """Static + dynamic + differential check of ``plan`` (same kernels as ``compiled``) on ``feeds``."""
-    from toolkit.runtime.npu import NpuRuntime
-
     conflicts = static_conflicts(plan)
-    ref = NpuRuntime(attach_plan(compiled, no_reuse_plan(plan))).run(feeds, dump=True)
-    rt = NpuRuntime(attach_plan(compiled, plan))
+    ref = npu_runtime(attach_plan(compiled, no_reuse_plan(plan))).run(feeds, dump=True)
+    rt = npu_runtime(attach_plan(compiled, plan))
     try:
         got, events = dynamic_check(rt, feeds, dump=True)
     except Exception as exc:  # a kernel failed on poisoned bytes: that is a finding, not a crash
@@ -136,8 +136,6 @@ def memcheck(compiled, plan, feeds, verify_fix: bool = True) -> MemcheckResult:
 
 def policy_totals(plan) -> list[dict]:
     """Arena and lower bound of the plan's kernels under each policy (re-placed, not recompiled)."""
-    from toolkit.compiler.passes.plan_memory import place
-
     out = []
     for policy in ("off", "conservative", "aggressive"):
         tensors = copy.deepcopy(plan.tensors)

@@ -15,9 +15,12 @@ import json
 from pathlib import Path
 
 from toolkit.compiler.plan import Plan
+from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError, UserError
+from toolkit.core.text import suggest
+from toolkit.core.textfile import NotRegularFile, open_regular
 from toolkit.memory.planner import align
-
+from toolkit.source import resolve_model
 
 #: plan.json versions this reader understands (toolkit/compiler/plan.py).
 PLAN_VERSIONS = (1,)
@@ -117,7 +120,6 @@ def _check_tensor_names(tensors: list[dict], where: str) -> None:
             raise InputError(f"{where}, tensor #{i} '{alias[:60]}': field 'alias_of' names the tensor itself; "
                              "set it to null or to the tensor whose bytes it shares")
         if alias not in first:
-            from toolkit.core.text import suggest
             raise InputError(f"{where}, tensor #{i} '{t['name'][:60]}': field 'alias_of' names '{alias[:60]}', "
                              f"which is not a tensor of the plan{suggest(alias, list(first))}; set it to null or "
                              "to the tensor whose bytes it shares")
@@ -132,7 +134,6 @@ def load_plan(path) -> Plan:
     if not p.exists() or p.is_dir():
         raise InputError(f"plan file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; write one with "
                          "`npuscope compile` (plan.json)")
-    from toolkit.core.textfile import NotRegularFile, open_regular
 
     try:
         with open_regular(p) as fh:  # a FIFO, device or a link to /dev/zero is refused, never read
@@ -159,8 +160,6 @@ def load_plan(path) -> Plan:
 def plan_config(plan: Plan, path):
     """The toolkit.config.schema.Config ``plan`` (read from ``path``) records; raises ConfigError (exit 2) when the
     recorded config is not valid (an unknown option or value)."""
-    from toolkit.config.schema import Config
-
     return Config.from_dict(plan.config, where=f"{plan_where(path)} config")
 
 
@@ -187,7 +186,6 @@ def model_for_plan(model: str | None, plan: Plan, path) -> str:
     if not plan.model:
         raise UsageError(f"{plan_where(path)} does not record which model it was compiled from; give MODEL "
                          f"before --plan (the model the plan was made for)")
-    from toolkit.source import resolve_model
 
     try:
         resolve_model(plan.model)

@@ -20,14 +20,9 @@ only; every other op keeps the default implementation mode, ``high_performance``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from toolkit.config.keep_dtype import parse_keep_entry
 from toolkit.precision.contract import default_mixlists
 
-#: Prefix of an op-type keep_dtype entry.
-OP_TYPE_PREFIX = "OpType::"
-#: Prefix of an explicit node-name keep_dtype entry (dropped when read).
-OP_NAME_PREFIX = "OpName::"
 #: The converter's default op_select_implmode (op types not in optypelist_for_implmode keep it).
 DEFAULT_IMPLMODE = "high_performance"
 #: precision_mode values that read modify_mixlist.
@@ -35,46 +30,6 @@ MIXLIST_MODES = ("allow_mix_precision",)
 #: precision_mode values under which keep_dtype changes nothing: force_fp32 (every kernel FP32 already) and
 #: must_keep_origin_dtype (every kernel keeps the dtype its tensors have in the model).
 ALL_FP32_MODES = ("force_fp32", "must_keep_origin_dtype")
-
-
-@dataclass(frozen=True)
-class KeepEntry:
-    """One keep_dtype entry: ``text`` as written, ``kind`` ``"name"`` or ``"type"``, ``value`` the node name
-    or the op type."""
-
-    text: str
-    kind: str
-    value: str
-
-
-def parse_keep_entry(text: str) -> KeepEntry:
-    """The :class:`KeepEntry` of one keep_dtype line (see the module docstring; surrounding spaces ignored).
-
-    Raises:
-        ValueError: an empty entry, or a prefix with nothing after it (``"OpType::"``).
-    """
-    s = text.strip()
-    for prefix, kind in ((OP_TYPE_PREFIX, "type"), (OP_NAME_PREFIX, "name")):
-        if s.startswith(prefix):
-            value = s[len(prefix):].strip()
-            if not value:
-                raise ValueError(f"keep_dtype entry {text!r} has nothing after '{prefix}'")
-            return KeepEntry(s, kind, value)
-    if not s:
-        raise ValueError(f"keep_dtype has an empty entry {text!r}")
-    return KeepEntry(s, "name", s)
-
-
-def normalise_keep_dtype(entries: list[str]) -> list[str]:
-    """keep_dtype entries in the form the compiler reads: ``OpName::x`` → ``x``, ``OpType::X`` kept, spaces
-    stripped, repeats dropped (first kept). Raises ValueError as :func:`parse_keep_entry`."""
-    out: list[str] = []
-    for text in entries:
-        e = parse_keep_entry(text)
-        norm = f"{OP_TYPE_PREFIX}{e.value}" if e.kind == "type" else e.value
-        if norm not in out:
-            out.append(norm)
-    return out
 
 
 def keep_sets(entries: list[str]) -> tuple[dict[str, str], dict[str, str]]:

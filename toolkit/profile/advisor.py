@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.compiler.plan import Plan
+from toolkit.engine import compile_model
 from toolkit.profile.cost import as_placed, kernel_costs
 from toolkit.profile.device import DeviceProfile
 from toolkit.profile.schedule import makespan_us, schedule_plan
@@ -184,8 +186,6 @@ def verify(advice: Advice, compiled, config, device: DeviceProfile, fixed_us: fl
 def recompile(compiled, config, model=None):
     """``recompile_precision`` (from place_ops on) when it accepts the config, else a full compile of
     ``model`` (the original ModelProto; default the compiled graph)."""
-    from toolkit.compiler.pipeline import compile_model, recompile_precision
-
     try:
         return recompile_precision(compiled, config)
     except ValueError:

@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.core.text import suggest
 from toolkit.core.errors import ConfigError
+from toolkit.core.text import suggest
 from toolkit.core.textfile import read_user_text
 
 DEVICES_DIR = Path(__file__).with_name("devices")

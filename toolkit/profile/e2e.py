@@ -46,6 +46,7 @@ import pandas as pd
 
 from toolkit.core import usercode
 from toolkit.core.errors import InputError, UsageError
+from toolkit.inputs.validate import check_keys, feed_arrays
 from toolkit.profile.schedule import Task, offset_tasks, simulate
 
 LATENCY_COLUMNS = ["Schedule", "p50(ms)", "p90(ms)", "p99(ms)", "Throughput(req/s)"]
@@ -128,8 +129,6 @@ def as_feed(value, input_names: list[str], option: str = "--pre", source: str = 
             value numpy cannot turn into an array (toolkit.inputs.validate.feed_arrays).
     """
     from types import SimpleNamespace
-
-    from toolkit.inputs.validate import check_keys, feed_arrays
 
     if isinstance(value, np.ndarray) and len(input_names) == 1:
         value = {input_names[0]: value}

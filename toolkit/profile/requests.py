@@ -1,4 +1,4 @@
-"""The requests of ``npuscope profile``: one compiled plan per distinct feed shape (toolkit.profile.workflow's
+"""The requests of ``npuscope profile``: one compiled plan per distinct feed shape (toolkit.commands.profile's
 module docstring explains the whole run).
 
 Request i: ``pre(i)`` (timed for real) gives its feed, or every request uses the one usual feed (--inputs, the
@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from toolkit.core.errors import InputError
+from toolkit.engine import Session, shapes_of
+from toolkit.inputs import check_feed, input_specs
+from toolkit.inputs.validate import conform_feed
 from toolkit.profile import e2e
 from toolkit.profile.schedule import makespan_us
+from toolkit.source import prepare_inputs
 
 #: At most this many distinct feed shapes (one compiled plan each) per run.
 MAX_PLANS = 8
@@ -24,14 +29,11 @@ MAX_PLANS = 8
 
 def run_measured(m, config, feed, progress, note: str = ""):
     """(Session, RunResult of a measured run after one warm-up run)."""
-    from toolkit.engine import Session, shapes_of
-
     progress(f"compiling and building kernels{note}")
     sess = Session(m, config, input_shapes=shapes_of(feed))
     progress(f"running {len(sess.plan.kernels)} kernels (warm-up + measured run)")
     sess.run(feed)
     return sess, sess.run(feed)
-
 
 
 @dataclass
@@ -121,8 +123,6 @@ class Requests:
 
 
 def _fixed_feed(m, src, config, inputs, seed, progress) -> dict:
-    from toolkit.source import prepare_inputs
-
     feed = prepare_inputs(m, src, inputs, seed, None, config.input_shapes())
     progress(f"inputs: {feed.origin}")
     return feed.arrays
@@ -132,9 +132,6 @@ def _pre_feed(pre_fn, i: int, specs) -> tuple[float, dict]:
     """(measured ms, checked feed) of pre(i): checked as an npz is (toolkit.inputs.check_feed: a key that is no
     model input, a missing one, a wrong dtype or shape is an InputError), after the same conforming
     (toolkit.inputs.validate.conform_feed: big-endian arrays made native, str arrays for string inputs)."""
-    from toolkit.inputs import check_feed
-    from toolkit.inputs.validate import conform_feed
-
     source = f"--pre result of request {i}"
     ms, value = e2e.time_call(pre_fn, (i,), "--pre", i)
     feed = conform_feed(e2e.as_feed(value, [s.name for s in specs], source=source), specs)
@@ -148,8 +145,6 @@ def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, pr
     Raises:
         InputError: a new label when :data:`MAX_PLANS` plans exist already.
     """
-    from toolkit.core.errors import InputError
-
     if label in plans:
         return plans[label]
     if len(plans) >= MAX_PLANS:
@@ -166,8 +161,6 @@ def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, pr
 def run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress) -> Requests:
     """Run every request as the module docstring says: pre(i) (timed) gives its feed, the plan of the feed's
     shapes runs it, post(i) (timed) gets *its* outputs. Without --pre every request uses the one usual feed."""
-    from toolkit.inputs import input_specs
-
     specs = input_specs(m)
     names = [s.name for s in specs]
     fixed = None if pre_fn else _fixed_feed(m, src, config, inputs, seed, progress)

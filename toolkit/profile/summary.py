@@ -23,7 +23,6 @@ import pandas as pd
 from toolkit.profile.optable import op_statistic, op_summary_frame
 from toolkit.profile.schedule import STREAMS
 
-
 MEASURED_STREAM_ID = len(STREAMS)
 PREPOST_OP_TYPES = {"pre": "PreProcess", "post": "PostProcess"}
 

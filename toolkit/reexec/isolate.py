@@ -18,6 +18,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolkit.compare.advisor import overflow_rows
+from toolkit.compare.layerwise import (
+    _mark_storage_origin,
+    golden_range,
+    noise_allowance,
+)
+from toolkit.compare.metrics import compare_tensors, dtype_class
+from toolkit.ir.graph import node_reads
+from toolkit.precision.contract import expected_noise
+from toolkit.reexec.repro import run_subgraph
+
 
 def _as_stored(value, dtype: str):
     """``value`` converted to the storage dtype, as the device stores it: a value beyond the FP16 range becomes
@@ -89,15 +100,11 @@ MAX_ROWS = 16
 def headline_metric(golden_value) -> str:
     """The metric that judges a tensor of this dtype: ExactMatchRate for integer/bool tensors (indices, masks:
     cosine is undefined there), CosineSimilarity for float tensors (toolkit.compare.metrics.dtype_class)."""
-    from toolkit.compare.metrics import dtype_class
-
     return "ExactMatchRate" if dtype_class(np.asarray(golden_value).dtype) == "integer" else "CosineSimilarity"
 
 
 def _boundary(model, nodes: list[str]) -> list[str]:
     """Tensors the ONNX ``nodes`` read from outside themselves, initializers left out, in reading order."""
-    from toolkit.ir.graph import node_reads
-
     wanted = set(nodes)
     ns = [n for n in model.graph.node if n.name in wanted]
     produced = {o for n in ns for o in n.output}
@@ -122,9 +129,6 @@ def _judge_fp32(model, nodes, golden, device, t, stored, thresholds, noise) -> d
     """The compare row of ``t`` from ``nodes`` run alone in FP32 (toolkit.reexec.repro.run_subgraph) on the
     reference values of their inputs, those in ``stored`` replaced by the device's (as the plan stored them);
     None if they cannot run alone."""
-    from toolkit.compare.metrics import compare_tensors
-    from toolkit.reexec.repro import run_subgraph
-
     feeds = dict(golden)
     feeds.update({s: _as_reference_dtype(device[s], golden[s]) for s in stored})
     try:
@@ -139,9 +143,6 @@ def _inherited_noise(kernel, tensor: str, inputs, owner: dict, golden: dict) -> 
     ``inputs`` written by FP16 kernels (toolkit.compare.layerwise.noise_allowance: its op class' noise, or
     the FP16 noise of those producers scaled by the output's magnitude over theirs, whichever is larger)."""
     from types import SimpleNamespace
-
-    from toolkit.compare.layerwise import golden_range, noise_allowance
-    from toolkit.precision.contract import expected_noise
 
     allowed = {s: expected_noise(owner[s].op_class) for s in inputs if owner[s].precision == "fp16"}
     absmax = {t: golden_range(golden[t]).get("GoldenAbsMax") for t in [tensor, *allowed] if t in golden}
@@ -171,8 +172,6 @@ def fp32_fix(plan, model, golden: dict, device: dict, kernel, tensor: str, thres
     "metric": the metric of ``tensor``'s dtype (:func:`headline_metric`); "exact_value": ``kernel`` in FP32 on
     the reference inputs; "stored_value": in FP32 on its inputs as the plan stored them}.
     """
-    from toolkit.precision.contract import expected_noise
-
     owner = plan.kernel_of_tensor()
     metric = headline_metric(golden[tensor])
     graph_inputs = set(plan.graph_inputs)
@@ -213,8 +212,6 @@ def _candidates(df, kernels: dict, storage: dict) -> list:
     consumers of refine_origins' storage origins; FP32 rows refine_origins found normal alone (LocalAbnormal
     False) but abnormal, with no storage origin to explain them. FP16 overflow rows
     (toolkit.compare.advisor.overflow_rows) are left to the overflow finding."""
-    from toolkit.compare.advisor import overflow_rows
-
     consumers = {ev.get("consumer_tensor") for ev in storage.values()}
     maybe = (df["Role"] == "origin") | ((df["Role"] == "propagated") & df["Abnormal"]) | df["TensorName"].isin(consumers)
     if not maybe.any():
@@ -248,8 +245,6 @@ def fp16_input_origins(df, plan, model, golden: dict, device: dict, thresholds=N
     "stored_value" (the consumer run in FP32 on reference and on stored inputs: ExactMatchRate for an integer
     output, whose cosine is undefined) and "keep_kernels" (the FP16 kernels to keep in FP32). Storage origins
     left as refine_origins found them get "metric", "exact_value" and "stored_value" too."""
-    from toolkit.compare.layerwise import _mark_storage_origin
-
     df = df.copy()
     storage = {k: dict(v) for k, v in (df.attrs.get("storage_origins") or {}).items()}
     kernels = {k.name: k for k in plan.kernels}

@@ -24,9 +24,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from toolkit.compare.layerwise import kernel_inputs
+from toolkit.config.schema import Config
 from toolkit.core.artifacts import save_npz, write_json, write_text
-from toolkit.ir.graph import node_reads
 from toolkit.core.text import printable
+from toolkit.engine import compile_model
+from toolkit.ir.graph import node_reads
+from toolkit.ort.ort_env import make_session
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
@@ -87,8 +91,6 @@ def run_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict, st
     Raises:
         KeyError: a boundary tensor has no reference value; onnxruntime errors for nodes it cannot run.
     """
-    from toolkit.runtime.ort_env import make_session
-
     sub, feeds, expected = extract_subgraph(model, node_names, golden, stored_fp16, outputs)
     sess = make_session(sub.SerializeToString(), optimize=True)
     names = list(expected)
@@ -107,9 +109,6 @@ def _free_name(name: str, model: onnx.ModelProto) -> str:
 
 
 def _plan(model: onnx.ModelProto, config: dict, shapes: dict):
-    from toolkit.compiler.pipeline import compile_model
-    from toolkit.config.schema import Config
-
     cfg = Config.from_dict({k: v for k, v in config.items() if k != "input_shape"})
     return compile_model(model, cfg, input_shapes=shapes).plan
 
@@ -137,8 +136,6 @@ def read_wider(sub: onnx.ModelProto, config: dict, feeds: dict, candidates) -> s
     """The ``candidates`` (FP32 graph inputs of ``sub``) that a kernel of ``sub``'s own plan under ``config``
     reads in FP32: those need the FP16 input + Cast to be read as the full plan read them. An input only FP16
     kernels read is rounded to FP16 by them anyway (no Cast needed: the reproducer stays minimal)."""
-    from toolkit.compare.layerwise import kernel_inputs
-
     plan = _plan(sub, config, _input_shapes(sub, feeds))
     ins = kernel_inputs(plan)
     readers = [(k, ins[k.name]) for k in plan.kernels if not k.cast_of]

@@ -21,9 +21,9 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup, escape
 
+from toolkit.cache.settings import compile_cache
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.core.env import compile_cache
-from toolkit.core.text import human_bytes
+from toolkit.core.text import human_bytes, show
 
 #: Columns shown first in the per-tensor table; the rest follow in the DataFrame's order.
 LEADING_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "Role", "Abnormal",
@@ -64,8 +64,6 @@ def fmt(v) -> str:
     if isinstance(v, (int, np.integer)):
         return str(int(v))
     if isinstance(v, (float, np.floating)):
-        from toolkit.core.text import show
-
         return show(v) if np.isfinite(v) else str(float(v))
     if isinstance(v, (list, tuple, set, np.ndarray)):
         return ", ".join(fmt(x) for x in v)
@@ -91,8 +89,6 @@ def facts(mapping: dict | None, keys=None) -> list[dict]:
 
 def _float_cells(values: np.ndarray) -> tuple[list[str], list[str]]:
     """:func:`fmt` and :func:`sort_key` of a float column in two list passes (no per-cell type dispatch)."""
-    from toolkit.core.text import show
-
     nums, missing = values.tolist(), np.isnan(values).tolist()
     texts = ["" if nan else f"{v + 0.0:.6g}" for v, nan in zip(nums, missing)]  # + 0.0: -0.0 reads "0" as in fmt
     for i, v in enumerate(nums):

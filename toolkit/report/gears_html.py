@@ -2,7 +2,7 @@
 
 ``render_gears_report(result, out_dir)`` builds two plotly figures (length histogram with gear lines; optimal
 waste share per number of plans with the power-of-two point) and renders ``templates/gears.html.j2`` with the
-shared jinja2 environment (autoescape on). ``result`` is the dict :func:`toolkit.gears.workflow.recommend`
+shared jinja2 environment (autoescape on). ``result`` is the dict :func:`toolkit.commands.gears.recommend`
 returns.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.report.context import facts, grid
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import esc
 from toolkit.report.html import environment, plotly_js, script_json
 

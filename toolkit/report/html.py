@@ -20,8 +20,8 @@ import jinja2
 from markupsafe import Markup
 
 from toolkit.compare.diagnosis import Diagnosis
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.report import context, figures
-from toolkit.report.csvjson import atomic_write_text
 
 TEMPLATE = "report.html.j2"
 _JSON_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
@@ -125,7 +125,7 @@ def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") 
     """Write the HTML report of ``diag`` to ``out_dir/filename`` (atomically) and return its path.
 
     The folder is created if missing. Links in the artifacts section are relative to ``out_dir``; write the
-    CSV/JSON tables first (toolkit.report.csvjson.write_tables) and list them in ``diag.artifacts`` to link them.
+    CSV/JSON tables first (toolkit.core.csvjson.write_tables) and list them in ``diag.artifacts`` to link them.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import plotly.graph_objects as go
 
-from toolkit.memory.lifetimes import lifetimes
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.core.text import human_bytes
+from toolkit.memory.lifetimes import lifetimes
 from toolkit.report.context import grid
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import esc
 from toolkit.report.html import environment, plotly_js, script_json
 

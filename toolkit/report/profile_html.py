@@ -19,10 +19,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.core.records import Finding
 from toolkit.profile.optable import TIME_KINDS, op_statistic, op_summary_frame
 from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import esc
 from toolkit.report.html import environment, plotly_js, script_json
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from toolkit.core.csvjson import atomic_write_text, json_safe
+from toolkit.core.text import show_pair
 from toolkit.report import context, figures
-from toolkit.report.csvjson import atomic_write_text, json_safe
 from toolkit.report.html import environment, plotly_js, script_json
 
 STATUS_CSS = {"PASS": "pass", "FAIL": "fail"}
@@ -71,8 +72,6 @@ def render_signoff(summary: dict, table: pd.DataFrame | None, out_dir: Path, fil
 
 def regress_context(rep: dict) -> dict:
     """Template data of regress.html from the regress report (regress.json content)."""
-    from toolkit.core.text import show_pair
-
     def g(rows, cols):
         return context.grid(pd.DataFrame(rows), cols) if rows else {"columns": [], "rows": []}
 

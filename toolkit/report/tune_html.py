@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from toolkit.tuning.tune import format_target
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.report.context import facts, fmt, grid
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.figures import LOG_FLOOR, esc
 from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.tuning.tune import format_target
 
 TEMPLATE = "tune.html.j2"
 METRIC_COLUMNS = ["Input", "Output", "CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance",

@@ -26,8 +26,10 @@ boundary — run by a cached onnxruntime session, which realises the numerics co
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -37,9 +39,10 @@ from toolkit.compiler.passes.check_constants import FP32_PARAMETERS
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.core.errors import ModelError
 from toolkit.ir.graph import node_reads
+from toolkit.ort import ort_values
+from toolkit.ort.ort_env import make_session
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum
-from toolkit.runtime.ort_env import make_session
 
 _SESSIONS: dict[str, object] = {}
 
@@ -60,7 +63,6 @@ class ExecKernel:
         if self.numpy_fn is not None:
             return [self.numpy_fn(values, self.attrs)]
         if self.ortvalues:  # onnxruntime's run() cannot exchange these dtypes as numpy arrays
-            from toolkit.runtime import ort_values
 
             return ort_values.run(self.session, [f for f, _ in self.fetches],
                                   {k: v for (k, _), v in zip(self.feeds, values)}, f"kernel '{self.spec.name}'")
@@ -315,22 +317,41 @@ def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
     return fn, _attrs(node)
 
 
-def _cached_session(data: bytes, optimize, key: str | None = None) -> object:
-    """The session of kernel model ``data`` (``key``: its sha256 hex digest when the caller has it): from this
-    process' sessions, else from the compile cache's kernel entry (toolkit.cache.kernel_entries, when a build
-    has one active), else built."""
-    from toolkit.cache.kernel_entries import current
+class SessionSource(Protocol):
+    """Where :func:`build_kernels` gets its onnxruntime sessions besides this process' own (the compile cache's
+    kernel entries: toolkit.cache.kernel_entries.Build; passed in by toolkit.engine)."""
 
+    def from_recipe(self, i: int, spec: KernelSpec, sessions: dict) -> tuple | None:
+        """(session, feeds, fetches, native_fp16, digest) of kernel ``i`` without building its model, or None."""
+
+    def session(self, data: bytes, key: str, optimize) -> object:
+        """The session of kernel model ``data`` (sha256 hex ``key``), loaded or built."""
+
+    def reused(self, sess, key: str, optimize) -> None:
+        """``sess`` came from this process' sessions."""
+
+    def made(self, sess, key: str, optimize) -> None:
+        """``sess`` came from :meth:`session`."""
+
+    def finish(self, kernels: list) -> None:
+        """Every kernel is built."""
+
+    def close(self) -> None:
+        """The build is over (also after an error)."""
+
+
+def _cached_session(data: bytes, optimize, key: str | None = None, source: SessionSource | None = None) -> object:
+    """The session of kernel model ``data`` (``key``: its sha256 hex digest when the caller has it): from this
+    process' sessions, else from ``source`` (the compile cache's kernel entries), else built."""
     key = key or hashlib.sha256(data).hexdigest()
     sess = _SESSIONS.get(key)
-    kc = current()
     if sess is None:
-        sess = kc.session(data, key, optimize) if kc is not None else make_session(data, optimize=optimize)
+        sess = source.session(data, key, optimize) if source is not None else make_session(data, optimize=optimize)
         _SESSIONS[key] = sess
-    elif kc is not None:
-        kc.in_memory += 1
-    if kc is not None:
-        kc.note(sess, key, optimize)
+        if source is not None:
+            source.made(sess, key, optimize)
+    elif source is not None:
+        source.reused(sess, key, optimize)
     return sess
 
 
@@ -363,14 +384,15 @@ def _numpy_exec(spec, by_name, consts, opset, overflow_mode) -> ExecKernel | Non
                       attrs=attrs)
 
 
-def _native_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode) -> ExecKernel | None:
+def _native_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode,
+                 source: SessionSource | None = None) -> ExecKernel | None:
     """The kernel on FP16 data without boundary Casts (see NATIVE_FP16_*), or None if it does not apply."""
     nodes = [by_name[n] for n in spec.exec_nodes]
     if not _native_fp16_ok(spec, nodes, plan, types, cast_src, overflow_mode):
         return None
     model, feeds, fetches = _native_fp16_model(spec, nodes, plan, graph_model, consts, cast_src, overflow_mode)
     try:
-        sess = _cached_session(model.SerializeToString(), "all")
+        sess = _cached_session(model.SerializeToString(), "all", source=source)
     except Exception:  # no FP16 kernel for these attributes: the Cast version is used instead
         return None
     return ExecKernel(spec, feeds, fetches, session=sess, native_fp16=True)
@@ -397,7 +419,8 @@ def _copy_exec(spec: KernelSpec, plan: Plan) -> ExecKernel | None:
                       numpy_fn=copy)
 
 
-def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode) -> ExecKernel:
+def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, overflow_mode,
+                  source: SessionSource | None = None) -> ExecKernel:
     """The kernel as its ONNX subgraph with FP16 Casts at its edges (module docstring). Raises ModelError."""
     model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
                                                overflow_mode)
@@ -407,7 +430,7 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
     level = False if spec.fusion == "graph" else ("all" if spec.precision == "fp16" else "basic")
     digest = hashlib.sha256(data).hexdigest()
     try:
-        sess = _cached_session(data, level, digest)
+        sess = _cached_session(data, level, digest, source)
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
@@ -416,16 +439,13 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
 
 
 def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan",
-                  cache: dict | None = None) -> list[ExecKernel]:
+                  source: SessionSource | None = None) -> list[ExecKernel]:
     """Executable kernels for every KernelSpec of ``plan`` (sessions cached by model digest): the numpy
     FP16-accumulation kernel where it applies, else the native-FP16 session, else the Cast-bounded session.
 
-    ``cache``: the compile's record (CompileResult.cache) when ``graph_model`` is that compile's graph; its
-    kernel recipes then give each session kernel without building its ONNX model. Hit and miss counts of the
-    compile cache's kernel entries go into it (see toolkit.cache.kernel_entries)."""
-    import functools
-
-    from toolkit.cache.kernel_entries import begin_build, end_build
+    ``source``: where sessions come from besides this process' own (:class:`SessionSource`; its recipes give a
+    session kernel without building its ONNX model); its ``finish`` is called once every kernel is built, its
+    ``close`` always."""
 
     @functools.cache
     def prep():
@@ -438,20 +458,19 @@ def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str =
         return (plan, graph_model, by_name, consts, types, cast_src, overflow_mode), opset
 
     def make(i, spec):
-        got = build.from_recipe(i, spec, _SESSIONS) if build is not None else None
+        got = source.from_recipe(i, spec, _SESSIONS) if source is not None else None
         if got is not None:
             sess, feeds, fetches, native, digest = got
             return ExecKernel(spec, feeds, fetches, session=sess, digest="" if native else digest, native_fp16=native)
         args, opset = prep()
         return (_copy_exec(spec, plan) or _numpy_exec(spec, args[2], args[3], opset, overflow_mode)
-                or _native_exec(spec, *args) or _session_exec(spec, *args))
+                or _native_exec(spec, *args, source=source) or _session_exec(spec, *args, source=source))
 
-    info = cache if cache is not None and cache.get("model") is graph_model else None
-    build, token = begin_build(plan, info, overflow_mode)
     try:
         kernels = [make(i, spec) for i, spec in enumerate(plan.kernels)]
-        if build is not None:
-            build.finish(kernels)
+        if source is not None:
+            source.finish(kernels)
     finally:
-        end_build(token)
+        if source is not None:
+            source.close()
     return kernels

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.compiler.pipeline import CompileResult
+from toolkit.compiler.context import CompileResult
 from toolkit.core.errors import InputError, UserError
-from toolkit.runtime import ort_values
+from toolkit.ort import ort_values
+from toolkit.runtime.host_memory import check_host_memory
 from toolkit.runtime.kernels import build_kernels
 
 
@@ -42,20 +43,25 @@ class NpuRuntime:
     Args:
         compiled: the compiler's result (plan + compiled graph).
         progress: optional callable(i, n) called while kernels are built.
+        sessions: optional factory ``sessions(plan, cache_record, overflow_mode) -> SessionSource | None``
+            (toolkit.runtime.kernels.SessionSource) giving the kernels' sessions; ``cache_record`` is
+            ``compiled.cache`` (None when absent). toolkit.engine.npu_runtime passes the compile cache's.
 
     Raises:
         ModelError: a kernel cannot be built by onnxruntime, or the plan's arena would take more than 80% of
             this machine's memory (toolkit.engine.check_host_memory; checked before anything is allocated).
     """
 
-    def __init__(self, compiled: CompileResult, progress=None):
+    def __init__(self, compiled: CompileResult, progress=None, sessions=None):
         self.compiled = compiled
         self.plan = compiled.plan
         overflow = self.plan.config.get("overflow_mode", "inf_nan")
         t0 = time.perf_counter()
-        self.kernels = build_kernels(self.plan, compiled.model, overflow, cache=getattr(compiled, "cache", None))
+        record = getattr(compiled, "cache", None)
+        record = record if record is not None and record.get("model") is compiled.model else None
+        source = sessions(self.plan, record, overflow) if sessions is not None else None
+        self.kernels = build_kernels(self.plan, compiled.model, overflow, source=source)
         self.build_ms = (time.perf_counter() - t0) * 1e3
-        from toolkit.engine import check_host_memory  # here, not at import: toolkit.engine imports this module
 
         check_host_memory(self.plan)  # every path that executes a plan (run, memcheck --plan, ...) checks first
         self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)

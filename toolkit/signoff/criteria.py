@@ -15,9 +15,11 @@ from typing import Callable
 import pandas as pd
 
 from toolkit.compare.layerwise import not_compared_reason
-from toolkit.memory.planner import Block, find_conflicts
 from toolkit.core.text import show, show_line, show_vs  # noqa: F401 - the message number formats; also imported from here
-from toolkit.signoff.policy import bound_of, output_limits
+from toolkit.diagnose import abnormal_mask
+from toolkit.memory.planner import Block, find_conflicts
+from toolkit.profile.budget import DEFAULT_REQUESTS, device_timing
+from toolkit.signoff.limits import bound_of, output_limits
 
 FP16_MAX = 65504.0
 LATENCY_SOURCE = "host-measured wall time of the simulated NPU run (NpuRuntime.run on this CPU), not device time"
@@ -103,6 +105,8 @@ def not_comparable(row) -> str | None:
         return not_compared_reason(row)
     dtype = str(row.get("NPUDump") or "") + " " + str(row.get("DataType") or "")
     return "CosineSimilarity is NaN" if "float" in dtype else None
+
+
 def _num(v) -> float | None:
     try:
         f = float(v)
@@ -172,8 +176,6 @@ def check_layers(section: dict, ev: Evidence) -> list[Result]:
     df = _layer_rows(section, ev)
     out = []
     if "max_abnormal" in section:
-        from toolkit.diagnose import abnormal_mask
-
         bad = df[abnormal_mask(df)]  # compare's rule (docs/thresholds.md)
         lim = section["max_abnormal"]
         names = bad["TensorName"].astype(str).tolist()
@@ -306,8 +308,6 @@ def shape_timings(section: dict, ev: Evidence) -> list[dict]:
     """toolkit.profile.budget.device_timing of every distinct input shape of ``ev`` (its compiled plan in
     ``ev.compiled_by_shape``), each with "shape" (label), "key" and "inputs" (labels of the input sets with that
     shape), in first-seen order. Without shapes or plans per shape: one entry for ``ev.compiled``."""
-    from toolkit.profile.budget import DEFAULT_REQUESTS, device_timing
-
     requests = int(section.get("requests", DEFAULT_REQUESTS))
     groups: dict[tuple, list[str]] = {}
     for label, shapes in zip(ev.inputs, ev.shapes):

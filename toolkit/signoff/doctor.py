@@ -20,8 +20,12 @@ from dataclasses import asdict, dataclass
 
 import onnx
 
+from toolkit.core.csvjson import json_safe
 from toolkit.core.env import environment
 from toolkit.core.errors import ModelError, UserError
+from toolkit.ir import load
+from toolkit.ir.load import load_model
+from toolkit.source import resolve_model
 
 #: {package: (minimum inclusive, maximum exclusive)}; None = unbounded.
 COMPATIBILITY: dict[str, tuple[str | None, str | None]] = {
@@ -73,8 +77,6 @@ def range_text(lo, hi) -> str:
 
 
 def accepted_opsets() -> tuple[int, int]:
-    from toolkit.ir import load
-
     return load.MIN_OPSET, load.MAX_OPSET
 
 
@@ -147,8 +149,6 @@ def read_model(path) -> tuple[onnx.ModelProto, str | None]:
     """(model, why the engine refuses it or None): the checked model from toolkit.ir.load.load_model, else the
     raw protobuf when it parses and holds a graph (so its opset / IR version can still be reported). Raises
     ModelError when the file is not an ONNX model at all."""
-    from toolkit.ir.load import load_model
-
     try:
         return load_model(path), None
     except ModelError as exc:
@@ -169,8 +169,6 @@ def load_check(name: str, error: str | None) -> Check:
 def _json_line(data) -> list[str]:
     """The JSON document as lines (the CLI prints each line through printable(); ASCII-only JSON has no
     control character inside a line)."""
-    from toolkit.report.csvjson import json_safe
-
     return json.dumps(json_safe(data), indent=1).split("\n")
 
 
@@ -193,8 +191,6 @@ def doctor_command(model: str | None = None, as_json: bool = False) -> dict:
     UserError's code), "report"}. ``model``: path, bundled sample or zoo name (toolkit.source.resolve_model).
     Raises UserError (without ``as_json``; with it the error becomes the JSON document
     ``{"ok": false, "error", "exit_code"}``)."""
-    from toolkit.source import resolve_model
-
     try:
         m, name, error = None, "model", None
         if model:

@@ -20,7 +20,7 @@ import json
 import re
 import xml.etree.ElementTree as ET
 
-from toolkit.report.csvjson import json_safe
+from toolkit.core.csvjson import json_safe
 
 #: characters XML 1.0 does not allow (C0 controls but TAB/LF/CR, lone surrogates, U+FFFE/U+FFFF): a model
 #: name holding one would make the whole file unparseable for the CI system

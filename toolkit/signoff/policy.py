@@ -61,9 +61,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
+from toolkit.compare.metrics.applies import metric_applies, output_dtypes
+from toolkit.compare.tasks import load_task
 from toolkit.config.schema import _check_op_type
-from toolkit.core.text import suggest
 from toolkit.core.errors import ConfigError
+from toolkit.core.text import suggest
+from toolkit.core.textfile import open_regular, read_user_text
+from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
+from toolkit.signoff.criteria import CRITERIA
 
 #: What a count-typed key takes (TOML integers only: 1.5 or 2.0 are refused), as its messages say it.
 WHOLE_GE0 = "a whole number >= 0"
@@ -125,7 +130,6 @@ def load_policy(path: str | Path) -> Policy:
     if not p.exists() or p.is_dir():
         raise ConfigError(f"policy file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; check the "
                           "--policy path")
-    from toolkit.core.textfile import open_regular, read_user_text
 
     # only a regular file: a FIFO, device or a link to /dev/zero is refused, never read (toolkit.core.textfile)
     text = read_user_text(p, "policy file", ConfigError, "give the policy as a regular UTF-8 TOML file",
@@ -152,8 +156,6 @@ def check_task_metrics(policy: Policy) -> None:
     Raises:
         ConfigError: the entry is not module:function, cannot be imported, or is not callable.
     """
-    from toolkit.compare.tasks import load_task
-
     where = f"policy '{policy.path}'" if policy.path else "policy"
     for spec in (policy.section("tasks") or {}).get("metrics", []):
         load_task(spec, f"{where}: [tasks] metrics entry '{spec}'", ConfigError)
@@ -186,7 +188,6 @@ def criterion_sections() -> list[str]:
     """The policy sections that hold criteria: those of the criteria registry (toolkit.signoff.criteria.CRITERIA),
     in its order."""
     # imported here: criteria imports this module
-    from toolkit.signoff.criteria import CRITERIA
 
     return list(CRITERIA)
 
@@ -276,15 +277,8 @@ def _example_limit(metric: str) -> str:
     return "0.999" if METRICS[metric].direction == HIGHER_IS_BETTER else "0.01"
 
 
-def bound_of(metric: str) -> str:
-    """'min' for higher-is-better metrics, 'max' for lower-is-better ones."""
-    return "min" if METRICS[metric].direction == HIGHER_IS_BETTER else "max"
-
-
 def _check_device(body: dict, where: str, base_dir: str | Path | None) -> None:
     """Load ``[latency] device`` now (a .json path resolved against ``base_dir`` and stored back resolved)."""
-    from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
-
     if "device" not in body:
         return
     spec, names = body["device"], builtin_devices()
@@ -312,51 +306,6 @@ def _hint(word: str, choices: list[str]) -> str:
         return f" (did you mean '{close[0]}'?)"
     shown = sorted(choices)[:8]
     return f" (the model has {len(choices)}: {', '.join(shown)}{', ...' if len(choices) > 8 else ''})"
-
-
-def output_dtypes(model) -> dict[str, tuple[str, str]]:
-    """{graph output name: (numpy dtype name, dtype class)} of ``model`` (onnx.ModelProto) for the tensor outputs
-    whose element type the model declares; dtype class as toolkit.compare.metrics.dtype_class: "float",
-    "integer" (ints, uints, bool) or "other" (string...). Outputs of unknown type are left out."""
-    from onnx import helper
-
-    from toolkit.compare.metrics import dtype_class
-
-    out = {}
-    for o in model.graph.output:
-        elem = o.type.tensor_type.elem_type if o.type.HasField("tensor_type") else 0
-        try:
-            dt = helper.tensor_dtype_to_np_dtype(elem)
-        except (KeyError, ValueError, TypeError):
-            continue
-        out[o.name] = (str(getattr(dt, "name", dt)), dtype_class(dt))
-    return out
-
-
-def metric_applies(metric: str, dclass: str | None) -> bool:
-    """Whether ``metric`` can be computed on a tensor of dtype class ``dclass`` (METRICS[metric].dtype_class:
-    ExactMatchRate on integer/bool, the others on float); an unknown class (None) is not refused."""
-    return dclass is None or METRICS[metric].dtype_class == dclass
-
-
-def output_limits(section: dict, outputs: list[str], classes: dict[str, str] | None = None) -> dict[str, dict]:
-    """{output: {metric: limit}} of an ``[outputs]`` section: ``"*"`` gives its limits to every output in
-    ``outputs`` whose dtype class (``classes``: {output: class}, unknown ones get all) the metric applies to
-    (:func:`metric_applies`); an ``[outputs.NAME]`` table overrides "*" for the metrics it sets, the usual
-    specific-over-wildcard rule, so each (output, metric) has exactly one limit. Outputs in policy order
-    ("*" expanding to ``outputs`` in model order); a NAME not in ``outputs`` keeps its own limits only."""
-    classes = classes or {}
-    star = section.get("*", {})
-    order: dict[str, None] = {}
-    for target in section:
-        order.update(dict.fromkeys(outputs if target == "*" else [target]))
-    limits = {}
-    for name in order:
-        own = {m: v for m, v in star.items() if name in outputs and metric_applies(m, classes.get(name))}
-        own.update(section.get(name, {}) if name != "*" else {})
-        if own:
-            limits[name] = own
-    return limits
 
 
 def _check_output_dtypes(section: dict, dtypes: dict[str, tuple[str, str]], n_outputs: int, where: str) -> None:

@@ -25,20 +25,18 @@ the report's ``notes`` say so.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
-from toolkit.core.text import suggest
+from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.text import show_line, show_pair
-from toolkit.report.csvjson import undo_formula_safe
+from toolkit.core.text import show_line, show_pair, suggest
+from toolkit.inputs.digest import DIGESTS_KEY
 from toolkit.signoff.policy import BOUNDABLE
 
 #: Allowed absolute worsening per metric (CosineSimilarity may drop by 1e-3, RED may grow by 0.01).
@@ -319,31 +317,6 @@ def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: 
 #: ``dataset.inputs_dir`` / ``dataset.inputs`` (folder and count). Compared only when a run has no input
 #: digests (:func:`run_digests`).
 INPUT_KEYS = ("inputs", "seed", "dataset.inputs_dir", "dataset.inputs")
-
-#: summary.json key of diagnose/compare: {graph input name: :func:`input_digest` of the array fed}.
-DIGESTS_KEY = "inputs_sha256"
-
-
-def input_digest(value) -> str:
-    """sha256 (hex) over an input value's dtype (numpy ``dtype.str``, e.g. ``<f4``), shape (the tuple's text)
-    and C-order bytes (the elements' repr for object arrays); a sequence input (list) digests its elements'
-    digests in order; None (an absent optional input) digests the text ``None``."""
-    if value is None:
-        return hashlib.sha256(b"None").hexdigest()
-    if isinstance(value, (list, tuple)):
-        h = hashlib.sha256(b"sequence")
-        for v in value:
-            h.update(input_digest(v).encode())
-        return h.hexdigest()
-    arr = np.ascontiguousarray(value)
-    h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
-    h.update(repr(arr.tolist()).encode() if arr.dtype == object else arr.tobytes())
-    return h.hexdigest()
-
-
-def input_digests(feeds: dict) -> dict[str, str]:
-    """{input name: :func:`input_digest`} of a feed (the value of summary.json ``inputs_sha256``)."""
-    return {str(k): input_digest(v) for k, v in feeds.items()}
 
 
 def run_digests(folder: Path, summary: dict, kind: str) -> dict[str, str] | None:

@@ -1,7 +1,7 @@
 """Run a model over every input set, gather the :class:`~toolkit.signoff.criteria.Evidence` a policy needs,
 and evaluate the policy.
 
-A folder of ``.npz`` inputs is a dataset run (toolkit.dataset.workflow.signoff_dataset): streamed, parallel,
+A folder of ``.npz`` inputs is a dataset run (toolkit.commands.dataset.signoff_dataset): streamed, parallel,
 resumable, its Evidence built by :func:`dataset_evidence` / :func:`worst_case_table` from the stored per-input
 records. :func:`run_signoff` below holds its (few) input sets in memory.
 
@@ -24,17 +24,21 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toolkit.cache.settings import compile_cache
+from toolkit.compare.layerwise import SAME_BY_CONSTRUCTION
 from toolkit.compare.metrics import compare_tensors
+from toolkit.compare.metrics.applies import output_dtypes
 from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
-from toolkit.engine import Session, shapes_of
 from toolkit.core.env import environment
 from toolkit.core.errors import InputError
+from toolkit.diagnose import device_tensors, layer_analysis
+from toolkit.engine import Session, compile_model, shapes_of
 from toolkit.inputs import input_specs, load_npz
-from toolkit.ir.load import load_model
-from toolkit.runtime.reference import ReferenceRunner
+from toolkit.ir.load import file_sha256, load_model, loaded_sha256
+from toolkit.ort.reference import ReferenceRunner
 from toolkit.signoff.criteria import Evidence, Result, check_unique, evaluate, shape_key
-from toolkit.signoff.policy import Policy, check_policy_model, output_dtypes
+from toolkit.signoff.policy import Policy, check_policy_model
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
 
 AGG = {"CosineSimilarity": "min", "Abnormal": "max", "OverFlow": "max", "DeviceInf": "max", "DeviceNaN": "max",
@@ -120,7 +124,6 @@ def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs
     model = load_model(src.path)
     sets = input_sets(model, src, inputs, config.input_shapes())
     check_policy_model(policy, model)
-    from toolkit.diagnose import device_tensors, layer_analysis
 
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
@@ -166,8 +169,6 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
     _compile_shapes(policy, config, ev, compiled, model, src.path)
     ev.output_classes = ev.output_classes or {o: c for o, (_, c) in output_dtypes(model).items()}
     results = check_unique(evaluate(policy, ev) + list(extra_results))
-    from toolkit.core.env import compile_cache
-    from toolkit.ir.load import file_sha256, loaded_sha256
 
     sha = loaded_sha256(src.path) or file_sha256(src.path)  # the bytes evaluated, even if the file changed since
     n_fail = sum(not r.passed for r in results)
@@ -190,8 +191,6 @@ def _compile_shapes(policy: Policy, config: Config, ev: Evidence, compiled, mode
     """Fill ``ev.compiled_by_shape`` for every distinct shape of ``ev.shapes`` when the policy simulates
     [latency] (``compiled`` is the plan of the first input set; other shapes are compiled here, through the
     compile cache)."""
-    from toolkit.compiler.pipeline import compile_model
-
     lat = policy.section("latency")
     if lat is None or lat.get("source", "schedule") == "host" or not ev.shapes:
         return
@@ -227,8 +226,6 @@ def dataset_evidence(outputs: list[str], metas, layers: pd.DataFrame, plan) -> E
 
 def _partly_compared(layers: pd.DataFrame, n_inputs: int) -> pd.DataFrame:
     """Mark tensors whose metrics exist on fewer than ``n_inputs`` inputs (see :func:`dataset_evidence`)."""
-    from toolkit.compare.layerwise import SAME_BY_CONSTRUCTION
-
     if "Inputs" not in layers.columns or not n_inputs:
         return layers
     out = layers.copy()

@@ -20,6 +20,7 @@ from toolkit.core import usercode
 from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed, input_specs, load_npz
 from toolkit.inputs.validate import conform_feed, feed_arrays
+from toolkit.source import prepare_inputs
 
 #: Default for ``max_sets`` (``tune --max-inputs``): every input set is held in memory with its FP32 reference
 #: outputs and run by every trial, so a folder or loader giving more sets is refused, never cut.
@@ -102,8 +103,6 @@ def load_feed_sets(model: onnx.ModelProto, src, inputs: str | None, seed: int = 
     Raises:
         InputError: a bad file, loader or feed; more than ``max_sets`` sets (naming the count and the option).
     """
-    from toolkit.source import prepare_inputs
-
     specs = input_specs(model)
     if not inputs:
         feed = prepare_inputs(model, src, None, seed, None, input_shapes)

@@ -33,10 +33,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from toolkit.reexec.isolate import isolate
+from toolkit.compare.layerwise import kernel_inputs
 from toolkit.compare.metrics import METRICS, compare_tensors
 from toolkit.compare.metrics.reductions import as_flat64, reduce_pair
 from toolkit.precision.ranges import FP16_MAX
+from toolkit.reexec.isolate import isolate
 
 COLUMNS = ["Rank", "Kernel", "KeepName", "OpType", "Nodes", "LocalCosine", "LocalRED", "LocalMaxAbs",
            "LocalOverflow", "RangeOverflow", "AccCosine", "AccRED", "OutputShare"]
@@ -78,6 +79,7 @@ def _worst(rows: list[dict]) -> tuple[float, float, float, bool]:
     """(min cosine, max RED, max MaxAbs, any overflow) over compare rows; NaN RED counts as inf."""
     if not rows:
         return math.nan, math.nan, math.nan, False
+
     def val(r, k, bad):
         v = r.get(k)
         return bad if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
@@ -100,8 +102,6 @@ def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
         golden: FP32 reference {tensor: array} of ONE input, graph inputs included.
         dumps: the NPU run's dumps of the same input (RunResult.dumps).
     """
-    from toolkit.compare.layerwise import kernel_inputs
-
     ins = kernel_inputs(runtime.plan)
     rows = []
     for k in runtime.plan.kernels:

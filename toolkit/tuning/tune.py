@@ -38,22 +38,25 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from toolkit.compare.metrics import METRICS
+from toolkit.compare.metrics import METRICS, dtype_class
+from toolkit.compare.metrics.applies import metric_applies, output_dtypes
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.compare.metrics.thresholds import _in_range, _number, check_metric_name
-from toolkit.compiler.pipeline import compile_model, recompile_precision
+from toolkit.compare.tasks import load_task, run_check
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
-from toolkit.engine import Session, shapes_of
 from toolkit.core.errors import InputError, UsageError
+from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
+from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
+from toolkit.precision.contract import CUBE
 from toolkit.precision.ranges import RangeStats, range_findings
+from toolkit.runtime.npu import NpuRuntime
 from toolkit.tuning.sensitivity import (
     compare_metrics,
     kernel_sensitivity,
     rank_kernels,
 )
-from toolkit.runtime.npu import NpuRuntime
-from toolkit.runtime.reference import ReferenceRunner
 
 DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
 _OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v <= t, "<": lambda v, t: v < t}
@@ -100,8 +103,6 @@ _ROW_METRICS = ("CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistan
 def _conditions(target, dclass: str) -> list[tuple[str, tuple]]:
     """[(text, (metric, op, value))] of the target conditions that apply to an output of dtype class
     ``dclass`` (toolkit.signoff.policy.metric_applies: float metrics on float, ExactMatchRate on integer)."""
-    from toolkit.signoff.policy import metric_applies
-
     return [(c, t) for c, t in zip(format_target(target), target) if metric_applies(t[0], dclass)]
 
 
@@ -110,8 +111,6 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
     does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
     output's dtype); ``error`` = worst RelativeEuclideanDistance over float outputs (inf when NaN/inf appear)."""
-    from toolkit.compare.metrics import dtype_class
-
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
@@ -144,8 +143,6 @@ def check_target_outputs(model: onnx.ModelProto, target, label: str = "--target"
     Raises:
         UsageError: naming the condition, the outputs and their dtypes, and a metric that applies.
     """
-    from toolkit.signoff.policy import metric_applies, output_dtypes
-
     dtypes = output_dtypes(model)
     if not dtypes or len(dtypes) < len(model.graph.output):
         return
@@ -240,7 +237,7 @@ class Tuner:
 
     def runtime_for(self, keep) -> NpuRuntime:
         self.builds += 1
-        return NpuRuntime(recompile_precision(self.base, self.config_for(keep)))
+        return npu_runtime(recompile_precision(self.base, self.config_for(keep)))
 
     def check_one(self, rt, i: int) -> tuple[bool, list[dict], float, list[dict], object]:
         res = rt.run(self.feeds[i][1])
@@ -254,8 +251,6 @@ class Tuner:
     def run_tasks(self, i: int, npu: dict) -> list[dict]:
         """Every task check on input ``i``, validated as in diagnose (toolkit.compare.tasks.run_check: a check
         that raises or returns anything but a result dict with a real bool ``passed`` counts as failed)."""
-        from toolkit.compare.tasks import run_check
-
         out = []
         for fn in self.tasks:
             res = run_check(fn, self.golden_out[i], npu, self.model)
@@ -367,8 +362,6 @@ def candidate_costs(ranking: pd.DataFrame, model: onnx.ModelProto, flops: dict) 
     FLOPs of a kernel are those of its cube nodes (toolkit.precision.coverage.node_flops; a cube node of
     unknown shape counts 1), its neighbours the candidates that produce one of its nodes' inputs or read one
     of their outputs (original graph)."""
-    from toolkit.precision.contract import CUBE
-
     nodes = {n.name: n for n in model.graph.node}
     owner = {}
     members = {}
@@ -488,8 +481,6 @@ def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=DEF
 
 
 def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
-    from toolkit.compare.tasks import load_task
-
     t0 = time.perf_counter()
     config = config or Config()
     target = parse_target(target) if isinstance(target, str) else list(target)
@@ -498,7 +489,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     tm: dict[str, float] = {}
     progress("compiling")
     tuner = Tuner(model, feeds, config, target, tasks, progress)
-    base_rt = NpuRuntime(tuner.base)
+    base_rt = npu_runtime(tuner.base)
     ranges = RangeStats(model)
     progress(f"FP32 reference and baseline ({config.precision_mode}) on {len(feeds)} input(s)")
     st = _reference_and_baseline(tuner, ranges, base_rt, progress)

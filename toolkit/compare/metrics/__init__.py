@@ -18,12 +18,19 @@ Definitions follow Ascend CANN msaccucmp (tools/operator_cmp/compare/algorithm_m
 CANN 8.1.RC1); each module docstring states where we depart from it and why.
 """
 
-from .compare import ROW_KEYS, compare_tensors, tolerance_that_would_pass
 from toolkit.core.dtypes import dtype_class, standard, value_kind
+
+from .compare import ROW_KEYS, compare_tensors, tolerance_that_would_pass
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec
-from .thresholds import Thresholds, line_origins, noise_covers, parse_thresholds, resolve_thresholds
+from .thresholds import (
+    Thresholds,
+    line_origins,
+    noise_covers,
+    parse_thresholds,
+    resolve_thresholds,
+)
 
 __all__ = [
     "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",

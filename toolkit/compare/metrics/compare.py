@@ -11,9 +11,9 @@ from typing import Mapping
 
 import numpy as np
 
+from toolkit.core.dtypes import dtype_class, standard, value_kind
 from toolkit.core.errors import UsageError
 
-from toolkit.core.dtypes import dtype_class, standard, value_kind
 from .exact import exact_match_rate
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, PairSums, as_flat64, reduce_pair
 from .registry import METRICS, THRESHOLDABLE
@@ -25,6 +25,7 @@ STATUS_KEYS = ("CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "Golde
 VERDICT_KEYS = ("WithinExpectedNoise", "Abnormal", "AbnormalMetrics")
 #: Every key of a :func:`compare_tensors` row, in column order.
 ROW_KEYS = STATUS_KEYS + tuple(METRICS) + VERDICT_KEYS
+
 
 def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None,
                     expected_noise: Mapping[str, float] | None = None,

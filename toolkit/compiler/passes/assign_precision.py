@@ -34,13 +34,21 @@ from __future__ import annotations
 
 import logging
 
+from toolkit.compiler.context import PassResult
 from toolkit.compiler.passes.insert_casts import origin, storage_precision
-from toolkit.core.records import Finding
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.registry import register_pass
 from toolkit.core.errors import ConfigError
+from toolkit.core.records import Finding
+from toolkit.core.text import suggest
 from toolkit.precision.contract import default_mixlists
-from toolkit.precision.options import (ALL_FP32_MODES, DEFAULT_IMPLMODE, MIXLIST_MODES, implmode_of, keep_sets,
-                                       mixlist_entries)
+from toolkit.precision.options import (
+    ALL_FP32_MODES,
+    DEFAULT_IMPLMODE,
+    MIXLIST_MODES,
+    implmode_of,
+    keep_sets,
+    mixlist_entries,
+)
 from toolkit.precision.options import mixlists as _mixlists
 
 _log = logging.getLogger("npuscope.compiler")
@@ -118,7 +126,6 @@ def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
         elif name in in_graph:
             why, how = "not_run", "runs in no kernel (nothing reads its outputs)"
         else:
-            from toolkit.core.text import suggest
             raise ConfigError(f"{cfg.where('keep_dtype')} names node '{name}', which is not in the model"
                               f"{suggest(name, in_kernels | in_graph)}; give node names of the .onnx file or "
                               "'OpType::X' entries")

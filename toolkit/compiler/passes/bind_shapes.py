@@ -20,9 +20,12 @@ import re
 import onnx
 
 from toolkit.core.errors import ConfigError, ModelError
-from toolkit.ir.shape_inference import infer_light
+from toolkit.core.text import suggest
+
 # dim_params exporters write for "unknown" ("", "?"): not symbols that inputs share
 from toolkit.inputs.spec import _UNNAMED as UNNAMED
+from toolkit.ir.shape_inference import infer_light
+from toolkit.ort.reference import ReferenceRunner
 
 #: Largest dim a shape may bind (ONNX dims are int64).
 MAX_DIM = 2**63 - 1
@@ -85,8 +88,6 @@ def check_input_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]
         ``error``: an unknown input (with did-you-mean), a rank or a static dim that disagrees, a -1 on a static
         dim, or one symbolic dim given two sizes ("dim 'seq' is 16 in x but 32 in mask").
     """
-    from toolkit.core.text import suggest
-
     declared = {vi.name: declared_dims(vi) for vi in model_inputs(model)}
     seen: dict[str, tuple[int, str]] = {}
     for name, want in shapes.items():
@@ -209,8 +210,6 @@ def raise_if_reference_fails(model: onnx.ModelProto, feeds: dict, exc: Exception
     ``model`` either, the inputs' shapes are ones the model cannot take (e.g. a Reshape to a fixed size that shape
     inference does not check): raise a one-line ModelError quoting onnxruntime. Otherwise return (the failure is
     npuscope's own; the caller re-raises ``exc``)."""
-    from toolkit.runtime.reference import ReferenceRunner
-
     try:
         ReferenceRunner(model, expose=False).run(feeds)
     except Exception as ref_exc:  # noqa: BLE001 - any onnxruntime failure is the verdict we look for

@@ -9,7 +9,8 @@ and on float16 (FP16-origin models) data are fused alike: the kernel computes in
 
 from __future__ import annotations
 
-from toolkit.compiler.pipeline import Group, PassResult, register_pass
+from toolkit.compiler.context import Group, PassResult
+from toolkit.compiler.registry import register_pass
 from toolkit.precision.contract import CUBE
 
 RULE = "TbeCubeElemwiseFusionPass"

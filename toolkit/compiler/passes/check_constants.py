@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolkit.compiler.context import PassResult
+from toolkit.compiler.registry import register_pass
 from toolkit.core.records import Finding
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.core.text import show
 from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
 
 #: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
@@ -63,6 +65,7 @@ ADDITIVE_INPUTS = {("Add", None), ("Sub", None), ("Sum", None), ("Conv", 2), ("C
 def is_additive(op_type: str, index: int) -> bool:
     """Whether input ``index`` of an ``op_type`` node is added to the data (:data:`ADDITIVE_INPUTS`)."""
     return (op_type, None) in ADDITIVE_INPUTS or (op_type, index) in ADDITIVE_INPUTS
+
 
 #: (op_type, input index) pairs whose float constant is a parameter kept in FP32, not data.
 FP32_PARAMETERS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
@@ -178,8 +181,6 @@ def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
 
 def describe(ev: dict) -> str:
     """What FP16 conversion does to a constant, in words, from :func:`material_issues` evidence."""
-    from toolkit.core.text import show
-
     parts = []
     if "overflow" in ev:
         parts.append(f"{ev['overflow']['count']} value(s) above FP16 max 65504 become inf")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.context import PassResult
+from toolkit.compiler.registry import register_pass
 
 RULE = "ConvBatchnormFusionPass"
 

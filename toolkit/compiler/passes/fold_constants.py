@@ -2,7 +2,7 @@
 
 ``Constant`` nodes become initializers; then the computable part of the graph (constant-input nodes and shape
 subgraphs, once input shapes are bound) is evaluated once by onnxruntime and replaced by initializers
-(toolkit.ir.const_eval). Graphs with control flow (If/Loop/Scan), or whose constant part onnxruntime refuses,
+(toolkit.ort.const_eval). Graphs with control flow (If/Loop/Scan), or whose constant part onnxruntime refuses,
 go through the onnxscript optimizer's constant folder instead (it folds into subgraphs; ~0.4 s to import).
 Tensors computed away are recorded in ``ctx.folded`` so comparisons list them as "computed at compile time",
 and the removed nodes' names in ``ctx.folded_nodes``.
@@ -16,9 +16,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from toolkit.compiler.pipeline import PassResult, register_pass
-from toolkit.ir import const_eval
+from toolkit.compiler.context import PassResult
+from toolkit.compiler.registry import register_pass
 from toolkit.ir.graph import Graph
+from toolkit.ort import const_eval
 
 #: Largest tensor the folder will create, in elements (bigger results stay runtime kernels).
 FOLD_OUTPUT_LIMIT = 1 << 22
@@ -133,7 +134,7 @@ def run(ctx) -> PassResult:
 
 
 def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
-    """toolkit.ir.const_eval on a graph without control flow; None (graph untouched) if onnxruntime refuses."""
+    """toolkit.ort.const_eval on a graph without control flow; None (graph untouched) if onnxruntime refuses."""
     before = {o for n in model.graph.node for o in n.output if o}
     nodes_before = [n.name for n in model.graph.node]
     work = onnx.ModelProto()

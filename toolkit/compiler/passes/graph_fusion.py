@@ -8,14 +8,14 @@ group are not matched again. Every match attempt is counted (match_times) and ev
 
 from __future__ import annotations
 
-from toolkit.compiler.pipeline import Group, PassResult, register_pass
+from toolkit.compiler import fusion_switch
+from toolkit.compiler.context import Group, PassResult
+from toolkit.compiler.registry import register_pass
 from toolkit.compiler.rules import Match, Refused, load_rules
 
 
 @register_pass("graph_fusion", requires=("shapes",), min_level=2, optional=True)
 def run(ctx) -> PassResult:
-    from toolkit.compiler import fusion_switch
-
     g = ctx.graph
     # converter passes the switch file names that npuscope does not simulate: logged and reported, not errors
     log, found = fusion_switch.findings(ctx.config)

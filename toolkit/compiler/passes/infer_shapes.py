@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.context import PassResult
+from toolkit.compiler.registry import register_pass
 from toolkit.ir.graph import Graph
 from toolkit.ir.shape_inference import infer_into
 

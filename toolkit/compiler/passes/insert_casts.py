@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from onnx import TensorProto
 
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.context import PassResult
 from toolkit.compiler.plan import KernelSpec
+from toolkit.compiler.registry import register_pass
 
 #: ONNX element type -> precision name of the float types the precision passes handle.
 FLOAT_ORIGINS = {TensorProto.FLOAT: "fp32", TensorProto.FLOAT16: "fp16"}

@@ -19,9 +19,10 @@ so the runtime, the comparison and the dumps can map ``x::d2h`` back to ``x``.
 
 from __future__ import annotations
 
+from toolkit.compiler.context import PassResult
 from toolkit.compiler.passes.place_ops import is_host_value
-from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.compiler.plan import KernelSpec
+from toolkit.compiler.registry import register_pass
 
 #: {direction: (op_type, tensor suffix, placement of the destination side)}
 COPIES = {"d2h": ("MemcpyD2H", "::d2h", "CPU"), "h2d": ("MemcpyH2D", "::h2d", "NPU")}

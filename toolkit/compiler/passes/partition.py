@@ -6,8 +6,9 @@ convex) is dissolved back into single-node kernels, and the refusal is logged.
 
 from __future__ import annotations
 
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.context import PassResult
 from toolkit.compiler.plan import KernelSpec
+from toolkit.compiler.registry import register_pass
 from toolkit.ir.graph import node_reads
 from toolkit.precision.contract import CONTROL, op_class
 

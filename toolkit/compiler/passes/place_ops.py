@@ -24,9 +24,12 @@ import logging
 
 import numpy as np
 
-from toolkit.core.records import Finding
-from toolkit.compiler.pipeline import PassResult, register_pass
+from toolkit.compiler.context import PassResult
+from toolkit.compiler.passes.partition import _kernel
+from toolkit.compiler.registry import register_pass
 from toolkit.core.errors import ConfigError
+from toolkit.core.records import Finding
+from toolkit.core.text import suggest
 from toolkit.ir.graph import node_reads
 from toolkit.precision.contract import op_class
 from toolkit.precision.support import unsupported_reason
@@ -71,8 +74,6 @@ def check_keys(ctx, entries: dict) -> list[str]:
     lines for op types this model does not use."""
     import onnx
 
-    from toolkit.core.text import suggest
-
     nodes = {n.name for n in ctx.graph.nodes} | {o for n in ctx.graph.nodes for o in _originals(ctx, n)}
     used_types = {n.op_type for n in ctx.graph.nodes}
     log = []
@@ -90,8 +91,6 @@ def check_keys(ctx, entries: dict) -> list[str]:
 
 
 def _single(ctx, node):
-    from toolkit.compiler.passes.partition import _kernel
-
     return _kernel(ctx, node.name, [node], node.op_type, None, "none", op_class(node.op_type).name)
 
 

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from toolkit.compiler.context import PassResult
 from toolkit.compiler.passes.insert_casts import storage_precision
-from toolkit.compiler.pipeline import PassResult, register_pass
 from toolkit.compiler.plan import Plan, TensorSpec
+from toolkit.compiler.registry import register_pass
+from toolkit.core.errors import ConfigError
+from toolkit.core.text import suggest
 from toolkit.memory.aliases import find_aliases
 from toolkit.memory.capacity import check_capacity
 from toolkit.memory.lifetimes import lifetimes
@@ -126,9 +129,6 @@ def check_disable_reuse(cfg, graph, kernels, tensors) -> None:
     """Refuse a ``disable_reuse`` name that is no tensor, node or kernel of the model (as keep_dtype refuses
     unknown nodes); a model tensor fused inside a kernel has no range and is accepted. Raises ConfigError
     (exit 2) naming the config file, with a did-you-mean."""
-    from toolkit.core.text import suggest
-    from toolkit.core.errors import ConfigError
-
     _, unknown = exclusive_tensors(cfg.disable_reuse, kernels, tensors)
     model_names = {n.name for n in graph.nodes} | {t for n in graph.nodes for t in (*n.input, *n.output) if t}
     unknown = [u for u in unknown if u not in model_names]

@@ -16,7 +16,8 @@ import math
 import numpy as np
 import onnx
 
-from toolkit.compiler.rules import Match, Refused, rule
+from toolkit.compiler.rules.registry import Match, Refused, rule
+from toolkit.ort.ort_env import make_session
 
 _PROBE = np.linspace(-8.0, 8.0, 129, dtype=np.float32)
 _erf = np.vectorize(math.erf)
@@ -69,6 +70,7 @@ def _signature(g, region, x, y) -> tuple:
     for n in region:
         for o in n.output:
             names.setdefault(o, f"t{len(names)}")
+
     def ref(t):
         c = g.const(t) if t else None
         return ("c", str(c.dtype), c.shape, c.tobytes()) if c is not None else names.get(t, ("?", t))
@@ -86,8 +88,6 @@ def _probe(g, region, x, y):
 
 
 def _evaluate_probe(g, region, x, y):
-    from toolkit.runtime.ort_env import make_session
-
     consts = {i for n in region for i in n.input if i and g.const(i) is not None}
     inits = [onnx.numpy_helper.from_array(g.const(c).astype(np.float32) if g.const(c).dtype == np.float16
                                           else g.const(c), c) for c in consts]

@@ -6,8 +6,8 @@ The fused kernel keeps the scores in FP32, so the scale is applied before anythi
 
 from __future__ import annotations
 
-from toolkit.compiler.rules import Match, Refused, rule
 from toolkit.compiler.rules._util import attr, other_input, scalar, sole
+from toolkit.compiler.rules.registry import Match, Refused, rule
 
 
 @rule("AttentionFusionPass", anchors={"Softmax"})

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from toolkit.compiler.rules import Match, Refused, rule
-from toolkit.compiler.rules._util import is_last_axis, other_input, reduce_axes, scalar, sole
+from toolkit.compiler.rules._util import (
+    is_last_axis,
+    other_input,
+    reduce_axes,
+    scalar,
+    sole,
+)
+from toolkit.compiler.rules.registry import Match, Refused, rule
 
 
 def _square_of(g, tensor):

@@ -32,11 +32,11 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.records import Finding
+from toolkit.core.textfile import open_regular_text
 from toolkit.logs.detect import head_lines
 from toolkit.logs.jsonio import number
 from toolkit.logs.numbers import sane
 from toolkit.logs.registry import Parser, ParseResult, register_parser
-from toolkit.core.textfile import open_regular_text
 
 NAME = "compile_log"
 DESCRIPTION = "npuscope compile.log (pass headers with op counts, fusion matches, memory plan)"

@@ -1,4 +1,4 @@
-"""kernel_times.csv of ``npuscope diagnose`` (toolkit.report.csvjson; columns Kernel, OpType, Precision,
+"""kernel_times.csv of ``npuscope diagnose`` (toolkit.core.csvjson; columns Kernel, OpType, Precision,
 Nodes, HostMs): host wall time of each simulated-NPU kernel, in ms.
 
 Rows become op-summary tasks: Op Name = Kernel, OP Type = OpType, Task Type HOST_CPU (measured on this host),

@@ -24,11 +24,11 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.records import Finding
+from toolkit.core.textfile import open_regular_text
 from toolkit.logs.detect import head_lines
 from toolkit.logs.plog import LINE_PATTERN, LINE_RE
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.logs.textcap import clip
-from toolkit.core.textfile import open_regular_text
 
 NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"

@@ -21,7 +21,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from toolkit.commands.common import REPORTS_DIR
+from toolkit.commands.outputs import (
+    diagnosis_lines,
+    signoff_lines,
+    write_diagnosis,
+    write_signoff,
+)
+from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.tasks import load_task
 from toolkit.config.schema import Config
+from toolkit.core.csvjson import _csv_text, atomic_write_text
+from toolkit.core.errors import ConfigError, InputError, ModelError
 from toolkit.dataset.aggregate import aggregate, parse_percentiles
 from toolkit.dataset.runner import run_inputs
 from toolkit.dataset.source import (
@@ -34,8 +45,17 @@ from toolkit.dataset.source import (
 )
 from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
-from toolkit.core.errors import InputError
-from toolkit.report.csvjson import _csv_text, atomic_write_text
+from toolkit.diagnose import Prepared, device_tensors, diagnose, layer_analysis
+from toolkit.engine import Session, shapes_of
+from toolkit.inputs import input_specs
+from toolkit.ir.load import load_model
+from toolkit.ort.ort_env import intra_op_threads
+from toolkit.ort.reference import ReferenceRunner
+from toolkit.report.dataset_html import render_dataset_report
+from toolkit.signoff.criteria import Result
+from toolkit.signoff.policy import check_policy_model
+from toolkit.signoff.run import conclude, dataset_evidence, worst_case_table
+from toolkit.source import _zoo_name_of, resolve_model
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "NPUDump"]
 VERDICT_RANK = {"ERROR": 3, "FAIL": 2, "WARN": 1, "PASS": 0}
@@ -77,12 +97,6 @@ def prepare_job(command: str, model_arg: str | None, config: Config, inputs: str
     Raises:
         UsageError / ConfigError (exit 2), ModelError / InputError (exit 1): one line, before any file is written.
     """
-    from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.compare.tasks import load_task
-    from toolkit.ir.load import load_model
-    from toolkit.runtime.ort_env import intra_op_threads
-    from toolkit.source import _zoo_name_of, resolve_model
-
     qs = parse_percentiles(percentiles)
     intra_op_threads()
     config.input_shapes()
@@ -114,8 +128,6 @@ def preflight(job: Job, progress=_noop) -> Worker:
         ModelError, ConfigError: the plan cannot be compiled for inputs that fit the model (the message names
             the input whose shapes were used).
     """
-    from toolkit.core.errors import ConfigError, ModelError
-
     worker = Worker(job.spec, in_process=True)
     for ref in job.refs[:PREFLIGHT_INPUTS]:
         feed = header_feed(ref)
@@ -241,8 +253,6 @@ def run_and_aggregate(job: Job, store: Store, jobs: int, ray: str | None, progre
 
 
 def _feeds_of(job: Job, name: str) -> dict:
-    from toolkit.inputs import input_specs
-
     ref = next(r for r in job.refs if r.name == name)
     return load_feed(name, read_bytes(ref), input_specs(job.model))
 
@@ -264,9 +274,6 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
                      ray: str | None = None, percentiles: str | None = None, progress=_noop) -> dict:
     """``diagnose`` / ``compare`` over a folder of inputs (module docstring). Returns the api dict: summary,
     out, files, diagnosis (of the worst input, its summary carrying the dataset verdict), verdict, dataset."""
-    from toolkit.api import REPORTS_DIR, diagnosis_lines, write_diagnosis
-    from toolkit.diagnose import Prepared, diagnose
-
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     job = prepare_job("diagnose", model, config, inputs, thresholds, task_metrics, percentiles, progress)
     with open_store(out, REPORTS_DIR, f"{job.src.name}-dataset", job.manifest) as store:
@@ -295,8 +302,6 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         diag.artifacts = {"dataset": "dataset.csv", "inputs": "inputs.csv", "manifest": "manifest.json"}
         render = None
         if html:
-            from toolkit.dataset.report import render_dataset_report
-
             def render(d, f):
                 return render_dataset_report(d, f, layers, table, facts)
         files = write_diagnosis(job.model, diag, extra, config, folder, html, render=render)
@@ -327,17 +332,9 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
     """``signoff`` over a folder of inputs: criteria evaluated on Evidence built from the store (per input a
     few scalars; layers = worst case per tensor over all inputs). Inputs that could not be evaluated add a
     failing ``inputs.evaluated`` criterion. result.csv is the first evaluated input's layer table."""
-    from toolkit.api import REPORTS_DIR, signoff_lines, write_signoff
-    from toolkit.diagnose import device_tensors, layer_analysis
-    from toolkit.engine import Session, shapes_of
-    from toolkit.runtime.reference import ReferenceRunner
-    from toolkit.signoff.criteria import Result
-    from toolkit.signoff.run import conclude, dataset_evidence, worst_case_table
-
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
     job = prepare_job("signoff", model, config, inputs, thresholds, task_specs, percentiles, progress)
-    from toolkit.signoff.policy import check_policy_model
 
     check_policy_model(policy, job.model)  # output / node / tensor names, before any input runs
     with open_store(out, REPORTS_DIR, f"{job.src.name}-signoff-dataset", job.manifest) as store:

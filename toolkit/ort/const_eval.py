@@ -26,9 +26,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from toolkit.ir.nondeterminism import (
+    NONDETERMINISTIC,  # never folded (random ops, Dropout)
+)
 from toolkit.ir.proto import copy_fields
 from toolkit.ir.shape_inference import infer_light
-from toolkit.ir.nondeterminism import NONDETERMINISTIC  # never folded (random ops, Dropout)
+from toolkit.ort.ort_env import make_session
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
 
@@ -107,8 +110,6 @@ def _computable(model: onnx.ModelProto, shapes: dict, limit: int) -> tuple[list[
 
 def _evaluate(model: onnx.ModelProto, nodes: list, shape_values: dict, wanted: list[str]) -> dict:
     """{name: value} of ``wanted`` outputs of ``nodes``, from one onnxruntime session. Raises NotFoldable."""
-    from toolkit.runtime.ort_env import make_session
-
     produced = {o for n in nodes for o in n.output if o}
     reads = {i for n in nodes for i in n.input if i and i not in produced}
     inits = [t for t in model.graph.initializer if t.name in reads]

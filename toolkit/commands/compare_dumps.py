@@ -21,19 +21,24 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from toolkit.core.artifacts import check_out, output_dir
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds
-from toolkit.core.records import Finding
+from toolkit.compare.metrics.registry import METRICS
+from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.env import environment
-from toolkit.core.text import join_present
-
-from .entry import DumpSet
-from .mapping import check_mapping_model, load_mapping
-from .match import Pairing, pair_with_model, pair_without_model
-from .readers import SideSpec, read_side
-from .table import compare_pairs, reason_kind
+from toolkit.core.records import Finding
+from toolkit.core.text import join_present, show_crossed
+from toolkit.dumps.entry import DumpSet
+from toolkit.dumps.mapping import check_mapping_model, load_mapping
+from toolkit.dumps.match import Pairing, pair_with_model, pair_without_model
+from toolkit.dumps.readers import SideSpec, read_side
+from toolkit.dumps.table import compare_pairs, reason_kind
+from toolkit.ir.load import load_model, loaded_sha256
+from toolkit.report.dumps_html import render_dump_report
+from toolkit.report.tables import write_tables
+from toolkit.source import resolve_model
 
 REPORTS_DIR = Path("reports")
 #: summary.json first_divergence "basis" without --model: the graph, so each tensor's inputs, is unknown.
@@ -137,8 +142,6 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
 
     Returns {"summary": [lines], "out": folder, "files": {label: file}, "diagnosis", "verdict"}.
     """
-    from toolkit.report.csvjson import write_tables
-
     check_out(out)  # a taken --out is refused before the dumps or the model are read
     diag = compare_dumps(SideSpec(golden, "golden", golden_format, golden_runner, golden_iteration),
                          SideSpec(target, "target", target_format, target_runner, target_iteration),
@@ -150,7 +153,6 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
             diag.artifacts["report"] = "index.html"
         files = write_tables(diag, folder)
         if html:
-            from .report import render_dump_report
             files["report"] = render_dump_report(diag, folder).name
     lines = console_lines(diag)
     lines.append(f"report: {(folder / ('index.html' if html else 'summary.json')).resolve()}")
@@ -160,8 +162,6 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
 def _load_model(model: str | None, progress):
     if not model:
         return None, {"model": "", "model_name": "", "model_sha256": ""}
-    from toolkit.ir.load import load_model, loaded_sha256
-    from toolkit.source import resolve_model
 
     src = resolve_model(model)
     progress(f"loading {src.path}")
@@ -229,10 +229,6 @@ def uncompared_outputs(df: pd.DataFrame, outputs: list[str] | None) -> list[tupl
 def _crossed(r) -> str:
     """'CosineSimilarity 0.999999, OverFlow': each crossed metric rounded away from its line
     (toolkit.core.text.show_crossed), so it never reads as the line or as 1."""
-    from toolkit.compare.metrics.registry import METRICS
-    from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-    from toolkit.core.text import show_crossed
-
     metrics = list(r.AbnormalMetrics) or ["OverFlow"]
     shown = [f"{m} {show_crossed(getattr(r, m), METRICS[m].direction == HIGHER_IS_BETTER)}"
              if m != "OverFlow" else "OverFlow" for m in metrics]

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.compare.diagnosis import Diagnosis
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.report import context
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.html import (
     TEMPLATE,
     build_figures,

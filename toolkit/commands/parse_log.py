@@ -38,20 +38,23 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.artifacts import check_out, output_dir
-from toolkit.core.records import Finding
+from toolkit.core.csvjson import _dumps, atomic_write_text, to_csv_safe
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.records import Finding
+from toolkit.core.textfile import open_regular_text
+from toolkit.logs import parsers as built_in_parsers  # noqa: F401 - registers the built-in formats
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
 from toolkit.logs.registry import ParseResult, parsers
 from toolkit.logs.textcap import MAX_TEXT_CHARS, clip_frame
 from toolkit.profile.optable import (
     OP_STATISTIC_COLUMNS,
+    integer_columns,
     kind_order,
     op_statistic,
     op_summary_frame,
 )
-from toolkit.report.csvjson import _dumps, atomic_write_text, to_csv_safe
-from toolkit.core.textfile import open_regular_text
+from toolkit.report.profile_html import render_profile
 
 REPORTS_DIR = Path("reports")
 #: profile.json is read up to this many characters (npuscope writes a few hundred).
@@ -92,7 +95,7 @@ def expand(files: list[str], duplicates: list[str] | None = None) -> list[Path]:
 def profile_twins(paths: list[Path]) -> dict[Path, str]:
     """{trace.json path: why it is skipped} for every ``npuscope profile`` folder of which both trace.json and
     op_summary.csv are among ``paths``: the folder's profile.json lists them under "files" (as
-    toolkit.profile.workflow writes it), and the two describe the same tasks."""
+    toolkit.commands.profile writes it), and the two describe the same tasks."""
     import json
 
     by_dir: dict[Path, dict[str, Path]] = {}
@@ -261,8 +264,6 @@ def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = No
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
     """Write ``df`` as ``name``; the profiler's integer columns (Task ID, Stream ID, ...) as integers
     (toolkit.profile.optable.integer_columns)."""
-    from toolkit.profile.optable import integer_columns
-
     atomic_write_text(folder / name, to_csv_safe(integer_columns(df), index=False, lineterminator="\n"))
     return name
 
@@ -291,8 +292,6 @@ def write_outputs(folder: Path, data: dict, html: bool) -> dict[str, str]:
     files["findings"] = "findings.json"
     files["parse_summary"] = "parse_summary.json"
     if html:
-        from toolkit.report.profile_html import render_profile
-
         names = ", ".join(Path(e["path"]).name for e in data["entries"] if e["status"] == "parsed")
         tables = dict(data["tables"])
         if data["summary"].empty and len(data["statistic"]):

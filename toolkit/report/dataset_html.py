@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from toolkit.core.csvjson import atomic_write_text
 from toolkit.dataset.aggregate import percentile_label
 from toolkit.report import context, figures
-from toolkit.report.csvjson import atomic_write_text
 from toolkit.report.html import (
     TEMPLATE,
     build_figures,

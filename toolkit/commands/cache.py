@@ -5,13 +5,12 @@ from __future__ import annotations
 from toolkit.cache.settings import ENV_DIR, cache_problem, from_config
 from toolkit.cache.store import LAYOUT, EntryStore
 from toolkit.core.errors import ConfigError, UsageError
+from toolkit.core.text import human_bytes
 
 ACTIONS = ("info", "clear")
 
 
 def _human(n: int) -> str:
-    from toolkit.core.text import human_bytes
-
     return human_bytes(n)
 
 

@@ -40,17 +40,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toolkit.core.records import Finding
 from toolkit.config.schema import Config
+from toolkit.core.artifacts import check_out, output_dir
+from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import UsageError
+from toolkit.core.records import Finding
+from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
 from toolkit.profile.findings import ProfileData, run_rules
+from toolkit.profile.optable import integer_columns
 from toolkit.profile.requests import PlanRun, Requests, run_requests
 from toolkit.profile.schedule import device_graph, makespan_us, simulate
 from toolkit.profile.summary import op_tables
+from toolkit.profile.trace import trace_json
+from toolkit.report.profile_html import render_profile
+from toolkit.source import resolve_model
 
 REPORTS_DIR = Path("reports")
 MAX_REQUESTS = 10000
@@ -242,9 +249,6 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
         wrong thing, or more than MAX_PLANS distinct feed shapes;
         ModelError: the model cannot be loaded or compiled.
     """
-    from toolkit.ir.load import load_model
-    from toolkit.source import resolve_model
-
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
     dev = load_device(device)
@@ -322,16 +326,12 @@ def _shape_lines(r: ProfileResult) -> list[str]:
 
 
 def _csv(folder: Path, name: str, df: pd.DataFrame) -> str:
-    from toolkit.report.csvjson import atomic_write_text, to_csv_safe
-
     atomic_write_text(folder / name, to_csv_safe(df, index=False))
     return name
 
 
 def _json(folder: Path, name: str, data) -> str:
     import json
-
-    from toolkit.report.csvjson import atomic_write_text, json_safe
 
     atomic_write_text(folder / name, json.dumps(json_safe(data), indent=1, allow_nan=False))
     return name
@@ -358,16 +358,11 @@ def _per_plan(r: ProfileResult, attr: str) -> pd.DataFrame:
 
 
 def _op_csv(folder: Path, name: str, df: pd.DataFrame) -> str:
-    from toolkit.profile.optable import integer_columns
-
     return _csv(folder, name, integer_columns(df))
 
 
 def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = True) -> dict[str, str]:
     """Write every file of the module docstring into ``folder``; returns {key: file name}."""
-    from toolkit.report.csvjson import atomic_write_text
-    from toolkit.profile.trace import trace_json
-
     files = {"op_summary": _op_csv(folder, "op_summary.csv", r.op_summary),
              "op_statistic": _op_csv(folder, "op_statistic.csv", r.op_statistic),
              "kernel_costs": _csv(folder, "kernel_costs.csv", _per_plan(r, "costs")),
@@ -403,8 +398,6 @@ def _summary_json(r: ProfileResult, files: dict) -> dict:
 
 
 def _render(r: ProfileResult, folder: Path) -> str:
-    from toolkit.report.profile_html import render_profile
-
     meta = {**r.meta, "simulated_device_ms": r.device_ms, "measured_host_ms": r.measured_ms,
             "device_profile": r.device.to_dict(),
             "advice": r.advice.to_dict() if r.advice is not None else None}
@@ -422,8 +415,6 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     Returns:
         {"summary": terminal lines, "out": folder, "files": {key: file name}, "result": ProfileResult}.
     """
-    from toolkit.core.artifacts import check_out, output_dir
-
     check_out(out)  # a taken --out is refused before the model is read
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:

@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 
 from toolkit.ir.shape_inference import infer_light
-from toolkit.runtime import ort_values
-from toolkit.runtime.ort_env import make_session
+from toolkit.ort import ort_values
+from toolkit.ort.ort_env import make_session
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 

@@ -1,11 +1,11 @@
-"""The machine-readable side of a diagnosis: CSV and JSON files next to the HTML report.
+"""CSV and JSON written safely (atomic, formula-safe, strict JSON); the files of a diagnosis (toolkit.report.tables):
 
 Files (all written atomically: a temporary file in the same folder, then ``os.replace``):
 
 - ``result.csv``: ``Diagnosis.table`` (one row per tensor; list cells such as AbnormalMetrics joined with ';';
   missing values empty);
 - ``summary.json``: the keys of ``Diagnosis.summary`` at top level plus ``findings``, ``tasks``, ``triage``,
-  ``environment`` and ``memory``, and ``compile_cache`` (toolkit.core.env.compile_cache: the compile cache folder, mode
+  ``environment`` and ``memory``, and ``compile_cache`` (toolkit.cache.settings.compile_cache: the compile cache folder, mode
   and size limit used, resolved from the config and the environment) when the config is a compile config;
   strict JSON (NaN and ±inf become null, numpy scalars become numbers, DataFrames become lists of records);
 - ``findings.json``: the findings as a list of {severity, kind, subject, evidence, recommendation};
@@ -29,11 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-from toolkit.compare.diagnosis import Diagnosis
-
-FILES = {"result": "result.csv", "summary": "summary.json", "findings": "findings.json",
-         "kernel_times": "kernel_times.csv"}
 
 
 def json_safe(obj):
@@ -157,31 +152,3 @@ def csv_text(df: pd.DataFrame | None) -> str:
 _csv_text = csv_text  # the name other modules imported first
 
 
-def summary_data(diag: Diagnosis) -> dict:
-    """The content of summary.json (see module docstring), already JSON-safe."""
-    data = dict(diag.summary)
-    data.update(findings=[f.to_dict() if hasattr(f, "to_dict") else f for f in diag.findings], tasks=diag.tasks,
-                triage=diag.triage, environment=diag.environment, memory=diag.memory)
-    if "compile_cache" not in data:
-        from toolkit.core.env import compile_cache
-
-        cache = compile_cache(data.get("config"))  # the folder used, next to the config's "" (= the default)
-        if cache is not None:
-            data["compile_cache"] = cache
-    return json_safe(data)
-
-
-def write_tables(diag: Diagnosis, out_dir: Path) -> dict[str, str]:
-    """Write result.csv, summary.json, findings.json and kernel_times.csv into ``out_dir`` (created if
-    missing). Each file not yet in ``diag.artifacts`` is added to it (so a report's artifacts table lists every
-    file written). Returns {label: file name relative to out_dir}, ready to merge into ``Diagnosis.artifacts``."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out_dir / FILES["result"], _csv_text(diag.table))
-    atomic_write_text(out_dir / FILES["summary"], _dumps(summary_data(diag)))
-    atomic_write_text(out_dir / FILES["findings"], _dumps([f.to_dict() if hasattr(f, "to_dict") else f
-                                                       for f in diag.findings]))
-    atomic_write_text(out_dir / FILES["kernel_times"], _csv_text(diag.kernel_times))
-    listed = set((diag.artifacts or {}).values())
-    diag.artifacts = {**(diag.artifacts or {}), **{k: v for k, v in FILES.items() if v not in listed}}
-    return dict(FILES)

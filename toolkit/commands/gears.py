@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.commands.common import check_output_paths
+from toolkit.config.schema import Config
 from toolkit.core.artifacts import (
     check_dump_dir,
     check_out,
@@ -34,11 +36,18 @@ from toolkit.core.artifacts import (
     write_json,
     write_npz,
 )
-from toolkit.config.schema import Config
+from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import ConfigError, InputError, UsageError
+from toolkit.core.text import compile_summary, human_bytes, suggest
+from toolkit.core.textfile import read_user_text
+from toolkit.engine import compile_model
 from toolkit.gears import dp
+from toolkit.gears.padding import padding_sensitivity
+from toolkit.gears.session import GearSession, output_rules
 from toolkit.gears.spec import MAX_GEARS, label
-from toolkit.report.csvjson import atomic_write_text, json_safe, to_csv_safe
+from toolkit.ir.load import load_model
+from toolkit.report.gears_html import render_gears_report
+from toolkit.source import prepare_inputs, resolve_model
 
 REPORTS_DIR = Path("reports")
 #: Most distinct lengths the exact DP takes (O(K m^2): about 5 s at this size with K = 8).
@@ -64,8 +73,6 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
         one the header names twice, an empty cell in the column or a value that is not a positive integer in
         ASCII digits (named by line number), or no lengths at all.
     """
-    from toolkit.core.textfile import read_user_text
-
     p = Path(path)
     if not p.exists() or p.is_dir():
         raise InputError(f"lengths file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; give a file with "
@@ -158,7 +165,6 @@ def _csv_column(p: Path, text: str, column: str) -> np.ndarray:
     header = [c.strip() for c in rows[0][1]]
     where = [i for i, name in enumerate(header) if name == column]
     if not where:
-        from toolkit.core.text import suggest
         raise InputError(f"lengths file '{p}' has no column '{column}'{suggest(column, header)}")
     if len(where) > 1:
         raise InputError(f"lengths file '{p}' has {len(where)} columns named '{column}' (columns "
@@ -323,7 +329,6 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
         write_json(folder / "gears.json", json_safe({**s, "strategies": res["table"], "curve": res["curve"],
                                                      "histogram": res["histogram"], "files": files}))
         if html:
-            from toolkit.report.gears_html import render_gears_report
             render_gears_report(res, folder)
     o, p = s["optimal"], s["power_of_two"]
     lines = [f"{s['samples']} inputs, {s['distinct']} distinct {dim} lengths in [{s['min']}, {s['max']}]; cost {cost}",
@@ -346,12 +351,6 @@ def gears_command(lengths: str, k: int, *, column: str | None = None, dim: str =
 # ------------------------------------------------------------------------------------------- compile / run
 def compile_gears_command(model: str | None, config, out: str | None = None, progress=_noop) -> dict:
     """Compile one plan per gear into ``gear_<label>/`` folders plus gears.json (module docstring)."""
-    from toolkit.compiler.pipeline import compile_model
-    from toolkit.gears.session import GearSession, output_rules
-    from toolkit.ir.load import load_model
-    from toolkit.core.text import human_bytes
-    from toolkit.source import resolve_model
-
     check_out(out)  # before the model is read
     src = resolve_model(model)
     progress(f"loading {src.path}")
@@ -383,8 +382,6 @@ def compile_gears_command(model: str | None, config, out: str | None = None, pro
 
 
 def _gear_feed(m, src, spec, inputs, seed, val_range):
-    from toolkit.source import prepare_inputs
-
     largest = max(spec.gears, key=spec.elements)
     shapes = {} if inputs or (src.kind in ("sample", "zoo") and not val_range) else spec.shapes(largest)
     return prepare_inputs(m, src, inputs, seed, val_range, shapes)
@@ -396,13 +393,6 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
     """Run once through the smallest fitting gear (module docstring). Generated random data takes the largest
     gear's shape. Raises UsageError with ``plan`` (one plan.json cannot serve several gears), or a taken
     ``--out`` / ``--dump`` / ``--output`` (before the model is read)."""
-    from toolkit.api import check_output_paths
-    from toolkit.gears.padding import padding_sensitivity
-    from toolkit.gears.session import GearSession
-    from toolkit.ir.load import load_model
-    from toolkit.core.text import compile_summary
-    from toolkit.source import resolve_model
-
     check_out(out)  # --out, --dump and --output are refused before the model is read
     check_dump_dir(dump_dir, out)
     check_output_paths(output, dump_dir, out)

@@ -1,0 +1,1 @@
+"""One module per CLI verb; each command function is the Python API of its verb."""

@@ -1,0 +1,112 @@
+"""Origin refinement: re-run each candidate origin's kernel alone on the reference's inputs and move the
+origin where the error really starts (toolkit.reexec.isolate)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from toolkit.compare.metrics import ROW_KEYS, compare_tensors
+from toolkit.precision.contract import expected_noise
+from toolkit.reexec.isolate import fp16_stored_inputs, isolate
+
+INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
+                "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
+RANGE_COLUMNS = ["GoldenMin", "GoldenMax", "GoldenAbsMax"]
+LOCAL_COLUMNS = ["LocalCosineSimilarity", "LocalRelativeEuclideanDistance", "LocalAbnormal"]
+#: The columns of the layer table (result.csv), in this order, whatever the model: :data:`INFO_COLUMNS`,
+#: :data:`RANGE_COLUMNS`, the metric row of :func:`toolkit.compare.metrics.compare_tensors`
+#: (:data:`~toolkit.compare.metrics.ROW_KEYS`: CompareFailReason, OverFlow, ..., metrics, ..., Abnormal,
+#: AbnormalMetrics), Role, then :data:`LOCAL_COLUMNS` (filled by :func:`refine_origins`). A value that does not
+#: apply to a row is empty ("" in text columns, NaN elsewhere).
+RESULT_COLUMNS = INFO_COLUMNS + RANGE_COLUMNS + list(ROW_KEYS) + ["Role"] + LOCAL_COLUMNS
+#: Text columns: "" where not applicable.
+TEXT_COLUMNS = [c for c in INFO_COLUMNS if c not in ("Index", "TensorIndex", "KernelIndex")] + \
+    ["CompareFailReason", "Role"]
+from toolkit.compare.layerwise import _mark_storage_origin, kernel_inputs
+from toolkit.reexec.isolate import fp16_stored_inputs, isolate
+
+
+def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> pd.DataFrame:
+    """Re-run each 'origin' row's kernel alone (toolkit.reexec.isolate) and move the origin where the error
+    really starts. Returns a copy of ``df``.
+
+    1. The kernel runs on the reference values of its inputs, exactly as the reference computed them (only
+       converted to the dtype the kernel reads): LocalCosineSimilarity, LocalRelativeEuclideanDistance and
+       LocalAbnormal of the row. Locally abnormal: the row stays an origin.
+    2. Locally normal: the row only carries upstream error and becomes 'propagated'. If the kernel reads
+       FP16-stored inputs in FP32 (:func:`toolkit.reexec.isolate.fp16_stored_inputs`) and, re-run on the
+       reference inputs rounded to their storage dtype, is abnormal, that storage rounding is what destroys
+       the result: each input whose rounding alone does it (all of them if none alone does) becomes the
+       origin (Abnormal, not WithinExpectedNoise, ``AbnormalMetrics`` the lines it crosses without the noise
+       allowance, else :data:`STORAGE_ROUNDING`). Its evidence goes into
+       ``df.attrs["storage_origins"]``: {input tensor: {"consumer_kernel", "consumer_node", "consumer_op_type",
+       "consumer_tensor", "consumer_nodes", "consumer_precision", "exact_cosine", "stored_cosine",
+       "stored_red"}}.
+    3. A row reading such an input afterwards is 'propagated' without a re-run.
+    """
+    kernels = {k.name: k for k in runtime.plan.kernels}
+    ins = kernel_inputs(runtime.plan)
+    df = df.reindex(columns=RESULT_COLUMNS)  # a copy, in the fixed column order
+    for col in ("LocalCosineSimilarity", "LocalRelativeEuclideanDistance"):
+        df[col] = np.nan
+    df["LocalAbnormal"] = pd.Series(None, index=df.index, dtype=object)
+    row_of = {}
+    for i, name in zip(df.index, df["TensorName"]):
+        row_of.setdefault(name, i)
+    storage: dict[str, dict] = {}
+    cache: dict[str, dict | None] = {}
+    for i in list(df.index[df["Role"] == "origin"]):
+        kname, t = df.at[i, "Kernel"], df.at[i, "TensorName"]
+        if not kname or t not in golden or kname not in kernels:
+            continue
+        if any(x in storage for x in ins.get(kname, [])):
+            df.at[i, "Role"] = "propagated"
+            continue
+        if kname not in cache:
+            cache[kname] = isolate(runtime, kname, golden, stored=False)
+        local = cache[kname]
+        if local is None or t not in local:
+            continue
+        k = kernels[kname]
+        noise = expected_noise(k.op_class)
+        row = compare_tensors(local[t], golden[t], thresholds=thresholds, expected_noise=noise)
+        df.at[i, "LocalCosineSimilarity"] = row.get("CosineSimilarity")
+        df.at[i, "LocalRelativeEuclideanDistance"] = row.get("RelativeEuclideanDistance")
+        bad = bool(row["Abnormal"] or row["OverFlow"])
+        df.at[i, "LocalAbnormal"] = bad
+        if bad:
+            continue
+        df.at[i, "Role"] = "propagated"
+        for src, ev in _storage_culprits(runtime, k, t, golden, thresholds, noise).items():
+            ev.update(consumer_node=df.at[i, "NodeName"], consumer_op_type=df.at[i, "OpType"],
+                      exact_cosine=row.get("CosineSimilarity"))
+            storage[src] = ev
+            if src in row_of:
+                _mark_storage_origin(df, row_of[src], thresholds)
+    df.attrs = {**df.attrs, "storage_origins": storage}
+    return df
+
+
+def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> dict[str, dict]:
+    """{FP16-stored input of kernel ``k``: evidence} for the inputs whose storage rounding makes ``k``'s output
+    ``t`` abnormal (see :func:`refine_origins`); {} when the stored inputs do not break it."""
+    stored = [s for s in fp16_stored_inputs(runtime, k.name) if s in golden]
+    if not stored:
+        return {}
+
+    def probe(which):
+        out = isolate(runtime, k.name, golden, stored=set(which))
+        if out is None or t not in out:
+            return None
+        r = compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise)
+        return r if (r["Abnormal"] or r["OverFlow"]) else None
+
+    together = probe(stored)
+    if together is None:
+        return {}
+    alone = {s: probe([s]) for s in stored} if len(stored) > 1 else {stored[0]: together}
+    blamed = {s: r for s, r in alone.items() if r is not None} or dict.fromkeys(stored, together)
+    return {s: {"consumer_kernel": k.name, "consumer_tensor": t, "consumer_nodes": list(k.nodes),
+                "consumer_precision": k.precision, "stored_cosine": r.get("CosineSimilarity"),
+                "stored_red": r.get("RelativeEuclideanDistance")} for s, r in blamed.items()}
