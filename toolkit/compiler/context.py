@@ -9,7 +9,7 @@ import onnx
 
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.config.schema import Config
-from toolkit.core.records import Finding, PassLog
+from toolkit.core.records import CacheRecord, Finding, PassLog
 from toolkit.ir.graph import Graph
 
 
@@ -79,7 +79,7 @@ class CompileResult:
     stage: "CompileContext | None" = None
     #: the compile cache's record (toolkit.cache.compile_cache): key, status hit/miss/patched, kernel hit and
     #: miss counts, log lines; None when the cache is disabled
-    cache: dict | None = None
+    cache: CacheRecord | None = None
 
     def fusion_result_json(self, graph_id: str = "0_0") -> dict:
         """fusion_result.json in the converter's format (counts as strings)."""

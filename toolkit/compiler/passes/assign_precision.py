@@ -255,7 +255,11 @@ def _implmode_log(ctx, cfg) -> list[str]:
     return [line + (f"; {rest} other kernel(s) {DEFAULT_IMPLMODE} (default)" if rest else "")]
 
 
-@register_pass("assign_precision", requires=("kernels",), provides=("precision",))
+#: Postconditions (toolkit.compiler.registry.Ensure).
+ENSURES = (("every kernel runs in fp16 or fp32", lambda ctx: all(k.precision in ("fp16", "fp32") for k in ctx.kernels)),)
+
+
+@register_pass("assign_precision", requires=("kernels",), provides=("precision",), ensures=ENSURES)
 def run(ctx) -> PassResult:
     cfg = ctx.config
     mode = cfg.precision_mode

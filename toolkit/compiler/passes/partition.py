@@ -39,7 +39,16 @@ def _kernel(ctx, name, nodes, op_type, rule, fusion, cls):
                       exec_nodes=[n.name for n in nodes])
 
 
-@register_pass("partition", requires=("shapes",), provides=("kernels",))
+def _each_node_in_one_kernel(ctx) -> bool:
+    placed = [n for k in ctx.kernels for n in k.exec_nodes]
+    return len(placed) == len(set(placed)) and set(placed) == {n.name for n in ctx.graph.nodes}
+
+
+#: Postconditions (toolkit.compiler.registry.Ensure).
+ENSURES = (("every graph node is executed by exactly one kernel", _each_node_in_one_kernel),)
+
+
+@register_pass("partition", requires=("shapes",), provides=("kernels",), ensures=ENSURES)
 def run(ctx) -> PassResult:
     g = ctx.graph
     pos = {n.name: i for i, n in enumerate(g.nodes)}

@@ -138,7 +138,17 @@ def check_disable_reuse(cfg, graph, kernels, tensors) -> None:
                           f"of the model{suggest(unknown[0], known)}; use names from plan.json or remove it")
 
 
-@register_pass("plan_memory", requires=("casts",), provides=("plan",))
+def _arena_tensors_fit(ctx) -> bool:
+    plan = ctx.plan
+    return plan is not None and all(0 <= t.offset and t.offset + t.nbytes <= plan.arena_bytes
+                                    for t in plan.tensors.values() if t.storage == "arena")
+
+
+#: Postconditions (toolkit.compiler.registry.Ensure).
+ENSURES = (("a plan is made and every arena tensor lies inside the arena", _arena_tensors_fit),)
+
+
+@register_pass("plan_memory", requires=("casts",), provides=("plan",), ensures=ENSURES)
 def run(ctx) -> PassResult:
     g, cfg = ctx.graph, ctx.config
     tensors: dict[str, TensorSpec] = {}
