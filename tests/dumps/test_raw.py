@@ -52,6 +52,16 @@ def test_round_trip_each_layout(tmp_path, fmt, shape, dtype, c0):
     np.testing.assert_array_equal(stored, _device(fmt, x, c0))
 
 
+def test_an_nhwc_original_op_gets_its_data_back_in_nhwc(tmp_path):
+    """The original op was NHWC: its original shape is (N,H,W,C) and the converted array is NHWC too."""
+    x = values((2, 4, 5, 19), np.float16)  # NHWC
+    dev = ref_nc1hwc0(x.transpose(0, 3, 1, 2), 16)
+    path = write_raw_dump(tmp_path / "f", [RawTensorSpec(dev, "NC1HWC0", x.shape, ("n", 0), original_format="NHWC")])
+    dump, (out,) = read_raw_dump(path)
+    assert dump.outputs[0].original_format == "NHWC"
+    np.testing.assert_array_equal(out, x)
+
+
 def test_inputs_and_outputs_are_read_from_their_own_offsets(tmp_path):
     ins = [RawTensorSpec(np.full(3, 7, np.int32)), RawTensorSpec(np.full((2, 2), -1.5, np.float32))]
     outs = [RawTensorSpec(np.arange(5, dtype=np.float16), original_op=("a", 1)),
@@ -137,7 +147,8 @@ MALFORMED = {
     "not protobuf": (_bad_protobuf, "header is not a DumpData protobuf message"),
     "truncated data": (lambda: _good()[:-1], "sizes do not add up"),
     "trailing bytes": (lambda: _good() + b"\x00\x00", "sizes do not add up"),
-    "size vs shape": (lambda: _good(shape=(2, 4), size=12), "size 12 bytes does not match its shape (2,4) of DT_FLOAT16"),
+    "size vs shape": (lambda: _good(shape=(2, 4), size=12),
+                      "size 12 bytes does not match its shape (2,4) of DT_FLOAT16"),
     "unknown dtype enum": (lambda: _good(data_type=99), "output 0: unknown data_type enum 99"),
     "unknown format enum": (lambda: _good(format=77), "output 0: unknown format enum 77"),
     "no tensor": (lambda: b"\x00" * 8, "declares no input and no output tensor"),

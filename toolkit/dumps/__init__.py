@@ -1,6 +1,7 @@
 """Compare two sets of tensor dumps (``npuscope compare-dumps GOLDEN TARGET``): ONNX golden .npy dumps, device
-dumps converted to .npy (or the raw device dump files themselves), ``npuscope run --dump`` folders and Polygraphy RunResults JSON, matched by name (with
-a fusion mapping file and/or the model) and compared with compare's metrics, advisor and report.
+dumps converted to .npy or the raw device dump files themselves, ``npuscope run --dump`` folders and Polygraphy
+RunResults JSON, matched by name (with a fusion mapping file and/or the model) and compared with compare's
+metrics, advisor and report.
 
 Modules: ``names`` (file-name conventions, registered parsers), ``entry`` (DumpEntry/DumpSet, safe .npy reader),
 ``readers`` (one side → DumpSet), ``raw`` / ``raw_writer`` / ``dump_proto`` (raw device dump files and their

@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 
 _INT = re.compile(r"^[0-9]+$")
 _DEVICE_SUFFIX = re.compile(r"^(?P<stem>.+)\.(?P<role>output|input)\.(?P<index>[0-9]+)"
-                            r"(?:\.[0-9]+(?:x[0-9]+)*|\.(?P<layout>[A-Za-z][A-Za-z0-9_]*)\.(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
+                            r"(?:\.[0-9]+(?:x[0-9]+)*"  # .{shape}, or MindSpore's .{format}.{dtype}
+                            r"|\.(?P<layout>[A-Za-z][A-Za-z0-9_]*)\.(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
 #: the shortest timestamp told apart from an id (the device writes 16-digit µs timestamps)
 TIMESTAMP_MIN_DIGITS = 13
 DEVICE_FORMS = ("5-field", "4-field", "9-field", "8-field")

@@ -24,6 +24,7 @@ import math
 import os
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +37,10 @@ from .dump_proto import DATA_TYPES, FORMATS, dump_data_class
 HEADER_LENGTH_BYTES = 8
 
 
+@lru_cache(maxsize=1)
 def numpy_dtypes() -> dict[str, np.dtype]:
     """OutputDataType name -> little-endian numpy dtype, for the types npuscope reads (bfloat16 and float8 via
-    ml_dtypes). Others (strings, quantised, sub-byte, 6/4-bit floats) have no entry."""
+    ml_dtypes). Others (strings, quantised, sub-byte, 6/4-bit floats) have no entry. Built once; do not modify."""
     import ml_dtypes
 
     table = {"DT_FLOAT": "<f4", "DT_FLOAT16": "<f2", "DT_DOUBLE": "<f8", "DT_INT8": "i1", "DT_UINT8": "u1",
