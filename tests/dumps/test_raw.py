@@ -256,3 +256,30 @@ def test_folder_rows_of_a_malformed_raw_dump_and_of_the_old_empty_header(tmp_pat
     assert (entry.name, entry.index, entry.op_type) == ("relu_2", 0, "Relu")
     with pytest.raises(DumpReadError, match="raw dump: the header declares no input and no output tensor"):
         entry.load()
+
+
+def test_with_a_model_the_original_op_names_the_onnx_tensor(tmp_path):
+    """With --model, the fused op's output (recorded as relu1:0) is compared as tensor 't_relu', in graph order."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from toolkit.dumps import compare_dumps
+
+    nodes = [helper.make_node("Relu", ["x"], ["t_conv"], name="conv1"),
+             helper.make_node("Relu", ["t_conv"], ["t_relu"], name="relu1"),
+             helper.make_node("MatMul", ["m", "w"], ["y"], name="mm")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4]),
+                                           helper.make_tensor_value_info("m", TensorProto.FLOAT, [5, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 7]),
+                               helper.make_tensor_value_info("t_relu", TensorProto.FLOAT, [1, 3, 4, 4])],
+                              [numpy_helper.from_array(np.zeros((2, 7), np.float32), "w")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    target, gold = _target(tmp_path / "T")
+    golden = _golden(tmp_path / "G", gold)
+    diag = compare_dumps(SideSpec(golden, "golden"), SideSpec(target, "target"), model=str(model))
+    rows = diag.table.set_index("TensorName")
+    assert list(rows.index[:3]) == ["t_conv", "t_relu", "y"]
+    assert rows.loc["t_relu", "Kernel"] == "conv1relu1" and rows.loc["t_relu", "MaxAbsoluteError"] == 0
+    assert rows.loc["y", "MaxAbsoluteError"] == pytest.approx(0.5, abs=0.01)
+    assert rows.loc["t_conv", "CompareFailReason"] == "no target dump"
