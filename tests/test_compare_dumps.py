@@ -151,7 +151,7 @@ def test_device_names_parse_from_both_ends():
     assert (p.op_type, p.name, p.index, p.converted) == ("Relu", "relu_2", 0, False)
     assert parse_device("relu_2.0.1700000000000000.npy") is None  # only 3 fields
     assert parse_device("Relu.relu_2.x.1.1700000000000000.npy") is None
-    assert parse_device("Relu.relu_2.4.1.1700000000000000") is None  # not converted to .npy
+    assert parse_device("Relu.relu_2.4.1.1700000000000000").raw  # not converted: a raw dump (toolkit.dumps.raw)
 
 
 def test_onnx_golden_names_keep_dots_in_the_node():
@@ -335,8 +335,6 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "junk").mkdir()
     np.save(tmp_path / "junk" / "weights.npy", np.zeros(2))
-    (tmp_path / "raw").mkdir()
-    (tmp_path / "raw" / f"Relu.relu_2.4.1.{T0}").write_bytes(b"\x00" * 8)
     (tmp_path / "inputs_only").mkdir()
     np.save(tmp_path / "inputs_only" / f"Relu.relu_2.4.1.{T0}.input.0.npy", np.zeros(2, np.float16))
     (tmp_path / "bad.json").write_text('{"a": [')
@@ -348,7 +346,6 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
         (dict(target=tmp_path / "nope"), "does not exist"),
         (dict(target=tmp_path / "empty"), "empty folder"),
         (dict(target=tmp_path / "junk"), "no dump recognised"),
-        (dict(target=tmp_path / "raw"), "msaccucmp.py convert"),
         (dict(target=tmp_path / "inputs_only"), "only device input dumps"),
         (dict(mapping=tmp_path / "bad.json"), "not valid JSON"),
         (dict(mapping=tmp_path / "list.json"), "holds a JSON list"),

@@ -65,6 +65,11 @@ _UNREADABLE_ADVICE = {
     "not a regular file": "FIFOs, sockets, devices and links to them are never read (they can block or never end): "
                           "replace them with the .npy files themselves",
     "a broken symbolic link": "these symbolic links point nowhere: re-dump the files or fix the links",
+    "raw dump": "these raw device dumps fail a check of their header (the reason names it: truncated, sizes that "
+                "do not add up, an unknown data type or format, a layout that cannot be converted): re-dump them, "
+                "or convert them with msaccucmp.py convert",
+    "file name not understood": "these files are named like dumps but fit no naming convention (the reason says "
+                                "why): rename them (docs/compare-dumps.md) or move them out of the folder",
 }
 
 

@@ -35,7 +35,8 @@ class DumpEntry:
         load: () -> np.ndarray; raises :class:`DumpReadError`.
         op_type: device op type ("" when unknown).
         timestamp: the file name's timestamp (None when the format has none).
-        kernel: the npuscope kernel that wrote it (npuscope dump folders), else "".
+        kernel: the npuscope kernel that wrote it (npuscope dump folders), or the device op of a raw device dump
+            output keyed by its recorded original op (``name`` / ``index`` are then that op's), else "".
         order: position in the side's listing (file order / JSON order), for stable sorting.
     """
 

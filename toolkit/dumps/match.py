@@ -5,6 +5,9 @@ Identity: a node-keyed dump (ONNX golden, device) is (node or op name, output in
 ``A-Za-z0-9_-`` becomes ``_``, as the dump tools write names into file names), so ``backbone/conv1`` in a
 model matches ``backbone_conv1`` in a file name. Target op names found in the mapping
 (:mod:`toolkit.dumps.mapping`) stand for their LAST original node; the other originals get "fused into <op>".
+A raw device dump output that records its original op (:mod:`toolkit.dumps.raw_entries`: ``DumpEntry.kernel``
+is the device op, ``name`` / ``index`` the original op and output) stands for that op's output whatever the
+mapping says; the mapping still names the op's other originals ("fused into <op>") and its FusedNodes.
 
 Order:
 - with a model (:func:`pair_with_model`): the graph's node order (topological, as ONNX requires), each node's
@@ -83,7 +86,11 @@ def _mapping_index(mapping: dict[str, list[str]] | None) -> tuple[dict[str, _Map
 
 def _target_info(entry: DumpEntry, ops: dict[str, _Mapped]) -> tuple[str, _Mapped | None]:
     """(node name the target dump stands for, its mapping or None)."""
-    mapped = ops.get(norm(entry.name)) if entry.keyed_by == NODE else None
+    if entry.keyed_by != NODE:
+        return entry.name, None
+    if entry.kernel:  # a raw dump output that records its original op: that op's name is the identity
+        return entry.name, ops.get(norm(entry.kernel))
+    mapped = ops.get(norm(entry.name))
     return (mapped.originals[-1] if mapped else entry.name), mapped
 
 
@@ -91,12 +98,12 @@ def _kernel_of(entry: DumpEntry | None) -> tuple[str, str]:
     if entry is None:
         return "", ""
     if entry.keyed_by == NODE:
-        return entry.name, entry.op_type
+        return entry.kernel or entry.name, entry.op_type
     return entry.kernel, ""
 
 
 def _unused_mapping(ops: dict[str, _Mapped], target: DumpSet) -> list[str]:
-    seen = {norm(e.name) for e in target.entries if e.keyed_by == NODE}
+    seen = {norm(e.kernel or e.name) for e in target.entries if e.keyed_by == NODE}
     unused = [m.op for k, m in ops.items() if k not in seen]
     if not unused:
         return []
@@ -146,7 +153,7 @@ def _loose_pair(g: DumpEntry | None, t: DumpEntry | None, mapped: _Mapped | None
     the tensor name as NodeName too (no node is known)."""
     ref = g if g is not None else t
     if ref.keyed_by == NODE:
-        node = ref.name if g is not None else (mapped.originals[-1] if mapped else ref.name)
+        node = ref.name if g is not None or ref.kernel else (mapped.originals[-1] if mapped else ref.name)
         tensor = f"{node}:{ref.index}"
     else:
         node = tensor = ref.name

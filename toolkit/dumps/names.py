@@ -1,30 +1,50 @@
 """Dump file-name conventions, one small registered parser each, and the per-folder choice between them.
 
 Conventions (Ascend accuracy-comparison docs, "Dump File Naming Conventions" and "Converting the Format of a
-Dump File", msaccucmp.py ``convert``):
+Dump File", msaccucmp.py ``convert``; MindSpore's asynchronous dump docs for the ``.npy`` form with format and
+dtype):
 
 ``onnx``   ONNX golden dump: ``{node}.{output_index}.{timestamp}.npy``. Parsed from the right: the last two
-           dot-separated fields are integers (timestamp, output index); everything before them, dots
-           included, is the node name.
-``device`` Device dump: ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}``, converted to numpy as
-           ``<that>.output.{i}[.{shape}].npy`` / ``<that>.input.{i}[.{shape}].npy`` (shape like
-           ``1x3x224x224``), or simply ``<that>.npy`` (taken as output 0). Parsed from both ends: the first
-           field is op_type, the last three are integers (task_id, stream_id, timestamp), the fields between,
-           dots included, are op_name (the docs restrict names to ``A-Za-z0-9_-``, but op names from other
-           tools may hold dots). ``.input.{i}`` files are parsed with ``role="input"``; the readers skip them.
+           dot-separated fields are integers (timestamp, output index); everything before them, dots included,
+           is the node name.
+``device`` Device dump. The name itself (the raw file the device writes, read by :mod:`toolkit.dumps.raw`)
+           has one of these forms (:data:`DEVICE_FORMS`), parsed from both ends because op names may hold dots:
 
-A name such as ``Conv2D.conv1.3.1.1700000000000000.npy`` fits both conventions (ONNX node
-``Conv2D.conv1.3``, output 1), so a folder is read with one convention: :func:`choose_convention`.
+           - ``5-field`` ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}`` (the usual one);
+           - ``4-field`` ``{op_type}.{op_name}.{task_id}.{timestamp}`` (older toolchains): taken only when the
+             5-field form does not fit (the field before task_id is not an integer), and as a ``.npy`` only with
+             the ``.output.{i}`` suffix (a plain ``a.b.1.2.npy`` is the ONNX golden form);
+           - ``9-field`` ``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}.{task_type}.{context_id}.
+             {thread_id}.{device_id}`` (newer toolchains; the vendor docs write the two ids before the timestamp
+             as ``({stream_id}.){task_id}``, so an ``8-field`` form with one id is read too). Told from the
+             5-field form by where the timestamp is: a field of at least 13 digits fifth from the end, followed
+             by four short integers.
+
+           Converted to numpy as ``<name>.output.{i}[.{shape}].npy`` / ``<name>.input.{i}[.{shape}].npy`` (shape
+           like ``1x3x224x224``), MindSpore's ``<name>.output.{i}.{format}.{dtype}.npy`` (``DefaultFormat``,
+           ``float16``), or simply ``<name>.npy`` (taken as output 0; not for the 4-field form). ``.input.{i}``
+           files are parsed with ``role="input"``; the readers skip them.
+
+A name such as ``Conv2D.conv1.3.1.1700000000000000.npy`` fits both conventions (ONNX node ``Conv2D.conv1.3``,
+output 1), so a folder is read with one convention: :func:`choose_convention`. A name the chosen convention
+cannot read gets its reason from :func:`name_problem` (the readers turn dump-like ones into rows).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _INT = re.compile(r"^[0-9]+$")
-_DEVICE_SUFFIX = re.compile(r"^(?P<stem>.+)\.(?P<role>output|input)\.(?P<index>[0-9]+)(?:\.[0-9]+(?:x[0-9]+)*)?$")
+_DEVICE_SUFFIX = re.compile(r"^(?P<stem>.+)\.(?P<role>output|input)\.(?P<index>[0-9]+)"
+                            r"(?:\.[0-9]+(?:x[0-9]+)*"  # .{shape}, or MindSpore's .{format}.{dtype}
+                            r"|\.(?P<layout>[A-Za-z][A-Za-z0-9_]*)\.(?P<dtype>[A-Za-z][A-Za-z0-9_]*))?$")
+#: the shortest timestamp told apart from an id (the device writes 16-digit µs timestamps)
+TIMESTAMP_MIN_DIGITS = 13
+DEVICE_FORMS = ("5-field", "4-field", "9-field", "8-field")
+_FORMS_TEXT = ("{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}, its 4-field form without stream_id, or "
+               "the 9-field form ending .{timestamp}.{task_type}.{context_id}.{thread_id}.{device_id}")
 
 
 @dataclass(frozen=True)
@@ -39,6 +59,10 @@ class ParsedName:
         op_type: device op type ("" for onnx).
         role: "output" or "input".
         converted: True for a device name with a ``.output.{i}`` / ``.input.{i}`` suffix.
+        form: the device name form ("5-field", "4-field", "9-field", "8-field"; "" for onnx).
+        raw: True for a raw device dump file (no ``.npy``), read by :mod:`toolkit.dumps.raw`.
+        layout / dtype: MindSpore's ``.{format}.{dtype}`` after ``.output.{i}`` ("DefaultFormat", "float16"),
+            else "".
     """
 
     convention: str
@@ -48,6 +72,10 @@ class ParsedName:
     op_type: str = ""
     role: str = "output"
     converted: bool = False
+    form: str = ""
+    raw: bool = False
+    layout: str = ""
+    dtype: str = ""
 
 
 #: name → parser(file name) -> ParsedName | None, in registration order.
@@ -81,28 +109,96 @@ def parse_onnx_golden(filename: str) -> ParsedName | None:
     return ParsedName("onnx", node, int(fields[-2]), int(fields[-1])) if node else None
 
 
+def _is_int(field: str) -> bool:
+    return bool(_INT.match(field))
+
+
+def _is_timestamp(field: str) -> bool:
+    return _is_int(field) and len(field) >= TIMESTAMP_MIN_DIGITS
+
+
+def parse_device_stem(stem: str) -> ParsedName | str:
+    """A device dump name without extension or suffix (see the module docstring) → ParsedName (role output,
+    index 0), or the reason it is not one (a string)."""
+    fields = stem.split(".")
+    if len(fields) < 4:
+        return f"{len(fields)} dot-separated field(s); expected {_FORMS_TEXT}"
+    if not fields[0]:
+        return "empty op_type (the name starts with a dot)"
+    long_tail = len(fields) >= 8 and all(_is_int(f) for f in fields[-4:]) and _is_timestamp(fields[-5]) \
+        and not _is_timestamp(fields[-1])
+    if long_tail:
+        if len(fields) >= 9 and _is_int(fields[-6]) and _is_int(fields[-7]):
+            form, op_fields, ts = "9-field", fields[1:-7], fields[-5]
+        elif _is_int(fields[-6]):
+            form, op_fields, ts = "8-field", fields[1:-6], fields[-5]
+        else:
+            return f"'{fields[-6]}' before the timestamp {fields[-5]} is not an integer task id"
+    elif not _is_int(fields[-1]):
+        return f"the last field '{fields[-1]}' is not an integer timestamp; expected {_FORMS_TEXT}"
+    elif len(fields) >= 5 and _is_int(fields[-2]) and _is_int(fields[-3]):
+        form, op_fields, ts = "5-field", fields[1:-3], fields[-1]
+    elif _is_int(fields[-2]):
+        form, op_fields, ts = "4-field", fields[1:-2], fields[-1]
+    else:
+        return f"'{fields[-2]}' before the timestamp is not an integer id; expected {_FORMS_TEXT}"
+    op_name = ".".join(op_fields)
+    if not op_name:
+        return f"no op_name between op_type '{fields[0]}' and the ids"
+    return ParsedName("device", op_name, 0, int(ts), op_type=fields[0], form=form)
+
+
+def device_name(filename: str) -> ParsedName | str:
+    """A device dump file name (raw, or converted to ``.npy``) → ParsedName, or the reason it is not one."""
+    npy = filename.endswith(".npy")
+    stem = filename[:-4] if npy else filename
+    suffix = _DEVICE_SUFFIX.match(stem) if npy else None
+    if suffix:
+        stem = suffix["stem"]
+    parsed = parse_device_stem(stem)
+    if isinstance(parsed, str):
+        return parsed
+    if npy and not suffix and parsed.form == "4-field":
+        return ("a 4-field device name as a plain .npy is read as the ONNX golden form; device .npy files of this "
+                "form need the .output.{i} suffix")
+    if not suffix:
+        return replace(parsed, raw=not npy)
+    return replace(parsed, index=int(suffix["index"]), role=suffix["role"], converted=True,
+                   layout=suffix["layout"] or "", dtype=suffix["dtype"] or "")
+
+
 @register("device")
 def parse_device(filename: str) -> ParsedName | None:
-    """``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output|.input.{i}[.{shape}]].npy`` → ParsedName."""
+    """A device dump name (:func:`device_name`): raw, ``[.output|.input.{i}[.{shape}|.{format}.{dtype}]].npy``."""
+    parsed = device_name(filename)
+    return None if isinstance(parsed, str) else parsed
+
+
+def name_problem(convention: str, filename: str) -> str:
+    """Why ``filename`` is not a dump name of ``convention`` ("" when it is one)."""
+    if CONVENTIONS[convention](filename) is not None:
+        return ""
+    if convention == "device":
+        return device_name(filename)
     if not filename.endswith(".npy"):
-        return None
-    stem, role, index, converted = filename[:-4], "output", 0, False
-    suffix = _DEVICE_SUFFIX.match(stem)
-    if suffix:
-        stem, role, index, converted = suffix["stem"], suffix["role"], int(suffix["index"]), True
-    fields = stem.split(".")
-    if len(fields) < 5 or not all(_INT.match(f) for f in fields[-3:]):
-        return None
-    op_type, op_name = fields[0], ".".join(fields[1:-3])
-    if not op_type or not op_name:
-        return None
-    return ParsedName("device", op_name, index, int(fields[-1]), op_type=op_type, role=role, converted=converted)
+        return "not a .npy file"
+    return "expected {node}.{output_index}.{timestamp}.npy (the last two fields integers, a node name before them)"
+
+
+def dump_like(convention: str, filename: str) -> bool:
+    """True for a file that is meant as a dump of ``convention`` even when its name does not parse: any ``.npy``,
+    and for ``device`` also a name of 4 or more dot-separated fields ending in an integer (a raw dump name).
+    The readers make such files rows with their :func:`name_problem`; other files are listed as ignored."""
+    if filename.endswith(".npy"):
+        return True
+    fields = filename.split(".")
+    return convention == "device" and len(fields) >= 4 and _is_int(fields[-1])
 
 
 def looks_like_raw_device_dump(filename: str) -> bool:
-    """A not-yet-converted device dump (``{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}``, no .npy)."""
-    fields = filename.split(".")
-    return len(fields) >= 5 and bool(fields[0]) and all(_INT.match(f) for f in fields[-3:])
+    """A not-yet-converted device dump name (no .npy) in one of the device forms."""
+    parsed = parse_device(filename)
+    return parsed is not None and parsed.raw
 
 
 def choose_convention(filenames: list[str], prefer: str) -> tuple[str | None, dict[str, int]]:

@@ -11,10 +11,18 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                ...}}``; tensor-keyed, in index order. Files the index lists but that are missing become
                unreadable dumps (reported rows), not errors.
 ``onnx`` / ``device``  a folder of ``.npy`` files named by one convention of :mod:`toolkit.dumps.names`
-               (chosen per folder by :func:`~toolkit.dumps.names.choose_convention`); node-keyed. Files of no
-               convention are listed in ``DumpSet.ignored``; device ``.input.{i}`` dumps are skipped (counted);
-               a (name, output index) dumped several times is taken at its latest timestamp (later file name
-               on equal timestamps).
+               (chosen per folder by :func:`~toolkit.dumps.names.choose_convention`), and for ``device`` also
+               raw device dump files (:mod:`toolkit.dumps.raw`; one entry per output, keyed by the output's
+               ``original_op`` when recorded: :mod:`toolkit.dumps.raw_entries`); node-keyed. A ``.npy`` (or
+               raw-dump-like) name the chosen convention cannot read becomes an unreadable entry whose reason
+               says why (``file name not understood: ...``); other files are listed in ``DumpSet.ignored``;
+               device ``.input.{i}`` dumps and the inputs inside raw dumps are skipped (counted); a (name,
+               output index) dumped several times is taken at its latest timestamp (later file name on equal
+               timestamps).
+
+A folder that holds no file itself is searched for the device's nested layout
+``{time}/{device_id}/{om_model}/{model_id}/{iteration}/`` (:mod:`toolkit.dumps.nested`): the one folder below
+it that holds files is read; several such folders are an InputError that lists them.
 
 Only regular files are read (toolkit.core.textfile.open_regular, never blocking): a folder entry that is a FIFO,
 socket, device or a symbolic link to one (``/dev/zero``) becomes an unreadable dump row ("<side> dump unreadable
@@ -38,13 +46,16 @@ from toolkit.core.errors import InputError, UsageError, UserError
 from toolkit.core.textfile import not_regular_reason, open_regular, read_user_text
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
-from .names import CONVENTIONS, choose_convention, looks_like_raw_device_dump
+from .names import CONVENTIONS, choose_convention, dump_like, name_problem
+from .nested import nested_dump_folder
+from .raw_entries import raw_dump_entries, unparsed_entry
 
 FORMATS = ("auto", "npuscope", "onnx", "device", "polygraphy")
 INDEX_FILE = "index.json"
 _PREFER = {"golden": "onnx", "target": "device"}
 _EXPECTED = ("expected {node}.{output_index}.{timestamp}.npy (ONNX golden), "
-             "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy (device), "
+             "{op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy (device; or the raw "
+             "device dump files themselves), "
              "an `npuscope run --dump` folder (index.json) or a Polygraphy RunResults JSON")
 
 
@@ -79,12 +90,19 @@ def read_side(spec: SideSpec) -> DumpSet:
         return read_polygraphy(path, spec)
     if spec.format == "polygraphy":
         raise InputError(f"{spec.label} is a folder; --{spec.role}-format polygraphy needs the RunResults JSON file")
-    files = folder_members(path)
+    files, nested = folder_members(path), None
     if not files:
-        raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
+        nested = nested_dump_folder(path, spec.label)
+        if nested is None:
+            raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
+        path, files = nested, folder_members(nested)
     if spec.format == "npuscope" or (spec.format == "auto" and INDEX_FILE in files):
-        return read_npuscope(path, spec, files)
-    return read_named(path, spec, files)
+        ds = read_npuscope(path, spec, files)
+    else:
+        ds = read_named(path, spec, files)
+    if nested is not None:
+        ds.detail = f"nested folder '{nested.relative_to(spec.path).as_posix()}': {ds.detail}"
+    return ds
 
 
 def folder_members(path: Path) -> list[str]:
@@ -97,18 +115,19 @@ def folder_members(path: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ named .npy files
 def read_named(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
-    """A folder of ``.npy`` dumps named by the ONNX golden or the device convention."""
+    """A folder of ``.npy`` dumps named by the ONNX golden or the device convention, or of raw device dumps."""
     npy = [f for f in files if f.endswith(".npy")]
-    if not npy:
-        raw = sum(looks_like_raw_device_dump(f) for f in files)
-        hint = (f"; it holds {raw} unconverted device dump(s): convert them first with "
-                f"`msaccucmp.py convert -d {path} -out <folder>`" if raw else f"; {_EXPECTED}")
-        raise InputError(f"{spec.label} holds no .npy file{hint}")
+    raw = [f for f in files if not f.endswith(".npy") and CONVENTIONS["device"](f) is not None]
+    if not npy and not raw:
+        raise InputError(f"{spec.label} holds no .npy file and no raw device dump; {_EXPECTED}")
+    if not npy and spec.format == "onnx":
+        raise InputError(f"{spec.label} holds raw device dumps only ({len(raw)}, e.g. '{raw[0]}') but "
+                         f"--{spec.role}-format is onnx; use --{spec.role}-format device (or auto)")
     if spec.format == "auto":
-        convention, counts = choose_convention(npy, _PREFER.get(spec.role, "onnx"))
+        convention, counts = choose_convention(npy + raw, _PREFER.get(spec.role, "onnx"))
     else:
         convention = spec.format
-        counts = {convention: sum(CONVENTIONS[convention](f) is not None for f in npy)}
+        counts = {convention: sum(CONVENTIONS[convention](f) is not None for f in npy + raw)}
     if convention is None or counts.get(convention, 0) == 0:
         raise InputError(f"{spec.label}: no dump recognised among {len(npy)} .npy file(s) (e.g. '{npy[0]}'); "
                          f"{_EXPECTED}")
@@ -118,27 +137,38 @@ def read_named(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
 def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, counts: dict) -> DumpSet:
     parse = CONVENTIONS[convention]
     latest: dict[tuple[str, int], DumpEntry] = {}
-    ignored, inputs, superseded = [], 0, 0
+    ignored, inputs, superseded, raw_files = [], 0, 0, 0
     for order, fname in enumerate(files):
         parsed = parse(fname)
         if parsed is None:
-            ignored.append(fname)
+            if dump_like(convention, fname):
+                latest[(fname, -1)] = unparsed_entry(fname, name_problem(convention, fname), order)
+            else:
+                ignored.append(fname)
             continue
         if parsed.role == "input":
             inputs += 1
             continue
-        entry = DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname), op_type=parsed.op_type,
-                          timestamp=parsed.timestamp, order=order)
-        key = (parsed.name, parsed.index)
-        if key in latest:
-            superseded += 1
-            if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
-                continue
-        latest[key] = entry
+        if parsed.raw:
+            raw_files += 1
+            entries, raw_inputs = raw_dump_entries(path, fname, parsed, order)
+            inputs += raw_inputs
+        else:
+            entries = [DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname),
+                                 op_type=parsed.op_type, timestamp=parsed.timestamp, order=order)]
+        for entry in entries:
+            key = (entry.name, entry.index)
+            if key in latest:
+                superseded += 1
+                if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
+                    continue
+            latest[key] = entry
     if not latest:
         raise InputError(f"{spec.label}: only device input dumps (.input.{{i}}.npy) found; convert the op outputs too "
                          f"(msaccucmp.py convert without -i)")
     detail = f"{convention} file names ({', '.join(f'{k}: {v}' for k, v in counts.items())} of {len(files)} files)"
+    if raw_files:
+        detail += f", {raw_files} raw device dump file(s) read without the vendor toolchain"
     return DumpSet(path, convention, NODE, list(latest.values()), ignored, inputs, superseded, detail)
 
 
