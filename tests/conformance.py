@@ -172,7 +172,7 @@ def _plain_session_options():
     onnxruntime refuses per-session pools, so that one flag follows (it does not change results)."""
     import onnxruntime as ort
 
-    from toolkit.runtime import ort_env
+    from toolkit.ort import ort_env
 
     so = ort.SessionOptions()
     if ort_env._STATE.get("global"):

@@ -348,23 +348,22 @@ def transpose_layernorm(channels: int = 192, width: int = 197, seed: int = 0) ->
 def planted_pass(target: str, factor: float):
     """Register (for the with-block only) a compiler pass after graph_fusion that rescales the constant read by
     node ``target`` at compile time."""
-    from toolkit.compiler import pipeline
-
-    pipeline._load_passes()
+    from toolkit.compiler import registry, stages
+    from toolkit.compiler.context import PassResult
 
     def run(ctx):
         node = ctx.graph.by_name[target]
         cname = next(i for i in node.input if ctx.graph.const(i) is not None)
         ctx.graph.consts[cname] = (ctx.graph.consts[cname] * np.float32(factor)).astype(np.float32)
-        return pipeline.PassResult(1, [f"rescaled {cname} of {target} by {factor}"])
+        return PassResult(1, [f"rescaled {cname} of {target} by {factor}"])
 
-    old_order, had = pipeline.PASS_ORDER, "planted_rescale" in pipeline.PASSES
-    pipeline.register_pass("planted_rescale", requires=("shapes",))(run)
+    old_order, had = stages.STRUCTURE, "planted_rescale" in registry.PASSES
+    registry.register_pass("planted_rescale", requires=("shapes",))(run)
     i = old_order.index("graph_fusion") + 1
-    pipeline.PASS_ORDER = old_order[:i] + ("planted_rescale",) + old_order[i:]
+    stages.STRUCTURE = old_order[:i] + ("planted_rescale",) + old_order[i:]
     try:
         yield
     finally:
-        pipeline.PASS_ORDER = old_order
+        stages.STRUCTURE = old_order
         if not had:
-            pipeline.PASSES.pop("planted_rescale", None)
+            registry.PASSES.pop("planted_rescale", None)

@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent("""
     import sys, time
     import toolkit.diagnose as D
     from toolkit.core.errors import ModelError
-    from toolkit.runtime import reference
+    from toolkit.ort import reference
 
     slow_run = reference.ReferenceRunner.run
     def run(self, feeds):

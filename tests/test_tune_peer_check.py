@@ -87,7 +87,7 @@ def test_peer_set_checked_on_device_fails_where_the_npu_shows_the_fault():
 
 # ------------------------------------------------------------------ one reference run per input
 def test_reference_runs_once_per_input_even_when_searching(monkeypatch):
-    from toolkit.runtime import reference
+    from toolkit.ort import reference
 
     calls = []
     real = reference.ReferenceRunner.run
