@@ -87,7 +87,13 @@ def load_config(path: str | None, **overrides) -> Config:
     ``overrides`` (options that are not None), checked in full: the schema (toolkit.config.schema), the fusion
     switch file's pass names (toolkit.compiler.fusion_switch.check_config) and the gear options
     (toolkit.gears.spec.validate_gears). Raises ConfigError."""
-    config = Config.load(path).with_overrides(**overrides)
+    return checked(Config.load(path).with_overrides(**overrides))
+
+
+def checked(config: Config) -> Config:
+    """``config`` after the checks that need another package's vocabulary: the fusion switch file's pass names
+    (toolkit.compiler.fusion_switch.check_config) and the gear options (toolkit.gears.spec.validate_gears).
+    Returns ``config``; raises ConfigError naming where the option came from."""
     check_config(config)
     validate_gears(config, config.origin("dynamic_batch_size", "dynamic_dims"))
     return config
