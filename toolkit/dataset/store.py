@@ -48,6 +48,7 @@ from toolkit.artifacts import new_run_dir, safe_filename, save_npz
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
 from toolkit.errors import UsageError, UserError
+from toolkit.inputs.npzread import read_npz
 from toolkit.report.csvjson import _dumps, atomic_write_text, json_safe
 
 MANIFEST = "manifest.json"
@@ -128,12 +129,9 @@ class Store:
         if not path.is_file():
             return None, "not a regular file"
         try:
-            z = np.load(path, allow_pickle=False)
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                return None, "a single array, not an .npz archive"
-            with z:
-                meta = json.loads(str(z["meta"]))
-                rows, values = z["rows"], z["values"]
+            z = read_npz(path, f"stored result '{path.name}'")  # bounded: a planted zip bomb is refused
+            meta = json.loads(str(z["meta"]))
+            rows, values = z["rows"], z["values"]
         except Exception as exc:  # noqa: BLE001 (any failure to read it means: evaluate the input again)
             lines = str(exc).strip().splitlines()
             return None, f"unreadable ({type(exc).__name__}{': ' + lines[0][:160] if lines else ''})"
@@ -154,9 +152,8 @@ class Store:
         """True when some stored result is the record of an input that was evaluated (status "ok")."""
         for path in self.results.glob("*.npz"):
             try:
-                with np.load(path, allow_pickle=False) as z:
-                    if json.loads(str(z["meta"])).get("status") == "ok":
-                        return True
+                if json.loads(str(read_npz(path, f"stored result '{path.name}'")["meta"])).get("status") == "ok":
+                    return True
             except Exception:  # noqa: BLE001, S112 (not a valid result: does not count)
                 continue
         return False
