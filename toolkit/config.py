@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from toolkit.boundedjson import json_loads, read_limited, toml_loads
 from toolkit.errors import ConfigError
 
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
@@ -155,8 +156,10 @@ class Config:
         if p.suffix.lower() not in (".json", ".toml"):
             raise ConfigError(f"config file '{p}' has suffix '{p.suffix}'; configs are .json or .toml")
         text = _read_text(p, "config", None)
+        where = f"config file '{p}'"
         try:
-            data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+            data = (toml_loads(text, where, ConfigError) if p.suffix.lower() == ".toml"
+                    else json_loads(text, where, ConfigError))
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file '{p}' is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
         if not isinstance(data, dict):
@@ -168,14 +171,13 @@ class Config:
     @classmethod
     def _load_stream(cls, p: Path) -> "Config":
         """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
-        from toolkit.textfile import read_user_text
-
-        text = read_user_text(p, "config", ConfigError, "pass a .json or .toml file")
+        # a pipe is read (at most LIMITS["config"]); a device such as /dev/zero is refused before any byte is read
+        text = read_limited(p, "config", ConfigError, "pass a .json or .toml file", pipes=True)
         try:
-            data = json.loads(text)
+            data = json_loads(text, f"config '{p}'", ConfigError)
         except json.JSONDecodeError:
             try:
-                data = tomllib.loads(text)
+                data = toml_loads(text, f"config '{p}'", ConfigError)
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config '{p}' is neither valid JSON nor valid TOML ({exc})") from None
         if not isinstance(data, dict):
@@ -394,23 +396,30 @@ def fusion_pass_names(level: str) -> list[str]:
 
 
 def _read_text(p: Path, what: str, where: str | None) -> str:
-    """The text of a user's file (UTF-8, a BOM is skipped: toolkit.textfile). Raises ConfigError."""
-    from toolkit.textfile import read_user_text
+    """The text of a user's file (UTF-8, a BOM is skipped), a regular file of at most
+    toolkit.boundedjson.LIMITS["config"] (a FIFO or device is refused unread). Raises ConfigError."""
+    return read_limited(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
 
-    return read_user_text(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
+
+def _not_a_file(p: Path) -> str:
+    """'does not exist', or what ``p`` is instead of a regular file ('is not a regular file but a character
+    device', 'is a broken symbolic link ...')."""
+    from toolkit.textfile import not_regular_reason
+
+    return f"is {not_regular_reason(p)}" if p.exists() or p.is_symlink() else "does not exist"
 
 
 def _read_lines(p: Path, what: str, where: str) -> list[str]:
     if not p.is_file():
-        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+        raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     return [ln.strip() for ln in _read_text(p, what, where).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def _read_json(p: Path, what: str, where: str) -> dict:
     if not p.is_file():
-        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+        raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     try:
-        data = json.loads(_read_text(p, what, where))
+        data = json_loads(_read_text(p, what, where), f"{where}: {what} file '{p}'", ConfigError)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: {what} file '{p}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -46,6 +46,7 @@ import numpy as np
 
 from toolkit.artifacts import new_run_dir, safe_filename, save_npz
 from toolkit.dataset.source import InputRef, sha256_file
+from toolkit.boundedjson import json_loads, read_limited
 from toolkit.dataset.worker import COLUMNS, Record
 from toolkit.errors import UsageError, UserError
 from toolkit.inputs.npzread import read_npz
@@ -207,7 +208,7 @@ class Store:
         out = []
         for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                entry = json.loads(line)
+                entry = json_loads(line, "log line", ValueError)  # ValueError also when nested too deep
             except ValueError:  # a line cut short by a kill
                 continue
             if isinstance(entry, dict):
@@ -278,9 +279,9 @@ def _resume_or_restart(path: Path, manifest: dict) -> bool:
     if not mpath.is_file():
         raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
                          "to resume); choose a new --out")
-    try:
-        old = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # bounded (toolkit.boundedjson): a regular file, at most nested at most MAX_DEPTH
+        old = json_loads(read_limited(mpath, MANIFEST, ValueError, limit="artifact"), MANIFEST, ValueError)
+    except ValueError:  # also json.JSONDecodeError: unreadable, as a manifest of other settings
         old = {}
     diff = _differences(old if isinstance(old, dict) else {}, manifest)
     if not diff:

@@ -39,6 +39,7 @@ import pandas as pd
 
 from toolkit.artifacts import check_out, output_dir
 from toolkit.compiler.pipeline import Finding
+from toolkit.boundedjson import json_loads
 from toolkit.errors import InputError, UsageError
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
@@ -93,7 +94,6 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
     """{trace.json path: why it is skipped} for every ``npuscope profile`` folder of which both trace.json and
     op_summary.csv are among ``paths``: the folder's profile.json lists them under "files" (as
     toolkit.profile.workflow writes it), and the two describe the same tasks."""
-    import json
 
     by_dir: dict[Path, dict[str, Path]] = {}
     for p in paths:
@@ -102,8 +102,8 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
     for folder, names in by_dir.items():
         try:
             with open_regular_text(folder / "profile.json", errors="strict") as fh:  # never a FIFO
-                files = json.loads(fh.read(PROFILE_JSON_MAX_CHARS)).get("files", {})
-        except (OSError, ValueError, AttributeError):
+                files = json_loads(fh.read(PROFILE_JSON_MAX_CHARS), "profile.json", ValueError).get("files", {})
+        except (OSError, ValueError, AttributeError):  # json_loads: ValueError also when nested too deep
             continue
         trace, summary = files.get("trace") if isinstance(files, dict) else None, \
             files.get("op_summary") if isinstance(files, dict) else None

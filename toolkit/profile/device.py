@@ -30,7 +30,7 @@ from pathlib import Path
 
 from toolkit.config import suggest
 from toolkit.errors import ConfigError
-from toolkit.textfile import read_user_text
+from toolkit.boundedjson import json_loads, read_limited
 
 DEVICES_DIR = Path(__file__).with_name("devices")
 DEFAULT_DEVICE = "atlas300i_pro"
@@ -118,7 +118,10 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
         raise ConfigError(f"--device '{spec}' is neither a built-in device{suggest(spec, builtin_devices())} "
                           "nor a .json file")
     if not p.is_file():
-        raise ConfigError(f"device file '{p}' does not exist; give a built-in name ({', '.join(builtin_devices())}) "
+        from toolkit.textfile import not_regular_reason
+
+        why = f"is {not_regular_reason(p)}" if p.exists() or p.is_symlink() else "does not exist"
+        raise ConfigError(f"device file '{p}' {why}; give a built-in name ({', '.join(builtin_devices())}) "
                           "or an existing .json file")
     return _from_file(p)
 
@@ -131,8 +134,9 @@ def file_label(path: Path, name: str) -> str:
 
 def _from_file(path: Path) -> DeviceProfile:
     try:
-        data = json.loads(read_user_text(path, "device file", ConfigError, "save it as UTF-8 JSON"),
-                          object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
+        # a regular file within LIMITS["config"], nested at most MAX_DEPTH (toolkit.boundedjson): /dev/zero is refused
+        data = json_loads(read_limited(path, "device file", ConfigError, "save it as UTF-8 JSON"),
+                          f"device file '{path}'", ConfigError, object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
