@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.cache import keys, store
 from toolkit.cache.settings import default_dir, from_config
 from toolkit.cache.store import LAYOUT, EntryStore, unpack
@@ -448,7 +449,7 @@ def test_settings_resolution(monkeypatch, tmp_path):
 
 def test_bad_cache_options_are_clear_errors(monkeypatch):
     with pytest.raises(ConfigError, match="op_compiler_cache_mode = 'enabled'.*did you mean 'enable'"):
-        Config.from_dict({"op_compiler_cache_mode": "enabled"})
+        config_from_dict({"op_compiler_cache_mode": "enabled"})
     monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES", "lots")
     with pytest.raises(ConfigError, match="NPUSCOPE_COMPILE_CACHE_MAX_BYTES = 'lots'"):
         from_config(Config())

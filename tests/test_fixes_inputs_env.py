@@ -17,6 +17,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.core.text import SUGGEST_MAX_NAMES
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError, InputError, ModelError
@@ -123,7 +124,7 @@ def boom(*a, **k):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(30)
 
-toolkit.api.compile_command = boom
+toolkit.cli.compile_command = boom
 main(["compile", "resnet_small", "--out", sys.argv[2]])
 """
 
@@ -302,7 +303,7 @@ def test_gear_errors_name_the_config_file(tmp_path):
 def test_unknown_op_type_lists_at_most_ten_names():
     names = {s.name for s in onnx.defs.get_all_schemas()}
     with pytest.raises(ConfigError) as info:
-        Config.from_dict({"keep_dtype": ["OpType::Qwxzvkj"]})
+        config_from_dict({"keep_dtype": ["OpType::Qwxzvkj"]})
     msg = str(info.value)
     assert msg.endswith(f", ... ({len(names) - SUGGEST_MAX_NAMES} more))")
     listed = msg.split("(valid: ")[1].split(", ...")[0].split(", ")
@@ -310,11 +311,11 @@ def test_unknown_op_type_lists_at_most_ten_names():
     for field in ("optypelist_for_implmode", "modify_mixlist"):
         value = ["Qwxzvkj"] if field == "optypelist_for_implmode" else {"black-list": {"to-add": ["Qwxzvkj"]}}
         with pytest.raises(ConfigError, match=r"\.\.\. \(\d+ more\)\)$"):
-            Config.from_dict({field: value})
+            config_from_dict({field: value})
     with pytest.raises(ConfigError, match=r"did you mean 'Softmax'\?"):
-        Config.from_dict({"keep_dtype": ["OpType::Sofmax"]})
+        config_from_dict({"keep_dtype": ["OpType::Sofmax"]})
     with pytest.raises(ConfigError, match=r"did you mean 'MatMul'\?"):
-        Config.from_dict({"optypelist_for_implmode": ["matmul"]})
+        config_from_dict({"optypelist_for_implmode": ["matmul"]})
 
 
 # ------------------------------------------------------------------------------------ 6. silently accepted values
@@ -352,7 +353,7 @@ def test_mixlist_conflicts_are_refused():
                     ({"gray-list": {"to-add": ["Relu"]}, "black-list": {"to-add": ["Relu"]}}, "Relu"),
                     ({"white-list": {"to-add": ["Add"], "to-remove": ["Add"]}}, "Add")):
         with pytest.raises(ConfigError, match=f"'{op}'"):
-            Config.from_dict({"modify_mixlist": mix})
+            config_from_dict({"modify_mixlist": mix})
     ok = {"black-list": {"to-add": ["MatMul"]}, "white-list": {"to-remove": ["MatMul"]}}
     assert Config.from_dict({"modify_mixlist": ok}).modify_mixlist == ok
 

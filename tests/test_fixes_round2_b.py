@@ -27,6 +27,7 @@ import onnx
 import pandas as pd
 import pytest
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError, InputError
 
@@ -55,7 +56,7 @@ def test_fusion_switch_level_not_an_object_is_a_config_error(tmp_path, level):
     (tmp_path / "fs.json").write_text(json.dumps({"Switch": {"GraphFusion": level}}))
     (tmp_path / "c.toml").write_text('fusion_switch_file = "fs.json"\n')
     with pytest.raises(ConfigError) as exc:
-        Config.load(tmp_path / "c.toml")
+        load_config(tmp_path / "c.toml")
     msg = str(exc.value)
     assert f"config '{tmp_path / 'c.toml'}'" in msg
     assert 'fusion_switch_file must be {"Switch": {"GraphFusion": {...}' in msg
@@ -67,7 +68,7 @@ def test_fusion_switch_value_must_be_on_or_off(tmp_path, state):
     (tmp_path / "fs.json").write_text(json.dumps({"Switch": {"UBFusion": {"ALL": state}}}))
     (tmp_path / "c.toml").write_text('fusion_switch_file = "fs.json"\n')
     with pytest.raises(ConfigError, match='expected "on" or "off"') as exc:
-        Config.load(tmp_path / "c.toml")
+        load_config(tmp_path / "c.toml")
     assert "c.toml" in str(exc.value) and json.dumps(state) in str(exc.value)
 
 
@@ -239,7 +240,7 @@ def test_policy_outputs_metric_key_explained(tmp_path, metric, value):
 def test_keep_dtype_empty_entry_refused(tmp_path):
     (tmp_path / "c.toml").write_text('keep_dtype = [""]\n')
     with pytest.raises(ConfigError) as exc:
-        Config.load(tmp_path / "c.toml")
+        load_config(tmp_path / "c.toml")
     assert "c.toml" in str(exc.value) and "keep_dtype" in str(exc.value) and "empty" in str(exc.value)
 
 

@@ -24,6 +24,7 @@ import pytest
 from graphs import N, make_model
 from onnx import TensorProto, helper
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError
@@ -298,7 +299,7 @@ def test_opname_prefix_is_a_node_name(tmp_path):
 @pytest.mark.parametrize("entry", ["OpName::", "OpType::", "  "])
 def test_empty_prefixed_keep_entry_is_a_config_error(entry):
     with pytest.raises(ConfigError, match="empty entry"):
-        Config.from_dict({"keep_dtype": [entry]})
+        config_from_dict({"keep_dtype": [entry]})
 
 
 def test_opname_prefix_unknown_node_cli_error(tmp_path):
@@ -323,7 +324,7 @@ def test_ub_pass_under_graph_fusion_says_where_it_belongs(tmp_path):
 
 def test_graph_pass_under_ub_fusion_says_where_it_belongs():
     with pytest.raises(ConfigError, match='is a GraphFusion pass; move it under "GraphFusion"'):
-        Config.from_dict({"fusion_switch_file": {"Switch": {"UBFusion": {"LayerNormFusionPass": "off"}}}})
+        config_from_dict({"fusion_switch_file": {"Switch": {"UBFusion": {"LayerNormFusionPass": "off"}}}})
 
 
 def test_unsimulated_converter_pass_is_accepted_with_a_warning(tmp_path):
@@ -358,7 +359,7 @@ def test_converter_pass_list_is_one_documented_table():
                                         ("Xyzzy", None), ("MyOwnFusionPass", None)])
 def test_unknown_pass_suggests_only_close_names(name, close):
     with pytest.raises(ConfigError) as exc:
-        Config.from_dict({"fusion_switch_file": {"Switch": {"GraphFusion": {name: "off"}}}})
+        config_from_dict({"fusion_switch_file": {"Switch": {"GraphFusion": {name: "off"}}}})
     msg = str(exc.value)
     assert f"unknown GraphFusion pass '{name}'" in msg
     if close:

@@ -27,6 +27,7 @@ import pytest
 from graphs import N, make_model
 from onnx import TensorProto, helper
 
+from toolkit.cache import settings as cache_settings
 from toolkit.core import env as tkenv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,11 +121,11 @@ def test_scanner_finds_every_form_of_read():
 
 def test_relevant_env_lists_every_variable_the_package_reads():
     """Every environment variable read (or set) anywhere in toolkit/ is in RELEVANT_ENV or BOOKKEEPING_ENV;
-    toolkit/env.py itself is the generic accessor (its names come from its callers, scanned here)."""
+    toolkit/core/env.py itself is the generic accessor (its names come from its callers, scanned here)."""
     listed = set(tkenv.RELEVANT_ENV) | set(tkenv.BOOKKEEPING_ENV)
     read, unknown = set(), []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "env.py":
+        if path == PACKAGE / "core" / "env.py":
             continue
         names, unk = environment_reads(path.read_text(encoding="utf-8"), _module_name(path))
         read |= names
@@ -162,18 +163,18 @@ def test_compile_cache_names_the_folder_used(monkeypatch, tmp_path):
     monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE", str(tmp_path / "from-env"))
     monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES", "777")
     cfg = {"op_compiler_cache_mode": "enable", "op_compiler_cache_dir": ""}
-    assert tkenv.compile_cache(cfg) == {"mode": "enable", "dir": str(tmp_path / "from-env"),
+    assert cache_settings.compile_cache(cfg) == {"mode": "enable", "dir": str(tmp_path / "from-env"),
                                         "dir_from": "NPUSCOPE_COMPILE_CACHE", "max_bytes": 777}
     cfg["op_compiler_cache_dir"] = str(tmp_path / "explicit")
-    got = tkenv.compile_cache(cfg)
+    got = cache_settings.compile_cache(cfg)
     assert (got["dir"], got["dir_from"]) == (str(tmp_path / "explicit"), "op_compiler_cache_dir")
     monkeypatch.delenv("NPUSCOPE_COMPILE_CACHE")
     monkeypatch.delenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    got = tkenv.compile_cache({"op_compiler_cache_mode": "disable", "op_compiler_cache_dir": ""})
+    got = cache_settings.compile_cache({"op_compiler_cache_mode": "disable", "op_compiler_cache_dir": ""})
     assert got == {"mode": "disable", "dir": str(tmp_path / "xdg" / "npuscope" / "compile"), "dir_from": "default",
                    "max_bytes": 2 * 1024 ** 3}
-    assert tkenv.compile_cache({"golden_format": "npy"}) is None  # compare-dumps: no compile, no cache
+    assert cache_settings.compile_cache({"golden_format": "npy"}) is None  # compare-dumps: no compile, no cache
 
 
 # ------------------------------------------------------------------------------------------------ the CLI

@@ -50,7 +50,7 @@ def test_diagnose_summary_names_the_model_it_compiled(tmp_path, monkeypatch):
         shutil.copyfile(b, live)  # the user overwrites the file while the run goes on
         return real(prep, *args, **kw)
 
-    monkeypatch.setattr("toolkit.diagnose.diagnose", swap_then_diagnose)
+    monkeypatch.setattr("toolkit.commands.diagnose.diagnose", swap_then_diagnose)
     api.diagnose_command(str(live), Config(), out=str(tmp_path / "o"), html=False)
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert summary["model_sha256"] == hashlib.sha256(a.read_bytes()).hexdigest()

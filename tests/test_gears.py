@@ -13,6 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit import samples
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError, InputError, ModelError
@@ -66,7 +67,7 @@ def test_parse_dims_and_batch_gears():
 ])
 def test_bad_gear_configs_are_one_line_errors(data, msg):
     with pytest.raises(ConfigError, match=msg) as exc:
-        Config.from_dict(data)
+        config_from_dict(data)
     _one_line(exc)
 
 

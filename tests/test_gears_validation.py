@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit import samples
 from toolkit.compiler.passes.bind_shapes import check_input_shapes
 from toolkit.engine import compile_model
@@ -90,7 +91,7 @@ def test_shared_symbol_given_two_sizes_is_refused_everywhere(seed):
     text = ";".join(f"{k}:{','.join(map(str, v))}" for k, v in bad.items())
     want = f"dim '{sym}' is {size[sym]} in {first} but {size[sym] + 1} in {last}; give every input the same size"
     with pytest.raises(ConfigError, match=want) as exc:  # compile (input_shape / --input-shape)
-        compile_model(m, Config.from_dict({"input_shape": text}))
+        compile_model(m, config_from_dict({"input_shape": text}))
     _one_line(exc)
     with pytest.raises(InputError, match=want):  # data given by the user
         check_input_shapes(m, {k: tuple(v) for k, v in bad.items()}, where="inputs", error=InputError)
@@ -102,7 +103,7 @@ def test_shared_symbol_given_two_sizes_is_refused_everywhere(seed):
     skew = ",".join(["5"] * (n_slots - 1) + ["6"])
     with pytest.raises(ConfigError, match=f"dynamic_dims gear 2 '{skew}': dim '{sym}' is 5 in {first} but 6 in "
                                           f"{last}") as exc:
-        GearSession(m, Config.from_dict({"input_shape": tmpl, "dynamic_dims": f"{ok};{skew}"}))
+        GearSession(m, config_from_dict({"input_shape": tmpl, "dynamic_dims": f"{ok};{skew}"}))
     _one_line(exc)
     gs = GearSession(m, Config.from_dict({"input_shape": tmpl, "dynamic_dims": f"{ok};{ok.replace('4', '8')}"}))
     skewed = {k: np.zeros([3 if d == sym and k == last else 2 if d == sym else x for d, x in zip(decl[k], good[k])],
@@ -136,12 +137,12 @@ def test_shared_dim_cli_paths(tmp_path):
 def test_gear_dim_on_a_static_model_dim_is_refused_before_any_gear_compiles():
     m = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [("x", [1, 3])], [("y", [1, 3])])
     with pytest.raises(ConfigError, match=r"-1 marks dim 0 of 'x' as a gear dim, but that dim is static \(1\)") as exc:
-        GearSession(m, Config.from_dict({"input_shape": "x:-1,3", "dynamic_batch_size": "1,2,4"}))
+        GearSession(m, config_from_dict({"input_shape": "x:-1,3", "dynamic_batch_size": "1,2,4"}))
     _one_line(exc)
     dyn = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [("x", ["N", 3])], [("y", ["N", 3])])
     GearSession(dyn, Config.from_dict({"input_shape": "x:-1,3", "dynamic_batch_size": "1,2,4"}))  # fine: N is dynamic
     with pytest.raises(ConfigError, match="input 'x' dim 1 is 3 in the model but 4 was given"):
-        GearSession(dyn, Config.from_dict({"input_shape": "x:-1,4", "dynamic_batch_size": "1,2"}))
+        GearSession(dyn, config_from_dict({"input_shape": "x:-1,4", "dynamic_batch_size": "1,2"}))
 
 
 def test_compile_and_run_agree_on_a_static_batch(tmp_path):
@@ -345,7 +346,7 @@ GEARS = {"input_shape": "x:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}
 ])
 def test_bad_pad_values(pad, msg):
     with pytest.raises(ConfigError, match=msg) as exc:
-        Config.from_dict({**GEARS, "pad_value": pad})
+        config_from_dict({**GEARS, "pad_value": pad})
     _one_line(exc)
 
 
@@ -356,16 +357,16 @@ def test_bad_pad_values(pad, msg):
 ])
 def test_bad_input_shapes(shape, msg):
     with pytest.raises(ConfigError, match=msg) as exc:
-        Config.from_dict({"input_shape": shape}).input_shapes(dynamic=True)
+        config_from_dict({"input_shape": shape}).input_shapes(dynamic=True)
     _one_line(exc)
 
 
 def test_unknown_input_in_input_shape_is_a_config_error_with_did_you_mean(tmp_path):
     m = samples.build_transformer_seq_masked()
     with pytest.raises(ConfigError, match="input_shape names 'xx', which is not a model input \\(did you mean 'x'"):
-        GearSession(m, Config.from_dict({"input_shape": "xx:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}))
+        GearSession(m, config_from_dict({"input_shape": "xx:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}))
     with pytest.raises(ConfigError, match="names 'mask_', which is not a model input \\(did you mean 'mask'"):
-        compile_model(m, Config.from_dict({"input_shape": "x:1,8,64;mask_:1,8"}))
+        compile_model(m, config_from_dict({"input_shape": "x:1,8,64;mask_:1,8"}))
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"input_shape": "y:1,-1,64", "dynamic_dims": "16;32"}))
     for args in (["run", "transformer_seq", "--config", cfg], ["compile", "transformer_seq", "--input-shape", "xx:1,8,64"],

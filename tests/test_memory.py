@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from graphs import N, make_model
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.config.schema import Config
 from toolkit.engine import Session
 from toolkit.core.errors import ConfigError
@@ -212,7 +213,7 @@ def test_memory_reuse_off_gives_sum_of_sizes():
 
 def test_bad_alignment_refused():
     with pytest.raises(ConfigError):
-        Config.from_dict({"memory_alignment": 48})
+        config_from_dict({"memory_alignment": 48})
 
 
 def test_corrupted_plan_corrupts_the_run():

@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphs import N, make_model
+from toolkit.commands.common import config_from_dict, load_config
 from toolkit.config.schema import Config
 from toolkit.engine import Session
 from toolkit.core.errors import ConfigError
@@ -701,7 +702,7 @@ def test_fp16_constant_findings_name_the_initializer():
 ])
 def test_config_errors_suggest(data, needle):
     with pytest.raises(ConfigError) as exc:
-        Config.from_dict(data)
+        config_from_dict(data)
     assert needle in str(exc.value)
 
 

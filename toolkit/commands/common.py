@@ -90,6 +90,11 @@ def load_config(path: str | None, **overrides) -> Config:
     return checked(Config.load(path).with_overrides(**overrides))
 
 
+def config_from_dict(data: dict, **kwargs) -> Config:
+    """:meth:`Config.from_dict` (same arguments) followed by :func:`checked`. Raises ConfigError."""
+    return checked(Config.from_dict(data, **kwargs))
+
+
 def checked(config: Config) -> Config:
     """``config`` after the checks that need another package's vocabulary: the fusion switch file's pass names
     (toolkit.compiler.fusion_switch.check_config) and the gear options (toolkit.gears.spec.validate_gears).

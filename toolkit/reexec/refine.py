@@ -6,7 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from toolkit.compare.layerwise import RESULT_COLUMNS, _mark_storage_origin, kernel_inputs
+from toolkit.compare.layerwise import (
+    RESULT_COLUMNS,
+    _mark_storage_origin,
+    kernel_inputs,
+)
 from toolkit.compare.metrics import compare_tensors
 from toolkit.precision.contract import expected_noise
 from toolkit.reexec.isolate import fp16_stored_inputs, isolate
