@@ -45,11 +45,15 @@ from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import UsageError
 from toolkit.core.records import Finding
+from toolkit.gears.spec import label as gear_label
+from toolkit.gears.spec import parse_gears
 from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
 from toolkit.profile.cost import kernel_costs
+from toolkit.profile.calibrate import device_json
 from toolkit.profile.device import DeviceProfile, load_device
+from toolkit.profile.device_fit import DeviceFit, fit_device
 from toolkit.profile.findings import ProfileData, run_rules
 from toolkit.profile.optable import integer_columns
 from toolkit.profile.requests import PlanRun, Requests, run_requests
@@ -94,6 +98,8 @@ class ProfileResult:
     plans: list = field(default_factory=list)
     #: one row per request (REQUEST_COLUMNS: which feed shape / plan it ran, its times)
     requests: pd.DataFrame | None = None
+    #: attribution, calibration and what-ifs of ``--device-profile`` (toolkit.profile.device_fit), or None
+    fit: DeviceFit | None = None
 
     @property
     def device_ms(self) -> float:
@@ -235,7 +241,9 @@ def _shapes_meta(runs: Requests) -> list[dict]:
 # ---------------------------------------------------------------- the analysis
 def profile_model(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
                   post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                  seed: int = 0, progress=_noop) -> ProfileResult:
+                  seed: int = 0, device_profile: str | None = None, fusion_ops: str | None = None,
+                  holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                  progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
@@ -243,12 +251,24 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     ``kernel_ms``, the advisor) are those of the main plan: the one most requests ran (the first seen on a tie);
     ``plans`` holds every plan and ``requests`` says which plan each request ran.
 
+    With ``device_profile`` (a real device's op_summary_*.csv or kernel_details.csv; ``fusion_ops`` its
+    fusion_op_*.csv) the main plan is attributed, the device profile calibrated (``holdout`` share held out,
+    ``seed``) and the what-ifs predicted on the calibrated profile (toolkit.profile.device_fit): the advisor's
+    recommendation (when ``advise``), ``whatif_keep_dtype`` entries, and every gear of the config's gears.
+
     Raises:
         UsageError: ``requests`` outside 1..MAX_REQUESTS, or an empty ``pre``/``post``; ConfigError: bad device
         profile; InputError: bad --pre/--post file or a callable that raises (SystemExit included) / returns the
         wrong thing, or more than MAX_PLANS distinct feed shapes;
-        ModelError: the model cannot be loaded or compiled.
+        ModelError: the model cannot be loaded or compiled. InputError too for an unreadable device profile or
+        too few matched rows to calibrate; UsageError for ``holdout`` outside [0, 0.9].
     """
+    if not 0 <= holdout <= 0.9:
+        raise UsageError(f"--holdout {holdout} is out of range; give 0..0.9 (the share of matched rows held out)")
+    if fusion_ops and not device_profile:
+        raise UsageError("--fusion-ops needs --device-profile (the profile whose fused ops it resolves)")
+    if whatif_keep_dtype and not device_profile:
+        raise UsageError("--whatif-keep-dtype needs --device-profile (what-ifs are predicted on the calibrated profile)")
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
     dev = load_device(device)
@@ -278,10 +298,22 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     meta = {"model": str(src.path), "model_name": src.name, "device": dev.name, "requests": requests,
             "pre": pre or "", "post": post or "", "notes": notes, "main_feed_shapes": main.label,
             "feed_shapes": _shapes_meta(runs)}
+    fit = None
+    if device_profile:
+        fit = fit_device(device_profile, main.costs, main.sess.compiled, config, m, dev, fusion_ops=fusion_ops,
+                         holdout=holdout, seed=seed, advise=advise, keep_dtype=whatif_keep_dtype,
+                         gears=_gears(config), fixed_us=fixed_us, progress=progress)
+        meta["calibrated_device"] = fit.calibration.device.name
     return ProfileResult(src.name, dev, main.sess.compiled, main.costs, main.events, events, latency,
                          _breakdown(runs, main, events["serial"], requests), summary, statistic, findings,
                          main.kernel_ms, pre_ms, post_ms, advice, notes, meta, list(runs.plans.values()),
-                         requests_table(runs, order, events))
+                         requests_table(runs, order, events), fit)
+
+
+def _gears(config) -> dict | None:
+    """{gear label: {input: shape}} of the config's gears (toolkit.gears.spec), or None."""
+    spec = parse_gears(config)
+    return None if spec is None else {gear_label(g): spec.shapes(g) for g in spec.gears}
 
 
 # ---------------------------------------------------------------- output
@@ -304,8 +336,25 @@ def summary_lines(r: ProfileResult) -> list[str]:
                      f"what-if {a.predicted_us / 1e3:.3f} ms, {ver}")
         lines += [f"placement advisor: {n}" for n in a.notes]
     lines += [f"note: {n}" for n in r.notes]
+    lines += _fit_lines(r.fit) if r.fit is not None else []
     warn = [f for f in r.findings if f.severity in ("warning", "error")]
     lines += [f"finding [{f.kind}] {f.subject}: {f.recommendation}" for f in warn[:8]]
+    return lines
+
+
+def _fit_lines(fit: DeviceFit) -> list[str]:
+    """Terminal lines of a --device-profile run: attribution, held-out errors, what-ifs."""
+    c, a = fit.calibration, fit.attribution
+    lines = [f"device profile {Path(fit.path).name}: {a.matched_rows} row(s) matched, {len(a.unmatched)} unmatched "
+             "(attribution_unmatched.csv)",
+             f"calibration ({c.device.name}): {c.confidence()}"]
+    fitted = c.params[c.params["Status"] == "calibrated"]
+    lines.append("calibrated: " + (", ".join(f"{r.Field} {r.Base:g} -> {r.Calibrated:.4g}" for r in
+                                              fitted.itertuples(index=False)) or "nothing identified"))
+    for w in fit.whatif.itertuples(index=False):
+        lines.append(f"what-if {w.Change}: {w.BaselineMs:.3f} -> {w.PredictedMs:.3f} ms ({w.EffectMs:+.3f} ms, "
+                     f"{w.EffectPct:+.1f}%; uncalibrated profile {w.BaseEffectMs:+.3f} ms); {w.Detail}")
+    lines += [f"device profile: {n}" for n in fit.notes if "malformed" in n or "not used" in n]
     return lines
 
 
@@ -385,16 +434,32 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
                                                         title=f"{r.model_name} on {r.device.name}", costs=costs,
                                                         stages=stages))
     files["trace"] = "trace.json"
+    if r.fit is not None:
+        files.update(_fit_files(r.fit, folder))
     files["summary"] = _json(folder, "profile.json", _summary_json(r, files))
     if html:
         files["report"] = _render(r, folder)
     return files
 
 
+def _fit_files(fit: DeviceFit, folder: Path) -> dict[str, str]:
+    """attribution.csv, attribution_unmatched.csv, calibration.csv, calibration_errors.csv,
+    calibration_units.csv, whatif.csv and calibrated_device.json."""
+    c = fit.calibration
+    atomic_write_text(folder / "calibrated_device.json", device_json(c.device))
+    return {"attribution": _csv(folder, "attribution.csv", fit.attribution.kernels),
+            "attribution_unmatched": _csv(folder, "attribution_unmatched.csv", fit.attribution.unmatched),
+            "calibration": _csv(folder, "calibration.csv", c.params),
+            "calibration_errors": _csv(folder, "calibration_errors.csv", c.errors),
+            "calibration_units": _csv(folder, "calibration_units.csv", c.units),
+            "whatif": _csv(folder, "whatif.csv", fit.whatif), "calibrated_device": "calibrated_device.json"}
+
+
 def _summary_json(r: ProfileResult, files: dict) -> dict:
     return {**r.meta, "device_profile": r.device.to_dict(), "simulated_device_ms": r.device_ms,
             "measured_host_ms": r.measured_ms, "latency": r.latency, "breakdown": r.breakdown,
-            "advice": r.advice.to_dict() if r.advice is not None else None, "files": dict(files)}
+            "advice": r.advice.to_dict() if r.advice is not None else None, "files": dict(files),
+            "device_fit": r.fit.to_dict() if r.fit is not None else None}
 
 
 def _render(r: ProfileResult, folder: Path) -> str:
@@ -403,13 +468,26 @@ def _render(r: ProfileResult, folder: Path) -> str:
             "advice": r.advice.to_dict() if r.advice is not None else None}
     path = render_profile(folder, title=f"{r.model_name} on {r.device.name}", op_summary=r.op_summary,
                           findings=r.findings, meta=meta, breakdown=r.breakdown, latency=r.latency,
-                          placement=r.advice.steps if r.advice is not None else None)
+                          placement=r.advice.steps if r.advice is not None else None,
+                          calibration=_calibration_tables(r.fit))
     return Path(path).name
+
+
+def _calibration_tables(fit: DeviceFit | None) -> dict | None:
+    """The calibration section's tables for toolkit.report.profile_html (None without --device-profile)."""
+    if fit is None:
+        return None
+    c = fit.calibration
+    return {"kernels": fit.attribution.kernels, "units": c.units, "errors": c.errors, "params": c.params,
+            "whatif": fit.whatif, "unmatched": fit.attribution.unmatched, "device": c.device.name,
+            "source": Path(fit.path).name}
 
 
 def profile_command(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
                     post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                    seed: int = 0, out: str | None = None, html: bool = True, progress=_noop) -> dict:
+                    seed: int = 0, out: str | None = None, html: bool = True, device_profile: str | None = None,
+                    fusion_ops: str | None = None, holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                    progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
 
     Returns:
@@ -419,7 +497,8 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
-                          inputs=inputs, seed=seed, progress=progress)
+                          inputs=inputs, seed=seed, device_profile=device_profile, fusion_ops=fusion_ops,
+                          holdout=holdout, whatif_keep_dtype=whatif_keep_dtype, progress=progress)
         progress("writing the profile")
         files = write_outputs(r, folder, config, html)
     lines = summary_lines(r)

@@ -10,7 +10,7 @@ Each device row is matched, in this order (the first rule that applies wins):
 2. ``original_ops`` — its Op Name is a fused device op whose Original Ops (fusion_op CSV) name nodes of the plan:
    the row goes to every kernel holding one of them (the device may fuse more than we do);
 3. ``type_shape`` — its OP Type (device names normalised: Conv2D → Conv, MatMulV2 → MatMul, ...:
-   :data:`DEVICE_TYPES`) and Output Shapes (an NC1HWC0 5-D shape matches the 4-D NCHW one with ``C1 = ceil(C /
+   :data:`DEVICE_TYPES`; a fused kernel "Conv+Add+Relu" is of type Conv too) and Output Shapes (an NC1HWC0 5-D shape matches the 4-D NCHW one with ``C1 = ceil(C /
    C0)``) equal a kernel's that no rule 1/2 row claimed; rows of one (type, shape) key are assigned to that key's
    kernels round-robin in execution order (Task Start Time(us), else file order), so a profile of several
    iterations gives each kernel one row per iteration. A row without Output Shapes matches on its type alone.
@@ -203,7 +203,7 @@ class _Matcher:
                     self.by_name.setdefault(n, i)
         self.match: dict[int, tuple[list[int], str, int]] = {}  # row -> (kernels, rule, iteration)
         self.reasons: dict[int, str] = {}
-        self.known_types = set(self.costs["OpType"].astype(str))
+        self.known_types = {t for op in self.costs["OpType"] for t in _types(op)}
 
     def run(self) -> None:
         kinds = self.rows["Time Kind"].fillna("").astype(str).str.strip().replace("", "device")
@@ -242,7 +242,7 @@ class _Matcher:
             row = self.rows.iloc[r]
             op = onnx_type(row["OP Type"], self.known_types)
             out = parse_shapes(row["Output Shapes"])
-            cands = [i for i in free if str(self.costs.at[i, "OpType"]) == op and self._shapes_fit(out, i)]
+            cands = [i for i in free if op in _types(self.costs.at[i, "OpType"]) and self._shapes_fit(out, i)]
             if not cands:
                 self.reasons[r] = self._why_not(row, op, out)
                 continue
@@ -262,7 +262,7 @@ class _Matcher:
         if name in self.fusion_ops:
             return (f"fused device op: none of its Original Ops ({';'.join(self.fusion_ops[name])[:120]}) is a node "
                     "or kernel of the plan")
-        same = self.costs[self.costs["OpType"].astype(str) == op]
+        same = self.costs[[op in _types(t) for t in self.costs["OpType"]]]
         if same.empty:
             return (f"no plan kernel named '{name[:80]}' or holding a node of that name, and no kernel of type "
                     f"{op or '?'} (an op the device inserted, e.g. a format conversion?)")
@@ -270,6 +270,12 @@ class _Matcher:
         return (f"no plan kernel named '{name[:80]}'; no free kernel of type {op} with Output Shapes "
                 f"'{row['Output Shapes']}' (the plan's {len(same)} {op} kernel(s) write {', '.join(shapes)}"
                 f"{' ...' if len(same) > 3 else ''}; the others were claimed by name)")
+
+
+def _types(op_type) -> set[str]:
+    """A kernel's op type and, for a fused kernel named by its ops ("Conv+Add+Relu"), its anchor op ("Conv")."""
+    t = str(op_type)
+    return {t, t.split("+")[0]}
 
 
 def _units(m: _Matcher) -> tuple[list[list[int]], list[list[int]]]:
