@@ -11,8 +11,8 @@ Each device row is matched, in this order (the first rule that applies wins):
    the row goes to every kernel holding one of them (the device may fuse more than we do);
 3. ``type_shape`` — its OP Type (device names normalised: Conv2D → Conv, MatMulV2 → MatMul, ...:
    :data:`DEVICE_TYPES`; a fused kernel "Conv+Add+Relu" is of type Conv too) and Output Shapes (an NC1HWC0 5-D shape matches the 4-D NCHW one with ``C1 = ceil(C /
-   C0)``) equal a kernel's that no rule 1/2 row claimed; rows of one (type, shape) key are assigned to that key's
-   kernels round-robin in execution order (Task Start Time(us), else file order), so a profile of several
+   C0)``) equal a kernel's that no rule 1/2 row claimed; rows with the same candidate kernels are assigned to
+   them round-robin in execution order (Task Start Time(us), else file order), so a profile of several
    iterations gives each kernel one row per iteration. A row without Output Shapes matches on its type alone.
 
 A row none of these rules places stays in the ``unmatched`` table with its reason; rows whose Time Kind is not
@@ -101,9 +101,10 @@ def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
         raise InputError(f"device profile '{p}' does not exist or is not a file; give an msprof op_summary_*.csv "
                          "or a torch_npu kernel_details.csv")
     try:
-        name = detect_format(p).parser.name
+        found = detect_format(p).parser
     except (OSError, ValueError) as exc:
         raise InputError(f"device profile '{p}' cannot be read: {exc}") from None
+    name = found.name if found is not None else ""
     readers = {op_summary_csv.NAME: op_summary_csv.parse, kernel_details_csv.NAME: kernel_details_csv.parse}
     if name not in readers:
         raise InputError(f"device profile '{p}' is neither an op_summary CSV (columns 'Op Name', 'Task Duration(us)') "
@@ -246,7 +247,7 @@ class _Matcher:
             if not cands:
                 self.reasons[r] = self._why_not(row, op, out)
                 continue
-            key = (op, tuple(out))
+            key = (op, tuple(cands))  # one rotation per candidate set, however the device spells the shape
             k = cands[passes[key] % len(cands)]
             self.match[r] = ([k], "type_shape", passes[key] // len(cands))
             passes[key] += 1
