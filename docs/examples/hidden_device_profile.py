@@ -5,22 +5,32 @@ Used by docs/profile.md's worked example ("Profiles that learn from a real devic
 real profile has and our plan does not (device-inserted TransData format conversions, fused ops under their own
 names, listed in a fusion_op CSV).
 
-    python docs/examples/hidden_device_profile.py ppocr_det hidden.json out_dir [--noise 0.05] [--seed 1]
+    python docs/examples/hidden_device_profile.py write ppocr_det hidden.json out_dir [--noise 0.05] [--seed 1]
+        [--input-shape x:1,3,160,160]
+    python docs/examples/hidden_device_profile.py effect ppocr_det hidden.json config.json [--input-shape ...]
 
-Writes out_dir/op_summary_0_1.csv (columns of msprof's op_summary) and out_dir/fusion_op_0_1.csv (Fusion Op,
-Original Ops joined with ';').
+``write`` writes out_dir/op_summary_0_1.csv (columns of msprof's op_summary) and out_dir/fusion_op_0_1.csv (Fusion
+Op, Original Ops joined with ';'). ``effect`` prints the "device" effect of a config (e.g. the
+calibrated_recommended_config.json of ``profile --device-profile``): one request's simulated latency on the
+hidden device with the default config and with that one.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
 
 from toolkit.commands.profile import profile_model
 from toolkit.config.schema import Config
+from toolkit.profile.device import load_device
+from toolkit.profile.whatif import latency_us
+
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(Config)} - {"files"}
 
 DEVICE_OPS = {"Conv": "Conv2D", "MatMul": "MatMulV2", "Gemm": "MatMulV2", "ConvTranspose": "Conv2DTranspose",
               "Div": "RealDiv", "Resize": "ResizeBilinearV2", "Concat": "ConcatD"}
@@ -32,13 +42,18 @@ HEADER = ["Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["write", "effect"])
     ap.add_argument("model")
     ap.add_argument("hidden")
-    ap.add_argument("out")
+    ap.add_argument("out", help="write: output folder; effect: a config JSON")
     ap.add_argument("--noise", type=float, default=0.05, help="sigma of the log-normal noise (default 0.05)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--input-shape", default="", help='as profile\'s --input-shape, e.g. "x:1,3,160,160"')
     a = ap.parse_args()
-    r = profile_model(a.model, Config(), device=a.hidden, requests=1, advise=False)
+    if a.mode == "effect":
+        effect(a.model, a.hidden, a.out, a.input_shape)
+        return
+    r = profile_model(a.model, Config(input_shape=a.input_shape), device=a.hidden, requests=1, advise=False)
     rng = np.random.default_rng(a.seed)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -67,6 +82,17 @@ def main() -> None:
     with open(out / "fusion_op_0_1.csv", "w", newline="") as fh:
         csv.writer(fh).writerows([["Model Name", "Model ID", "Fusion Op", "Original Ops"]] + fused)
     print(f"{len(rows)} rows, {len(fused)} fused ops -> {out}")
+
+
+def effect(model: str, hidden: str, config_path: str, input_shape: str = "") -> None:
+    """Print one request's latency on the hidden device before / after the config (no pre/post-processing)."""
+    dev = load_device(hidden)
+    cfg = Config(**{k: v for k, v in json.loads(Path(config_path).read_text()).items() if k in CONFIG_FIELDS})
+    before = latency_us(profile_model(model, Config(input_shape=input_shape), device=hidden, requests=1,
+                                      advise=False).compiled, dev)
+    after = latency_us(profile_model(model, cfg, device=hidden, requests=1, advise=False).compiled, dev)
+    print(f"hidden device: {before / 1e3:.4f} ms -> {after / 1e3:.4f} ms ({(after - before) / 1e3:+.4f} ms, "
+          f"{(after - before) / before * 100:+.1f}%)")
 
 
 if __name__ == "__main__":

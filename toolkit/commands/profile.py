@@ -28,7 +28,14 @@ writes the result:
   p50/p90/p99(ms), Throughput(req/s)), ``placement.csv`` (the advisor's steps);
 - ``findings.json``, ``profile.json`` (summary), ``trace.json`` (Chrome trace of the pipelined schedule plus
   the measured kernel times), ``recommended_config.json`` (the config with the advisor's op_placement, when it
-  moved something), ``profile.html``.
+  moved something), ``profile.html``;
+- with ``--device-profile`` (toolkit.profile.device_fit): ``attribution.csv`` (one row per kernel:
+  toolkit.profile.attribution.KERNEL_COLUMNS), ``attribution_unmatched.csv`` (device rows no kernel matched,
+  with the reason), ``calibration.csv`` / ``calibration_errors.csv`` / ``calibration_units.csv``
+  (toolkit.profile.calibrate), ``calibrated_device.json`` (a device file for ``--device`` and a policy's
+  ``[latency] device``), ``whatif.csv`` (toolkit.profile.whatif.WHATIF_COLUMNS) and
+  ``calibrated_recommended_config.json`` (the advisor's op_placement on the calibrated profile, when it moves
+  something).
 """
 
 from __future__ import annotations
@@ -435,19 +442,26 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
                                                         stages=stages))
     files["trace"] = "trace.json"
     if r.fit is not None:
-        files.update(_fit_files(r.fit, folder))
+        files.update(_fit_files(r.fit, folder, config))
     files["summary"] = _json(folder, "profile.json", _summary_json(r, files))
     if html:
         files["report"] = _render(r, folder)
     return files
 
 
-def _fit_files(fit: DeviceFit, folder: Path) -> dict[str, str]:
+def _fit_files(fit: DeviceFit, folder: Path, config: Config) -> dict[str, str]:
     """attribution.csv, attribution_unmatched.csv, calibration.csv, calibration_errors.csv,
-    calibration_units.csv, whatif.csv and calibrated_device.json."""
+    calibration_units.csv, whatif.csv, calibrated_device.json and, when the advisor moves something on the
+    calibrated profile, calibrated_recommended_config.json (the config with that op_placement)."""
     c = fit.calibration
     atomic_write_text(folder / "calibrated_device.json", device_json(c.device))
-    return {"attribution": _csv(folder, "attribution.csv", fit.attribution.kernels),
+    files = {}
+    moved = [ch for ch in fit.changes if ch.advice is not None]
+    if moved and adv.supports_placement(config):
+        placement = {**(config.op_placement or {}), **moved[0].advice.op_placement}
+        files["calibrated_recommended_config"] = _json(folder, "calibrated_recommended_config.json",
+                                                       dataclasses.replace(config, op_placement=placement).to_dict())
+    return files | {"attribution": _csv(folder, "attribution.csv", fit.attribution.kernels),
             "attribution_unmatched": _csv(folder, "attribution_unmatched.csv", fit.attribution.unmatched),
             "calibration": _csv(folder, "calibration.csv", c.params),
             "calibration_errors": _csv(folder, "calibration_errors.csv", c.errors),
