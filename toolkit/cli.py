@@ -379,10 +379,12 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format,
               help="Share of matched device rows held out of the calibration (0..0.9).")
 @click.option("--whatif-keep-dtype", multiple=True, help="keep_dtype entry (node name or OpType::X) for the "
               "precision what-if; repeat for a set (with --device-profile).")
+@click.option("--whatif-gears", type=click.Path(), help="Config file whose input_shape (-1 dims) and "
+              "dynamic_batch_size / dynamic_dims give the gears to predict (with --device-profile).")
 @click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-profile-<time>/.")
 def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, device, pre, post, requests, advise,
-                inputs, device_profile, fusion_ops, holdout, whatif_keep_dtype, no_html, out):
+                inputs, device_profile, fusion_ops, holdout, whatif_keep_dtype, whatif_gears, no_html, out):
     """Where the time of one inference goes: simulated device time (cost model on a device profile) next to
     measured host time, real pre/post-processing, serial vs pipelined latency and throughput, which short ops
     to move to the CPU. Writes profile.html, op_summary.csv, op_statistic.csv, trace.json (Perfetto) and more."""
@@ -390,7 +392,7 @@ def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, d
     res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
                           inputs=inputs, out=out, html=not no_html, device_profile=device_profile,
                           fusion_ops=fusion_ops, holdout=holdout, whatif_keep_dtype=list(whatif_keep_dtype) or None,
-                          progress=_progress)
+                          whatif_gears=whatif_gears, progress=_progress)
     _say(res["summary"])
 
 

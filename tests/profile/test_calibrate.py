@@ -19,7 +19,9 @@ from toolkit.profile.calibrate import (PARAMS, calibrate, device_json, kernel_ti
                                        unit_features)
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import load_device
-from toolkit.profile.whatif import latency_us, placement_change, precision_change, whatif_table
+from toolkit.ir.load import load_model
+from toolkit.profile.whatif import gear_changes, latency_us, placement_change, precision_change, whatif_table
+from toolkit.source import resolve_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import synthetic as S  # noqa: E402
@@ -148,3 +150,18 @@ def test_whatif_effects_are_differences_of_scheduled_latencies(setup, fitted):
     move = placement_change(compiled, config, cal.device, 0.0, model)
     if move is not None:
         assert latency_us(move.after, cal.device) < latency_us(compiled, cal.device)
+
+
+def test_gear_whatif_compiles_one_plan_per_gear(fitted):
+    _attr, cal = fitted
+    model = load_model(resolve_model("transformer_seq").path)  # x: [1, seq, 64]
+    config = Config(input_shape="x:1,-1,64", dynamic_dims="16;32")
+    current = compile_model(model, Config(), input_shapes={"x": (1, 32, 64)})
+    changes = gear_changes(current, model, config, {"16": {"x": (1, 16, 64)}, "32": {"x": (1, 32, 64)}})
+    assert [c.name for c in changes] == ["gear 16", "gear 32"]
+    assert "0.5x the current plan's input elements" in changes[0].detail
+    table = whatif_table(changes, cal.device, cal.base).set_index("Change")
+    alone = compile_model(model, Config(), input_shapes={"x": (1, 16, 64)})
+    assert table.at["gear 16", "PredictedMs"] == pytest.approx(latency_us(alone, cal.device) / 1e3)
+    assert table.at["gear 32", "EffectMs"] == pytest.approx(0.0, abs=1e-12)
+    assert table.at["gear 16", "EffectMs"] < 0

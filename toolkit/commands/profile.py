@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.config.schema import Config
+from toolkit.commands.common import load_config
 from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import UsageError
@@ -250,7 +251,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
                   post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
                   seed: int = 0, device_profile: str | None = None, fusion_ops: str | None = None,
                   holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
-                  progress=_noop) -> ProfileResult:
+                  whatif_gears: str | None = None, progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
@@ -261,7 +262,8 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     With ``device_profile`` (a real device's op_summary_*.csv or kernel_details.csv; ``fusion_ops`` its
     fusion_op_*.csv) the main plan is attributed, the device profile calibrated (``holdout`` share held out,
     ``seed``) and the what-ifs predicted on the calibrated profile (toolkit.profile.device_fit): the advisor's
-    recommendation (when ``advise``), ``whatif_keep_dtype`` entries, and every gear of the config's gears.
+    recommendation (when ``advise``), ``whatif_keep_dtype`` entries, and every gear of ``whatif_gears`` (a config
+    file whose input_shape has -1 dims and whose dynamic_batch_size / dynamic_dims give the gears, docs/gears.md).
 
     Raises:
         UsageError: ``requests`` outside 1..MAX_REQUESTS, or an empty ``pre``/``post``; ConfigError: bad device
@@ -274,11 +276,13 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
         raise UsageError(f"--holdout {holdout} is out of range; give 0..0.9 (the share of matched rows held out)")
     if fusion_ops and not device_profile:
         raise UsageError("--fusion-ops needs --device-profile (the profile whose fused ops it resolves)")
-    if whatif_keep_dtype and not device_profile:
-        raise UsageError("--whatif-keep-dtype needs --device-profile (what-ifs are predicted on the calibrated profile)")
+    if (whatif_keep_dtype or whatif_gears) and not device_profile:
+        raise UsageError("--whatif-keep-dtype and --whatif-gears need --device-profile (what-ifs are predicted on the "
+                         "calibrated profile)")
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
     dev = load_device(device)
+    gears = _gears(whatif_gears) if whatif_gears else None
     pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre is not None else None
     post_fn = e2e.load_callable(post, "--post", "post") if post is not None else None
     src = resolve_model(model)
@@ -309,7 +313,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     if device_profile:
         fit = fit_device(device_profile, main.costs, main.sess.compiled, config, m, dev, fusion_ops=fusion_ops,
                          holdout=holdout, seed=seed, advise=advise, keep_dtype=whatif_keep_dtype,
-                         gears=_gears(config), fixed_us=fixed_us, progress=progress)
+                         gears=gears, fixed_us=fixed_us, progress=progress)
         meta["calibrated_device"] = fit.calibration.device.name
     return ProfileResult(src.name, dev, main.sess.compiled, main.costs, main.events, events, latency,
                          _breakdown(runs, main, events["serial"], requests), summary, statistic, findings,
@@ -317,10 +321,16 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
                          requests_table(runs, order, events), fit)
 
 
-def _gears(config) -> dict | None:
-    """{gear label: {input: shape}} of the config's gears (toolkit.gears.spec), or None."""
-    spec = parse_gears(config)
-    return None if spec is None else {gear_label(g): spec.shapes(g) for g in spec.gears}
+def _gears(path: str) -> dict:
+    """{gear label: {input: shape}} of the gears in config file ``path`` (toolkit.gears.spec).
+
+    Raises:
+        ConfigError: an unreadable config or bad gears; UsageError: the file sets no gears."""
+    spec = parse_gears(load_config(path), where=f"--whatif-gears '{path}'")
+    if spec is None:
+        raise UsageError(f"--whatif-gears '{path}' sets no gears; give input_shape with -1 dims and "
+                         "dynamic_batch_size or dynamic_dims (docs/gears.md)")
+    return {gear_label(g): spec.shapes(g) for g in spec.gears}
 
 
 # ---------------------------------------------------------------- output
@@ -343,25 +353,9 @@ def summary_lines(r: ProfileResult) -> list[str]:
                      f"what-if {a.predicted_us / 1e3:.3f} ms, {ver}")
         lines += [f"placement advisor: {n}" for n in a.notes]
     lines += [f"note: {n}" for n in r.notes]
-    lines += _fit_lines(r.fit) if r.fit is not None else []
+    lines += r.fit.summary_lines() if r.fit is not None else []
     warn = [f for f in r.findings if f.severity in ("warning", "error")]
     lines += [f"finding [{f.kind}] {f.subject}: {f.recommendation}" for f in warn[:8]]
-    return lines
-
-
-def _fit_lines(fit: DeviceFit) -> list[str]:
-    """Terminal lines of a --device-profile run: attribution, held-out errors, what-ifs."""
-    c, a = fit.calibration, fit.attribution
-    lines = [f"device profile {Path(fit.path).name}: {a.matched_rows} row(s) matched, {len(a.unmatched)} unmatched "
-             "(attribution_unmatched.csv)",
-             f"calibration ({c.device.name}): {c.confidence()}"]
-    fitted = c.params[c.params["Status"] == "calibrated"]
-    lines.append("calibrated: " + (", ".join(f"{r.Field} {r.Base:g} -> {r.Calibrated:.4g}" for r in
-                                              fitted.itertuples(index=False)) or "nothing identified"))
-    for w in fit.whatif.itertuples(index=False):
-        lines.append(f"what-if {w.Change}: {w.BaselineMs:.3f} -> {w.PredictedMs:.3f} ms ({w.EffectMs:+.3f} ms, "
-                     f"{w.EffectPct:+.1f}%; uncalibrated profile {w.BaseEffectMs:+.3f} ms); {w.Detail}")
-    lines += [f"device profile: {n}" for n in fit.notes if "malformed" in n or "not used" in n]
     return lines
 
 
@@ -450,23 +444,16 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
 
 
 def _fit_files(fit: DeviceFit, folder: Path, config: Config) -> dict[str, str]:
-    """attribution.csv, attribution_unmatched.csv, calibration.csv, calibration_errors.csv,
-    calibration_units.csv, whatif.csv, calibrated_device.json and, when the advisor moves something on the
-    calibrated profile, calibrated_recommended_config.json (the config with that op_placement)."""
-    c = fit.calibration
-    atomic_write_text(folder / "calibrated_device.json", device_json(c.device))
-    files = {}
-    moved = [ch for ch in fit.changes if ch.advice is not None]
-    if moved and adv.supports_placement(config):
-        placement = {**(config.op_placement or {}), **moved[0].advice.op_placement}
+    """The --device-profile files (module docstring)."""
+    atomic_write_text(folder / "calibrated_device.json", device_json(fit.calibration.device))
+    files = {name.removesuffix(".csv"): _csv(folder, name, df) for name, df in fit.tables().items()}
+    files["calibrated_device"] = "calibrated_device.json"
+    placement = fit.placement()
+    if placement and adv.supports_placement(config):
+        merged = {**(config.op_placement or {}), **placement}
         files["calibrated_recommended_config"] = _json(folder, "calibrated_recommended_config.json",
-                                                       dataclasses.replace(config, op_placement=placement).to_dict())
-    return files | {"attribution": _csv(folder, "attribution.csv", fit.attribution.kernels),
-            "attribution_unmatched": _csv(folder, "attribution_unmatched.csv", fit.attribution.unmatched),
-            "calibration": _csv(folder, "calibration.csv", c.params),
-            "calibration_errors": _csv(folder, "calibration_errors.csv", c.errors),
-            "calibration_units": _csv(folder, "calibration_units.csv", c.units),
-            "whatif": _csv(folder, "whatif.csv", fit.whatif), "calibrated_device": "calibrated_device.json"}
+                                                       dataclasses.replace(config, op_placement=merged).to_dict())
+    return files
 
 
 def _summary_json(r: ProfileResult, files: dict) -> dict:
@@ -483,25 +470,15 @@ def _render(r: ProfileResult, folder: Path) -> str:
     path = render_profile(folder, title=f"{r.model_name} on {r.device.name}", op_summary=r.op_summary,
                           findings=r.findings, meta=meta, breakdown=r.breakdown, latency=r.latency,
                           placement=r.advice.steps if r.advice is not None else None,
-                          calibration=_calibration_tables(r.fit))
+                          calibration=r.fit.report_tables() if r.fit is not None else None)
     return Path(path).name
-
-
-def _calibration_tables(fit: DeviceFit | None) -> dict | None:
-    """The calibration section's tables for toolkit.report.profile_html (None without --device-profile)."""
-    if fit is None:
-        return None
-    c = fit.calibration
-    return {"kernels": fit.attribution.kernels, "units": c.units, "errors": c.errors, "params": c.params,
-            "whatif": fit.whatif, "unmatched": fit.attribution.unmatched, "device": c.device.name,
-            "source": Path(fit.path).name}
 
 
 def profile_command(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
                     post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
                     seed: int = 0, out: str | None = None, html: bool = True, device_profile: str | None = None,
                     fusion_ops: str | None = None, holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
-                    progress=_noop) -> dict:
+                    whatif_gears: str | None = None, progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
 
     Returns:
@@ -512,7 +489,8 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
                           inputs=inputs, seed=seed, device_profile=device_profile, fusion_ops=fusion_ops,
-                          holdout=holdout, whatif_keep_dtype=whatif_keep_dtype, progress=progress)
+                          holdout=holdout, whatif_keep_dtype=whatif_keep_dtype, whatif_gears=whatif_gears,
+                          progress=progress)
         progress("writing the profile")
         files = write_outputs(r, folder, config, html)
     lines = summary_lines(r)

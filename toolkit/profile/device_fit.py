@@ -33,6 +33,38 @@ class DeviceFit:
     whatif: pd.DataFrame
     notes: list[str] = field(default_factory=list)
 
+    def summary_lines(self) -> list[str]:
+        """Terminal lines: attribution, held-out errors, calibrated figures, what-ifs, notes on skipped rows."""
+        c, a = self.calibration, self.attribution
+        lines = [f"device profile {Path(self.path).name}: {a.matched_rows} row(s) matched, {len(a.unmatched)} "
+                 "unmatched (attribution_unmatched.csv)", f"calibration ({c.device.name}): {c.confidence()}"]
+        fitted = c.params[c.params["Status"] == "calibrated"]
+        lines.append("calibrated: " + (", ".join(f"{r.Field} {r.Base:g} -> {r.Calibrated:.4g}" for r in
+                                                  fitted.itertuples(index=False)) or "nothing identified"))
+        for w in self.whatif.itertuples(index=False):
+            lines.append(f"what-if {w.Change}: {w.BaselineMs:.3f} -> {w.PredictedMs:.3f} ms ({w.EffectMs:+.3f} ms, "
+                         f"{w.EffectPct:+.1f}%; uncalibrated profile {w.BaseEffectMs:+.3f} ms); {w.Detail}")
+        return lines + [f"device profile: {n}" for n in self.notes if "malformed" in n or "not used" in n
+                        or "moves nothing" in n]
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """{file name: table} of the CSV files (docs/profile.md)."""
+        c = self.calibration
+        return {"attribution.csv": self.attribution.kernels, "attribution_unmatched.csv": self.attribution.unmatched,
+                "calibration.csv": c.params, "calibration_errors.csv": c.errors, "calibration_units.csv": c.units,
+                "whatif.csv": self.whatif}
+
+    def report_tables(self) -> dict:
+        """The calibration section's data for toolkit.report.profile_html (``calibration=``)."""
+        c = self.calibration
+        return {"units": c.units, "errors": c.errors, "params": c.params, "whatif": self.whatif,
+                "unmatched": self.attribution.unmatched, "device": c.device.name, "source": Path(self.path).name}
+
+    def placement(self) -> dict[str, str] | None:
+        """The op_placement the advisor recommends on the calibrated profile (None when it moves nothing)."""
+        moved = [ch for ch in self.changes if ch.advice is not None]
+        return dict(moved[0].advice.op_placement) if moved else None
+
     def to_dict(self) -> dict:
         c = self.calibration
         return {"device_profile": self.path, "calibrated_device": c.device.name,
