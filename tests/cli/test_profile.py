@@ -93,7 +93,8 @@ def test_profile_with_a_device_profile_runs_end_to_end(tmp_path, hidden_costs, w
     assert "calibration (atlas300i_pro-calibrated): held-out error" in res.stdout
     summary = json.loads((out / "profile.json").read_text())
     assert summary["device_fit"]["calibrated_device"] == "atlas300i_pro-calibrated"
-    assert 'id="calibration"' in (out / "profile.html").read_text()
+    html = (out / "profile.html").read_text()
+    assert 'id="calibration"' in html and 'id="fig-calibration"' in html and "Worst-predicted kernels" in html
     if name.startswith("op_summary"):
         unmatched = pd.read_csv(out / "attribution_unmatched.csv")
         assert list(unmatched["Op Name"]) == ["trans_1"]

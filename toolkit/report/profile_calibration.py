@@ -42,8 +42,9 @@ def scatter_figure(units: pd.DataFrame) -> go.Figure:
                               "predicted %{y:.4g} us<extra>%{fullData.name}</extra>"), row=1, col=col)
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(dash="dash", color="#999"),
                                  showlegend=False, hoverinfo="skip"), row=1, col=col)
-        fig.update_xaxes(type="log", title_text="device time (us)", row=1, col=col)
-        fig.update_yaxes(type="log", title_text="predicted time (us)", row=1, col=col)
+        span = [float(np.log10(max(lo, 1e-6) / 1.25)), float(np.log10(max(hi, 1e-6) * 1.25))]  # one scale for both
+        fig.update_xaxes(type="log", range=span, title_text="device time (us)", row=1, col=col)
+        fig.update_yaxes(type="log", range=span, title_text="predicted time (us)", row=1, col=col)
     fig.update_layout(height=420, margin=dict(l=60, r=20, t=40, b=50))
     return fig
 
