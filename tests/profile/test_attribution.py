@@ -131,7 +131,8 @@ def test_match_rules_units_and_device_columns(tmp_path, costs, writer):
     k = attr.kernels.set_index("Kernel")
     assert k.at["Cast_x__cast_fp16", "Match"] == "name" and k.at["Cast_x__cast_fp16", "Iterations"] == 2
     assert k.at["stem_conv", "Match"] == "original_ops" and k.at["stem_conv", "DeviceOps"] == "fused_stem"
-    assert k.at["block1_b_conv", "DeviceOps"] == "block1_b_conv;block1_relu" and k.at["block1_b_conv", "DeviceRows"] == 2
+    assert k.at["block1_b_conv", "DeviceOps"] == "block1_b_conv;block1_relu"
+    assert k.at["block1_b_conv", "DeviceRows"] == 2
     assert k.at["block2_a_conv", "Unit"] == k.at["block2_b_conv", "Unit"] and k.at["block2_a_conv", "UnitKernels"] == 2
     assert k.at["block2_a_conv", "TaskType"] == "MIX_AIC"
     assert [k.at[n, "Match"] for n in ("block2_proj_conv", "block3_a_conv", "block3_b_conv")] == ["type_shape"] * 3

@@ -10,8 +10,8 @@ Each device row is matched, in this order (the first rule that applies wins):
 2. ``original_ops`` — its Op Name is a fused device op whose Original Ops (fusion_op CSV) name nodes of the plan:
    the row goes to every kernel holding one of them (the device may fuse more than we do);
 3. ``type_shape`` — its OP Type (device names normalised: Conv2D → Conv, MatMulV2 → MatMul, ...:
-   :data:`DEVICE_TYPES`; a fused kernel "Conv+Add+Relu" is of type Conv too) and Output Shapes (an NC1HWC0 5-D shape matches the 4-D NCHW one with ``C1 = ceil(C /
-   C0)``) equal a kernel's that no rule 1/2 row claimed; rows with the same candidate kernels are assigned to
+   :data:`DEVICE_TYPES`; a fused kernel "Conv+Add+Relu" is of type Conv too) and Output Shapes (an NC1HWC0
+   5-D shape matches the 4-D NCHW one with ``C1 = ceil(C / C0)``) equal a kernel's that no rule 1/2 row claimed; rows with the same candidate kernels are assigned to
    them round-robin in execution order (Task Start Time(us), else file order), so a profile of several
    iterations gives each kernel one row per iteration. A row without Output Shapes matches on its type alone.
 
@@ -132,8 +132,8 @@ def read_fusion_ops(path: str | Path) -> dict[str, list[str]]:
     if not p.is_file():
         raise InputError(f"fusion_op file '{p}' does not exist or is not a file")
     try:
-        ok = fusion_op_csv.detect(p, p.read_text(encoding="utf-8", errors="replace")[:65536])
-        res = fusion_op_csv.parse(p) if ok else None
+        found = detect_format(p).parser
+        res = fusion_op_csv.parse(p) if found is not None and found.name == fusion_op_csv.NAME else None
     except (OSError, ValueError) as exc:
         raise InputError(f"fusion_op file '{p}': {exc}") from None
     if res is None:
@@ -307,7 +307,8 @@ def _mode(values) -> object:
     return Counter(vals).most_common(1)[0][0] if vals else ""
 
 
-def attribute(summary: pd.DataFrame, costs: pd.DataFrame, fusion_ops: dict[str, list[str]] | None = None) -> Attribution:
+def attribute(summary: pd.DataFrame, costs: pd.DataFrame,
+              fusion_ops: dict[str, list[str]] | None = None) -> Attribution:
     """Match a device profile's rows to the plan's kernels (module docstring).
 
     Args:

@@ -45,8 +45,8 @@ from toolkit.profile.optable import op_summary_frame
 NAME = "kernel_details_csv"
 DESCRIPTION = "torch_npu kernel_details.csv (Name, Type, Accelerator Core, Start Time(us), Duration(us), ...)"
 #: kernel_details column -> op_summary column (module docstring).
-RENAME = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type", "Start Time(us)": "Task Start Time(us)",
-          "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Num": "Block Dim",
+RENAME = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type",
+          "Start Time(us)": "Task Start Time(us)", "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Num": "Block Dim",
           "Block Dim": "Block Dim"}
 SAME = ["Task ID", "Stream ID", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
         "Output Data Types", "Output Formats"]
@@ -104,7 +104,8 @@ def _checks(df) -> dict:
     for col in ("Task Start Time(us)", "Task Wait Time(us)"):
         checks[f"negative {col}"] = df[col] < 0
     for col in ("Task ID", "Stream ID", "Block Dim"):
-        checks[f"{col} negative or not a whole number"] = (df[col] < 0) | (df[col].notna() & (df[col] != df[col].round()))
+        fractional = df[col].notna() & (df[col] != df[col].round())
+        checks[f"{col} negative or not a whole number"] = (df[col] < 0) | fractional
     return checks
 
 
