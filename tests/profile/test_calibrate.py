@@ -149,9 +149,6 @@ def test_whatif_effects_are_differences_of_scheduled_latencies(setup, fitted):
     assert row["EffectMs"] == pytest.approx((after - before) / 1e3) and row["EffectMs"] > 0  # FP32 cube is slower
     assert row["BaseEffectMs"] == pytest.approx((latency_us(ch.after, base) - latency_us(compiled, base)) / 1e3)
     assert "held-out error" in row["Confidence"]
-    move = placement_change(compiled, config, cal.device, 0.0, model)
-    if move is not None:
-        assert latency_us(move.after, cal.device) < latency_us(compiled, cal.device)
 
 
 def test_gear_whatif_compiles_one_plan_per_gear(fitted):
@@ -167,3 +164,16 @@ def test_gear_whatif_compiles_one_plan_per_gear(fitted):
     assert table.at["gear 16", "PredictedMs"] == pytest.approx(latency_us(alone, cal.device) / 1e3)
     assert table.at["gear 32", "EffectMs"] == pytest.approx(0.0, abs=1e-12)
     assert table.at["gear 16", "EffectMs"] < 0
+
+
+def test_placement_whatif_is_the_verified_advice_on_the_given_profile():
+    model = load_model(resolve_model("resnet_small").path)
+    config = Config()
+    compiled = compile_model(model, config)
+    slow_launch = dataclasses.replace(load_device("atlas300i_pro"), launch_overhead_us=7.5)
+    move = placement_change(compiled, config, slow_launch, 0.0, model)
+    assert move is not None and move.advice.op_placement == {"classifier": "CPU"}
+    assert [k.placement for k in move.after.plan.kernels if k.name == "classifier"] == ["CPU"]
+    before, after = latency_us(compiled, slow_launch), latency_us(move.after, slow_launch)
+    assert after < before - move.advice.threshold_us
+    assert move.advice.verified_us == pytest.approx(after)
