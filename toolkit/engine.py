@@ -14,14 +14,16 @@ import onnx
 
 from toolkit.compiler.pipeline import CompileResult, compile_model
 from toolkit.config import Config
-from toolkit.ir.load import load_model
+from toolkit.ir.load import check_model_proto, load_model
 from toolkit.runtime.npu import NpuRuntime, RunResult
 
 
 def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """(checked ModelProto, path string) from a path or an already-loaded model."""
+    """(checked ModelProto, path string) from a path or an already-loaded model (the field checks of
+    toolkit.ir.load.check_model_proto: non-UTF-8 strings, unknown dtypes, tensor sizes; sparse initializers
+    made dense). Raises ModelError."""
     if isinstance(model, onnx.ModelProto):
-        return model, ""
+        return check_model_proto(model), ""
     return load_model(model), str(model)
 
 

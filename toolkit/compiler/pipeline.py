@@ -209,6 +209,7 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     _load_passes()
     from toolkit.compiler.passes.bind_shapes import bind_input_shapes, check_inference
     from toolkit.ir.load import normalise_node_names
+    from toolkit.ir.proto_checks import densify_sparse_initializers
 
     config = config or Config()
     t0 = time.perf_counter()
@@ -217,6 +218,7 @@ def compile_model(model: onnx.ModelProto, config: Config | None = None, *, input
     # kernels look nodes up by name: a ModelProto built in memory (not through load_model) may have empty or
     # repeated node names, which would make different nodes collide; give them the loader's unique names
     normalise_node_names(work)
+    densify_sparse_initializers(work, "model")  # as load_model does (onnxruntime runs sparse initializers dense)
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
     declared = bind_input_shapes(work, shapes, check=False, where=config.where("input_shape"))
