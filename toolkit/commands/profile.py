@@ -47,8 +47,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from toolkit.config.schema import Config
 from toolkit.commands.common import load_config
+from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import UsageError
@@ -58,8 +58,8 @@ from toolkit.gears.spec import parse_gears
 from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
-from toolkit.profile.cost import kernel_costs
 from toolkit.profile.calibrate import device_json
+from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
 from toolkit.profile.device_fit import DeviceFit, fit_device
 from toolkit.profile.findings import ProfileData, run_rules

@@ -45,8 +45,8 @@ import numpy as np
 import pandas as pd
 
 from toolkit.core.errors import InputError
-from toolkit.logs.parsers import fusion_op_csv, kernel_details_csv, op_summary_csv
 from toolkit.logs.detect import detect_format
+from toolkit.logs.parsers import fusion_op_csv, kernel_details_csv, op_summary_csv
 from toolkit.profile.optable import op_summary_frame
 
 KERNEL_COLUMNS = ["Index", "Kernel", "OpType", "OpClass", "Nodes", "Placement", "Precision", "Match", "DeviceOps",

@@ -14,10 +14,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.profile.attribution import Attribution, attribute, read_device_profile, read_fusion_ops
+from toolkit.profile.attribution import (
+    Attribution,
+    attribute,
+    read_device_profile,
+    read_fusion_ops,
+)
 from toolkit.profile.calibrate import Calibration, calibrate
 from toolkit.profile.device import DeviceProfile
-from toolkit.profile.whatif import Change, gear_changes, placement_change, precision_change, whatif_table
+from toolkit.profile.whatif import (
+    Change,
+    gear_changes,
+    placement_change,
+    precision_change,
+    whatif_table,
+)
 
 
 @dataclass
