@@ -27,7 +27,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 
 PROGRESS = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] ")
 TIMEOUT_S = 120

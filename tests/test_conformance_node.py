@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import conformance as C
+from tests.conformance import cases as C
 
 EXCLUSION_KINDS = {"ort_load", "ort_run", "ort_mismatch"}
 

@@ -27,7 +27,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from graphs import make_model
+from tests.graphs import make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 

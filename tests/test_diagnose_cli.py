@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from onnx import helper
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 from toolkit.config import Config
 from toolkit.diagnose import diagnose, prepare
 

@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
 from toolkit.diagnose import diagnose, prepare

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _convrelu(path: Path) -> Path:
     """Conv(3->4, 3x3, pad 1) + Relu on x: float32[N, 3, 8, 8] (dynamic batch)."""
-    from graphs import conv_relu
+    from tests.graphs import conv_relu
 
     onnx.save(conv_relu("N"), path)
     return path

@@ -52,7 +52,7 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
 
 def conv_relu(path: Path) -> Path:
     """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    from graphs import conv_relu as build
+    from tests.graphs import conv_relu as build
 
     return save(build(1), path)
 

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from onnx import TensorProto, helper
 
 from toolkit.compiler.pipeline import compile_model

@@ -29,7 +29,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 from toolkit.config import Config
 from toolkit.diagnose import diagnose, prepare
 

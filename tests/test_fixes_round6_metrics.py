@@ -27,7 +27,7 @@ import onnx
 import pandas as pd
 import pytest
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 from toolkit.compare.metrics import (DEFAULT_THRESHOLDS, METRICS, Thresholds, compare_tensors, noise_covers,
                                      parse_thresholds, resolve_thresholds)
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER, INFORMATIONAL
@@ -228,7 +228,7 @@ def test_which_lines_the_allowance_covers():
 # ------------------------------------------------------------------ layer table, compare vs compare-dumps
 def _scale_model(low: float, high: float):
     """x[4,8] -> t = 3x (Mul 'mul') -> y = t + 1 (Add 'add'); z = |x| (Abs 'abs'). Values ``low``..``high``."""
-    from graphs import affine_and
+    from tests.graphs import affine_and
 
     m = affine_and("Abs", name="g")
     onnx.checker.check_model(m)
@@ -439,7 +439,7 @@ def test_signoff_layer_and_latency_messages_print_limits_exactly():
 # ------------------------------------------------------------------ end to end (CLI)
 def _m1(folder: Path) -> tuple[Path, Path]:
     """The tester's m1: x[4,8] -> y = 3x + 1 (Mul 'mul', Add 'add'), z = exp(x) (Exp 'exp')."""
-    from graphs import affine_and
+    from tests.graphs import affine_and
 
     m = affine_and("Exp")
     folder.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ def _error_line(res, code: int) -> str:
 
 def _m1(path: Path) -> Path:
     """y = 3x + 1, z = exp(x) on x float32[4, 8] (two float outputs)."""
-    from graphs import affine_and
+    from tests.graphs import affine_and
 
     m = affine_and("Exp")
     onnx.checker.check_model(m)

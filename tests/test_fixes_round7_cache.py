@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_cache import W1, build, cfg, fresh, make_model, run
+from tests.test_cache import W1, build, cfg, fresh, make_model, run
 from toolkit.cache import store
 from toolkit.cache.store import LAYOUT, unpack
 

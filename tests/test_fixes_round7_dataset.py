@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
-from graphs import N, make_model
+from tests.graphs import N, make_model
 
 from toolkit.config import Config
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from onnx import TensorProto, helper
 
 from toolkit import env as tkenv

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 from toolkit.errors import ConfigError

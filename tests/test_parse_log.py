@@ -14,9 +14,9 @@ import onnx
 import onnxruntime as ort
 import pandas as pd
 import pytest
-import test_report_browser
+from tests import test_report_browser
 from onnx import TensorProto, helper, numpy_helper
-from test_logs import (
+from tests.test_logs import (
     COMPILE_LOG,
     chrome_events,
     ort_events,
@@ -293,8 +293,8 @@ def test_render_profile_caps_the_timeline_and_flags_mixed_time_kinds(tmp_path, m
 
 def test_profile_html_in_headless_chromium(browser, tmp_path):
     """Every figure of profile.html draws offline, names from files stay text, no console errors."""
-    from test_report import EVIL as IMG
-    from test_report import SCRIPT_BREAK
+    from tests.test_report import EVIL as IMG
+    from tests.test_report import SCRIPT_BREAK
 
     ops = _ops(12).assign(**{"Op Name": [IMG, SCRIPT_BREAK] + [f"op{i}" for i in range(10)]})
     breakdown = pd.DataFrame({"Stage": ["pre", "device", "post"], "Ms": [1.0, 2.0, 0.5],

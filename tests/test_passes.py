@@ -16,7 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from toolkit.config import Config
 from toolkit.engine import Session
 from toolkit.errors import ConfigError

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from onnx import TensorProto, helper
 
 from toolkit.compare.layerwise import layer_table

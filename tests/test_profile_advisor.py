@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
 from toolkit.profile.advisor import advise, verify

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
 from toolkit.errors import ConfigError

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from graphs import N, make_model
+from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.compiler.plan import KernelSpec, Plan, TensorSpec
 from toolkit.config import Config

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_report import EVIL, synthetic_diagnosis
+from tests.test_report import EVIL, synthetic_diagnosis
 from toolkit.report.csvjson import write_tables
 from toolkit.report.html import render_report
 

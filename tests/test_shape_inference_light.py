@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conformance import feeds_of, node_cases
+from tests.conformance.cases import feeds_of, node_cases
 from toolkit.ir import shape_inference as si
 from toolkit.samples import SAMPLES
 

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.errors import UsageError

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-import faultkinds as fk
+from tests.faultkinds import builders as fk
 import numpy as np
 import onnxruntime as ort
 import pytest

@@ -41,7 +41,7 @@ from onnx import numpy_helper
 
 FLOAT_ELEM_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                               onnx.TensorProto.BFLOAT16})
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REPORT_DIR = REPO / "reports" / "conformance"
 LIGHT_DIR = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
 #: the acceptance bar: pass rate over non-excluded float node cases
