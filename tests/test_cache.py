@@ -543,15 +543,3 @@ def test_kernel_entry_of_every_level_loads_and_computes_the_same(tmp_path, level
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 3.0 + 0.5)
 
 
-@pytest.mark.parametrize("dist", sorted({*__import__("toolkit.env").env.PACKAGES, "onnxscript", "Jinja2", "ONNX_IR",
-                                          "pytest", "no-such-distribution-xyz"}))
-def test_fast_distribution_version_agrees_with_importlib_metadata(dist):
-    from importlib import metadata
-
-    from toolkit.env import dist_version
-
-    try:
-        want = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        want = None
-    assert dist_version(dist) == want

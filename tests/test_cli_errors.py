@@ -421,25 +421,6 @@ def test_bad_input_prints_nothing_but_the_error_line(ws):
     assert proc.stderr.splitlines() == error_lines(proc.stderr), proc.stderr
 
 
-@pytest.mark.parametrize("text,expect", [('{"precision_mode": "force_fp32"}', "force_fp32"),
-                                         ('precision_mode = "force_fp16"', "force_fp16")])
-def test_config_from_a_pipe_is_read_as_json_or_toml(tmp_path, text, expect):
-    """--config <(echo ...) hands us a pipe with no suffix: it is read (JSON first, else TOML), not refused as
-    'does not exist'."""
-    import threading
-
-    from toolkit.config import Config
-
-    fifo = tmp_path / "cfg"
-    os.mkfifo(fifo)
-    writer = threading.Thread(target=lambda: fifo.write_text(text))
-    writer.start()
-    try:
-        assert Config.load(str(fifo)).precision_mode == expect
-    finally:
-        writer.join(timeout=10)
-
-
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupted_run_exits_128_plus_signal_and_leaves_no_folder(tmp_path, sig, code):
     """Kind: a run stopped by a signal (Ctrl-C, a CI timeout's SIGTERM). Exit code 128 + signal number, as
@@ -455,7 +436,6 @@ def test_interrupted_run_exits_128_plus_signal_and_leaves_no_folder(tmp_path, si
     assert proc.returncode == code, err
     assert "Traceback" not in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
-
 
 
 @pytest.mark.parametrize("args,mention", [

@@ -169,49 +169,6 @@ def _write(path, text, bom=True):
     return path
 
 
-def test_config_files_with_bom_read_like_without(tmp_path):
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    for folder, bom in (("a", True), ("b", False)):
-        d = tmp_path / folder
-        _write(d / "keep.txt", "mm\nOpType::Softmax\n", bom)
-        _write(d / "mix.json", json.dumps({"black-list": {"to-add": ["Relu"]}}), bom)
-        _write(d / "switch.json", json.dumps({"Switch": {"UBFusion": {"ALL": "off"}}}), bom)
-        _write(d / "c.toml", 'precision_mode = "force_fp16"\nkeep_dtype = "keep.txt"\nmodify_mixlist = "mix.json"\n'
-                             'fusion_switch_file = "switch.json"\n', bom)
-        _write(d / "c.json", json.dumps({"precision_mode": "force_fp16", "keep_dtype": "keep.txt"}), bom)
-    for name in ("c.toml", "c.json"):
-        with_bom, plain = Config.load(tmp_path / "a" / name), Config.load(tmp_path / "b" / name)
-        assert with_bom.to_dict() == plain.to_dict()
-        assert with_bom.keep_dtype == ["mm", "OpType::Softmax"] and with_bom.precision_mode == "force_fp16"
-
-
-def test_policy_and_lengths_files_with_bom(tmp_path):
-    from toolkit.gears.workflow import read_lengths
-    from toolkit.signoff.policy import load_policy
-
-    text = '[outputs."*"]\nCosineSimilarity = 0.9\n'
-    assert load_policy(_write(tmp_path / "p1.toml", text)).data == load_policy(_write(tmp_path / "p2.toml", text, False)).data
-    assert read_lengths(_write(tmp_path / "l.txt", "10\n20\n7\n")).tolist() == [10, 20, 7]
-    assert read_lengths(_write(tmp_path / "l.csv", "len,x\n5,1\n9,2\n"), column="len").tolist() == [5, 9]
-
-
-def test_non_utf8_user_files_are_one_line_errors(tmp_path):
-    from toolkit.gears.workflow import read_lengths
-    from toolkit.signoff.policy import load_policy
-
-    bad = "precision_mode = 'caf\xe9'\n".encode("latin-1")
-    (tmp_path / "c.toml").write_bytes(bad)
-    (tmp_path / "p.toml").write_bytes(bad)
-    (tmp_path / "l.txt").write_bytes(b"10\n\xff\n")
-    for call, error in ((lambda: Config.load(tmp_path / "c.toml"), ConfigError),
-                        (lambda: load_policy(tmp_path / "p.toml"), ConfigError),
-                        (lambda: read_lengths(tmp_path / "l.txt"), InputError)):
-        with pytest.raises(error, match=r"is not UTF-8 text \(byte 0x[0-9a-f]{2} at offset \d+\)") as info:
-            call()
-        assert "\n" not in str(info.value)
-
-
 def test_cli_compiles_with_a_bom_config(tmp_path, tiny_model):
     _write(tmp_path / "keep.txt", "mm\n")
     cfg = _write(tmp_path / "c.toml", 'keep_dtype = "keep.txt"\n')
@@ -298,24 +255,6 @@ def test_gear_errors_name_the_config_file(tmp_path):
     assert f"config '{cfg}'" in error_line(proc)
 
 
-def test_unknown_op_type_lists_at_most_ten_names():
-    names = {s.name for s in onnx.defs.get_all_schemas()}
-    with pytest.raises(ConfigError) as info:
-        Config.from_dict({"keep_dtype": ["OpType::Qwxzvkj"]})
-    msg = str(info.value)
-    assert msg.endswith(f", ... ({len(names) - SUGGEST_MAX_NAMES} more))")
-    listed = msg.split("(valid: ")[1].split(", ...")[0].split(", ")
-    assert listed == sorted(names)[:SUGGEST_MAX_NAMES]
-    for field in ("optypelist_for_implmode", "modify_mixlist"):
-        value = ["Qwxzvkj"] if field == "optypelist_for_implmode" else {"black-list": {"to-add": ["Qwxzvkj"]}}
-        with pytest.raises(ConfigError, match=r"\.\.\. \(\d+ more\)\)$"):
-            Config.from_dict({field: value})
-    with pytest.raises(ConfigError, match=r"did you mean 'Softmax'\?"):
-        Config.from_dict({"keep_dtype": ["OpType::Sofmax"]})
-    with pytest.raises(ConfigError, match=r"did you mean 'MatMul'\?"):
-        Config.from_dict({"optypelist_for_implmode": ["matmul"]})
-
-
 # ------------------------------------------------------------------------------------ 6. silently accepted values
 def test_log_to_stdout_values():
     from toolkit.logs.plog import to_stdout_from_env
@@ -344,16 +283,6 @@ def test_disable_reuse_names_are_checked_against_the_model(tmp_path, tiny_model)
     good.write_text('disable_reuse = ["relu", "t"]\n')
     proc = run_cli("compile", str(tiny_model), "--config", str(good), "--out", str(tmp_path / "o2"))
     assert proc.returncode == 0, proc.stderr
-
-
-def test_mixlist_conflicts_are_refused():
-    for mix, op in (({"black-list": {"to-add": ["MatMul"]}, "white-list": {"to-add": ["MatMul"]}}, "MatMul"),
-                    ({"gray-list": {"to-add": ["Relu"]}, "black-list": {"to-add": ["Relu"]}}, "Relu"),
-                    ({"white-list": {"to-add": ["Add"], "to-remove": ["Add"]}}, "Add")):
-        with pytest.raises(ConfigError, match=f"'{op}'"):
-            Config.from_dict({"modify_mixlist": mix})
-    ok = {"black-list": {"to-add": ["MatMul"]}, "white-list": {"to-remove": ["MatMul"]}}
-    assert Config.from_dict({"modify_mixlist": ok}).modify_mixlist == ok
 
 
 def test_quiet_and_verbose_together_is_a_usage_error():

@@ -49,35 +49,6 @@ def one_line_error(res: subprocess.CompletedProcess, code: int) -> str:
     return lines[0]
 
 
-# ------------------------------------------------------------------ 1. fusion switch file level types
-@pytest.mark.parametrize("level", [["ALL"], "off", 3, None])
-def test_fusion_switch_level_not_an_object_is_a_config_error(tmp_path, level):
-    (tmp_path / "fs.json").write_text(json.dumps({"Switch": {"GraphFusion": level}}))
-    (tmp_path / "c.toml").write_text('fusion_switch_file = "fs.json"\n')
-    with pytest.raises(ConfigError) as exc:
-        Config.load(tmp_path / "c.toml")
-    msg = str(exc.value)
-    assert f"config '{tmp_path / 'c.toml'}'" in msg
-    assert 'fusion_switch_file must be {"Switch": {"GraphFusion": {...}' in msg
-    assert json.dumps(level) in msg
-
-
-@pytest.mark.parametrize("state", [True, ["on"], "ON", 1])
-def test_fusion_switch_value_must_be_on_or_off(tmp_path, state):
-    (tmp_path / "fs.json").write_text(json.dumps({"Switch": {"UBFusion": {"ALL": state}}}))
-    (tmp_path / "c.toml").write_text('fusion_switch_file = "fs.json"\n')
-    with pytest.raises(ConfigError, match='expected "on" or "off"') as exc:
-        Config.load(tmp_path / "c.toml")
-    assert "c.toml" in str(exc.value) and json.dumps(state) in str(exc.value)
-
-
-def test_fusion_switch_valid_file_still_loads(tmp_path):
-    (tmp_path / "fs.json").write_text(json.dumps({"Switch": {"GraphFusion": {"ALL": "off"}, "UBFusion": {}}}))
-    (tmp_path / "c.toml").write_text('fusion_switch_file = "fs.json"\n')
-    cfg = Config.load(tmp_path / "c.toml")
-    assert cfg.switch("GraphFusion", "anything") is False and cfg.switch("UBFusion", "x") is True
-
-
 def test_cli_fusion_switch_list_level_exit_2(tmp_path):
     (tmp_path / "fs_type.json").write_text('{"Switch": {"GraphFusion": ["ALL"]}}')
     (tmp_path / "c.toml").write_text('fusion_switch_file = "fs_type.json"\n')
@@ -235,14 +206,6 @@ def test_policy_outputs_metric_key_explained(tmp_path, metric, value):
     assert f"'{metric}' was read as an output name" in msg and '[outputs."*"]' in msg and "p.toml" in msg
 
 
-# ------------------------------------------------------------------ 6. keep_dtype / op_placement name the file
-def test_keep_dtype_empty_entry_refused(tmp_path):
-    (tmp_path / "c.toml").write_text('keep_dtype = [""]\n')
-    with pytest.raises(ConfigError) as exc:
-        Config.load(tmp_path / "c.toml")
-    assert "c.toml" in str(exc.value) and "keep_dtype" in str(exc.value) and "empty" in str(exc.value)
-
-
 def test_cli_keep_dtype_file_unknown_node_names_both_files(tmp_path):
     (tmp_path / "kd.txt").write_text("stem_cnv\n")
     (tmp_path / "c.toml").write_text('keep_dtype = "kd.txt"\n')
@@ -261,16 +224,6 @@ def test_cli_op_placement_unknown_names_config(tmp_path):
     (tmp_path / "c.toml").write_text('[op_placement]\nstem_cnv = "CPU"\n')
     line = one_line_error(cli("compile", "resnet_small", "--config", "c.toml", "--out", "o", cwd=tmp_path), 2)
     assert "config 'c.toml': op_placement names 'stem_cnv'" in line and "'stem_conv'" in line
-
-
-def test_where_names_option_file_only_when_read_from_file(tmp_path):
-    (tmp_path / "kd.txt").write_text("a\n")
-    (tmp_path / "c.toml").write_text('keep_dtype = "kd.txt"\n')
-    cfg = Config.load(tmp_path / "c.toml")
-    assert cfg.where("keep_dtype") == f"config '{tmp_path / 'c.toml'}': keep_dtype file 'kd.txt'"
-    assert cfg.where("op_placement") == f"config '{tmp_path / 'c.toml'}': op_placement"
-    assert cfg.with_overrides(keep_dtype=["b"]).where("keep_dtype") == "command line: keep_dtype"
-    assert Config().where("keep_dtype") == "keep_dtype"
 
 
 # ------------------------------------------------------------------ 5. compare-dumps BOM + mapping nodes

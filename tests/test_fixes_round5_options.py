@@ -295,12 +295,6 @@ def test_opname_prefix_is_a_node_name(tmp_path):
     assert {k: v["precision"] for k, v in pa.items()} == {k: v["precision"] for k, v in pb.items()}
 
 
-@pytest.mark.parametrize("entry", ["OpName::", "OpType::", "  "])
-def test_empty_prefixed_keep_entry_is_a_config_error(entry):
-    with pytest.raises(ConfigError, match="empty entry"):
-        Config.from_dict({"keep_dtype": [entry]})
-
-
 def test_opname_prefix_unknown_node_cli_error(tmp_path):
     r, _ = compile_cli(tmp_path, TB, 'keep_dtype = ["OpName::no_such_node"]\n')
     assert r.returncode == 2 and "names node 'no_such_node', which is not in the model" in r.stderr
@@ -398,17 +392,6 @@ def test_doctor_reports_the_users_own_setting():
     env = json.loads(r.stdout)["environment"]
     assert env["env"].get("OPENBLAS_NUM_THREADS") == "3" and "MKL_NUM_THREADS" not in env["env"]
     assert env["set_by_npuscope"] == {"MKL_NUM_THREADS": "1"}
-
-
-def test_set_default_records_and_user_change_wins():
-    from toolkit.env import DEFAULTED_ENV, defaulted, set_default
-
-    environ = {"OPENBLAS_NUM_THREADS": "4"}
-    assert set_default("OPENBLAS_NUM_THREADS", "1", environ) is False and environ["OPENBLAS_NUM_THREADS"] == "4"
-    assert set_default("MKL_NUM_THREADS", "1", environ) is True
-    assert environ[DEFAULTED_ENV] == "MKL_NUM_THREADS=1" and defaulted(environ) == {"MKL_NUM_THREADS": "1"}
-    environ["MKL_NUM_THREADS"] = "8"  # changed after npuscope set it: the user's now
-    assert defaulted(environ) == {}
 
 
 def test_diagnose_summary_environment_separates_npuscope_defaults(tmp_path):

@@ -216,14 +216,6 @@ def test_compare_tensors_text_and_subbyte_kinds():
     assert row["CosineSimilarity"] == 1.0 and row["MaxAbsoluteError"] == 0.0
 
 
-@pytest.mark.parametrize("dt, cls", [(np.float32, "float"), (ml_dtypes.bfloat16, "float"),
-                                     (ml_dtypes.float8_e5m2, "float"), (ml_dtypes.float4_e2m1fn, "float"),
-                                     (np.bool_, "integer"), (ml_dtypes.int4, "integer"), (ml_dtypes.uint2, "integer"),
-                                     (np.str_, "integer"), (object, "integer"), (np.complex64, "other")])
-def test_dtype_class_of_every_kind(dt, cls):
-    assert dtype_class(dt) == cls
-
-
 # ------------------------------------------------------------------------------------------ 2. array files
 def _reference_output(name: str) -> np.ndarray:
     return _ort_runs(CPU_MODELS[name])
@@ -238,34 +230,6 @@ def _expected_stored(arr: np.ndarray) -> np.ndarray:
         target = np.uint8 if name.startswith("uint") else np.int8 if name.startswith("int") else np.float32
         return arr.astype(target)
     return arr
-
-
-@pytest.mark.parametrize("name", TYPES)
-def test_npz_and_npy_of_every_cpu_dtype_read_back_without_pickle(name, tmp_path):
-    from toolkit.artifacts import save_npy
-
-    arr = _reference_output(name)
-    want = _expected_stored(arr)
-    save_npz(tmp_path / "a.npz", {"y": arr, "file": arr, "allow_pickle": arr})  # np.savez's own argument names
-    with np.load(tmp_path / "a.npz", allow_pickle=False) as z:
-        assert sorted(z.files) == ["allow_pickle", "file", "y"]
-        for key in z.files:
-            assert z[key].dtype == want.dtype and z[key].dtype.kind in "biufU"
-            np.testing.assert_array_equal(z[key], want)
-    save_npy(tmp_path / "a.npy", arr)
-    back = np.load(tmp_path / "a.npy", allow_pickle=False)
-    np.testing.assert_array_equal(back, want)
-    if arr.dtype.type.__module__.startswith("ml_dtypes"):  # exact: converting back gives the same bits
-        assert back.astype(arr.dtype).tobytes() == arr.tobytes()
-
-
-def test_values_without_an_array_form_are_refused_in_one_line():
-    with pytest.raises(ModelError, match="'seq' is a sequence of 2 tensors"):
-        storable([np.zeros(2), np.zeros(3)], "seq")
-    with pytest.raises(ModelError, match="empty optional"):
-        storable(None, "opt")
-    with pytest.raises(ModelError, match="dict"):
-        storable(np.array([{}, {}], dtype=object), "objs")
 
 
 def _run_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
@@ -368,25 +332,6 @@ def test_dataset_store_results_read_back_without_pickle(tmp_path):
         assert z["rows"].tolist() == [0, 2]
     back, why = store.load("ä 1.npz")
     assert why == "" and back.meta == rec.meta
-
-
-# ------------------------------------------------------------------------------------------ 3. pair texts
-def test_show_pair_never_prints_two_numbers_alike():
-    from toolkit.report.console import show, show_pair
-
-    assert show(0.12345649, 0.12345651) == show(0.12345651, 0.12345649)  # the defect: each against the other
-    rng = np.random.default_rng(0)
-    base = rng.uniform(-2, 2, 400)
-    pairs = [(a, np.nextafter(a, np.inf)) for a in base[:100]]
-    pairs += [(a, a * (1 + s)) for a, s in zip(base[100:], rng.choice([1e-7, 1e-8, 1e-9, 2e-16, 1e-3], 300))]
-    pairs += [(0.12345649, 0.12345651), (1.0, 0.9999999999999998), (0.3, 0.1 + 0.2), (2.0, 2.0)]
-    for a, b in pairs:
-        ta, tb = show_pair(a, b)
-        assert (ta == tb) == (a == b), (a, b, ta, tb)
-        assert np.sign(float(ta) - float(tb)) == np.sign(a - b), (a, b, ta, tb)
-        assert (float(ta) == 1.0) == (a == 1.0) and (float(tb) == 1.0) == (b == 1.0)
-    assert show_pair(0.3, 0.1 + 0.2) == ("0.3", "0.30000000000000004")
-    assert show_pair(float("nan"), 0.5) == ("nan", "0.5")
 
 
 def _compare_run(folder: Path) -> Path:

@@ -239,42 +239,6 @@ LIB_HOOKS = {"task check call": _hook_run_check, "task module import": _hook_loa
              "profile --pre import": _hook_profile_import, "feed value conversion": _hook_array_conversion}
 
 
-@pytest.mark.parametrize("raiser", sorted(RAISERS))
-@pytest.mark.parametrize("hook", sorted(LIB_HOOKS))
-def test_every_hook_turns_every_non_keyboard_base_exception_into_a_user_error(tmp_path, monkeypatch, hook, raiser):
-    monkeypatch.syspath_prepend(str(tmp_path))
-    exc, shown = RAISERS[raiser]
-    with pytest.raises(UserError) as err:
-        LIB_HOOKS[hook](tmp_path, exc)
-    msg = str(err.value)
-    assert f"raised {shown}" in msg and "\n" not in msg, msg
-
-
-def test_keyboard_interrupt_in_user_code_keeps_its_meaning():
-    from toolkit import usercode
-    from toolkit.compare.tasks import run_check
-
-    def check(g, n, m):
-        raise KeyboardInterrupt
-    with pytest.raises(KeyboardInterrupt):
-        run_check(check, {}, {}, None)
-    with pytest.raises(KeyboardInterrupt):
-        usercode.call(check, 1, 2, 3, what="x", exceptions=True)
-
-
-def test_ordinary_exceptions_keep_each_hooks_contract():
-    """A task check raising ValueError is a failing check (not an error); --pre raising one is an error."""
-    from toolkit.compare.tasks import run_check
-    from toolkit.profile import e2e
-
-    def check(g, n, m):
-        raise ValueError("boom")
-    res = run_check(check, {}, {}, None)
-    assert res["passed"] is False and "raised ValueError: boom" in res["detail"]
-    with pytest.raises(InputError, match="--pre raised ValueError on request 2: nope"):
-        e2e.time_call(lambda i: _raise(ValueError("nope")), (2,), "--pre", 2)
-
-
 def test_loader_raising_an_exception_mid_iteration_is_an_input_error(tmp_path):
     from toolkit.precision.feeds import load_feed_sets
 

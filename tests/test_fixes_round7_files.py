@@ -166,24 +166,6 @@ def test_parse_log_profile_json_that_is_a_fifo_does_not_block(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("kind", ["fifo", "devzero", "broken"])
-@pytest.mark.parametrize("reader", ["lengths", "policy", "plan", "mapping"])
-def test_user_files_that_are_not_regular_are_refused_without_reading(tmp_path, kind, reader):
-    make_special(tmp_path / "f", kind)
-    call = {"lengths": "from toolkit.gears.workflow import read_lengths as f",
-            "policy": "from toolkit.signoff.policy import load_policy as f",
-            "plan": "from toolkit.memory.planio import load_plan as f",
-            "mapping": "from toolkit.dumps.mapping import load_mapping as f"}[reader]
-    proc = py(f"{call}\nfrom toolkit.errors import UserError\ntry:\n    f('f')\nexcept UserError as exc:\n"
-              "    print('ERR', exc)\n", tmp_path)
-    out = proc.stdout
-    assert out.startswith("ERR ") and len(out.strip().splitlines()) == 1, out + proc.stderr
-    if kind == "broken":
-        assert "does not exist" in out or "broken symbolic link" in out
-    else:
-        assert SAID[kind] in out
-
-
 # ----------------------------------------------------------------------------------- B, C: parse-log CSVs
 def _parse(path: Path, module: str):
     import importlib

@@ -95,87 +95,6 @@ def environment_reads(source: str, module: str) -> tuple[set[str], list[str]]:
     return names, unknown
 
 
-def test_scanner_finds_every_form_of_read():
-    """The scanner itself: each way of reading a variable is found (so the completeness test can fail)."""
-    src = ('import os\nENV_X = "NPUSCOPE_CONST"\n'
-           'a = os.environ.get("NPUSCOPE_DIRECT", "")\n'
-           'b = os.environ.get(ENV_X)\n'
-           'for var in ("OMP_A", "OMP_B"):\n    c = os.environ[var]\n'
-           'd = "NPUSCOPE_IN" in os.environ\n'
-           'e = (environ if environ is not None else os.environ).get("NPUSCOPE_IFEXP")\n'
-           'f = os.getenv("ORT_GETENV")\n')
-    mod = type(sys)("scanner_probe")
-    mod.ENV_X = "NPUSCOPE_CONST"
-    sys.modules["scanner_probe"] = mod
-    try:
-        names, unknown = environment_reads(src, "scanner_probe")
-        _, unknown_param = environment_reads("import os\ndef f(k):\n    return os.environ.get(k)\n", "scanner_probe")
-    finally:
-        del sys.modules["scanner_probe"]
-    assert names == {"NPUSCOPE_DIRECT", "NPUSCOPE_CONST", "OMP_A", "OMP_B", "NPUSCOPE_IN", "NPUSCOPE_IFEXP",
-                     "ORT_GETENV"}
-    assert unknown == []
-    assert len(unknown_param) == 1  # a read through a parameter is flagged, not skipped
-
-
-def test_relevant_env_lists_every_variable_the_package_reads():
-    """Every environment variable read (or set) anywhere in toolkit/ is in RELEVANT_ENV or BOOKKEEPING_ENV;
-    toolkit/env.py itself is the generic accessor (its names come from its callers, scanned here)."""
-    listed = set(tkenv.RELEVANT_ENV) | set(tkenv.BOOKKEEPING_ENV)
-    read, unknown = set(), []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path == PACKAGE / "env.py":
-            continue
-        names, unk = environment_reads(path.read_text(encoding="utf-8"), _module_name(path))
-        read |= names
-        unknown += [f"{path.relative_to(ROOT)}:{u}" for u in unk]
-    assert not unknown, f"environment reads the test cannot resolve (name them with a constant): {unknown}"
-    assert {"NPUSCOPE_COMPILE_CACHE", "NPUSCOPE_COMPILE_CACHE_MODE", "NPUSCOPE_COMPILE_CACHE_MAX_BYTES",
-            "NPUSCOPE_LOG_LEVEL", "NPUSCOPE_THREADS", "OMP_NUM_THREADS"} <= read  # the scan sees the known ones
-    assert read - listed == set(), f"read but not recorded in toolkit.env.RELEVANT_ENV: {sorted(read - listed)}"
-
-
-def test_every_npuscope_variable_name_in_the_source_is_listed():
-    """A second net: any string literal shaped like an npuscope variable (NPUSCOPE_*) in toolkit/ is listed."""
-    listed = set(tkenv.RELEVANT_ENV) | set(tkenv.BOOKKEEPING_ENV)
-    seen = set()
-    for path in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                    and re.fullmatch(r"NPUSCOPE_[A-Z0-9_]+", node.value):
-                seen.add(node.value)
-    assert seen and seen - listed == set(), sorted(seen - listed)
-
-
-def test_environment_records_cache_log_and_thread_variables(monkeypatch):
-    want = {"NPUSCOPE_COMPILE_CACHE": "/tmp/some-cache", "NPUSCOPE_COMPILE_CACHE_MODE": "force",
-            "NPUSCOPE_COMPILE_CACHE_MAX_BYTES": "12345", "NPUSCOPE_LOG_LEVEL": "2", "NPUSCOPE_LOG_TO_STDOUT": "0",
-            "NPUSCOPE_LOG_FILE": "/tmp/x.log", "GOTO_NUM_THREADS": "3", "XDG_CACHE_HOME": "/tmp/xdg"}
-    for k, v in want.items():
-        monkeypatch.setenv(k, v)
-    env = tkenv.environment()["env"]
-    assert {k: env.get(k) for k in want} == want
-
-
-# ------------------------------------------------------------------------------------- compile cache used
-def test_compile_cache_names_the_folder_used(monkeypatch, tmp_path):
-    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE", str(tmp_path / "from-env"))
-    monkeypatch.setenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES", "777")
-    cfg = {"op_compiler_cache_mode": "enable", "op_compiler_cache_dir": ""}
-    assert tkenv.compile_cache(cfg) == {"mode": "enable", "dir": str(tmp_path / "from-env"),
-                                        "dir_from": "NPUSCOPE_COMPILE_CACHE", "max_bytes": 777}
-    cfg["op_compiler_cache_dir"] = str(tmp_path / "explicit")
-    got = tkenv.compile_cache(cfg)
-    assert (got["dir"], got["dir_from"]) == (str(tmp_path / "explicit"), "op_compiler_cache_dir")
-    monkeypatch.delenv("NPUSCOPE_COMPILE_CACHE")
-    monkeypatch.delenv("NPUSCOPE_COMPILE_CACHE_MAX_BYTES")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    got = tkenv.compile_cache({"op_compiler_cache_mode": "disable", "op_compiler_cache_dir": ""})
-    assert got == {"mode": "disable", "dir": str(tmp_path / "xdg" / "npuscope" / "compile"), "dir_from": "default",
-                   "max_bytes": 2 * 1024 ** 3}
-    assert tkenv.compile_cache({"golden_format": "npy"}) is None  # compare-dumps: no compile, no cache
-
-
 # ------------------------------------------------------------------------------------------------ the CLI
 def cli(*args, cwd, env_extra=None):
     env = dict(os.environ, **(env_extra or {}))
@@ -285,17 +204,6 @@ def test_dataset_and_dump_reports_artifacts_agree_with_disk(tmp_path):
     assert "node 's' (tensor s, device op add)" in first[0]  # no op type without --model: the part is left out
 
 
-# ------------------------------------------------------------------------------------------- G: messages
-def test_minus_zero_prints_as_zero():
-    from toolkit.report.console import show, show_crossed, show_line, show_pair, show_vs
-    from toolkit.report.context import fmt
-
-    assert show_line(-0.0) == "0" and show(-0.0) == "0" and fmt(-0.0) == "0"
-    assert show_vs(0.5, -0.0) == ("0.5", "0") and show_pair(-0.0, 1.0)[0] == "0"
-    assert show_crossed(-0.0, False) == "0"
-    assert show_line(-1e-300) == "-1e-300"  # a real negative keeps its sign
-
-
 @pytest.mark.slow
 def test_signoff_prints_a_minus_zero_limit_as_zero(tmp_path):
     model, inputs = _elt_model(tmp_path)
@@ -344,9 +252,3 @@ def test_count_keys_refuse_fractions_saying_whole_number():
             assert f"{key} = {bad!r}" in msg and "a whole number" in msg and "count" not in msg, msg
 
 
-def test_join_present_leaves_out_empty_parts():
-    from toolkit.report.console import join_present
-
-    assert join_present("", "tensor s", None, "device op add") == "tensor s, device op add"
-    assert join_present("Add", "tensor s") == "Add, tensor s"
-    assert join_present("", None) == ""

@@ -28,8 +28,6 @@ UB_RULE = "TbeCubeElemwiseFusionPass"
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-
-
 def f32(a):
     return np.asarray(a, np.float32)
 
@@ -687,22 +685,6 @@ def test_fp16_constant_findings_name_the_initializer():
     # read by FP32 kernels, the same constants are harmless
     sess32 = Session(model, Config(precision_mode="force_fp16", keep_dtype=["mul_over", "add_under", "mul_int"]))
     assert not [f for f in sess32.compiled.findings if f.kind == "fp16_constant"]
-
-
-# ---------------------------------------------------------------------------------------------- config
-@pytest.mark.parametrize("data,needle", [
-    ({"precison_mode": "force_fp16"}, "did you mean 'precision_mode'"),
-    ({"precision_mode": "force_fp61"}, "did you mean 'force_fp16'"),
-    ({"overflow_mode": "saturate"}, "did you mean 'saturation'"),
-    ({"op_select_implmode": "high_perf"}, "did you mean 'high_performance'"),
-    ({"modify_mixlist": {"black_list": {"to-add": ["Relu"]}}}, "did you mean 'black-list'"),
-    ({"modify_mixlist": {"black-list": {"to_add": ["Relu"]}}}, "did you mean 'to-add'"),
-    ({"fusion_switch_file": {"Switch": {"UBFusionn": {}}}}, "did you mean 'UBFusion'"),
-])
-def test_config_errors_suggest(data, needle):
-    with pytest.raises(ConfigError) as exc:
-        Config.from_dict(data)
-    assert needle in str(exc.value)
 
 
 def test_keep_dtype_unknown_node_suggests():
