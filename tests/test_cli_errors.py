@@ -319,35 +319,6 @@ def _spy_reads(monkeypatch, target: Path) -> list:
     return opened
 
 
-def test_read_spy_sees_an_inside_read(ext_ws, monkeypatch):
-    """The spy below is not vacuous: it records the read of an accepted (inside) data file."""
-    from toolkit.ir.load import load_model
-
-    inside = ext_ws / "model" / "inside.bin"
-    inside.write_bytes(np.ones((), np.float32).tobytes())
-    path = _external_model(ext_ws / "model", "inside.bin")
-    opened = _spy_reads(monkeypatch, inside)
-    load_model(path)
-    assert opened
-
-
-@pytest.mark.parametrize("loc_kind", ["dotdot", "absolute", "symlink"])
-def test_external_data_outside_is_refused_before_reading(ext_ws, monkeypatch, loc_kind):
-    """In process: the loader refuses the path without opening the outside file."""
-    from toolkit.errors import ModelError
-    from toolkit.ir.load import load_model
-
-    outside = (ext_ws / "outside.bin").resolve()
-    if loc_kind == "symlink":
-        (ext_ws / "model" / "link.bin").symlink_to(outside)
-    loc = {"dotdot": "../outside.bin", "absolute": str(outside), "symlink": "link.bin"}[loc_kind]
-    path = _external_model(ext_ws / "model", loc)
-    opened = _spy_reads(monkeypatch, outside)
-    with pytest.raises(ModelError, match="'one'"):
-        load_model(path)
-    assert not opened, f"the outside file was opened: {opened}"
-
-
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_external_data_outside_is_refused_without_touching_a_fifo(ws):
     """Black box: the outside 'data file' is a named pipe, so any attempt to read it would block; the CLI

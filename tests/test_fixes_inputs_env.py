@@ -178,50 +178,6 @@ def test_cli_compiles_with_a_bom_config(tmp_path, tiny_model):
     assert plan["config"]["keep_dtype"] == ["mm"]
 
 
-# ------------------------------------------------------------------------------------ 5. messages
-def test_checker_message_keeps_the_node_name(tmp_path):
-    from toolkit.ir.load import load_model
-
-    graph = helper.make_graph(  # n1 reads 'b' before n2 produces it: not topologically sorted
-        [helper.make_node("Add", ["a", "b"], ["c"], name="n1_node"), helper.make_node("Relu", ["a"], ["b"], name="n2")],
-        "cycle", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "cycle.onnx")
-    with pytest.raises(ModelError) as info:
-        load_model(tmp_path / "cycle.onnx")
-    assert "n1_node" in str(info.value) and "Add" in str(info.value) and "\n" not in str(info.value)
-
-
-@pytest.mark.parametrize("offset, length, expected", [
-    (10**15, None, "declares offset 1000000000000000, beyond the end of the data file (64 bytes)"),
-    (0, 10**15, "declares 1000000000000000 bytes at offset 0, ending at byte 1000000000000000, beyond the end of "
-                "the data file (64 bytes)"),
-    (8, None, "the 56 bytes from there to the end of the file (64 bytes) are fewer than the 64 bytes"),
-    (0, 32, "declares length 32 bytes, fewer than the 64 bytes the tensor needs"),
-])
-def test_external_data_extent_is_reported_as_declared(tmp_path, offset, length, expected):
-    from toolkit.ir.load import load_model
-
-    w = np.ones((4, 4), np.float32)  # 64 bytes
-    (tmp_path / "w.bin").write_bytes(w.tobytes())
-    init = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[4, 4],
-                            data_location=TensorProto.EXTERNAL)
-    for key, val in (("location", "w.bin"), ("offset", offset), ("length", length)):
-        if val is not None:
-            init.external_data.add(key=key, value=str(val))
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "ext",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [init])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
-    with pytest.raises(ModelError) as info:
-        load_model(tmp_path / "m.onnx")
-    assert expected in str(info.value) and "-99" not in str(info.value)
-
-
 def test_model_cache_that_is_a_file_is_a_config_error(tmp_path):
     f = tmp_path / "notes.txt"
     f.write_text("x")

@@ -18,20 +18,6 @@ from toolkit.ir import load as ld
 from toolkit.samples import SAMPLES
 
 
-def test_loaded_sha256_names_the_bytes_parsed_even_after_the_file_changes(tmp_path):
-    a, b = SAMPLES["resnet_small"].path, SAMPLES["transformer_block"].path
-    live = tmp_path / "live.onnx"
-    shutil.copyfile(a, live)
-    model = ld.load_model(live)
-    want = hashlib.sha256(a.read_bytes()).hexdigest()
-    shutil.copyfile(b, live)  # replaced after loading
-    os.utime(live, ns=(1, 1))
-    assert ld.loaded_sha256(live) == want
-    assert ld.file_sha256(live) == hashlib.sha256(b.read_bytes()).hexdigest()  # the file as it is now
-    assert model.graph.name == onnx.load(a).graph.name
-    assert ld.loaded_sha256(tmp_path / "never-loaded.onnx") is None
-
-
 def test_diagnose_summary_names_the_model_it_compiled(tmp_path, monkeypatch):
     """The model file is swapped for another one between loading and the end of the run: summary.json keeps the
     sha256 of the model that was compiled (the one result.csv describes)."""

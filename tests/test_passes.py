@@ -657,14 +657,6 @@ def test_precision_modes_and_casts(case):
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol)
 
 
-def test_default_mixlists_follow_the_contract():
-    from toolkit.precision.contract import default_mixlists, op_class
-    lists = default_mixlists()
-    assert {"MatMul", "Conv", "Gemm"} <= lists["white-list"]
-    assert {"Softmax", "ReduceMean", "LayerNormalization", "Exp", "Log", "Pow"} <= lists["black-list"]
-    assert op_class("Relu").default_list == "gray" and op_class("Add").default_list == "gray"
-
-
 # ------------------------------------------------------------------------------ constant findings
 def test_fp16_constant_findings_name_the_initializer():
     nodes = [N("Mul", ["x", "c_over"], ["a"], "mul_over"), N("Add", ["a", "c_under"], ["b"], "add_under"),

@@ -186,11 +186,6 @@ def test_unsupported_op_falls_back_to_cpu_with_a_finding(asked):
     np.testing.assert_array_equal(out, np.argwhere(np.maximum(X, 0)))
 
 
-def test_every_control_class_op_is_declared_unsupported():
-    assert CONTROL.ops <= set(UNSUPPORTED)
-    assert all(u.reason and u.fix for u in UNSUPPORTED.values())
-
-
 def test_unknown_op_placement_name_is_refused_at_compile_time():
     with pytest.raises(ConfigError) as err:
         compile_model(mlp(), Config(op_placement={"tanhh": "CPU"}))

@@ -15,8 +15,7 @@ terms summed): there the FP32 summation-order error can exceed one FP16 ulp of t
 element may also be off by up to the a-priori FP32 dot-product bound gamma_K * sum|a*b|, gamma_K = K*u/(1-K*u),
 u = 2**-24 (Higham, "Accuracy and Stability of Numerical Algorithms", 2nd ed., §3.1). The 99%-equal bar still
 applies, so an engine that accumulated in FP16 fails it. Data movement and the FP16-accumulation kernels
-admit no slack at all.
-"""
+admit no slack at all. The default mixed-precision lists follow the contract's table."""
 
 from __future__ import annotations
 
@@ -34,9 +33,6 @@ from toolkit.engine import Session
 F16 = np.float16
 F16_MAX = 65504.0
 LANES = 16  # documented in toolkit/runtime/fp16_accum.py
-
-
-# ----------------------------------------------------------------------------------------------- helpers
 
 
 def node(op, ins, outs, name=None, **attrs):
@@ -821,3 +817,11 @@ def test_fp16_graph_input_kept_fp16():
     assert not [k for k in sess.plan.kernels if k.fusion == "cast"]
     assert res.outputs["y"].dtype == F16
     np.testing.assert_array_equal(res.outputs["y"], r16(x.astype(np.float64) * 2))
+
+
+def test_default_mixlists_follow_the_contract():
+    from toolkit.precision.contract import default_mixlists, op_class
+    lists = default_mixlists()
+    assert {"MatMul", "Conv", "Gemm"} <= lists["white-list"]
+    assert {"Softmax", "ReduceMean", "LayerNormalization", "Exp", "Log", "Pow"} <= lists["black-list"]
+    assert op_class("Relu").default_list == "gray" and op_class("Add").default_list == "gray"
