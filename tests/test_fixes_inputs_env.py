@@ -139,18 +139,6 @@ def test_eoferror_is_never_reported_as_an_abort(tmp_path, kind, code, text):
     assert text in proc.stderr and "aborted" not in proc.stderr
 
 
-# ------------------------------------------------------------------------------------ 3. warnings
-def test_fp16_constant_issues_does_not_warn_and_counts_overflow():
-    from toolkit.compiler.passes.check_constants import fp16_constant_issues
-
-    a = np.array([1e6, -7e4, 65504.0, 1.0, 3e38], np.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        ev = fp16_constant_issues(a)
-    over = np.abs(a) > 65504.0  # float16 max, by hand
-    assert ev["overflow"] == {"count": int(over.sum()), "absmax": float(np.abs(a[over]).max())}
-
-
 def test_compare_prints_no_warning_from_check_constants(tmp_path):
     w = numpy_helper.from_array(np.full((1, 4), 1e6, np.float32), "W")
     graph = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "ovf",

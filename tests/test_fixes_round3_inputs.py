@@ -161,18 +161,6 @@ def dyn_model(path: Path) -> Path:
     return path
 
 
-def test_dynamic_dims_message_format():
-    from toolkit.compiler.passes.bind_shapes import dynamic_dims_message
-
-    fix = 'give its shape with --input-shape "{example}"'
-    assert dynamic_dims_message("x", [None, "seq", 8], fix) == (
-        "input 'x' has dynamic dims: declared shape (?, seq, 8) (? = unnamed); "
-        'give its shape with --input-shape "x:N,N,8"')
-    assert dynamic_dims_message("m", ["b", 16], fix) == (
-        "input 'm' has dynamic dims: declared shape (b, 16); give its shape with --input-shape \"m:N,16\"")
-    assert dynamic_dims_message("z", None, fix).startswith("input 'z' has no declared rank; ")
-
-
 def _options_in_help(cmd: str) -> set[str]:
     res = cli(cmd, "--help")
     assert res.returncode == 0, res.stderr

@@ -96,23 +96,6 @@ def fp16_lane_sum(v: np.ndarray, lanes: int = 16) -> np.float16:
     return acc[0]
 
 
-@pytest.mark.parametrize("optypes,select,expected", [
-    (["Softmax"], "high_precision", {"rm": "high_performance", "sm": "high_precision", "rs": "high_performance"}),
-    ("Softmax", "high_precision", {"rm": "high_performance", "sm": "high_precision", "rs": "high_performance"}),
-    (["ReduceMean", "ReduceSum"], "high_precision",
-     {"rm": "high_precision", "sm": "high_performance", "rs": "high_precision"}),
-    ("ReduceSum, Softmax", "high_precision", {"rm": "high_performance", "sm": "high_precision", "rs": "high_precision"}),
-    ([], "high_precision", {"rm": "high_precision", "sm": "high_precision", "rs": "high_precision"}),
-    ([], "high_performance", {"rm": "high_performance", "sm": "high_performance", "rs": "high_performance"}),
-])
-def test_implmode_applies_to_listed_op_types_only(tmp_path, optypes, select, expected):
-    model = onnx.load(rm_sm_model(tmp_path / "rm_sm.onnx"))
-    cfg = Config.from_dict({"precision_mode": "force_fp16", "op_select_implmode": select,
-                            "optypelist_for_implmode": optypes})
-    plan = compile_model(model, cfg).plan
-    assert {k.name: k.implmode for k in plan.kernels if k.name in expected} == expected
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("cfg_file,text", [
     ("i3.toml", 'precision_mode="force_fp16"\nop_select_implmode="high_precision"\noptypelist_for_implmode=["Softmax"]\n'),
@@ -159,15 +142,6 @@ def test_implmode_without_list_is_high_precision_everywhere(tmp_path):
     assert np.abs(m.astype(F16).view(np.int16).astype(int) - want.view(np.int16).astype(int)).max() <= 1
 
 
-def test_optypelist_with_default_select_is_a_warning(tmp_path):
-    model = onnx.load(rm_sm_model(tmp_path / "rm_sm.onnx"))
-    res = compile_model(model, Config.from_dict({"precision_mode": "force_fp16",
-                                                 "optypelist_for_implmode": ["ReduceMean", "Gelu"]}))
-    kinds = {(f.kind, f.subject) for f in res.findings}
-    assert ("option_ignored", "optypelist_for_implmode") in kinds
-    assert ("option_unmatched", "Gelu") in kinds and ("option_unmatched", "ReduceMean") not in kinds
-
-
 # ----------------------------------------------------------------------------- 2. entries that match nothing
 @pytest.mark.parametrize("cfg_text,subject,option", [
     ('keep_dtype = ["OpType::Conv"]\n', "OpType::Conv", "keep_dtype"),
@@ -205,24 +179,6 @@ def test_mixlist_under_force_fp16_is_ignored_with_a_warning(tmp_path):
     ign = [f for f in findings_of(out) if f["kind"] == "option_ignored"]
     assert [f["subject"] for f in ign] == ["modify_mixlist"] and ign[0]["evidence"]["precision_mode"] == "force_fp16"
     assert all(k["precision"] == "fp16" for k in plan_of(out).values() if k["fusion"] not in ("cast", "copy"))
-
-
-def test_keep_dtype_node_folded_at_compile_time_is_a_warning():
-    """'c' (Cast of a constant, output named as the node) is computed at compile time: no kernel runs it."""
-    model = make_model([N("Cast", ["k"], ["c"], "c", to=TensorProto.FLOAT), N("Add", ["x", "c"], ["y"], "add")],
-                       [("x", [2, 4])], ["y"], {"k": np.ones((2, 4), np.float64)})
-    res = compile_model(model, Config.from_dict({"keep_dtype": ["c"]}))
-    f = [f for f in res.findings if f.kind == "option_unmatched"]
-    assert len(f) == 1 and f[0].subject == "c" and f[0].evidence["reason"] == "folded"
-    assert "computed at compile time" in f[0].recommendation
-
-
-def test_keep_dtype_folded_node_with_other_output_name_is_a_warning():
-    model = make_model([N("Cast", ["k"], ["c_out"], "cast_node", to=TensorProto.FLOAT),
-                        N("Add", ["x", "c_out"], ["y"], "add")], [("x", [2, 4])], ["y"],
-                       {"k": np.ones((2, 4), np.float64)})
-    res = compile_model(model, Config.from_dict({"keep_dtype": ["cast_node"]}))
-    assert [f.evidence["reason"] for f in res.findings if f.kind == "option_unmatched"] == ["folded"]
 
 
 def test_keep_dtype_unknown_name_is_still_an_error(tmp_path):
@@ -315,11 +271,6 @@ def test_ub_pass_under_graph_fusion_says_where_it_belongs(tmp_path):
     assert "did you mean" not in line
 
 
-def test_graph_pass_under_ub_fusion_says_where_it_belongs():
-    with pytest.raises(ConfigError, match='is a GraphFusion pass; move it under "GraphFusion"'):
-        Config.from_dict({"fusion_switch_file": {"Switch": {"UBFusion": {"LayerNormFusionPass": "off"}}}})
-
-
 def test_unsimulated_converter_pass_is_accepted_with_a_warning(tmp_path):
     sw = _switch(tmp_path, {"GraphFusion": {"V100NotRequireFusionPass": "off"}})
     r, out = compile_cli(tmp_path, TB, sw, name="fs9", env={"NPUSCOPE_LOG_LEVEL": "2"})
@@ -332,33 +283,6 @@ def test_unsimulated_converter_pass_is_accepted_with_a_warning(tmp_path):
     assert "V100NotRequireFusionPass" in log and "not simulated; ignored" in log
     r0, base = compile_cli(tmp_path, TB, "", name="plain")
     assert plan_of(out) == plan_of(base)  # the entry changes nothing in the simulated compile
-
-
-def test_converter_pass_list_is_one_documented_table():
-    from toolkit.compiler import fusion_switch as fs
-
-    for level in fs.FUSION_LEVELS:
-        assert not fs.CONVERTER_PASSES[level] & set(fs.simulated_passes(level))
-    assert not fs.CONVERTER_PASSES["GraphFusion"] & fs.CONVERTER_PASSES["UBFusion"]
-    assert "Source" in fs.__doc__
-    lines, finds = fs.findings(Config.from_dict({"fusion_switch_file": {"Switch": {
-        "UBFusion": {"TbeEltwiseFusionPass": "off"}, "GraphFusion": {"LayerNormFusionPass": "off"}}}}))
-    assert [(f.kind, f.subject, f.severity) for f in finds] == [("fusion_switch_ignored", "TbeEltwiseFusionPass",
-                                                                 "warning")]
-    assert len(lines) == 1 and "not simulated; ignored" in lines[0]
-
-
-@pytest.mark.parametrize("name,close", [("LayerNormFusionPas", "LayerNormFusionPass"),
-                                        ("Xyzzy", None), ("MyOwnFusionPass", None)])
-def test_unknown_pass_suggests_only_close_names(name, close):
-    with pytest.raises(ConfigError) as exc:
-        Config.from_dict({"fusion_switch_file": {"Switch": {"GraphFusion": {name: "off"}}}})
-    msg = str(exc.value)
-    assert f"unknown GraphFusion pass '{name}'" in msg
-    if close:
-        assert f"did you mean '{close}'" in msg
-    else:
-        assert "did you mean" not in msg and "LayerNormFusionPass" in msg  # lists the simulated passes
 
 
 # ----------------------------------------------------------------------------- 5. environment set by npuscope

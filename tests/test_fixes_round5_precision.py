@@ -180,77 +180,12 @@ def _max_rel(a) -> float:
     return float((np.abs(_f16(a)[nz] - a[nz]) / np.abs(a[nz])).max())
 
 
-def test_overflow_and_all_flushed_are_errors():
-    a = np.array([1e5, 0.5, -7e4], np.float32)
-    ev = material_issues(a)
-    assert ev["overflow"]["count"] == int((np.abs(a) > FP16_MAX).sum()) == 2
-    e = np.array([1e-12, -3e-9, 0.0], np.float32)
-    assert (_f16(e) == 0).all()
-    assert material_issues(e)["underflow_to_zero"]["count"] == 2
-
-
-@pytest.mark.parametrize("value", [3e-8, 1e-7, 5e-7, 1e-6, 2.65e-6, 1e-5, 1e-4, 0.5])
-def test_small_constant_change_against_each_role_tolerance(value):
-    rel = _max_rel([value])
-    assert (rel > 0.5) == (value == 3e-8)  # 3e-8 becomes 2**-24 = 5.96e-8 (+99%), by numpy
-    for additive, tol in ((True, 2.0 ** -4), (False, 1e-3)):
-        ev = material_issues(np.array([value], np.float32), additive=additive)
-        assert ("value_change" in ev) == (rel > tol), (value, additive, rel)
-        if ev:
-            assert ev["value_change"]["fp16"] == float(_f16(value)[()])
-            assert ev["value_change"]["max_rel"] == pytest.approx(rel, rel=1e-9)
-    assert (ADDITIVE_REL_TOL, REL_TOL) == (2.0 ** -4, 1e-3)
-
-
-def test_integers_lose_exactness_in_small_or_integer_tensors_only():
-    assert _f16(4097.0) != 4097.0
-    assert "integer_inexact" in material_issues(np.array([4097.0, 2.0], np.float32))
-    table = np.arange(5000, dtype=np.float32)  # an index table kept as floats: every value an integer
-    ev = material_issues(table)
-    assert ev["integer_inexact"]["count"] == int((_f16(table) != table).sum())
-    w = np.random.default_rng(5).normal(0, 0.1, 1000).astype(np.float32)
-    w[0] = 4097.0  # one integer-valued weight among fractional ones: ordinary rounding (2.4e-4 relative)
-    d = _f16(w) - w.astype(np.float64)
-    assert np.linalg.norm(d) / np.linalg.norm(w.astype(np.float64)) < 1e-3
-    assert material_issues(w) == {}
-
-
-def test_a_handful_of_denormal_weights_is_not_reported_but_a_shifted_tensor_is():
-    w = np.random.default_rng(6).normal(0, 0.1, 57361).astype(np.float32)
-    w[[0, 1]] = [3e-39, -1e-40]  # FP32 denormals, flushed to 0 in FP16
-    assert (_f16(w[[0, 1]]) == 0).all()
-    rel_l2 = np.linalg.norm(_f16(w) - w.astype(np.float64)) / np.linalg.norm(w.astype(np.float64))
-    assert rel_l2 < 1e-3
-    assert material_issues(w) == {}
-    tiny = np.random.default_rng(7).normal(0, 1e-5, 1000).astype(np.float32)  # mostly FP16 subnormals
-    rel_l2 = np.linalg.norm(_f16(tiny) - tiny.astype(np.float64)) / np.linalg.norm(tiny.astype(np.float64))
-    assert rel_l2 > 1e-3
-    ev = material_issues(tiny)
-    assert ev["norm_change"]["rel_l2"] == pytest.approx(rel_l2, rel=1e-9)
-    assert ev["norm_change"]["flushed_to_zero"] == int(((tiny != 0) & (_f16(tiny) == 0)).sum())
-
-
 def _const_findings(nodes, inits, precision_mode="force_fp16"):
     from toolkit.compiler.pipeline import compile_model
 
     m = _model(nodes, [("x", [2, 8])], [("y", [2, 8])], inits)
     res = compile_model(m, Config(precision_mode=precision_mode), input_shapes={"x": [2, 8]})
     return {f.subject: f for f in res.findings if f.kind == "fp16_constant"}
-
-
-def test_compiler_reports_the_eps_but_not_an_activation_bias():
-    found = _const_findings([helper.make_node("Add", ["x", "eps"], ["a"], name="addeps"),
-                             helper.make_node("Add", ["a", "bias"], ["b"], name="addbias"),
-                             helper.make_node("Mul", ["b", "scale"], ["y"], name="mulscale")],
-                            {"eps": 3e-8, "bias": -2.65e-6, "scale": 1e-6})
-    # eps +99% (> 2**-4, added); bias -1.1% (< 2**-4, added); scale +1.3% (> 1e-3, multiplies)
-    assert _max_rel([3e-8]) > 2 ** -4 > _max_rel([-2.65e-6]) and _max_rel([1e-6]) > 1e-3
-    assert set(found) == {"eps", "scale"}
-    assert found["eps"].severity == "warning" and "5.96e-08" in found["eps"].recommendation
-    assert "addeps" in found["eps"].recommendation
-    # in FP32 kernels nothing is converted
-    assert _const_findings([helper.make_node("Add", ["x", "eps"], ["y"], name="addeps")], {"eps": 3e-8},
-                           "force_fp32") == {}
 
 
 def test_console_says_how_many_findings_it_did_not_list(tmp_path):
@@ -373,25 +308,3 @@ def test_search_cheapest_prefers_zero_cube_flops_then_replaces_a_cube_node():
     assert search_cheapest(["mm", "add"], lambda k: False, [], cost)[1] is False
 
 
-def test_l2_change_fast_path_never_hides_a_material_change():
-    """The bound that lets large tensors skip the FP16 conversion is an upper bound of the real relative L2
-    change (computed here by numpy), so the fast path never hides a tensor the full rule reports."""
-    from toolkit.compiler.passes import check_constants as cc
-
-    rng = np.random.default_rng(11)
-    for trial in range(300):
-        n = int(rng.integers(17, 4000))
-        a = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 1)).astype(np.float32)
-        tiny_share = rng.choice([0.0, 0.001, 0.1, 0.9, 1.0])
-        m = rng.random(n) < tiny_share
-        a[m] = (rng.standard_normal(int(m.sum())) * 10.0 ** rng.uniform(-12, -5)).astype(np.float32)
-        a = np.clip(a, -2048, 2048)
-        mag = np.abs(a)
-        tiny = int(np.count_nonzero((mag > 0) & (mag < 2.0 ** -14)))
-        h = a.astype(np.float16).astype(np.float64)
-        norm = np.linalg.norm(a.astype(np.float64))
-        real = float(np.linalg.norm(h - a) / norm) if norm > 0 else 0.0
-        if norm > 0:
-            assert cc._l2_change_bound(a, tiny) >= real * (1 - 1e-9), trial
-        full = real > cc.REL_TOL or (norm > 0 and np.count_nonzero(h) == 0 and np.count_nonzero(a) > 0)
-        assert bool(cc.material_issues(a)) == full, (trial, real)

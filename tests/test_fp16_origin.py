@@ -109,114 +109,8 @@ def softmax(a):
 
 # ----------------------------------------------------------------------------- the issue's model
 
-@pytest.mark.parametrize("mode,want,cast_list", [
-    ("force_fp32", {"mm": "fp32", "sm": "fp32", "rs": "fp32"}, ["x__cast_fp32"]),
-    ("force_fp16", {"mm": "fp16", "sm": "fp16", "rs": "fp16"}, []),
-    ("allow_fp32_to_fp16", {"mm": "fp16", "sm": "fp16", "rs": "fp16"}, []),
-    ("must_keep_origin_dtype", {"mm": "fp16", "sm": "fp16", "rs": "fp16"}, []),
-    # Softmax / ReduceSum are on the default black list: FP32, reading the FP16 MatMul output cast up
-    ("allow_mix_precision", {"mm": "fp16", "sm": "fp32", "rs": "fp32"}, ["m__cast_fp32"]),
-])
-def test_issue_model_labels_dtypes_casts(mode, want, cast_list):
-    plan = session(issue_model()[0], mode).plan
-    assert labels(plan) == want
-    assert casts(plan) == cast_list
-    stored = {"fp16": F16, "fp32": F32}
-    assert dtypes(plan, ["x", "m", "s", "y"]) == {"x": F16, "m": stored[want["mm"]], "s": stored[want["sm"]],
-                                                  "y": F16}  # graph input/output keep the declared float16
-    for t in ("m", "s"):  # bytes follow the storage dtype
-        assert plan.tensors[t].nbytes == 4 * 64 * (2 if plan.tensors[t].dtype == F16 else 4)
-
-
-def test_issue_model_force_fp32_numerics():
-    model, w = issue_model()
-    x = x_issue()
-    res = session(model, "force_fp32").run({"x": x}, dump=True)
-    m = x.astype(np.float32) @ w.astype(np.float32)
-    assert res.dumps["m"].dtype == np.float32 and res.dumps["s"].dtype == np.float32
-    np.testing.assert_allclose(res.dumps["m"], m, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(res.dumps["s"], softmax(m), rtol=1e-5, atol=1e-7)
-    assert res.outputs["y"].dtype == np.float16
-    assert_ulp(res.outputs["y"], softmax(m).sum(1, keepdims=True))
-
-
-@pytest.mark.parametrize("mode", FP16_MODES)
-def test_issue_model_fp16_numerics(mode):
-    model, w = issue_model()
-    x = x_issue()
-    res = session(model, mode).run({"x": x}, dump=True)
-    m = r16(x.astype(np.float32) @ w.astype(np.float32))
-    s = r16(softmax(m))
-    assert res.dumps["m"].dtype == np.float16 and res.dumps["s"].dtype == np.float16
-    assert_ulp(res.dumps["m"], m)
-    assert_ulp(res.dumps["s"], s)
-    assert_ulp(res.outputs["y"], s.sum(1, keepdims=True))
-
-
-def test_issue_model_mix_numerics():
-    """allow_mix_precision: MatMul FP16 (one rounding), Softmax and ReduceSum FP32 on its value cast up."""
-    model, w = issue_model()
-    x = x_issue()
-    res = session(model, "allow_mix_precision").run({"x": x}, dump=True)
-    m = r16(x.astype(np.float32) @ w.astype(np.float32))
-    assert_ulp(res.dumps["m"], m)
-    np.testing.assert_allclose(res.dumps["s"], softmax(res.dumps["m"].astype(np.float32)), rtol=1e-5, atol=1e-7)
-
-
-def test_keep_dtype_moves_fp16_origin_kernel_to_fp32():
-    plan = session(issue_model()[0], "force_fp16", keep_dtype=["sm"]).plan
-    assert labels(plan) == {"mm": "fp16", "sm": "fp32", "rs": "fp16"}
-    assert casts(plan) == ["m__cast_fp32", "s__cast_fp16"]  # up for Softmax, back down for the FP16 ReduceSum
-    assert dtypes(plan, ["m", "s", "s__cast_fp16", "y"]) == {"m": F16, "s": F32, "s__cast_fp16": F16, "y": F16}
-
-
-def test_cpu_placed_kernel_on_fp16_origin_is_fp32():
-    """A CPU-placed Softmax (always FP32) reads the FP16 MatMul output cast up and stores FP32 on the host."""
-    model, w = issue_model()
-    sess = session(model, "force_fp16", op_placement={"sm": "CPU"})
-    plan = sess.plan
-    assert labels(plan) == {"mm": "fp16", "sm": "fp32", "rs": "fp16"}
-    assert casts(plan) == ["m__cast_fp32", "s__cast_fp16"]
-    assert (plan.tensors["s"].dtype, plan.tensors["s"].storage) == (F32, "host")
-    x = x_issue()
-    res = sess.run({"x": x}, dump=True)
-    m = r16(x.astype(np.float32) @ w.astype(np.float32))
-    np.testing.assert_allclose(res.dumps["s"], softmax(res.dumps["m"].astype(np.float32)), rtol=1e-5, atol=1e-7)
-    assert_ulp(res.dumps["m"], m)
-    assert_ulp(res.outputs["y"], r16(softmax(m)).sum(1, keepdims=True))
-
 
 # ----------------------------------------------------------------------------- FP16 input, FP32 subgraph
-
-@pytest.mark.parametrize("mode,want,cast_list,stored", [
-    ("force_fp32", {"cx": "fp32", "mm": "fp32", "sq": "fp32"}, ["x__cast_fp32"],
-     {"xf": F32, "y": F32, "y16": F16}),
-    ("force_fp16", {"cx": "fp16", "mm": "fp16", "sq": "fp16"}, [], {"xf": F16, "y": F16, "y16": F16}),
-    ("must_keep_origin_dtype", {"cx": "fp32", "mm": "fp32", "sq": "fp16"}, [], {"xf": F32, "y": F32, "y16": F16}),
-    ("allow_mix_precision", {"cx": "fp16", "mm": "fp16", "sq": "fp16"}, [], {"xf": F16, "y": F16, "y16": F16}),
-    ("allow_fp32_to_fp16", {"cx": "fp32", "mm": "fp16", "sq": "fp16"}, ["x__cast_fp32", "xf__cast_fp16"],
-     {"xf": F32, "y": F16, "y16": F16}),
-])
-def test_mixed_model_plan(mode, want, cast_list, stored):
-    plan = session(mixed_model()[0], mode).plan
-    assert labels(plan) == want
-    assert casts(plan) == cast_list
-    assert dtypes(plan, ["x", *stored]) == {"x": F16, **stored}
-
-
-@pytest.mark.parametrize("mode", ["force_fp32", "force_fp16", "must_keep_origin_dtype", "allow_mix_precision",
-                                  "allow_fp32_to_fp16"])
-def test_mixed_model_numerics(mode):
-    model, w = mixed_model()
-    x = (np.random.default_rng(4).standard_normal((4, 64)) * 2).astype(np.float16)
-    res = session(model, mode).run({"x": x})
-    x32 = x.astype(np.float32)
-    assert res.outputs["y"].dtype == np.float32 and res.outputs["y16"].dtype == np.float16
-    assert_ulp(res.outputs["y16"], x32 * x32)  # Mul: FP32 compute, one FP16 rounding (declared float16)
-    if mode in ("force_fp32", "must_keep_origin_dtype"):  # FP32 MatMul on the exact cast of x
-        np.testing.assert_allclose(res.outputs["y"], x32 @ w, rtol=1e-5, atol=1e-5)
-    else:  # FP16 MatMul: FP16 weights, FP32 accumulation, output rounded once
-        assert_ulp(res.outputs["y"], x32 @ r16(w))
 
 
 # ----------------------------------------------------------------------------- Conv
@@ -226,27 +120,6 @@ def conv_ref(x, w, b):
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # [1, C, H, W, 3, 3]
     return np.einsum("nchwij,ocij->nohw", win, w.astype(np.float64)) + b.astype(np.float64)[None, :, None, None]
-
-
-@pytest.mark.parametrize("mode", ["force_fp32", "force_fp16", "must_keep_origin_dtype", "allow_mix_precision",
-                                  "allow_fp32_to_fp16"])
-def test_conv_model(mode):
-    model, w, b = conv_model()
-    sess = session(model, mode, fusion_level=0)  # unfused: every tensor of the model is a plan tensor
-    plan = sess.plan
-    prec = "fp32" if mode == "force_fp32" else "fp16"
-    assert labels(plan) == {"conv": prec, "relu": prec}
-    assert casts(plan) == (["x__cast_fp32"] if prec == "fp32" else [])
-    assert plan.tensors["c"].dtype == (F32 if prec == "fp32" else F16)
-    assert plan.tensors["y"].dtype == F16
-    x = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float16)
-    res = sess.run({"x": x}, dump=True)
-    c = conv_ref(x, w, b)
-    if prec == "fp32":
-        np.testing.assert_allclose(res.dumps["c"], c, rtol=1e-5, atol=1e-5)
-    else:
-        assert_ulp(res.dumps["c"], c)
-    assert_ulp(res.outputs["y"], np.maximum(c, 0))
 
 
 # ----------------------------------------------------------------------------- FP32 storage matters
@@ -261,47 +134,6 @@ def fp16_storage_result(x):
 def fp32_storage_result(x):
     """(x + 1024) - 1024 in float32 arithmetic, rounded once to the declared float16."""
     return r16((x.astype(np.float32) + np.float32(1024)) - np.float32(1024))
-
-
-@pytest.mark.parametrize("mode,cfg,fp32", [
-    ("force_fp32", {}, True),
-    ("force_fp16", {}, False),
-    ("must_keep_origin_dtype", {}, False),
-    ("allow_mix_precision", {}, False),
-    ("force_fp16", {"keep_dtype": ["add", "sub"]}, True),
-    ("allow_mix_precision", {"modify_mixlist": {"black-list": {"to-add": ["Add", "Sub"]}}}, True),
-])
-def test_fp32_storage_changes_the_result(mode, cfg, fp32):
-    x = X_STORAGE
-    sess = session(storage_model(), mode, **cfg)
-    assert sess.plan.tensors["a"].dtype == (F32 if fp32 else F16)
-    y = sess.run({"x": x}).outputs["y"]
-    assert y.dtype == np.float16
-    # FP32 storage of x + 1024 keeps x to ~1e-4; FP16 storage keeps only whole numbers
-    want = fp32_storage_result(x) if fp32 else fp16_storage_result(x)
-    np.testing.assert_array_equal(y.astype(np.float32), want)
-    assert np.abs(fp32_storage_result(x) - fp16_storage_result(x)).min() > 0.04  # the two really differ
-
-
-def test_fp16_origin_single_ops_run_natively():
-    """FP16 Add/Sub on FP16-origin tensors skip their boundary Casts (same numerics, tests/test_native_fp16.py)."""
-    sess = session(storage_model(), "force_fp16")
-    assert [ek.native_fp16 for ek in sess.runtime.kernels] == [True, True]
-
-
-def test_fp16_constant_attribute_widened_in_fp32_kernel():
-    """A float16 Constant node and Cast(to=float16) inside an FP32 kernel compute in FP32."""
-    nodes = [helper.make_node("Constant", [], ["k"], name="k",
-                              value=numpy_helper.from_array(np.array(1024.0, np.float16), "kv")),
-             helper.make_node("Cast", ["xi"], ["xh"], name="cast", to=TP.FLOAT16),
-             helper.make_node("Add", ["xh", "k"], ["a"], name="add"),
-             helper.make_node("Sub", ["a", "k"], ["y"], name="sub")]
-    model = make(nodes, [("xi", TP.FLOAT, [1, 8])], [("y", TP.FLOAT16, [1, 8])], {})
-    x = X_STORAGE.astype(np.float32)
-    y32 = session(model, "force_fp32").run({"xi": x}).outputs["y"]
-    y16 = session(model, "force_fp16").run({"xi": x}).outputs["y"]
-    np.testing.assert_array_equal(y32.astype(np.float32), fp32_storage_result(X_STORAGE))
-    np.testing.assert_array_equal(y16.astype(np.float32), fp16_storage_result(X_STORAGE))
 
 
 # ----------------------------------------------------------------------------- reporting
@@ -351,19 +183,6 @@ def test_result_rows_of_graph_inputs_name_their_storage_precision(tmp_path):
         assert rows and {r["TensorName"]: r["Precision"] for r in rows} == want
 
 
-@pytest.mark.parametrize("mode", ["force_fp16", "must_keep_origin_dtype", "force_fp32"])
-def test_conv_epilogue_of_an_fp16_model_is_fused(mode):
-    """Buffer fusion takes the Relu into the Conv's kernel on FP16-origin data too: one kernel, the Conv output
-    never stored, and the output rounded once (within 1 FP16 ulp of relu(conv) computed in float64)."""
-    model, w, b = conv_model()
-    sess = session(model, mode)
-    kernels = [k for k in sess.plan.kernels if k.fusion != "cast"]
-    assert [(k.fusion, k.nodes) for k in kernels] == [("ub", ["conv", "relu"])]
-    assert "c" not in sess.plan.tensors and sess.plan.tensors["y"].dtype == F16
-    x = np.random.default_rng(6).standard_normal((1, 3, 8, 8)).astype(np.float16)
-    assert_ulp(sess.run({"x": x}).outputs["y"], np.maximum(conv_ref(x, w, b), 0))
-
-
 def _activation_model(kind: str, dtype=TP.FLOAT16) -> onnx.ModelProto:
     """y = act(x) in its decomposed ONNX form, every tensor and constant in ``dtype``."""
     np_t = helper.tensor_dtype_to_np_dtype(dtype)
@@ -392,21 +211,3 @@ _ACT_REF = {"Gelu": lambda x: 0.5 * x * (1.0 + np.vectorize(__import__("math").e
             "HardSwish": lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0}
 
 
-@pytest.mark.parametrize("kind", sorted(_ACT_REF))
-@pytest.mark.parametrize("mode", ["force_fp16", "must_keep_origin_dtype", "allow_mix_precision"])
-def test_activation_of_an_fp16_model_is_graph_fused(kind, mode):
-    """The activation rules match FP16-origin regions too: one graph-fused kernel holding every node of the
-    decomposed formula, its output rounded once to FP16 (within 1 FP16 ulp of the function computed in float64
-    on the FP16 input; 1e-6 absolute where the FP32 formula cancels, GELU's 1 + erf(x) near -1, and the result is
-    an FP16 subnormal), as the same region of an FP32 model is fused."""
-    model = _activation_model(kind)
-    sess = Session(model, Config(precision_mode=mode, op_select_implmode="high_precision"))
-    kernels = [k for k in sess.plan.kernels if k.fusion != "cast"]
-    assert [(k.fusion, sorted(k.nodes)) for k in kernels] == \
-        [("graph", sorted(n.name for n in model.graph.node))], [(k.fusion, k.nodes) for k in kernels]
-    fp32 = Session(_activation_model(kind, TP.FLOAT), Config(precision_mode="force_fp32"))
-    assert [k.fusion for k in fp32.plan.kernels] == ["graph"]  # the same region fused in an FP32 model
-    x = np.random.default_rng(7).uniform(-6, 6, (4, 64)).astype(np.float16)
-    got = sess.run({"x": x}).outputs["y"]
-    assert got.dtype == np.float16
-    np.testing.assert_allclose(got.astype(np.float64), _ACT_REF[kind](x.astype(np.float64)), rtol=2.0**-10, atol=1e-6)

@@ -69,49 +69,6 @@ def _random_shared_model(rs):
     return m, decl, shared[0]
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_shared_symbol_given_two_sizes_is_refused_everywhere(seed):
-    rs = np.random.RandomState(seed)
-    m, decl, sym = _random_shared_model(rs)
-    size = {"s": int(rs.randint(2, 6)), "t": int(rs.randint(6, 9))}
-    good = {k: tuple(size[d] if isinstance(d, str) else d for d in v) for k, v in decl.items()}
-    # consistent sizes compile and run (independent check: Relu by numpy)
-    text = ";".join(f"{k}:{','.join(map(str, v))}" for k, v in good.items())
-    feeds = {k: rs.randn(*v).astype(np.float32) for k, v in good.items()}
-    from toolkit.engine import Session
-    out = Session(m, Config.from_dict({"input_shape": text, **FP32})).run(feeds).outputs
-    for k in decl:
-        np.testing.assert_array_equal(out[f"out_{k}"], np.maximum(feeds[k], 0))
-    # the last use of the shared symbol gets another size
-    holders = [k for k, v in decl.items() if sym in v]
-    first, last = holders[0], holders[-1]
-    bad = {k: list(v) for k, v in good.items()}
-    bad[last][max(i for i, d in enumerate(decl[last]) if d == sym)] = size[sym] + 1
-    text = ";".join(f"{k}:{','.join(map(str, v))}" for k, v in bad.items())
-    want = f"dim '{sym}' is {size[sym]} in {first} but {size[sym] + 1} in {last}; give every input the same size"
-    with pytest.raises(ConfigError, match=want) as exc:  # compile (input_shape / --input-shape)
-        compile_model(m, Config.from_dict({"input_shape": text}))
-    _one_line(exc)
-    with pytest.raises(InputError, match=want):  # data given by the user
-        check_input_shapes(m, {k: tuple(v) for k, v in bad.items()}, where="inputs", error=InputError)
-    # gears: -1 on every use of the symbol, one gear gives them two sizes -> refused before compiling anything
-    tmpl = ";".join(f"{k}:{','.join('-1' if d == sym else str(x) for d, x in zip(decl[k], good[k]))}"
-                    for k in decl)
-    n_slots = sum(d == sym for v in decl.values() for d in v)
-    ok = ",".join(["4"] * n_slots)
-    skew = ",".join(["5"] * (n_slots - 1) + ["6"])
-    with pytest.raises(ConfigError, match=f"dynamic_dims gear 2 '{skew}': dim '{sym}' is 5 in {first} but 6 in "
-                                          f"{last}") as exc:
-        GearSession(m, Config.from_dict({"input_shape": tmpl, "dynamic_dims": f"{ok};{skew}"}))
-    _one_line(exc)
-    gs = GearSession(m, Config.from_dict({"input_shape": tmpl, "dynamic_dims": f"{ok};{ok.replace('4', '8')}"}))
-    skewed = {k: np.zeros([3 if d == sym and k == last else 2 if d == sym else x for d, x in zip(decl[k], good[k])],
-                          np.float32) for k in decl}
-    with pytest.raises(InputError, match=f"dim '{sym}' is 2 in {first} but 3 in {last}"):
-        gs.run(skewed)
-    assert not gs.sessions
-
-
 def test_shared_dim_cli_paths(tmp_path):
     """The tester's cases: a gear giving x[1] and mask[1] (both 'seq') two sizes, and --input-shape doing the same,
     refused with exit 2 before anything compiles; mismatched data exit 1."""

@@ -54,77 +54,6 @@ def kernel(plan, node):
     return next(k for k in plan.kernels if node in k.nodes)
 
 
-# ------------------------------------------------------------------------------------- op_placement
-def test_cpu_op_by_type_runs_fp32_on_host_while_neighbours_stay_fp16():
-    sess = Session(mlp(), Config(op_placement={"Tanh": "CPU"}))
-    plan = sess.plan
-    assert [(kernel(plan, n).placement, kernel(plan, n).precision) for n in ("mm", "tanh", "mm2", "tanh2")] == \
-        [("NPU", "fp16"), ("CPU", "fp32"), ("NPU", "fp16"), ("CPU", "fp32")]
-    res = sess.run({"x": X}, dump=True)
-    assert res.dumps["a"].dtype == np.float16 and res.dumps["b"].dtype == np.float16  # NPU neighbours: FP16
-    # the host Tanh is onnxruntime's FP32 Tanh of what the NPU stored (FP16 'a', exactly widened)
-    for src, out in (("a", "t"), ("b", "y")):
-        want = ort_single("Tanh", res.dumps[src].astype(np.float32))
-        assert res.dumps[out].dtype == np.float32
-        np.testing.assert_array_equal(res.dumps[out], want)
-    np.testing.assert_array_equal(res.outputs["y"], res.dumps["y"])
-
-
-def test_node_name_entry_wins_over_op_type_entry():
-    plan = compile_model(mlp(), Config(op_placement={"Tanh": "CPU", "tanh2": "NPU"})).plan
-    assert (kernel(plan, "tanh").placement, kernel(plan, "tanh2").placement) == ("CPU", "NPU")
-    plan = compile_model(mlp(), Config(op_placement={"Tanh": "NPU", "tanh2": "CPU"})).plan
-    assert (kernel(plan, "tanh").placement, kernel(plan, "tanh2").placement) == ("NPU", "CPU")
-    sess = Session(mlp(), Config(op_placement={"Tanh": "NPU", "tanh2": "CPU"}))
-    res = sess.run({"x": X}, dump=True)
-    np.testing.assert_array_equal(res.outputs["y"], ort_single("Tanh", res.dumps["b"].astype(np.float32)))
-
-
-def test_fused_kernel_with_a_cpu_node_is_dissolved_and_logged():
-    plain = compile_model(mlp(), Config())
-    assert kernel(plain.plan, "mm").nodes == ["mm", "tanh"]  # buffer fusion took the Tanh epilogue
-    res = compile_model(mlp(), Config(op_placement={"tanh": "CPU"}))
-    assert kernel(res.plan, "mm").nodes == ["mm"] and kernel(res.plan, "tanh").placement == "CPU"
-    log = next(p for p in res.passes if p.name == "place_ops").log
-    assert any("dissolved" in ln and "tanh" in ln for ln in log)
-    assert any("tanh (Tanh): CPU, op_placement['tanh']" in ln for ln in log)
-
-
-def test_copies_are_plan_steps_in_order_with_their_tensors():
-    plan = compile_model(mlp(), Config(op_placement={"tanh": "CPU"})).plan
-    steps = [(k.op_type, k.inputs, k.outputs, k.placement) for k in plan.kernels]
-    assert steps == [
-        ("Cast", ["x"], ["x__cast_fp16"], "NPU"),
-        ("MatMul", ["x__cast_fp16"], ["a"], "NPU"),
-        ("Cast", ["a"], ["a__cast_fp32"], "NPU"),                     # CPU kernels read FP32
-        ("MemcpyD2H", ["a__cast_fp32"], ["a__cast_fp32::d2h"], "CPU"),
-        ("Tanh", ["a__cast_fp32::d2h"], ["t"], "CPU"),
-        ("MemcpyH2D", ["t"], ["t::h2d"], "NPU"),
-        ("Cast", ["t::h2d"], ["t__cast_fp16"], "NPU"),
-        ("MatMul+Tanh", ["t__cast_fp16"], ["y"], "NPU")]                # mm2 + tanh2 stay fused
-    copies = [k for k in plan.kernels if k.fusion == "copy"]
-    assert [(k.cast_of, k.precision, k.op_class) for k in copies] == [("a", "fp32", "data_movement"),
-                                                                     ("t", "fp32", "data_movement")]
-    st = {n: plan.tensors[n].storage for n in ("a__cast_fp32", "a__cast_fp32::d2h", "t", "t::h2d", "y")}
-    assert st == {"a__cast_fp32": "arena", "a__cast_fp32::d2h": "host", "t": "host", "t::h2d": "arena",
-                  "y": "arena"}
-    assert plan.tensors["t"].nbytes == 4 * 16 * 4 and plan.tensors["t"].offset == -1
-    assert plan.placement_counts() == {"NPU": 5, "CPU": 1, "MemcpyH2D": 1, "MemcpyD2H": 1}
-
-
-def test_one_copy_per_tensor_shared_by_all_readers():
-    m = make_model([N("Exp", ["x"], ["e"], "exp"), N("Neg", ["e"], ["n1"], "n1"), N("Abs", ["e"], ["n2"], "n2"),
-                    N("Add", ["n1", "n2"], ["y"], "add")], [("x", [4, 16])], ["y"])
-    cfg = Config(precision_mode="force_fp32", fusion_level=0, op_placement={"Exp": "CPU"})
-    plan = compile_model(m, cfg).plan
-    h2d = [k for k in plan.kernels if k.op_type == "MemcpyH2D"]
-    assert [(k.inputs, k.outputs) for k in h2d] == [(["e"], ["e::h2d"])]
-    assert kernel(plan, "n1").inputs == kernel(plan, "n2").inputs == ["e::h2d"]
-    out = Session(m, cfg).run({"x": X}).outputs["y"]
-    e = np.exp(X)
-    np.testing.assert_allclose(out, -e + np.abs(e), rtol=1e-6)
-
-
 # ------------------------------------------------------------------------------------- comparison
 def test_layer_comparison_finds_every_tensor_with_cpu_ops():
     model = mlp()
@@ -172,40 +101,6 @@ def nonzero_model():
                       [("x", [4, 16])], [("y", TensorProto.INT64)])
 
 
-@pytest.mark.parametrize("asked", [{}, {"NonZero": "NPU"}, {"nz": "NPU"}])
-def test_unsupported_op_falls_back_to_cpu_with_a_finding(asked):
-    res = compile_model(nonzero_model(), Config(op_placement=asked))
-    assert kernel(res.plan, "nz").placement == "CPU" and kernel(res.plan, "nz").precision == "fp32"
-    found = [f for f in res.findings if f.kind == "cpu_fallback"]
-    assert [(f.severity, f.subject, f.evidence["op_type"]) for f in found] == [("warning", "nz", "NonZero")]
-    assert found[0].evidence["reason"] == UNSUPPORTED["NonZero"].reason
-    assert found[0].evidence.get("requested") == (next(iter(asked.values())) if asked else None)
-    # NonZero's output has a data-dependent shape: host memory, then a dynamic device tensor after the copy
-    assert (res.plan.tensors["nz"].storage, res.plan.tensors["nz::h2d"].storage) == ("host", "dynamic")
-    out = Session(nonzero_model(), Config(op_placement=asked)).run({"x": X}).outputs["y"]
-    np.testing.assert_array_equal(out, np.argwhere(np.maximum(X, 0)))
-
-
-def test_unknown_op_placement_name_is_refused_at_compile_time():
-    with pytest.raises(ConfigError) as err:
-        compile_model(mlp(), Config(op_placement={"tanhh": "CPU"}))
-    msg = str(err.value)
-    assert "'tanhh'" in msg and "did you mean 'tanh" in msg and "\n" not in msg
-    # an ONNX op type the model does not use is accepted and logged
-    res = compile_model(mlp(), Config(op_placement={"Softmax": "CPU"}))
-    assert any("'Softmax' matches no node" in ln for ln in next(p for p in res.passes if p.name == "place_ops").log)
-
-
-def test_recompile_changes_placement_without_a_full_compile():
-    base = compile_model(mlp(), Config())
-    cfg = Config(op_placement={"Tanh": "CPU"})
-    again = recompile_precision(base, cfg)
-    fresh = compile_model(mlp(), cfg)
-    assert [(k.name, k.placement, k.precision, k.inputs) for k in again.plan.kernels] == \
-        [(k.name, k.placement, k.precision, k.inputs) for k in fresh.plan.kernels]
-    assert recompile_precision(again, Config()).plan.placement_counts()["CPU"] == 0
-
-
 # ------------------------------------------------------------------------------------- memory
 def stream_model():
     """exp's output is copied to the host for the CPU tanh; neg/abs run on the NPU meanwhile; 'use' reads the
@@ -244,21 +139,3 @@ def test_d2h_source_is_held_until_the_npu_stream_syncs():
     assert ("neg", "e", "MemcpyD2H_e") in {(e.writer, e.tensor, e.reader) for e in events}
 
 
-# ------------------------------------------------------------------------------------- all on the host
-def test_force_fp32_with_every_op_on_cpu_equals_onnxruntime():
-    r = np.random.default_rng(13)
-    m = make_model([N("MatMul", ["x", "W"], ["a"], "mm"), N("Add", ["a", "B"], ["b"], "add"),
-                    N("Relu", ["b"], ["r"], "relu"), N("Reshape", ["r", "S"], ["s"], "reshape"),
-                    N("Softmax", ["s"], ["sm"], "softmax", axis=-1), N("ReduceSum", ["sm", "AX"], ["y"], "rsum")],
-                   [("x", [4, 16])], ["y"],
-                   {"W": (r.standard_normal((16, 16)) * 0.3).astype(np.float32),
-                    "B": r.standard_normal(16).astype(np.float32), "S": np.array([8, 8], np.int64),
-                    "AX": np.array([1], np.int64)})
-    every = {op: "CPU" for op in ("MatMul", "Add", "Relu", "Reshape", "Softmax", "ReduceSum")}
-    sess = Session(m, Config(precision_mode="force_fp32", op_placement=every))
-    assert {k.placement for k in sess.plan.kernels if k.fusion != "copy"} == {"CPU"}
-    assert [k.op_type for k in sess.plan.kernels if k.fusion == "copy"] == ["MemcpyD2H"]  # only the graph input
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    want = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
-    np.testing.assert_allclose(sess.run({"x": X}).outputs["y"], want, rtol=1e-6, atol=1e-7)
