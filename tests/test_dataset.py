@@ -616,25 +616,6 @@ def test_unreadable_entries_are_error_rows(case, tmp_path, jobs):
     assert (table.loc[["in000.npz", "in001.npz", "link.npz"], "Status"] == "ok").all()
 
 
-# -------------------------------------------------------------------------------------- NPUSCOPE_THREADS
-@pytest.mark.parametrize("value, expected", [(None, 0), ("", 0), ("0", 0), ("3", 3), (" 2 ", 2), ("abc", None),
-                                             ("-2", None), ("1.5", None), ("+3", None), ("\u0663", None)])
-def test_npuscope_threads_is_a_non_negative_integer(monkeypatch, value, expected):
-    from toolkit.errors import ConfigError
-    from toolkit.runtime.ort_env import intra_op_threads
-
-    if value is None:
-        monkeypatch.delenv("NPUSCOPE_THREADS", raising=False)
-    else:
-        monkeypatch.setenv("NPUSCOPE_THREADS", value)
-    if expected is None:
-        with pytest.raises(ConfigError, match="NPUSCOPE_THREADS=.*non-negative integer") as err:
-            intra_op_threads()
-        assert err.value.exit_code == 2 and "\n" not in str(err.value)
-    else:
-        assert intra_op_threads() == expected
-
-
 @pytest.mark.parametrize("value", ["abc", "-2"])
 def test_bad_npuscope_threads_is_one_line_in_single_mode(case, tmp_path, value):
     proc = subprocess.run([sys.executable, "-m", "toolkit", "compare", str(case["model"]), "--inputs",

@@ -34,13 +34,6 @@ def too_big() -> int:
     return total // 4 + 1  # float32 elements: the constant alone is the machine's whole memory
 
 
-def test_runtime_refuses_an_arena_larger_than_the_machine(too_big):
-    plan = compile_model(huge_model(too_big)).plan
-    assert plan.arena_bytes >= too_big * 4  # the plan really holds the constant
-    with pytest.raises(ModelError, match=r"arena needs .* more than 80% of this machine's .*'big'"):
-        NpuRuntime(compile_model(huge_model(too_big)))
-
-
 def test_memcheck_with_a_plan_file_gives_a_one_line_error(tmp_path, too_big):
     onnx.save(huge_model(too_big), tmp_path / "m.onnx")
     out = subprocess.run([sys.executable, "-m", "toolkit", "compile", str(tmp_path / "m.onnx"), "--out",
@@ -54,6 +47,3 @@ def test_memcheck_with_a_plan_file_gives_a_one_line_error(tmp_path, too_big):
     assert "arena needs" in res.stderr and not (tmp_path / "mc").exists()
 
 
-def test_a_small_model_still_runs():
-    y = NpuRuntime(compile_model(huge_model(8))).run({"x": np.ones((1, 4), np.float32)}).outputs["y"]
-    np.testing.assert_allclose(y, np.ones((1, 4)) * 0 + 1)  # ConstantOfShape's default value is 0

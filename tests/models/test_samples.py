@@ -15,7 +15,7 @@ from onnx import numpy_helper
 from toolkit import samples
 from toolkit.errors import UserError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _session(path: Path) -> ort.InferenceSession:
