@@ -211,23 +211,3 @@ def test_quiet_and_verbose_together_is_a_usage_error():
     assert proc.returncode == 2 and "-q" in error_line(proc) and "-v" in error_line(proc)
 
 
-# ------------------------------------------------------------------------------------ 7. cache warning once
-def test_unwritable_cache_warns_once_per_process(tmp_path, caplog):
-    from toolkit.cache import store
-
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    root = blocker / "cache"  # under a file: every write fails with NotADirectoryError
-    store._UNWRITABLE_WARNED.discard(str(root))
-    with caplog.at_level(logging.WARNING, logger="npuscope.cache"):
-        logging.getLogger("npuscope").propagate = True
-        try:
-            for i in range(3):  # three stores, as compile, kernel and bundle caches open in one command
-                s = store.EntryStore(root, limit=10**9)
-                s.put("ns", f"{i:064x}", {"i": i}, b"payload")
-                s.put("ns", f"{i + 10:064x}", {"i": i}, b"payload")
-            store.flush()
-        finally:
-            logging.getLogger("npuscope").propagate = False
-    hits = [r for r in caplog.records if "is not writable" in r.getMessage()]
-    assert len(hits) == 1

@@ -299,32 +299,6 @@ def _reachable(root) -> bool:
     return bundles <= compiles
 
 
-def test_eviction_takes_a_compile_entrys_bundle_with_it(tmp_path):
-    s = EntryStore(tmp_path, limit=10**9)
-    a, b, k1, k2 = (ch * 64 for ch in "abcd")
-    sizes = {("compile", a): _put(s, "compile", a, 100, 1000), ("kernel", k1): _put(s, "kernel", k1, 100, 1001),
-             ("bundle", a): _put(s, "bundle", a, 3000, 1005), ("compile", b): _put(s, "compile", b, 100, 1010),
-             ("bundle", b): _put(s, "bundle", b, 3000, 1011), ("kernel", k2): _put(s, "kernel", k2, 100, 1012)}
-    total = sum(sizes.values())
-    s.limit = total - 1  # the oldest entry (compile/a) must go, and its bundle with it
-    assert s.evict() == 2
-    left = {k for k in sizes if s.path(*k).exists()}
-    assert left == set(sizes) - {("compile", a), ("bundle", a)}
-    assert _reachable(tmp_path)
-
-
-def test_orphan_bundle_goes_first_then_lru(tmp_path):
-    s = EntryStore(tmp_path, limit=10**9)
-    a, c, k1 = (ch * 64 for ch in "ace")
-    sizes = {("kernel", k1): _put(s, "kernel", k1, 100, 1000), ("compile", a): _put(s, "compile", a, 100, 1001),
-             ("bundle", a): _put(s, "bundle", a, 100, 1002), ("bundle", c): _put(s, "bundle", c, 100, 1003)}
-    s.limit = sum(sizes.values()) - 1  # one entry must go: the orphan (newest) instead of the LRU kernel
-    assert s.evict() == 1
-    assert not s.path("bundle", c).exists() and s.path("kernel", k1).exists() and _reachable(tmp_path)
-    s.limit = sizes[("compile", a)] + sizes[("bundle", a)]  # now plain LRU: the kernel (oldest) goes
-    assert s.evict() == 1 and not s.path("kernel", k1).exists() and s.path("compile", a).exists()
-
-
 def test_cli_run_with_small_cache_limit_keeps_only_reachable_bundles(tmp_path):
     env = {**os.environ, "NPUSCOPE_COMPILE_CACHE": str(tmp_path / "cc"), "NPUSCOPE_COMPILE_CACHE_MODE": "enable",
            "NPUSCOPE_COMPILE_CACHE_MAX_BYTES": "300000"}

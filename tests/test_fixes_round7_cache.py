@@ -31,31 +31,6 @@ def _swap(a, b):
     os.replace(tmp, b)
 
 
-@pytest.mark.parametrize("ns", ["compile", "bundle", "kernel", "family"])
-def test_an_entry_under_another_key_is_refused(tmp_path, caplog, ns):
-    c = cfg(tmp_path)
-    a, b = make_model(), make_model(w1=W1 * -2.0, alpha=0.4)  # two models of one structure
-    sa, sb = (1, 3, 8, 8), ((1, 3, 16, 16) if ns == "family" else (1, 3, 8, 8))  # families differ by shape
-    build(a, c, sa)
-    build(b, c, sb)
-    files = sorted((tmp_path / LAYOUT / ns).iterdir())
-    assert len(files) >= 2
-    # the namespace must be read: kernel entries are read when no bundle serves the compile, family entries when
-    # the exact compile entry misses
-    for gone in {"kernel": ["bundle"], "family": ["compile", "bundle"]}.get(ns, []):
-        for f in (tmp_path / LAYOUT / gone).iterdir():
-            f.unlink()
-    for f in files:  # every entry names itself
-        assert unpack(f.read_bytes())[0][store.ENTRY_FIELD] == f"{ns}/{f.name}"
-    _swap(files[0], files[1])
-    with caplog.at_level(logging.WARNING, logger="npuscope.cache"):
-        got_a, rt_a = build(a, c, sa)
-        got_b, rt_b = build(b, c, sb)
-    assert any("not the entry of this key" in r.getMessage() for r in caplog.records)
-    np.testing.assert_array_equal(run(rt_a, sa), run(fresh(a, c, sa)[1], sa))
-    np.testing.assert_array_equal(run(rt_b, sb), run(fresh(b, c, sb)[1], sb))
-
-
 CLI = [sys.executable, "-m", "toolkit", "run", "resnet_small"]  # compiles and builds kernels: every namespace
 
 
