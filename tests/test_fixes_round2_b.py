@@ -77,30 +77,6 @@ def resnet():
     return build_resnet_small()
 
 
-@pytest.mark.parametrize("name", sorted(LOADERS))
-def test_loader_failures_are_input_errors_naming_script_and_function(tmp_path, resnet, name):
-    from toolkit.precision.feeds import load_feed_sets
-
-    text, fn, expect = LOADERS[name]
-    (tmp_path / name).write_text(text)
-    spec = str(tmp_path / name) + (f":{fn}" if fn != "inputs" else "")
-    with pytest.raises(InputError) as exc:
-        load_feed_sets(resnet, None, spec)
-    msg = str(exc.value)
-    assert "\n" not in msg and name in msg and f"{fn}()" in msg and expect in msg
-
-
-def test_loader_good_generator_gives_its_feeds(tmp_path, resnet):
-    from toolkit.precision.feeds import load_feed_sets
-
-    (tmp_path / "ok.py").write_text("import numpy as np\ndef make():\n    for k in range(3):\n"
-                                   "        yield {'x': np.full((1, 3, 32, 32), k, np.float32)}\n")
-    sets = load_feed_sets(resnet, None, str(tmp_path / "ok.py") + ":make")
-    assert [lbl for lbl, _ in sets] == ["ok.py[0]", "ok.py[1]", "ok.py[2]"]
-    for k, (_, feed) in enumerate(sets):
-        np.testing.assert_array_equal(feed["x"], np.full((1, 3, 32, 32), k, np.float32))
-
-
 @pytest.mark.parametrize("name", ["l_int.py", "l_gen.py", "l_arg.py"])
 def test_cli_tune_loader_failures_exit_1(tmp_path, name):
     text, fn, expect = LOADERS[name]
@@ -113,18 +89,6 @@ def test_cli_tune_loader_failures_exit_1(tmp_path, name):
 # ------------------------------------------------------------------ 3. tune: never met, printed values
 def _fake_tuner(trials: dict):
     return SimpleNamespace(cache={k: SimpleNamespace(met=met, rows=rows) for k, (met, rows) in trials.items()})
-
-
-def test_without_it_is_not_claimed_when_the_set_fails_too():
-    from toolkit.precision.tune import NOT_MET_WITH_IT, _without_it
-
-    fail = [{"Failed": "CosineSimilarity>=1.0"}]
-    tuner = _fake_tuner({("a", "b"): (False, fail), ("b",): (False, fail)})
-    assert _without_it(["a", "b"], "a", tuner) == NOT_MET_WITH_IT
-    tuner = _fake_tuner({("a", "b"): (True, []), ("b",): (False, fail), ("a",): (True, [])})
-    assert _without_it(["a", "b"], "a", tuner) == "fails CosineSimilarity>=1.0"
-    assert _without_it(["a", "b"], "b", tuner) == "met"
-    assert _without_it(["a", "b", "c"], "c", _fake_tuner({})) == "not tried"
 
 
 def test_cli_tune_unmet_target_prints_distinguishable_values(tmp_path):

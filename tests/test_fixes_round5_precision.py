@@ -120,29 +120,6 @@ def test_overflow_of_the_value_itself_keeps_the_keep_dtype_advice(tmp_path):
     assert "keep 'mul' in FP32 (keep_dtype)" in f["recommendation"]
 
 
-def test_accumulation_overflow_needs_an_fp16_accumulating_kernel_and_a_sum_past_65504():
-    from types import SimpleNamespace
-
-    from toolkit.compare.advisor import accumulation_overflow
-
-    k = SimpleNamespace(name="rm", precision="fp16", implmode="high_performance", fusion="none", exec_nodes=["rm"],
-                        nodes=["rm"])
-    row = {"Kernel": "rm", "OpType": "ReduceMean", "NodeName": "rm", "GoldenAbsMax": 50.0}
-    # without the reference inputs (compare-dumps) the kernel kind alone is the evidence
-    assert accumulation_overflow(row, {"rm": k}) == {"op_type": "ReduceMean", "implmode": "high_performance",
-                                                     "partial_sum_absmax": None}
-    hp = SimpleNamespace(**{**vars(k), "implmode": "high_precision"})
-    assert accumulation_overflow(row, {"rm": hp}) is None
-    assert accumulation_overflow({**row, "GoldenAbsMax": 7e4}, {"rm": k}) is None  # the value itself overflows
-    m = _model([helper.make_node("ReduceMean", ["x"], ["y"], name="rm", axes=[1], keepdims=1)],
-               [("x", [ROWS, N])], [("y", [ROWS, 1])])
-    small = np.full((ROWS, N), 0.01, np.float32)  # sum 40.96: no FP16 accumulation overflow
-    assert accumulation_overflow(row, {"rm": k}, m, {"x": small}) is None
-    big = np.random.default_rng(8).uniform(0, 100, (ROWS, N)).astype(np.float32)
-    got = accumulation_overflow(row, {"rm": k}, m, {"x": big})
-    assert got["partial_sum_absmax"] == pytest.approx(big.astype(np.float64).sum(1).max(), rel=1e-9)
-
-
 # =========================================================================== 2. FP16 constants, by effect
 def _f16(v) -> np.ndarray:
     with np.errstate(over="ignore"):
@@ -236,50 +213,5 @@ def _target_met(model, feed, cfg):
 
 
 TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
-
-
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_tune_keeps_the_add_not_the_matmul():
-    from toolkit.precision.tune import tune
-
-    model, feed, _ = _smoff()
-    cfg = Config(fusion_level=0)
-    assert not _target_met(model, feed, cfg)
-    # both single-node sets meet the target; only the Add leaves every MatMul FLOP in FP16
-    assert _target_met(model, feed, Config(fusion_level=0, keep_dtype=["offset"]))
-    assert _target_met(model, feed, Config(fusion_level=0, keep_dtype=["proj"]))
-    res = tune(model, [("x", feed)], cfg, TARGET)
-    assert res.met and res.chosen == ["offset"], res.log
-    assert res.coverage_after["flops_fp16_share"] == 1.0
-    assert _target_met(model, feed, res.config)
-
-
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_tune_keeps_the_matmul_when_its_own_output_overflows():
-    from toolkit.precision.tune import tune
-
-    model, feed, W = _smoff(w_scale=20000.0, seed=1)
-    logits = feed["x"].astype(np.float64) @ W.astype(np.float64)
-    assert np.abs(logits).max() > FP16_MAX  # the product itself does not fit FP16: only FP32 'proj' helps
-    assert not _target_met(model, feed, Config(fusion_level=0, keep_dtype=["offset"]))
-    res = tune(model, [("x", feed)], Config(fusion_level=0), TARGET)
-    assert res.met and "proj" in res.chosen and "offset" not in res.chosen, res.log
-    assert _target_met(model, feed, res.config)
-
-
-def test_search_cheapest_prefers_zero_cube_flops_then_replaces_a_cube_node():
-    from toolkit.precision.tune import search_cheapest
-
-    cost = {"mm": 1e6, "add": 0.0, "mm2": 1e6, "mul": 0.0}
-    # the MatMul alone or the two vector ops together meet the target: the vector pair costs no cube FLOPs
-    meets = lambda k: "mm" in k or {"add", "mul"} <= set(k)  # noqa: E731
-    chosen, ok = search_cheapest(["mm", "add", "mul"], meets, [], cost)
-    assert ok and sorted(chosen) == ["add", "mul"]
-    # 'mm2' is needed; 'mm' can be replaced by its neighbour 'add' (0 cube FLOPs) once 'mm2' is there
-    meets = lambda k: "mm2" in k and ("mm" in k or "add" in k)  # noqa: E731
-    log: list[str] = []
-    chosen, ok = search_cheapest(["mm", "mm2", "add"], meets, log, cost, {"mm": ["add"], "mm2": []})
-    assert ok and sorted(chosen) == ["add", "mm2"], log
-    assert search_cheapest(["mm", "add"], lambda k: False, [], cost)[1] is False
 
 

@@ -335,29 +335,3 @@ def _k(name, nodes, inputs, outputs, internal=(), precision="fp16"):
                            implmode="high_precision", fusion="ub", exec_nodes=None, rule="SomeFusion")
 
 
-def test_overflow_site_inside_a_fused_kernel_and_inside_the_computation():
-    from toolkit.compare.advisor import overflow_finding as finding
-    from toolkit.compare.advisor import overflow_site
-
-    x = np.array([[2.0, 3.0]], np.float32)
-    up = x * np.float32(4e4)  # on chip, past 65504
-    y = up * np.float32(1e-4)
-    values = {"x": x, "up": up, "y": y}
-    fused = _k("k", ["mul_up", "mul_down"], ["x"], ["y"], internal=["up"])
-    plan = _fake([fused], {"x": "float32", "y": "float16"}, ["x"])
-    df = pd.DataFrame([{"TensorName": "up", "NodeName": "mul_up", "OpType": "Mul", "Kernel": "k", "GoldenAbsMax": float(up.max())},
-                       {"TensorName": "y", "NodeName": "mul_down", "OpType": "Mul", "Kernel": "k", "GoldenAbsMax": float(y.max()),
-                        "OverFlow": True}])
-    r = df.iloc[1]
-    site = overflow_site(r, plan, df, values)
-    assert (site["where"], site["tensor"], site["producer"]) == ("intermediate", "up", "mul_up")
-    assert site["golden_absmax"] == pytest.approx(float(np.abs(up).max()))
-    f = finding(r, {"k": fused}, plan=plan, df=df, values=values)
-    assert "intermediate 'up'" in f.recommendation and shown(float(up.max())) in f.recommendation
-    assert f.evidence["keep_dtype"] == ["mul_up"]  # a keep_dtype node keeps its whole kernel in FP32
-    # nothing past 65504 anywhere: the overflow is inside the computation, and the text does not claim a value
-    small = {"x": x, "up": x * np.float32(2), "y": x}
-    site = overflow_site(r, plan, df.assign(GoldenAbsMax=[6.0, 3.0]), small)
-    assert site["where"] == "computation" and site["golden_absmax"] == pytest.approx(3.0)
-    f = finding(r, {"k": fused}, plan=plan, df=df.assign(GoldenAbsMax=[6.0, 3.0]), values=small)
-    assert "no reference value it reads or writes passes FP16 max" in f.recommendation

@@ -157,27 +157,6 @@ def test_cli_compare_passes_string_and_int4_outputs(tmp_path):
         assert json.loads((tmp_path / f"o{name}" / "summary.json").read_text())["verdict"] == "PASS"
 
 
-def test_compare_tensors_text_and_subbyte_kinds():
-    words = np.array(["a", "bb", "ç"], dtype=object)
-    assert compare_tensors(words, np.array(["a", "bb", "ç"]))["ExactMatchRate"] == 1.0  # object vs <U
-    assert compare_tensors(np.array([b"a", b"bb"]), np.array(["a", "bb"], dtype=object))["ExactMatchRate"] == 1.0
-    row = compare_tensors(words, np.array(["a", "b", "ç"], dtype=object))
-    assert row["ExactMatchRate"] == 2 / 3 and row["Abnormal"]
-    mixed = compare_tensors(np.array(["1", "2"], dtype=object), np.array([1, 2]))
-    assert mixed["CompareFailReason"].startswith("dtype class mismatch") and "text" in mixed["CompareFailReason"]
-    odd = compare_tensors(np.array([{}, 1], dtype=object), np.array([{}, 1], dtype=object))
-    assert odd["CompareFailReason"].startswith("unsupported dtype")
-    i4 = np.array([-8, 7, 0, -1], ml_dtypes.int4)
-    assert compare_tensors(i4, i4.copy())["ExactMatchRate"] == 1.0
-    assert compare_tensors(i4, np.array([-8, 7, 0, -1], np.int8))["ExactMatchRate"] == 1.0
-    assert compare_tensors(i4, np.array([-8, 7, 0, 1], ml_dtypes.int4))["ExactMatchRate"] == 0.75
-    u2 = np.array([0, 1, 2, 3], ml_dtypes.uint2)
-    assert compare_tensors(u2, np.array([0, 1, 2, 2], ml_dtypes.uint2))["ExactMatchRate"] == 0.75
-    bf = np.array([1.0, 2.0, 3.0], ml_dtypes.bfloat16)
-    row = compare_tensors(bf, np.array([1.0, 2.0, 3.0], np.float32))
-    assert row["CosineSimilarity"] == 1.0 and row["MaxAbsoluteError"] == 0.0
-
-
 # ------------------------------------------------------------------------------------------ 2. array files
 def _reference_output(name: str) -> np.ndarray:
     return _ort_runs(CPU_MODELS[name])
@@ -241,29 +220,6 @@ def _bf16_input_model() -> onnx.ModelProto:
                         [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])])
 
 
-@pytest.mark.parametrize("name", ["STRING", "BFLOAT16", "INT4"])
-def test_repro_files_read_back_and_feed_the_reproducer(name, tmp_path):
-    from toolkit.compare.repro import write_repro
-    from toolkit.inputs.npz import load_npz
-    from toolkit.inputs.spec import input_specs
-    from toolkit.runtime.reference import ReferenceRunner
-
-    model = CPU_MODELS[name]
-    feeds = {"x": FEED}
-    golden = ReferenceRunner(model).run(feeds)
-    golden.update(feeds)
-    last = model.graph.node[-1].name
-    folder = write_repro(model, [last], golden, Config().to_dict(), tmp_path / "repro")
-    sub = onnx.load(folder / "model.onnx")
-    for fname in ("inputs.npz", "expected.npz"):
-        with np.load(folder / fname, allow_pickle=False) as z:
-            assert all(z[k].dtype.kind in "biufU" for k in z.files)
-    loaded = load_npz(folder / "inputs.npz", input_specs(sub))
-    for k, v in loaded.items():
-        ref = np.asarray(golden[k])
-        assert v.dtype == ref.dtype and v.tolist() == ref.tolist()
-
-
 def test_dataset_store_results_read_back_without_pickle(tmp_path):
     from toolkit.dataset.store import Store
     from toolkit.dataset.worker import COLUMNS, Record
@@ -309,59 +265,6 @@ def _row(name, within, crossed, abnormal=False):
     return {"TensorName": name, "OpType": "Mul", "Abnormal": abnormal, "OverFlow": False, "CompareFailReason": "",
             "WithinExpectedNoise": within, "AbnormalMetrics": crossed, "CosineSimilarity": 1.0,
             "RelativeEuclideanDistance": 0.0, "GoldenNaN": 0, "GoldenInf": 0}
-
-
-def test_verdict_names_default_lines_crossed_within_noise():
-    from toolkit.compare.metrics import resolve_thresholds
-    from toolkit.diagnose import _verdict
-
-    df = pd.DataFrame([_row("a", True, ["RootMeanSquareError"]), _row("b", True, []),
-                       _row("y", True, ["RootMeanSquareError", "RelativeEuclideanDistance"]),
-                       _row("c", None, [])])
-    verdict, reasons = _verdict(df, ["y"], [], "none", [], lines=resolve_thresholds(None))
-    assert verdict == "PASS"
-    assert "2 tensor(s) cross a default line within the expected FP16 noise (listed in AbnormalMetrics)" in reasons
-    assert not any("every compared tensor within the abnormal lines" in r for r in reasons)
-    # a line the user set is no default: not counted (such a row is abnormal: compare_tensors)
-    user = parse_thresholds("RootMeanSquareError>1")
-    df2 = pd.DataFrame([_row("a", True, ["RootMeanSquareError"], abnormal=True), _row("y", True, [])])
-    verdict, reasons = _verdict(df2, ["y"], [], "none", [], lines=user)
-    assert verdict == "WARN" and not any("expected FP16 noise" in r for r in reasons)
-    clean = pd.DataFrame([_row("y", True, [])])
-    assert _verdict(clean, ["y"], [], "none", [])[1] == [
-        "every compared tensor within the abnormal lines; outputs and task checks hold"]
-
-
-def test_diagnose_reports_fp16_rounding_over_the_default_rmse_line(tmp_path):
-    """Values around 2e4-3e4 rounded to FP16 (step 16) give an RMSE > 1 (the default line) within the
-    elementwise noise allowance: PASS, and the reasons say so."""
-    from toolkit.diagnose import diagnose, prepare
-
-    model = _graph_model([helper.make_node("Mul", ["x", "one"], ["y"], name="mul")],
-                         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [256])],
-                         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])])
-    model.graph.initializer.append(helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]))
-    path = _save(model, tmp_path)
-    x = np.random.default_rng(1).uniform(2e4, 3e4, 256).astype(np.float32)
-    np.savez(tmp_path / "in.npz", x=x)
-    rmse = float(np.sqrt(np.mean((x.astype(np.float16).astype(np.float64) - x.astype(np.float64)) ** 2)))
-    assert rmse > 1.0  # the default RootMeanSquareError line is crossed by FP16 rounding alone
-    diag, _ = diagnose(prepare(str(path), inputs=str(tmp_path / "in.npz")), Config(precision_mode="force_fp16"))
-    row = diag.table.set_index("TensorName").loc["y"]
-    assert row["WithinExpectedNoise"] is True and "RootMeanSquareError" in row["AbnormalMetrics"]
-    assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
-    assert any(r.startswith("1 tensor(s) cross a default line within the expected FP16 noise")
-               for r in diag.summary["reasons"]), diag.summary["reasons"]
-
-
-def test_line_origins_tell_user_lines_from_defaults():
-    assert set(line_origins(None).values()) == {"default"}
-    lines = parse_thresholds("CosineSimilarity<0.99,MaxAbsoluteError>1e-3,RootMeanSquareError=off")
-    origins = line_origins(lines)
-    assert origins["CosineSimilarity"] == "user"  # named, even at the default value
-    assert origins["MaxAbsoluteError"] == "user" and origins["RootMeanSquareError"] == "removed"
-    assert origins["RelativeEuclideanDistance"] == "default" and origins["ExactMatchRate"] == "default"
-    assert line_origins({"CosineSimilarity": 0.999})["CosineSimilarity"] == "user"  # another value
 
 
 def _sequence_model(path, ragged: bool):

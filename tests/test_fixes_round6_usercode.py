@@ -239,15 +239,6 @@ LIB_HOOKS = {"task check call": _hook_run_check, "task module import": _hook_loa
              "profile --pre import": _hook_profile_import, "feed value conversion": _hook_array_conversion}
 
 
-def test_loader_raising_an_exception_mid_iteration_is_an_input_error(tmp_path):
-    from toolkit.precision.feeds import load_feed_sets
-
-    (tmp_path / "l.py").write_text("import numpy as np\ndef inputs():\n    yield {'x': np.zeros((4, 8), np.float32)}\n"
-                                   "    raise ValueError('late')\n")
-    with pytest.raises(InputError, match=r"inputs\(\) raised ValueError: late while producing set 1"):
-        load_feed_sets(onnx.load(_m1(tmp_path / "m.onnx")), None, str(tmp_path / "l.py"))
-
-
 # =========================================================================== 2. no silent cap on input sets
 N_SETS = 70
 
@@ -290,15 +281,6 @@ def test_cli_tune_never_ending_loader_is_refused_not_cut(m1):
     assert "gives more than 5 input sets" in line and "--max-inputs" in line
 
 
-def test_loader_with_exactly_max_sets_gives_them_all(tmp_path):
-    from toolkit.precision.feeds import load_feed_sets
-
-    (tmp_path / "l.py").write_text("import numpy as np\ndef inputs():\n"
-                                   "    for i in range(5):\n        yield {'x': np.full((4, 8), i, np.float32)}\n")
-    sets = load_feed_sets(onnx.load(_m1(tmp_path / "m.onnx")), None, str(tmp_path / "l.py"), max_sets=5)
-    assert [float(f["x"][0, 0]) for _, f in sets] == [0.0, 1.0, 2.0, 3.0, 4.0]
-
-
 @pytest.mark.parametrize("cmd", [["run"], ["memcheck", "--no-html"], ["profile", "--no-html"]])
 def test_cli_single_run_commands_refuse_a_folder_of_several_sets(m1, cmd):
     (m1 / "ds").mkdir()
@@ -330,29 +312,6 @@ def test_cli_tune_float_target_on_integer_outputs_is_a_usage_error(tmp_path):
     line = _error_line(_cli("tune", "am.onnx", "--inputs", "in.npz", "--out", "o", cwd=tmp_path), 2)
     assert "default target" in line and "CosineSimilarity applies to float outputs only" in line
     assert "'am' int64" in line and "ExactMatchRate>=1" in line
-
-
-def test_tune_checks_exact_match_rate_on_integer_outputs():
-    """check_outputs: an integer output with one of four positions differing has ExactMatchRate 3/4."""
-    from toolkit.precision.tune import check_outputs, parse_target
-
-    golden = {"am": np.array([0, 1, 1, 0], np.int64), "y": np.ones(3, np.float32)}
-    npu = {"am": np.array([0, 1, 0, 0], np.int64), "y": np.ones(3, np.float32)}
-    met, rows, _ = check_outputs(npu, golden, parse_target("ExactMatchRate>=1,CosineSimilarity>=0.99"))
-    by = {r["Output"]: r for r in rows}
-    assert not met and by["am"]["ExactMatchRate"] == 0.75 and not by["am"]["Met"]
-    assert by["am"]["Failed"] == "ExactMatchRate>=1.0"  # the float condition does not apply to it
-    assert by["y"]["Met"] and by["y"]["Failed"] == ""
-    met, _, _ = check_outputs(npu, golden, parse_target("ExactMatchRate>=0.75"))
-    assert met
-
-
-def test_tune_library_refuses_inapplicable_target_before_running(tmp_path):
-    from toolkit.precision.tune import tune
-
-    m = onnx.load(_m1(tmp_path / "m.onnx"))
-    with pytest.raises(UsageError, match="ExactMatchRate applies to integer/bool outputs only"):
-        tune(m, [("a", {"x": X})], target="ExactMatchRate>=1")
 
 
 # =========================================================================== 10. string inputs, numpy names

@@ -138,14 +138,6 @@ def fp32_storage_result(x):
 
 # ----------------------------------------------------------------------------- reporting
 
-def test_precision_frame_counts_fp16_origin_kernels():
-    from toolkit.diagnose import _precision_frame
-
-    model = issue_model()[0]
-    frame = _precision_frame(session(model, "must_keep_origin_dtype").plan, model).set_index("OpType")
-    assert frame.loc[["MatMul", "Softmax", "ReduceSum"], "FP16"].tolist() == [1, 1, 1]
-    assert frame.loc[["MatMul", "Softmax", "ReduceSum"], "FP32"].tolist() == [0, 0, 0]
-
 
 @pytest.mark.parametrize("mode,line", [
     ("force_fp32", "0 FP16, 3 FP32 kernels, 1 Casts"),
