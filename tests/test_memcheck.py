@@ -22,10 +22,6 @@ from toolkit.runtime.npu import NpuRuntime
 POLICIES = ("off", "conservative", "aggressive")
 
 
-
-
-
-
 FP32 = dict(precision_mode="force_fp32", fusion_level=0)
 X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
 
@@ -123,15 +119,6 @@ def test_cpu_read_in_flight_while_npu_reuses_the_block():
                                                                      for c in static}
     _, events = dynamic_check(NpuRuntime(attach_plan(sess.compiled, bad)), {"x": XR})
     assert ("neg", "e", "MemcpyD2H_e") in {(e.writer, e.tensor, e.reader) for e in events}
-
-
-def test_kernel_order_lifetimes_miss_the_cpu_read():
-    from toolkit.memory.lifetimes import lifetimes
-
-    plan = Session(cpu_model(), Config(**FP32)).plan
-    aware = lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs)
-    naive = lifetimes(plan.kernels, plan.graph_inputs, plan.graph_outputs, stream_aware=False)
-    assert naive["e"].last == step_of(plan, "MemcpyD2H_e") < aware["e"].last == step_of(plan, "MemcpyH2D_h")
 
 
 # ------------------------------------------------------------------------------------------- clean plans

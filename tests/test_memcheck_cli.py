@@ -83,14 +83,3 @@ def test_plan_for_another_model_is_refused(model_and_plan, tmp_path):
     assert _exit(["-q", "memcheck", str(path), "--plan", str(bad), "--out", str(tmp_path / "x")]) == 1
 
 
-def test_capacity_error_names_peak_and_options(tmp_path):
-    from toolkit.config import Config
-    from toolkit.engine import Session
-    from toolkit.memory.capacity import CapacityError
-
-    model = make_model([N("Relu", ["x"], ["r"], "relu"), N("Mul", ["r", "x"], ["y"], "mul")], [("x", [16, 64])], ["y"])
-    with pytest.raises(CapacityError) as exc:
-        Session(model, Config(device_memory_bytes=4096, memory_reuse="off", **FP32))
-    msg = str(exc.value)
-    assert "peak at step" in msg and "'x'" in msg and "aggressive" in msg and "--input-shape" in msg
-    Session(model, Config(device_memory_bytes=1 << 20, **FP32))  # fits

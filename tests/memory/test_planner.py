@@ -155,7 +155,7 @@ def check_plan(plan):
         assert plan.tensors[name].last >= n  # still live when the outputs are read back
     blocks = plan_blocks(plan)
     # tensors sharing bytes on purpose (views, in-place outputs; aggressive policy) sit at their root's offset;
-    # the byte-level check of those shares is tests/test_memcheck*.py (static checker)
+    # the byte-level check of those shares is tests/memcheck/ (static checker)
     for t in arena:
         assert t.offset == plan.tensors[alias_root(plan, t.name)].offset, t.name
     same_group = {frozenset((a.name, b.name)) for a in blocks for b in blocks
