@@ -140,53 +140,6 @@ def red(x, y) -> float:
     return float(np.sqrt(((x - y) ** 2).sum() / (y ** 2).sum()))
 
 
-# ------------------------------------------------------------------------------------------- file names
-def test_device_names_parse_from_both_ends():
-    p = parse_device("Conv2D.backbone.conv.1.5.2.1700000000000123.output.2.1x3x4x4.npy")
-    assert (p.op_type, p.name, p.index, p.timestamp, p.role) == ("Conv2D", "backbone.conv.1", 2, 1700000000000123,
-                                                                 "output")
-    p = parse_device("Add.add_1.4.1.1700000000000000.input.1.npy")
-    assert (p.name, p.index, p.role) == ("add_1", 1, "input")
-    p = parse_device("Relu.relu_2.4.1.1700000000000000.npy")  # converted without the .output suffix
-    assert (p.op_type, p.name, p.index, p.converted) == ("Relu", "relu_2", 0, False)
-    assert parse_device("relu_2.0.1700000000000000.npy") is None  # only 3 fields
-    assert parse_device("Relu.relu_2.x.1.1700000000000000.npy") is None
-    assert parse_device("Relu.relu_2.4.1.1700000000000000") is None  # not converted to .npy
-
-
-def test_onnx_golden_names_keep_dots_in_the_node():
-    p = parse_onnx_golden("block.3.conv.2.1700000000000000.npy")
-    assert (p.name, p.index, p.timestamp) == ("block.3.conv", 2, 1700000000000000)
-    assert parse_onnx_golden("conv.npy") is None and parse_onnx_golden("a.b.1.npy") is None
-    assert parse_onnx_golden("Conv.c.1.2.3.output.0.npy") is None
-
-
-def test_convention_choice_breaks_ties_by_side():
-    both = ["Relu.r.1.2.1700000000000000.npy", "Add.a.1.2.1700000000000001.npy"]  # fit both conventions
-    assert choose_convention(both, "onnx")[0] == "onnx"
-    assert choose_convention(both, "device")[0] == "device"
-    assert choose_convention(["relu.0.1700000000000000.npy"] + both, "device")[0] == "onnx"  # onnx reads more
-    assert choose_convention(["x.npy"], "onnx")[0] is None
-
-
-def test_truncated_and_foreign_npy_files_raise_dump_read_errors(tmp_path):
-    good = tmp_path / "a.npy"
-    np.save(good, np.arange(100, dtype=np.float32))
-    assert np.array_equal(read_npy(good), np.arange(100, dtype=np.float32))
-    data = good.read_bytes()
-    cases = {"trunc.npy": data[:200], "header.npy": data[:30], "text.npy": b"not numpy", "empty.npy": b""}
-    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    np.savez(tmp_path / "zip.npz", a=np.zeros(3))
-    cases["zip.npy"] = (tmp_path / "zip.npz").read_bytes()
-    for name, blob in cases.items():
-        (tmp_path / name).write_bytes(blob)
-    for name in list(cases) + ["obj.npy"]:
-        with pytest.raises(DumpReadError):
-            read_npy(tmp_path / name)
-    with pytest.raises(DumpReadError, match="truncated"):
-        read_npy(tmp_path / "trunc.npy")
-
-
 # ------------------------------------------------------------------------------------ onnx golden vs device
 @pytest.mark.parametrize("with_model", [False, True])
 def test_planted_divergence_is_the_first_divergence(tmp_path, with_model):

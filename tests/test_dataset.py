@@ -114,37 +114,6 @@ def test_inputs_are_loaded_one_at_a_time(case, tmp_path, monkeypatch):
     assert alive_at_load == [0] * len(names), alive_at_load  # the previous input's arrays are freed
 
 
-# -------------------------------------------------------------------------------------------- aggregation
-def test_accumulator_matches_numpy(tmp_path):
-    from toolkit.dataset.aggregate import AGG_METRICS, Accumulator
-    from toolkit.dataset.worker import COLUMNS
-
-    rng = np.random.default_rng(1)
-    n_in, n_t = 23, 7
-    tensors = [f"t{i}" for i in range(n_t)]
-    vals = rng.random((n_in, n_t, len(COLUMNS)))
-    vals[rng.random((n_in, n_t)) < 0.2] = np.nan  # tensors not compared on some inputs
-    vals[:, 6, :] = np.nan  # never compared
-    names = [f"x{i:02d}" for i in range(n_in)]
-    acc = Accumulator(tensors, (10, 50, 99.5), tmp_path)
-    for name, v in zip(names, vals):
-        rows = np.flatnonzero(~np.isnan(v).all(axis=1)).astype(np.int32)
-        acc.add(name, rows, v[rows])
-    df = acc.finish().set_index("TensorName")
-    assert list(df.index) == tensors[:6] and not list(tmp_path.iterdir())  # spill files removed
-    for m in AGG_METRICS:
-        a = vals[:, :6, COLUMNS.index(m)]
-        low = m in ("CosineSimilarity", "ExactMatchRate")
-        worst = np.nanmin(a, axis=0) if low else np.nanmax(a, axis=0)
-        at = np.nanargmin(a, axis=0) if low else np.nanargmax(a, axis=0)
-        np.testing.assert_array_equal(df[f"{m}_worst"].to_numpy(), worst)
-        assert df[f"{m}_worst_input"].tolist() == [names[i] for i in at]
-        np.testing.assert_allclose(df[f"{m}_mean"].to_numpy(), np.nanmean(a, axis=0), rtol=1e-12)
-        for q in (10, 50, 99.5):
-            np.testing.assert_allclose(df[f"{m}_p{q:g}"].to_numpy(), np.nanpercentile(a, q, axis=0), rtol=1e-12)
-    assert df["Inputs"].tolist() == (~np.isnan(vals[:, :6, 0])).sum(axis=0).tolist()
-
-
 def test_dataset_output_row_matches_independent_metrics(case, tmp_path):
     """dataset.csv's output row against cosines computed here: onnxruntime FP32 vs the engine's NPU run."""
     import onnxruntime as ort
@@ -326,15 +295,6 @@ def test_signoff_over_a_folder_matches_the_in_memory_signoff(case, tmp_path):
            {p.name for p in (tmp_path / "so").iterdir()}
 
 
-def test_result_keys_do_not_collide():
-    from toolkit.dataset.store import result_key
-
-    names = ["a b.npz", "a_b.npz", "a?b.npz", "x.npz", "../x.npz"]
-    keys = [result_key(n) for n in names]
-    assert len(set(keys)) == len(names) and keys[1] == "a_b" and keys[3] == "x"
-    assert all("/" not in k and not k.startswith(".") for k in keys)
-
-
 # ------------------------------------------------------------------------------- empty outputs (exact match)
 def test_empty_outputs_on_both_sides_pass_and_are_not_the_worst_input(tmp_path):
     """detector_head on an all-zero feature map: onnxruntime itself returns boxes (0, 4) and scores (0,);
@@ -425,25 +385,6 @@ while not os.path.exists(sys.argv[2]) or not open(sys.argv[2]).read():
     time.sleep(0.01)
 os._exit(0)  # dies without waiting for its child
 """
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_watchdog_ends_a_worker_whose_parent_died_without_prctl(tmp_path):
-    pidfile = tmp_path / "child.pid"
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT, _ORPHAN, str(pidfile)], start_new_session=True)
-    try:
-        assert parent.wait(timeout=TIMEOUT_S) == 0
-        assert not _wait_until_gone(parent.pid), "the orphaned child is still running"
-    finally:
-        for pid, _ in _session_members(parent.pid):
-            os.kill(pid, signal.SIGKILL)
-
-
-def test_worker_whose_parent_is_already_gone_exits_at_once():
-    from toolkit.dataset.lifeline import ORPHAN_EXIT
-
-    code = "from toolkit.dataset.lifeline import exit_with_parent; exit_with_parent(1); import time; time.sleep(60)"
-    assert subprocess.run([sys.executable, "-c", code], timeout=TIMEOUT_S).returncode == ORPHAN_EXIT
 
 
 # ------------------------------------------------------------------------------- invalid stored results
@@ -627,32 +568,3 @@ def test_bad_npuscope_threads_is_one_line_in_single_mode(case, tmp_path, value):
     assert not (tmp_path / "out").exists()
 
 
-# ------------------------------------------------------------------------------------------- percentiles
-def test_percentile_labels_are_plain_decimals(tmp_path):
-    from toolkit.dataset.aggregate import Accumulator, parse_percentiles, percentile_label
-    from toolkit.dataset.worker import COLUMNS
-
-    qs = parse_percentiles("0.0000001, 1e-7, 12.345671, 12.345672, 50, 99.5, -0, 100")
-    assert qs == (1e-7, 12.345671, 12.345672, 50.0, 99.5, 0.0, 100.0)
-    assert [percentile_label(q) for q in qs] == ["p0.0000001", "p12.345671", "p12.345672", "p50", "p99.5", "p0",
-                                                 "p100"]
-    vals = np.random.default_rng(3).random((9, 1, len(COLUMNS)))
-    acc = Accumulator(["t"], qs, tmp_path)
-    for i, v in enumerate(vals):
-        acc.add(f"x{i}", np.array([0], np.int32), v)
-    df = acc.finish()
-    a = vals[:, 0, COLUMNS.index("CosineSimilarity")]
-    for q, label in (("1e-7", "p0.0000001"), (12.345672, "p12.345672"), (99.5, "p99.5")):
-        assert df[f"CosineSimilarity_{label}"].iloc[0] == pytest.approx(np.percentile(a, float(q)), abs=1e-15)
-    assert not any("e-" in c for c in df.columns)
-
-
-@pytest.mark.parametrize("text, message", [("", "--percentiles is empty"), ("  ", "--percentiles is empty"),
-                                           ("50,,90", "entry ''"), ("nan", "entry 'nan'"), ("101", "entry '101'")])
-def test_bad_percentiles_are_usage_errors(text, message):
-    from toolkit.dataset.aggregate import parse_percentiles
-    from toolkit.errors import UsageError
-
-    with pytest.raises(UsageError, match=message):
-        parse_percentiles(text)
-    assert parse_percentiles("none") == () and parse_percentiles(None) == (50.0, 90.0, 99.0)

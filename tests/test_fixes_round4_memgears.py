@@ -203,15 +203,6 @@ def test_identifier_dim_is_accepted(tmp_path):
     assert "seq_len" in r.stdout
 
 
-@pytest.mark.parametrize("lengths", [[3, 5, 17], [64, 65], [5, 6], [64], [1], [3, 3, 3, 100],
-                                     [1, 5, MAX_LENGTH_DOC], [1000, 1500, 70000]])
-def test_power_of_two_gears_capped_at_longest(lengths):
-    lo, hi = min(lengths), max(lengths)
-    want = [2 ** p for p in range(0, 40) if 2 ** p >= lo and 2 ** p < hi] + [hi]  # by hand
-    assert dp.power_of_two_gears(lengths) == want
-    assert max(want) <= MAX_LENGTH_DOC
-
-
 def test_huge_lengths_power_of_two_and_optimal_plan_line(tmp_path):
     f = tmp_path / "big.txt"
     f.write_text(f"1\n5\n{MAX_LENGTH_DOC}\n")
@@ -240,48 +231,9 @@ def _feeds(length: int) -> dict:
     return {"x": rng.standard_normal((1, length, 64)).astype(np.float32), "mask": np.ones((1, length), np.float32)}
 
 
-def test_gear_session_takes_a_dict_and_a_sample_name():
-    gs = GearSession("transformer_seq_masked", dict(GEAR_CFG))
-    feeds = _feeds(10)
-    got = gs.run(feeds)
-    m = samples.build_transformer_seq_masked()
-    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    assert got.gear == (16, 16) and got.outputs["y"].shape == ref.shape == (1, 10, 64)
-    np.testing.assert_allclose(got.outputs["y"], ref, rtol=0, atol=1e-5)
-
-
-def test_gear_session_config_types():
-    m = samples.build_transformer_seq_masked()
-    assert GearSession(m, Config.from_dict(GEAR_CFG)).spec.gears == ((16, 16), (32, 32))
-    with pytest.raises(ConfigError, match="needs gears"):  # None: the defaults, which have no gears
-        GearSession(m, None)
-    with pytest.raises(ConfigError, match="unknown option 'bogus'"):
-        GearSession(m, {**GEAR_CFG, "bogus": 1})
-    with pytest.raises(ConfigError, match="repeats gear"):  # a dict is validated like a config file
-        GearSession(m, {**GEAR_CFG, "dynamic_dims": "16,16;16,16"})
-    for bad in (5, "x:1,-1", [GEAR_CFG]):
-        with pytest.raises(TypeError, match="config must be a toolkit.config.Config, a dict"):
-            GearSession(m, bad)
-    with pytest.raises(TypeError, match="model must be"):
-        GearSession(3, GEAR_CFG)
-
-
 @pytest.fixture(scope="module")
 def masked_session():
     return GearSession(samples.build_transformer_seq_masked(), GEAR_CFG)
-
-
-def test_gear_session_feeds_checked_like_the_cli(masked_session):
-    feeds = _feeds(10)
-    with pytest.raises(TypeError, match=r"\{input name: numpy array\} dict"):
-        masked_session.run(feeds["x"])
-    with pytest.raises(InputError, match="dtype float64.*cast"):
-        masked_session.run({**feeds, "x": feeds["x"].astype(np.float64)})
-    with pytest.raises(TypeError, match="'x' is a list, not a numpy array"):
-        masked_session.run({**feeds, "x": feeds["x"].tolist()})
-    with pytest.raises(InputError, match=r"unexpected \['z'\]"):
-        masked_session.run({**feeds, "z": np.zeros(1, np.float32)})
-    assert not masked_session.sessions  # every refusal came before a gear compiled
 
 
 # ---------------------------------------------------------------------------------------------- cache eviction

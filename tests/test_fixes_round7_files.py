@@ -91,33 +91,6 @@ def test_npuscope_dump_member_that_is_not_a_regular_file_is_an_unreadable_row(tm
     assert reasons["a"] == ""
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_device_folder_member_is_a_row_when_named_like_a_dump_and_ignored_otherwise(tmp_path, kind):
-    """Node-keyed (ONNX golden naming) folders: a special entry named like a dump becomes an unreadable row; one
-    named like nothing is counted in ignored_files, never silently dropped."""
-    from toolkit.dumps.readers import SideSpec, read_side
-
-    for side in ("G", "T"):
-        (tmp_path / side).mkdir()
-        np.save(tmp_path / side / "add.0.100.npy", np.ones(4, np.float32))
-    keep = make_special(tmp_path / "T" / "mul.0.100.npy", kind)
-    keep += make_special(tmp_path / "T" / "notes.bin", "fifo" if kind == "socket" else kind)
-    t = read_side(SideSpec(str(tmp_path / "T"), "target", "onnx"))  # listing only: nothing is opened
-    assert sorted(e.source for e in t.entries) == ["add.0.100.npy", "mul.0.100.npy"]
-    assert t.ignored == ["notes.bin"]
-    code = ("from toolkit.dumps.readers import SideSpec, read_side\nfrom toolkit.dumps.entry import DumpReadError\n"
-            f"t = read_side(SideSpec({str(tmp_path / 'T')!r}, 'target', 'onnx'))\n"
-            "e = next(e for e in t.entries if e.source == 'mul.0.100.npy')\n"
-            "try:\n    e.load()\nexcept DumpReadError as exc:\n    print('REASON', exc)\n")
-    if kind == "socket":  # a fresh bound socket for the reading process
-        (tmp_path / "T" / "mul.0.100.npy").unlink()
-        keep = make_special(tmp_path / "T" / "mul.0.100.npy", kind)
-    proc = py(code, tmp_path)
-    for obj in keep:
-        obj.close()
-    assert f"REASON {SAID[kind]}" in proc.stdout, proc.stdout + proc.stderr
-
-
 @pytest.mark.parametrize("what", ["side", "index"])
 def test_side_path_or_index_json_that_is_a_fifo_is_a_one_line_error(tmp_path, what):
     _npuscope_dump(tmp_path / "G", {"a": np.zeros(3, np.float32)})
@@ -181,75 +154,11 @@ WIDTH_CASES = {
 }
 
 
-@pytest.mark.parametrize("module", list(WIDTH_CASES))
-def test_rows_wider_or_narrower_than_the_header_are_malformed_never_shifted(tmp_path, module):
-    head, good, bad = WIDTH_CASES[module]
-    p = tmp_path / "t.csv"
-    p.write_text(head + bad[0] + good + bad[1] + "\n" + bad[0])
-    res = _parse(p, module)
-    assert (res.records, res.malformed) == (1, 3)
-    assert any("3 row(s) with a number of fields other than the header's" in n for n in res.notes), res.notes
-    if module == "op_statistic_csv":
-        row = res.tables["op_statistic"].iloc[0]
-        assert (row["OP Type"], row["Count"], row["Total Time(us)"]) == ("Conv", 2.0, 10.0)
-    elif module == "op_summary_csv":
-        row = res.op_summary.iloc[0]
-        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("good", "Conv", 5.0)
-    else:
-        row = res.op_summary.iloc[0]
-        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("k1", "Conv", 500.0)
-
-
 def test_all_rows_shifted_is_an_error_not_a_shifted_report(tmp_path):
     (tmp_path / "shift.csv").write_text("Op Name,OP Type,Task Duration(us)\nconv1,Conv,5,1\nrelu1,Relu,7,2\n")
     proc = cli("parse-log", "shift.csv", "--out", "o", "--no-html", cwd=tmp_path)
     assert proc.returncode == 1 and "2 malformed" in error_line(proc)
     assert not (tmp_path / "o").exists()
-
-
-@pytest.mark.parametrize("module, head, row", [
-    ("op_summary_csv", "Op Name,OP Type,Task Duration(us),Task Duration(us)", "conv,Conv,5,7"),
-    ("op_statistic_csv", "OP Type,Count,Count,Total Time(us)", "Conv,1,2,5"),
-    ("kernel_times_csv", "Kernel,OpType,HostMs,HostMs", "k,Conv,1,2"),
-])
-def test_a_read_column_named_twice_is_refused(tmp_path, module, head, row):
-    p = tmp_path / "d.csv"
-    p.write_text(f"{head}\n{row}\n")
-    with pytest.raises(ValueError, match="names column .* 2 times .*ambiguous"):
-        _parse(p, module)
-
-
-def test_an_unread_column_named_twice_is_noted(tmp_path):
-    p = tmp_path / "d.csv"
-    p.write_text("Op Name,OP Type,Task Duration(us),extra,extra\nconv,Conv,5,1,2\n")
-    res = _parse(p, "op_summary_csv")
-    assert res.records == 1 and res.op_summary["Task Duration(us)"].tolist() == [5.0]
-    assert any("'extra' 2 times" in n for n in res.notes)
-
-
-def test_impossible_op_statistic_values_are_malformed_with_a_note(tmp_path):
-    p = tmp_path / "s.csv"
-    p.write_text("OP Type,Count,Total Time(us),Avg Time(us),Min Time(us),Max Time(us)\n"
-                 "Conv,0,5,,,\nAdd,2.5,4,,,\nMul,3,6,-2,1,3\nSub,2,6,3,4,2\nOk,0,0,0,0,0\nRelu,2,6,3,2,4\n")
-    res = _parse(p, "op_statistic_csv")
-    table = res.tables["op_statistic"]
-    assert table["OP Type"].tolist() == ["Ok", "Relu"] and res.malformed == 4
-    notes = " | ".join(res.notes)
-    for why in ("Count 0 with a time above 0", "Count not a whole number", "negative Avg Time(us)",
-                "Min Time(us) above Max Time(us)"):
-        assert f"1 row(s) malformed: {why}" in notes, notes
-
-
-def test_impossible_op_summary_values_are_malformed_with_a_note(tmp_path):
-    p = tmp_path / "s.csv"
-    p.write_text("Op Name,OP Type,Task ID,Task Start Time(us),Task Duration(us),Task Wait Time(us)\n"
-                 "a,Conv,1.5,0,5,0\nb,Conv,2,0,-1,0\nc,Conv,3,0,5,-4\nd,Conv,4,-7,5,0\ne,Conv,5,10,5,0\n")
-    res = _parse(p, "op_summary_csv")
-    assert res.op_summary["Op Name"].tolist() == ["e"] and res.malformed == 4
-    notes = " | ".join(res.notes)
-    for why in ("Task ID negative or not a whole number", "negative Task Duration(us)", "negative Task Wait Time(us)",
-                "negative Task Start Time(us)"):
-        assert f"1 row(s) malformed: {why}" in notes, notes
 
 
 # ----------------------------------------------------------------------------------- D: lengths files

@@ -216,39 +216,8 @@ def test_signoff_prints_a_minus_zero_limit_as_zero(tmp_path):
     assert "needs <= 0)" in p.stdout and "-0" not in p.stdout.replace("e-0", ""), p.stdout
 
 
-def test_no_criteria_message_lists_every_criterion_section():
-    from toolkit.errors import ConfigError
-    from toolkit.signoff.criteria import CRITERIA
-    from toolkit.signoff.policy import SECTIONS, policy_from_dict
-
-    with pytest.raises(ConfigError) as exc:
-        policy_from_dict({"policy": {"name": "x"}})
-    msg = str(exc.value)
-    listed = re.findall(r"\[(\w+)\]", msg.split("add at least one of", 1)[1])
-    assert listed == list(CRITERIA)
-    assert set(listed) == set(SECTIONS) - {"policy"} and "placement" in listed
-    for sec in listed:  # each named section is one a policy may hold as its only criterion section
-        assert sec in SECTIONS
-
-
 def _minimal(sec: str) -> dict:
     """A valid body of ``sec`` to add a key to (latency needs a budget)."""
     return {"latency": {"max_ms": 5.0}}.get(sec, {})
-
-
-def test_count_keys_refuse_fractions_saying_whole_number():
-    """Every integer-typed policy key (read from the schema, so a new one is covered): 1.5 and -1 are refused
-    with 'a whole number', never 'count >= 0' (which 1.5 satisfies)."""
-    from toolkit.errors import ConfigError
-    from toolkit.signoff.policy import SCHEMA, policy_from_dict
-
-    count_keys = [(sec, key) for sec, keys in SCHEMA.items() for key, (types, _) in keys.items() if types == (int,)]
-    assert ("layers", "max_abnormal") in count_keys and ("latency", "requests") in count_keys
-    for sec, key in count_keys:
-        for bad in (1.5, -1):
-            with pytest.raises(ConfigError) as exc:
-                policy_from_dict({sec: {**_minimal(sec), key: bad}})
-            msg = str(exc.value)
-            assert f"{key} = {bad!r}" in msg and "a whole number" in msg and "count" not in msg, msg
 
 

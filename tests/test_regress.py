@@ -38,29 +38,6 @@ def runs(tmp_path_factory):
             "fp16": compare_run(tmp, "fp16", NO_KEEP), "tmp": tmp}
 
 
-def test_planted_regression_is_found(runs):
-    rep = regress(runs["base"], runs["fp16"])
-    assert rep["regressed"] and rep["verdict"] == "REGRESSION"
-    assert {r["TensorName"] for r in rep["newly_abnormal"]} >= {"e", "e1", "y"}
-    assert any(v["what"] == "verdict" and v["regression"] for v in rep["verdict_changes"])
-    changed = {(d["node"], d["what"]): (d["baseline"], d["new"]) for d in rep["decision_changes"]}
-    assert changed[("exp", "precision")] == ("fp32", "fp16")
-    keys = [c["key"] for c in rep["environment_changes"]]
-    assert "config.keep_dtype" in keys  # the config change is called out with the environment, first
-    assert any("'e'" in r and "newly abnormal" in r for r in rep["reasons"])
-
-
-def test_identical_runs_show_no_regression(runs):
-    rep = regress(runs["base"], runs["same"])
-    assert not rep["regressed"], rep["reasons"]
-    assert not rep["environment_changes"] and not rep["decision_changes"] and not rep["layer_deltas"]
-
-
-def test_improvement_is_not_a_regression(runs):
-    rep = regress(runs["fp16"], runs["base"])
-    assert not rep["regressed"], rep["reasons"]
-
-
 def _worse_copy(runs, tmp_path) -> Path:
     """A copy of the base run whose tensor e1 has a CosineSimilarity 0.01 lower."""
     import pandas as pd
@@ -74,27 +51,6 @@ def _worse_copy(runs, tmp_path) -> Path:
     df.loc[df["TensorName"] == "e1", "CosineSimilarity"] -= 0.01
     df.to_csv(worse / "result.csv", index=False)
     return worse
-
-
-def test_tolerance_metric_delta(runs, tmp_path):
-    worse = _worse_copy(runs, tmp_path)
-    rep = regress(runs["base"], worse)
-    assert rep["regressed"] and rep["layer_deltas"][0]["TensorName"] == "e1"
-    assert not regress(runs["base"], worse, parse_tolerance("CosineSimilarity=0.1"))["regressed"]
-
-
-def test_parse_tolerance():
-    assert parse_tolerance(None) == DEFAULT_TOLERANCE
-    assert parse_tolerance("CosineSimilarity=1e-5")["CosineSimilarity"] == 1e-5
-    with pytest.raises(UsageError, match="did you mean 'RelativeEuclideanDistance'"):
-        parse_tolerance("RelativeEuclidean=0.1")
-    with pytest.raises(UsageError, match="not 'Metric=value"):
-        parse_tolerance("CosineSimilarity=-1")
-
-
-def test_missing_folder_is_one_line_input_error(tmp_path):
-    with pytest.raises(InputError, match="no summary.json"):
-        regress(tmp_path, tmp_path)
 
 
 def test_cli_exit_codes_and_html(runs):
@@ -115,23 +71,3 @@ def test_cli_exit_codes_and_html(runs):
     assert ok.returncode == 0 and "NO REGRESSION" in ok.stdout
 
 
-def test_improvements_mirror_the_regressions(runs, tmp_path):
-    """Every change that regress calls a regression one way is an improvement the other way: tensors newly
-    abnormal from base to fp16 are normal again from fp16 to base, and a metric made worse beyond the tolerance
-    is a metric improvement when the runs are swapped; regress.html lists them in its Improvements section."""
-    from toolkit.report.signoff_html import render_regress
-
-    forward, backward = regress(runs["base"], runs["fp16"]), regress(runs["fp16"], runs["base"])
-    assert not backward["regressed"]
-    assert {r["TensorName"] for r in backward["newly_normal"]} == {r["TensorName"] for r in forward["newly_abnormal"]}
-    for r in forward["newly_abnormal"]:
-        assert any(f"'{r['TensorName']}'" in i and "normal again" in i for i in backward["improvements"])
-    rep = regress(_worse_copy(runs, tmp_path), runs["base"])
-    assert not rep["regressed"] and not rep["layer_deltas"]
-    assert [(d["TensorName"], d["metric"]) for d in rep["layer_improvements"]] == [("e1", "CosineSimilarity")]
-    assert abs(rep["layer_improvements"][0]["delta"] - 0.01) < 1e-9
-    html = render_regress(backward, tmp_path).read_text()
-    section = html[html.index('<section id="improvements">'):]
-    section = section[:section.index("</section>")]
-    assert all(f"'{r['TensorName']}'" in section or f"&#39;{r['TensorName']}&#39;" in section
-               for r in forward["newly_abnormal"])
