@@ -84,68 +84,6 @@ def cosine(x, y) -> float:
     return float(np.sum(x * y) / (np.sqrt(np.sum(x * x)) * np.sqrt(np.sum(y * y))))
 
 
-# ---------------------------------------------------------------------------------------------- streaming
-def test_inputs_are_loaded_one_at_a_time(case, tmp_path, monkeypatch):
-    """The loader is called once per input, just before that input is evaluated (after the previous result was
-    written), and no earlier input's arrays are alive when the next is loaded."""
-    from toolkit.dataset import worker
-    from toolkit.dataset.store import Store
-
-    events, refs, alive_at_load = [], [], []
-    real_load, real_write = worker.load_feed, Store.write
-
-    def load(name, data, specs):
-        gc.collect()
-        alive_at_load.append(sum(r() is not None for r in refs))
-        feed = real_load(name, data, specs)
-        refs.extend(weakref.ref(a) for a in feed.values())
-        events.append(("load", name))
-        return feed
-
-    def write(self, rec):
-        events.append(("write", rec.meta["input"]))
-        return real_write(self, rec)
-
-    monkeypatch.setattr(worker, "load_feed", load)
-    monkeypatch.setattr(Store, "write", write)
-    api_compare(case["model"], case["inputs"], tmp_path / "out")
-    names = sorted(p.name for p in case["inputs"].glob("*.npz"))
-    assert events == [e for n in names for e in (("load", n), ("write", n))]
-    assert alive_at_load == [0] * len(names), alive_at_load  # the previous input's arrays are freed
-
-
-def test_dataset_output_row_matches_independent_metrics(case, tmp_path):
-    """dataset.csv's output row against cosines computed here: onnxruntime FP32 vs the engine's NPU run."""
-    import onnxruntime as ort
-
-    from toolkit.engine import simulate
-
-    res = api_compare(case["model"], case["inputs"], tmp_path / "out", percentiles="25,75")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the reference's own setting
-    ref = ort.InferenceSession(str(case["model"]), so, providers=["CPUExecutionProvider"])
-    names = sorted(p.name for p in case["inputs"].glob("*.npz"))
-    cos, overflow = [], 0
-    for name in names:
-        x = np.load(case["inputs"] / name)["x"]
-        golden = ref.run(["y"], {"x": x})[0]
-        npu = simulate(onnx.load(case["model"]), {"x": x}, Config.from_dict(FP16)).outputs["y"]
-        cos.append(cosine(npu, golden))
-        overflow += bool(np.any(~np.isfinite(npu) & np.isfinite(golden)))  # FP16 accumulation overflow
-    cos = np.array(cos)
-    row = pd.read_csv(tmp_path / "out" / "dataset.csv").set_index("TensorName").loc["y"]
-    assert row["Inputs"] == len(names)
-    assert overflow >= 1 and row["OverFlowInputs"] == overflow
-    assert row["CosineSimilarity_worst"] == pytest.approx(cos.min(), abs=1e-12)
-    assert row["CosineSimilarity_worst_input"] == names[int(cos.argmin())]
-    assert row["CosineSimilarity_mean"] == pytest.approx(cos.mean(), abs=1e-12)
-    assert row["CosineSimilarity_p25"] == pytest.approx(np.percentile(cos, 25), abs=1e-12)
-    assert row["CosineSimilarity_p75"] == pytest.approx(np.percentile(cos, 75), abs=1e-12)
-    assert res["dataset"]["facts"]["worst_input"] in names
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert summary["dataset"]["inputs"] == len(names) and summary["dataset"]["aggregated"] == len(names)
-
-
 # ------------------------------------------------------------------------------------------- backends
 @pytest.mark.slow
 def test_jobs_2_equals_jobs_1(case, tmp_path):
@@ -157,21 +95,6 @@ def test_jobs_2_equals_jobs_1(case, tmp_path):
     assert (tmp_path / "j1" / "dataset.csv").read_bytes() == (tmp_path / "j2" / "dataset.csv").read_bytes()
     pd.testing.assert_frame_equal(inputs_csv(tmp_path / "j1"), inputs_csv(tmp_path / "j2"))
     assert len(list((tmp_path / "j2" / "results").glob("*.npz"))) == len(case["xs"])
-
-
-@pytest.mark.slow
-def test_ray_equals_local(case, tmp_path):
-    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'npuscope[ray]')")
-    local = api_compare(case["model"], case["inputs"], tmp_path / "local")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
-    try:
-        remote = api_compare(case["model"], case["inputs"], tmp_path / "ray", ray="auto")
-    finally:
-        ray.shutdown()
-    assert remote["dataset"]["facts"]["ray"] == "auto"
-    assert (tmp_path / "local" / "dataset.csv").read_bytes() == (tmp_path / "ray" / "dataset.csv").read_bytes()
-    pd.testing.assert_frame_equal(inputs_csv(tmp_path / "local"), inputs_csv(tmp_path / "ray"))
-    assert local["verdict"] == remote["verdict"]
 
 
 # --------------------------------------------------------------------------------------------------- resume
@@ -207,17 +130,6 @@ def test_resume_after_kill(tmp_path):
     pd.testing.assert_frame_equal(inputs_csv(out), inputs_csv(tmp_path / "whole"))
 
 
-def test_changed_input_is_evaluated_again(case, tmp_path):
-    inputs = tmp_path / "in"
-    write_inputs(inputs, 3)
-    api_compare(case["model"], inputs, tmp_path / "out")
-    np.savez(inputs / "in001.npz", x=np.zeros((1, 3, 64, 64), np.float32) + 0.5)
-    res = api_compare(case["model"], inputs, tmp_path / "out")
-    assert res["dataset"]["facts"]["evaluated_this_run"] == 1 and res["dataset"]["facts"]["resumed"]
-    runs = [json.loads(line).get("input") for line in (tmp_path / "out" / "log.jsonl").read_text().splitlines()]
-    assert [r for r in runs if r] == ["in000.npz", "in001.npz", "in002.npz", "in001.npz"]
-
-
 def test_non_matching_manifest_is_a_one_line_error(case, tmp_path):
     api_compare(case["model"], case["inputs"], tmp_path / "out")
     proc = npuscope("compare", case["model"], "--precision-mode", "force_fp32", "--inputs", case["inputs"],
@@ -234,27 +146,6 @@ def test_non_empty_folder_without_manifest_is_refused(case, tmp_path):
     assert proc.returncode == 2 and "not empty" in proc.stderr and (tmp_path / "out" / "notes.txt").read_text() == "mine"
 
 
-# ------------------------------------------------------------------------------------------ faulty inputs
-def test_corrupted_inputs_are_rows_not_crashes(case, tmp_path):
-    inputs = tmp_path / "in"
-    write_inputs(inputs, 2)
-    (inputs / "garbage.npz").write_bytes(b"not a zip")
-    np.savez(inputs / "pickled.npz", x=np.array([{"a": 1}], dtype=object))
-    np.savez(inputs / "wrong_shape.npz", x=np.zeros((1, 3, 8, 8), np.float32))
-    good = (inputs / "in000.npz").read_bytes()
-    (inputs / "truncated.npz").write_bytes(good[: len(good) // 2])
-    res = api_compare(case["model"], inputs, tmp_path / "out")
-    table = pd.read_csv(tmp_path / "out" / "inputs.csv").set_index("Input")
-    bad = ["garbage.npz", "pickled.npz", "truncated.npz", "wrong_shape.npz"]
-    assert (table.loc[bad, "Status"] == "error").all() and (table.loc[bad, "Verdict"] == "ERROR").all()
-    assert (table.loc[["in000.npz", "in001.npz"], "Status"] == "ok").all()
-    assert "not an .npz" in table.loc["garbage.npz", "Reasons"] and "pickled" in table.loc["pickled.npz", "Reasons"]
-    assert "shape" in table.loc["wrong_shape.npz", "Reasons"]
-    assert res["verdict"] == "FAIL" and any("4 of 6 input(s) could not be evaluated" in r
-                                            for r in res["diagnosis"].summary["reasons"])
-    assert pd.read_csv(tmp_path / "out" / "dataset.csv").set_index("TensorName").loc["y", "Inputs"] == 2
-
-
 def test_bad_options_are_usage_errors(case, tmp_path):
     proc = npuscope("compare", case["model"], "--inputs", case["inputs"] / "in000.npz", "--jobs", "2", cwd=tmp_path)
     assert proc.returncode == 2 and "dataset runs only" in proc.stderr
@@ -264,61 +155,6 @@ def test_bad_options_are_usage_errors(case, tmp_path):
     empty.mkdir()
     proc = npuscope("compare", case["model"], "--inputs", empty, cwd=tmp_path)
     assert proc.returncode == 1 and "holds no .npz files" in proc.stderr
-
-
-# ------------------------------------------------------------------------------------------------ reports
-def test_diagnose_html_has_the_dataset_section(case, tmp_path):
-    api_compare(case["model"], case["inputs"], tmp_path / "out", html=True)
-    html = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
-    assert 'id="dataset"' in html and 'id="fig-dataset"' in html and 'id="table"' in html
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert f"worst input '{summary['dataset']['worst_input']}'" in summary["inputs"]
-
-
-@pytest.mark.slow
-def test_signoff_over_a_folder_matches_the_in_memory_signoff(case, tmp_path):
-    from toolkit import api
-    from toolkit.signoff.policy import load_policy
-    from toolkit.signoff.run import run_signoff
-
-    pol = tmp_path / "p.toml"
-    pol.write_text('[policy]\nname = "tiny"\n[outputs."*"]\nCosineSimilarity = 0.9999\n[layers]\nmax_abnormal = 0\n'
-                   'min_cosine = 0.999\n[fp16_overflow]\n[memory]\nmax_arena_bytes = 10_000_000\n', encoding="utf-8")
-    cfg = Config.from_dict(FP16)
-    streamed = api.signoff_command(str(case["model"]), str(pol), cfg, inputs=str(case["inputs"]),
-                                   out=str(tmp_path / "so"), html=False, percentiles="50")
-    held = run_signoff(str(case["model"]), load_policy(str(pol)), cfg, inputs=str(case["inputs"]))
-    assert [(r.name, r.passed, r.message) for r in streamed["run"].results] == \
-           [(r.name, r.passed, r.message) for r in held.results]
-    assert streamed["run"].summary["counts"]["input_sets"] == len(case["xs"])
-    assert {"dataset.csv", "inputs.csv", "junit.xml", "summary.json", "result.csv"} <= \
-           {p.name for p in (tmp_path / "so").iterdir()}
-
-
-# ------------------------------------------------------------------------------- empty outputs (exact match)
-def test_empty_outputs_on_both_sides_pass_and_are_not_the_worst_input(tmp_path):
-    """detector_head on an all-zero feature map: onnxruntime itself returns boxes (0, 4) and scores (0,);
-    the NPU agrees, so that input PASSes (CosineSimilarity 1 by convention) and another input is the worst."""
-    import onnxruntime as ort
-
-    from toolkit.samples import SAMPLES, detector_head_inputs
-
-    feat = detector_head_inputs()["feat"]
-    inputs = tmp_path / "in"
-    inputs.mkdir()
-    np.savez(inputs / "zeros.npz", feat=np.zeros_like(feat))
-    for i in range(2):
-        np.savez(inputs / f"d{i}.npz", feat=np.random.default_rng(i).normal(0, 1, feat.shape).astype(feat.dtype))
-    ref = ort.InferenceSession(str(SAMPLES["detector_head"].path), providers=["CPUExecutionProvider"])
-    golden = dict(zip([o.name for o in ref.get_outputs()], ref.run(None, {"feat": np.zeros_like(feat)})))
-    assert golden["boxes"].shape == (0, 4) and golden["scores"].shape == (0,)  # the premise: empty on the reference
-    res = api_compare("detector_head", inputs, tmp_path / "out", config={})
-    table = pd.read_csv(tmp_path / "out" / "inputs.csv").set_index("Input")
-    zero = table.loc["zeros.npz"]
-    assert zero["Status"] == "ok" and zero["Verdict"] != "FAIL" and "could not be compared" not in zero["Reasons"]
-    assert zero["boxes:CosineSimilarity"] == 1.0 and zero["boxes:MaxAbsoluteError"] == 0.0
-    assert zero["scores:CosineSimilarity"] == 1.0
-    assert res["dataset"]["facts"]["worst_input"] in ("d0.npz", "d1.npz")
 
 
 # ------------------------------------------------------------------------ workers die with their parent
@@ -424,29 +260,6 @@ def _corrupt(path: Path, kind: str, other: Path) -> None:
         np.savez(path, meta=np.array("{not json"), rows=rows, values=values)
     else:
         raise AssertionError(kind)
-
-
-@pytest.mark.parametrize("kind", ["truncated", "zero_bytes", "garbage", "wrong_keys", "single_array", "directory",
-                                  "other_inputs_result", "values_wrong_shape", "meta_not_json"])
-def test_invalid_result_file_is_evaluated_again(case, finished, tmp_path, kind):
-    import shutil
-
-    from toolkit.dataset.store import Store
-
-    out = tmp_path / "out"
-    shutil.copytree(finished, out)
-    store = Store(out)
-    _corrupt(store.path_of("in003.npz"), kind, store.path_of("in004.npz"))
-    res = api_compare(case["model"], case["inputs"], out)
-    facts = res["dataset"]["facts"]
-    assert facts["evaluated_this_run"] == 1 and [r["input"] for r in facts["redone"]] == ["in003.npz"]
-    assert any("in003.npz" in line and "evaluated again" in line for line in res["summary"])
-    log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
-    assert [e["name"] for e in log if e.get("event") == "invalid_result"] == ["in003.npz"]
-    assert [e["input"] for e in log if "input" in e][-1] == "in003.npz"
-    assert store.read("in003.npz") is not None
-    assert (out / "dataset.csv").read_bytes() == (finished / "dataset.csv").read_bytes()
-    pd.testing.assert_frame_equal(inputs_csv(out), inputs_csv(finished))
 
 
 def test_truncated_result_file_resumes_from_the_cli(case, finished, tmp_path):

@@ -164,41 +164,6 @@ def c02_report(tmp_path_factory):
     return out, res, cfg
 
 
-def test_reproducer_files(c02_report):
-    out, res, _ = c02_report
-    diag = res["diagnosis"]
-    assert diag.summary["first_divergence"]["node"] == "ln_sq"
-    repro = out / "repro"
-    assert {"model.onnx", "inputs.npz", "config.json"} <= {p.name for p in repro.iterdir()}
-    assert diag.summary["repro"] == "repro/model.onnx"
-    sub = onnx.load(repro / "model.onnx")
-    onnx.checker.check_model(sub, full_check=True)
-    assert [n.name for n in sub.graph.node] == diag.summary["origin_nodes"] == ["ln_sq"]
-    cfg = json.loads((repro / "config.json").read_text())
-    assert cfg["precision_mode"] == "force_fp16" and cfg["fusion_level"] == 0
-    # its inputs are the reference values of the original model at the subgraph's boundary
-    full = fk.reference(onnx.load(C02 / "model.onnx"), dict(np.load(C02 / "inputs.npz")))
-    with np.load(repro / "inputs.npz") as z:
-        assert set(z.files) == {i.name for i in sub.graph.input}
-        for name in z.files:
-            np.testing.assert_array_equal(z[name], full[name])
-    if (repro / "expected.npz").is_file():
-        with np.load(repro / "expected.npz") as z:
-            for name in z.files:
-                np.testing.assert_allclose(z[name], full[name], rtol=1e-6)
-
-
-def test_reproducer_alone_names_the_same_origin(c02_report):
-    out, res, _ = c02_report
-    repro = out / "repro"
-    want = res["diagnosis"].summary["origin_nodes"]
-    cfg = Config.load(repro / "config.json")
-    diag, extra = diagnose(prepare(str(repro / "model.onnx"), str(repro / "inputs.npz")), cfg)
-    assert diag.summary["first_divergence"]["node"] == res["diagnosis"].summary["first_divergence"]["node"]
-    assert diag.summary["origin_nodes"] == want
-    assert diag.summary["verdict"] == "FAIL"
-
-
 @needs_tables
 def test_reproducer_readme_command_runs(c02_report, tmp_path):
     """The command README.txt gives, run in the repro folder (copied), names the same node."""

@@ -153,21 +153,6 @@ def test_model_cache_that_is_a_file_is_a_config_error(tmp_path):
         assert "NPUSCOPE_MODEL_CACHE" in line and str(value) in line and "not a folder" in line
 
 
-@pytest.mark.parametrize("name, content", [("/dev/null", None), ("empty.txt", b""), ("blank.txt", b"\n  \n")])
-def test_empty_lengths_file_is_not_called_missing(tmp_path, name, content):
-    from toolkit.gears.workflow import read_lengths
-
-    path = name if content is None else tmp_path / name
-    if content is not None:
-        path.write_bytes(content)
-    with pytest.raises(InputError) as info:
-        read_lengths(path)
-    msg = str(info.value)
-    assert "does not exist" not in msg and ("is empty" in msg or "holds no lengths" in msg)
-    if name == "/dev/null":
-        assert "not a regular file" in msg
-
-
 def test_gear_errors_name_the_config_file(tmp_path):
     cfg = tmp_path / "g.json"
     cfg.write_text(json.dumps({"input_shape": "x:1,-1,64;mask:1,-1", "dynamic_dims": "16,32;32,16"}))

@@ -290,23 +290,6 @@ def _dump_sides(tmp_path: Path, broken_side: str, how: str) -> tuple[Path, Path]
 ADVICE_WORDS = {"pickled": "pickled", "truncated": "truncated", "garbage": "not .npy arrays"}
 
 
-@pytest.mark.parametrize("side", ["golden", "target"])
-@pytest.mark.parametrize("how", ["pickled", "truncated", "garbage"])
-def test_compare_dumps_advice_matches_the_unreadable_reason(tmp_path, side, how):
-    from toolkit.dumps import compare_dumps
-    from toolkit.dumps.readers import SideSpec
-
-    g, t = _dump_sides(tmp_path, side, how)
-    diag = compare_dumps(SideSpec(str(g), "golden"), SideSpec(str(t), "target"))
-    found = [f for f in diag.findings if f.kind == f"{side}_dump_unreadable"]
-    assert len(found) == 1, [f.kind for f in diag.findings]
-    rec = found[0].recommendation
-    assert ADVICE_WORDS[how] in rec, rec
-    for other, word in ADVICE_WORDS.items():
-        if other != how:
-            assert word not in rec, (how, rec)
-
-
 def test_cli_compare_dumps_pickled_recommendation(tmp_path):
     g, t = _dump_sides(tmp_path, "target", "pickled")
     res = cli("compare-dumps", g, t, "--no-html", "--out", tmp_path / "o")
@@ -318,13 +301,6 @@ def test_cli_compare_dumps_pickled_recommendation(tmp_path):
 
 
 # ================================================================== 4c. tune's Cast count reads as what happened
-
-def test_count_change_wording():
-    from toolkit.api import count_change
-
-    assert count_change("Casts", 2) == "Casts added 2"
-    assert count_change("Casts", -1) == "Casts removed 1"
-    assert count_change("Casts", 0) == "Casts unchanged"
 
 
 def test_cli_tune_prints_casts_removed(tmp_path):

@@ -161,43 +161,6 @@ def test_all_rows_shifted_is_an_error_not_a_shifted_report(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-# ----------------------------------------------------------------------------------- D: lengths files
-@pytest.mark.parametrize("text, line", [
-    ("5\n6\f7\nabc\n", 2), ("6\f7\n9\n", 1), ("5\n6\v7\n", 2), ("5\r\n6\r7\n", 2), ("5\n6\u20287\n", 2),
-    ("5\n# c\n\n5.000000000000000001\n", 4), ("5\n4.5\n", 2), ("1\n2\n3\n0.999999999999999999999\n", 4),
-])
-def test_lengths_lines_split_only_at_newline_and_errors_name_the_line(tmp_path, text, line):
-    from toolkit.errors import InputError
-    from toolkit.gears.workflow import read_lengths
-
-    p = tmp_path / "l.txt"
-    p.write_bytes(text.encode())
-    with pytest.raises(InputError, match=f"line {line}: "):
-        read_lengths(p)
-
-
-def test_lengths_crlf_and_documented_whole_forms(tmp_path):
-    from toolkit.gears.workflow import read_lengths
-
-    p = tmp_path / "l.txt"
-    p.write_bytes(b"5\r\n12.0\r\n1e3\r\n+7\r\n")
-    assert read_lengths(p).tolist() == [5, 12, 1000, 7]  # docs/gears.md: `12`, `12.0`, `1e3` are whole numbers
-
-
-@pytest.mark.parametrize("text, line", [
-    ('len,note\n5,"two\nlines"\nx,c\n', 4), ("len\n5\n6\f7\n", 3), ("len,n\n5,a\r6,b\n", 2), ("len,n\n5,a\n6\n", 3),
-    ("len\n5\n5.000000000000000001\n", 3),
-])
-def test_lengths_csv_errors_name_the_line_where_the_row_starts(tmp_path, text, line):
-    from toolkit.errors import InputError
-    from toolkit.gears.workflow import read_lengths
-
-    p = tmp_path / "l.csv"
-    p.write_bytes(text.encode())
-    with pytest.raises(InputError, match=f"line {line}"):
-        read_lengths(p, "len")
-
-
 def test_gears_cli_form_feed_line_is_one_line_error(tmp_path):
     (tmp_path / "ln.txt").write_bytes(b"5\n6\x0c7\nabc\n")
     proc = cli("gears", "--lengths", "ln.txt", "-k", "2", "--out", "g", "--no-html", cwd=tmp_path)

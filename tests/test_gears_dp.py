@@ -28,35 +28,6 @@ def _brute_force(lengths, k, cost):
     return best
 
 
-def test_read_lengths_lines_and_csv(tmp_path):
-    p = tmp_path / "l.txt"
-    p.write_text("# lengths\n12\n\n7\n  30 \n")
-    assert read_lengths(p).tolist() == [12, 7, 30]
-    c = tmp_path / "l.csv"
-    c.write_text("id,len\na,4\nb,\nc,9\n")
-    with pytest.raises(InputError, match="line 3 column 'len'"):  # an empty cell is refused, not dropped
-        read_lengths(c, "len")
-    c.write_text("id,len\na,4\nc,9\n")
-    assert read_lengths(c, "len").tolist() == [4, 9]
-
-
-@pytest.mark.parametrize("text,column,msg", [
-    ("12\nabc\n", None, r"line 2: 'abc' is not a length"),
-    ("id,len\n1,2\n", None, r"line 1: 'id,len' is not a length \(for a CSV give --column NAME\)"),
-    ("5\n-3\n", None, "line 2: '-3' is not a positive integer"),
-    ("4.5\n", None, "not a positive integer"),
-    ("# nothing\n", None, "holds no lengths"),
-    ("id,len\n1,2\n", "length", "no column 'length' \\(did you mean 'len'\\?\\)"),
-    ("id,len\n1,x\n", "len", "line 2 column 'len': 'x' is not a length"),
-])
-def test_read_lengths_errors(tmp_path, text, column, msg):
-    p = tmp_path / "l.txt"
-    p.write_text(text)
-    with pytest.raises(InputError, match=msg) as exc:
-        read_lengths(p, column)
-    assert "\n" not in str(exc.value)
-
-
 def test_gears_cli(tmp_path):
     rs = np.random.RandomState(3)
     lengths = np.clip(rs.lognormal(3, 0.5, 300).astype(int), 1, 60)

@@ -147,29 +147,6 @@ BAD_LENGTHS = ["99999999999999999999999", "1" * 5000, "2147483648", "1e400", "-1
 GOOD_LENGTHS = {"7": 7, "+7": 7, "007": 7, "12.0": 12, "1e3": 1000, "2147483647": 2147483647}
 
 
-@pytest.mark.parametrize("form", ["lines", "csv"])
-@pytest.mark.parametrize("value", BAD_LENGTHS)
-def test_every_bad_number_in_a_lengths_file_is_one_line_naming_the_line(tmp_path, form, value):
-    p = tmp_path / "l.txt"
-    if form == "lines":
-        p.write_text(f"5\n# c\n{value}\n")
-        where = "line 3"
-    else:
-        p.write_text(f"id,len\na,5\nb,{value}\n")
-        where = "line 3 column 'len'"
-    with pytest.raises(InputError, match=f"lengths file '.*l.txt' {where}: ") as exc:
-        read_lengths(p, "len" if form == "csv" else None)
-    assert len(_one_line(exc)) < 400
-
-
-@pytest.mark.parametrize("form", ["lines", "csv"])
-def test_good_numbers_in_a_lengths_file(tmp_path, form):
-    p = tmp_path / "l.txt"
-    texts = list(GOOD_LENGTHS)
-    p.write_text("\n".join(texts) if form == "lines" else "len\n" + "\n".join(texts))
-    assert read_lengths(p, "len" if form == "csv" else None).tolist() == list(GOOD_LENGTHS.values())
-
-
 def test_gears_cli_bad_number_exit_1(tmp_path):
     (tmp_path / "l.txt").write_text("5\n99999999999999999999999\n")
     r = _cli("gears", "--lengths", tmp_path / "l.txt", "-k", "2", "--out", tmp_path / "o")
@@ -186,42 +163,6 @@ def _random_lengths(rs):
     if kind == 2:
         return list(range(1, int(rs.randint(2, 220))))  # many distinct lengths
     return list(np.clip(rs.lognormal(3, 0.7, 300).astype(int), 1, 500))
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_every_snippet_gears_emits_is_a_valid_config(seed):
-    rs = np.random.RandomState(seed)
-    lengths = _random_lengths(rs)
-    k = int(rs.choice([1, 2, 3, 8, 100, 101, 200, 1000]))
-    batch = bool(rs.rand() < 0.3)
-    dim = "batch" if batch else "seq"
-    tmpl = rs.choice(["x:-1,3,8,8"] if batch else ["x:1,-1,64;mask:1,-1", "x:1,-1,64", "x:1,3,48,-1"])
-    for input_shape in (None, str(tmpl)):
-        s = recommend(lengths, k, dim=dim, input_shape=input_shape)["summary"]
-        snip, gears = s["config_snippet"], s["optimal"]["Gears"]
-        assert s["k_used"] == min(k, MAX_GEARS) and len(gears) == min(k, MAX_GEARS, len(set(lengths)))
-        assert gears[-1] == max(lengths)
-        full = snip if input_shape else ({**snip, "input_shape": "x:-1" if batch else "x:1,-1"} if len(gears) > 1
-                                         else snip)
-        cfg = Config.from_dict(full)  # accepted by validation
-        spec = parse_gears(cfg)
-        if len(gears) == 1:  # the converter takes 2..100 gears: a static shape instead
-            assert spec is None and any("no gears needed" in n for n in s["notes"])
-            if input_shape:
-                assert all(d != -1 for v in cfg.input_shapes().values() for d in v)
-                assert gears[0] in [d for v in cfg.input_shapes().values() for d in v]
-        else:
-            assert MIN_GEARS <= len(spec.gears) <= MAX_GEARS
-            assert sorted({v for g in spec.gears for v in g}) == gears
-        assert any("above the 100 gears" in n for n in s["notes"]) == (k > MAX_GEARS)
-
-
-def test_dims_snippet_fits_the_masked_sample():
-    s = recommend([5, 9, 9, 30, 31], 3, input_shape="x:1,-1,64;mask:1,-1")["summary"]
-    assert s["config_snippet"] == {"input_shape": "x:1,-1,64;mask:1,-1", "dynamic_dims": "5,5;9,9;31,31"}
-    GearSession(samples.build_transformer_seq_masked(), Config.from_dict(s["config_snippet"]))  # checked vs model
-    with pytest.raises(ConfigError, match="has no -1"):
-        config_snippet([4, 8], "seq", "x:1,8,64")
 
 
 def test_gears_cli_single_length_and_too_many_gears(tmp_path):

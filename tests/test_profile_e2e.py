@@ -74,18 +74,6 @@ def _events():
                          "Name": ["big", "attn_softmax"]})
 
 
-def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_fallback():
-    from toolkit.config import Config
-    from toolkit.profile.workflow import profile_model
-
-    placed = profile_model("transformer_block", Config(op_placement={"Softmax": "CPU"}), requests=2, advise=False)
-    kinds = {(f.kind, f.subject) for f in placed.findings if f.kind in ("cpu_fallback", "cpu_placement")}
-    assert kinds == {("cpu_placement", "attn_softmax")}
-    nms = profile_model("detector_head", Config(), requests=2, advise=False)  # NonMaxSuppression: data-dependent
-    kinds = {(f.kind, f.subject) for f in nms.findings if f.kind in ("cpu_fallback", "cpu_placement")}
-    assert ("cpu_fallback", "nms") in kinds and not any(k == "cpu_placement" for k, _ in kinds)
-
-
 # ---------------------------------------------------------------- the command (subprocess: the CLI owns threads)
 def _cli(*args, cwd):
     return subprocess.run([sys.executable, "-m", "toolkit", "profile", *args], capture_output=True, text=True,

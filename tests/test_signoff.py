@@ -78,28 +78,6 @@ def junit_cases(path: Path) -> dict:
     return cases
 
 
-def test_passing_policy_writes_summary_and_junit(tmp_path):
-    from toolkit import api
-
-    pol = write(tmp_path, "p.toml", PASSING)
-    res = api.signoff_command(str(C08 / "model.onnx"), str(pol), Config.from_dict(KEEP), inputs=str(C08),
-                              out=str(tmp_path / "o"))
-    assert res["verdict"] == "PASS", res["summary"]
-    out = tmp_path / "o"
-    for f in ("signoff.html", "summary.json", "junit.xml", "result.csv", "plan.json", "fusion_result.json"):
-        assert (out / f).is_file(), f
-    s = json.loads((out / "summary.json").read_text())
-    assert s["policy"]["layers"]["max_abnormal"] == 0 and len(s["policy_sha256"]) == 64
-    assert len(s["model_sha256"]) == 64 and len(s["config_sha256"]["resolved"]) == 64
-    assert s["environment"]["packages"]["onnxruntime"] and s["counts"]["failed"] == 0
-    cases = junit_cases(out / "junit.xml")
-    assert set(cases) == {c["name"] for c in s["criteria"]}
-    assert all(c.is_passed for c in cases.values())
-    assert "latency.device_ms" in cases and "simulated device time" in (cases["latency.device_ms"].system_out or "")
-    assert "latency.throughput" in cases
-    assert "<script" in (out / "signoff.html").read_text()[:10_000_000]
-
-
 FAILING = {
     "outputs": ('[outputs.y]\nRelativeEuclideanDistance = 1e-9\n', NO_KEEP, "outputs.y.RelativeEuclideanDistance",
                 "with FP16 overflow"),
@@ -115,48 +93,6 @@ FAILING = {
     "latency_host": ("[latency]\nmax_ms = 1e-9\nsource = 'host'\nstatistic = 'max'\n", KEEP, "latency",
                      "host-measured"),
 }
-
-
-@pytest.mark.parametrize("kind", sorted(FAILING))
-def test_failing_policy_names_criterion_and_evidence(tmp_path, kind):
-    text, cfg, crit, evidence = FAILING[kind]
-    res = signoff(tmp_path, text, cfg)
-    assert res["verdict"] == "FAIL"
-    cases = junit_cases(res["out"] / "junit.xml")
-    failed = {n: c for n, c in cases.items() if not c.is_passed}
-    assert crit in failed, (crit, list(cases))
-    msg = failed[crit].result[0].message
-    assert crit in msg and evidence in msg, msg
-    s = json.loads((res["out"] / "summary.json").read_text())
-    assert any(crit in r for r in s["reasons"])
-
-
-def test_task_pass_rate_passes_with_passing_check(tmp_path):
-    res = signoff(tmp_path, "[tasks]\nrequired_pass_rate = 1.0\nmetrics = ['test_signoff:always_passes']\n", KEEP)
-    assert res["verdict"] == "PASS", res["summary"]
-
-
-def test_placement_pass_and_fail(tmp_path):
-    ok = signoff(tmp_path, "[placement]\nallowed_cpu_ops = ['NonMaxSuppression']\n", {}, model="detector_head", out="a")
-    assert ok["verdict"] == "PASS", ok["summary"]
-    bad = signoff(tmp_path, "[placement]\nallowed_cpu_ops = ['Loop']\n", {}, model="detector_head", out="b")
-    assert bad["verdict"] == "FAIL"
-    r = next(r for r in bad["run"].results if r.name == "placement.cpu_ops")
-    assert "nms (NonMaxSuppression)" in r.message and r.evidence["not_allowed"] == ["nms"]
-
-
-def test_memory_conflict_is_detected(tmp_path):
-    res = signoff(tmp_path, "[memory]\nallow_conflicts = false\n", {"precision_mode": "force_fp32", "memory_reuse": "off"})
-    assert res["verdict"] == "PASS", res["summary"]
-    ev = res["run"].evidence
-    arena = [t for t in ev.plan.tensors.values() if t.storage == "arena"]
-    assert not arena_conflicts(ev.plan)
-    arena[1].offset = arena[0].offset  # plant: two tensors live at once at the same bytes
-    arena[1].first, arena[1].last = min(arena[0].first, arena[1].first), max(arena[0].last, arena[1].last)
-    arena[1].alias_of = None
-    (r,) = check_memory({"allow_conflicts": False}, ev)
-    assert not r.passed and r.name == "memory.no_conflicts" and arena[0].name in r.message
-    assert [arena[0].name, arena[1].name] in r.evidence["conflicts"] or [arena[1].name, arena[0].name] in r.evidence["conflicts"]
 
 
 def test_cli_exit_codes(tmp_path):
@@ -187,47 +123,6 @@ def doc_policy(index: int) -> str:
     return re.findall(r"```toml\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)[index]
 
 
-@pytest.mark.slow
-def test_ppocr_rec_signoff_over_20_rendered_lines(tmp_path):
-    """The worked-example policy passes on PP-OCRv4 rec over 20 rendered lines, and fails naming `latency`
-    (only) when the policy asks for a latency the run cannot meet."""
-    import numpy as np
-
-    from toolkit.inputs import realistic_inputs
-
-    inputs = tmp_path / "rec"
-    inputs.mkdir()
-    for i in range(20):
-        np.savez(inputs / f"{i:02d}.npz", **realistic_inputs("ppocr_rec", text=f"invoice {i:03d} total {17 * i + 3}.50"))
-    ok = signoff(tmp_path, doc_policy(0), {}, model="ppocr_rec", inputs=str(inputs), out="ok")
-    assert ok["verdict"] == "PASS", ok["summary"]
-    assert ok["run"].summary["counts"]["input_sets"] == 20
-    tight = doc_policy(0).replace("max_ms = 5.0", "max_ms = 0.001")
-    bad = signoff(tmp_path, tight, {}, model="ppocr_rec", inputs=str(inputs), out="bad")
-    failed = [r.name for r in bad["run"].results if not r.passed]
-    assert failed == ["latency.device_ms"], bad["summary"]
-
-
-def test_latency_criterion_reports_the_profile_schedule(tmp_path):
-    """The [latency] numbers are those of `npuscope profile` for the same plan and device: one request's
-    simulated makespan, and the pipelined rate, which cannot exceed 1 / (latency of the NPU stream's work)."""
-    from toolkit.compiler.pipeline import compile_model
-    from toolkit.ir.load import load_model
-    from toolkit.profile.cost import kernel_costs
-    from toolkit.profile.device import load_device
-
-    res = signoff(tmp_path, "[latency]\nmax_ms = 1000\nmin_throughput = 1\ndevice = 'ascend910'\n", KEEP)
-    by = {r.name: r for r in res["run"].results}
-    lat, thr = by["latency.device_ms"].evidence, by["latency.throughput"].evidence
-    compiled = compile_model(load_model(C08 / "model.onnx"), Config.from_dict(KEEP),
-                             input_shapes={k: v.shape for k, v in np.load(C08 / "inputs.npz").items()})
-    costs = kernel_costs(compiled.plan, compiled.model, load_device("ascend910"))
-    npu_us = costs.loc[costs["Stream"] == "npu", "DurationUs"].sum()
-    assert lat["latency_ms"] * 1e3 >= npu_us * (1 - 1e-9)  # the NPU stream's work is serial within one request
-    assert thr["throughput_rps"] <= 1e6 / npu_us * (1 + 1e-9)
-    assert lat["device"] == "ascend910" and lat["time_kind"] == "simulated"
-
-
 # ------------------------------------------------------------------ [latency] on every input shape
 SEQ = "transformer_seq"
 
@@ -254,51 +149,10 @@ def _shape_timing(seq: int) -> dict:
     return device_timing(compiled)
 
 
-@pytest.mark.parametrize("names", [{"a_short.npz": 1, "b_long.npz": 1024}, {"a_long.npz": 1024, "b_short.npz": 1}],
-                         ids=["short-first", "long-first"])
-@pytest.mark.parametrize("path", ["dataset", "in-memory"])
-def test_latency_is_judged_on_the_worst_input_shape_whatever_the_file_order(tmp_path, names, path):
-    """The defect: only the first input set's plan was simulated, so the verdict depended on file names."""
-    from toolkit.signoff.run import run_signoff
-
-    _seq_inputs(tmp_path / "in", names)
-    short, long_ = _shape_timing(1), _shape_timing(1024)
-    assert long_["latency_ms"] > short["latency_ms"] and long_["throughput_rps"] < short["throughput_rps"]
-    mid_ms = (short["latency_ms"] + long_["latency_ms"]) / 2
-    mid_rps = (short["throughput_rps"] + long_["throughput_rps"]) / 2
-    text = f"[latency]\nmax_ms = {mid_ms!r}\nmin_throughput = {mid_rps!r}\n"
-    if path == "dataset":
-        res = signoff(tmp_path, text, {}, model=SEQ, inputs=str(tmp_path / "in"))["run"]
-    else:
-        res = run_signoff(SEQ, policy_from_dict(tomllib_loads(text)), Config(), inputs=str(tmp_path / "in"))
-    by = {r.name: r for r in res.results}
-    long_name = next(n for n, seq in names.items() if seq == 1024)
-    for name, key, want in (("latency.device_ms", "value_ms", long_["latency_ms"]),
-                            ("latency.throughput", "value_rps", long_["throughput_rps"])):
-        r = by[name]
-        assert not r.passed, r.message
-        assert r.evidence[key] == pytest.approx(want, rel=1e-9)
-        assert r.evidence["shape"] == "x 1x1024x64" and r.evidence["input"] == long_name
-        assert "x 1x1024x64" in r.message and long_name in r.message and "worst of 2 input shapes" in r.message
-        per = {x["shape"]: x for x in r.evidence["per_shape"]}
-        assert per["x 1x1x64"]["latency_ms"] == pytest.approx(short["latency_ms"], rel=1e-9)
-        assert per["x 1x1x64"]["inputs"] == [n for n, seq in names.items() if seq == 1]
-
-
 def tomllib_loads(text: str) -> dict:
     import tomllib
 
     return tomllib.loads(text)
-
-
-def test_latency_with_one_shape_passes_between_the_two_budgets(tmp_path):
-    _seq_inputs(tmp_path / "in", {"a.npz": 1, "b.npz": 1})
-    short = _shape_timing(1)
-    res = signoff(tmp_path, f"[latency]\nmax_ms = {short['latency_ms'] * 1.01!r}\n", {}, model=SEQ,
-                  inputs=str(tmp_path / "in"))
-    (r,) = res["run"].results
-    assert r.passed and r.evidence["value_ms"] == pytest.approx(short["latency_ms"], rel=1e-9)
-    assert [x["input_sets"] for x in r.evidence["per_shape"]] == [2] and "worst of" not in r.message
 
 
 # ------------------------------------------------------------------ tensors / outputs that could not be compared
@@ -334,26 +188,6 @@ SAME_BY_CONSTRUCTION = {
 }
 
 
-def test_resnet_inputs_that_overflow_fp16_fail_min_cosine(tmp_path):
-    """The tester's case: x * 1e6 makes every FP16 tensor non-finite; only the graph input compares (cosine 1)."""
-    from toolkit.inputs import input_specs
-    from toolkit.ir.load import load_model
-    from toolkit.source import resolve_model
-
-    spec = input_specs(load_model(resolve_model("resnet_small").path))[0]
-    x = np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)
-    np.savez(tmp_path / "big.npz", **{spec.name: x * 1e6})
-    np.savez(tmp_path / "normal.npz", **{spec.name: x})
-    bad = signoff(tmp_path, "[layers]\nmin_cosine = 0.99\n", {}, model="resnet_small", inputs=str(tmp_path / "big.npz"),
-                  out="big")
-    (r,) = bad["run"].results
-    assert not r.passed and r.evidence["not_comparable"], r.message
-    assert "logits" in [x["tensor"] for x in r.evidence["not_comparable"]]
-    ok = signoff(tmp_path, "[layers]\nmin_cosine = 0.99\n", {}, model="resnet_small",
-                 inputs=str(tmp_path / "normal.npz"), out="ok")
-    assert ok["verdict"] == "PASS", ok["summary"]
-
-
 def test_cli_bad_policy_device_exits_2_before_running(tmp_path):
     pol = write(tmp_path, "p.toml", "[latency]\nmax_ms = 1\ndevice = 'atlas300'\n")
     r = subprocess.run([sys.executable, "-m", "toolkit", "signoff", SEQ, "--policy", str(pol), "--no-html", "--out",
@@ -371,16 +205,3 @@ def test_cli_unknown_output_is_a_policy_error_not_a_failing_criterion(tmp_path):
     assert r.returncode == 2 and '[outputs."nosuchout"] names no output' in r.stderr, r.stdout + r.stderr
 
 
-def test_policy_names_are_checked_before_a_dataset_runs(tmp_path):
-    """A policy naming an output the model lacks is refused (exit 2) before any input of a folder runs: no
-    results folder is left behind."""
-    from toolkit.errors import ConfigError
-
-    folder = tmp_path / "sets"
-    folder.mkdir()
-    for i in range(2):
-        np.savez(folder / f"{i}.npz", **dict(np.load(C08 / "inputs.npz")))
-    with pytest.raises(ConfigError, match="nosuchout"):
-        signoff(tmp_path, "[outputs.nosuchout]\nCosineSimilarity = 0.99\n", KEEP, model=str(C08 / "model.onnx"),
-                inputs=str(folder), out="o")
-    assert not (tmp_path / "o").exists()

@@ -1,39 +1,35 @@
-"""The discrete-event schedule: streams, dependencies, copies (explicit and derived) and overlap."""
+"""The profile command (toolkit/commands/profile.py), in process: op placement reported as the user's, and
+device-unsupported ops run on the host."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
-import pandas as pd
-import pytest
 
 from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
-from toolkit.compiler.plan import KernelSpec, Plan, TensorSpec
 from toolkit.config import Config
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import load_device
-from toolkit.profile.schedule import Task, device_graph, makespan_us, schedule_plan, simulate
-from toolkit.profile.trace import chrome_trace
+
+
+def test_profile_reports_op_placement_as_user_placement_and_unsupported_ops_as_fallback():
+    from toolkit.config import Config
+    from toolkit.profile.workflow import profile_model
+
+    placed = profile_model("transformer_block", Config(op_placement={"Softmax": "CPU"}), requests=2, advise=False)
+    kinds = {(f.kind, f.subject) for f in placed.findings if f.kind in ("cpu_fallback", "cpu_placement")}
+    assert kinds == {("cpu_placement", "attn_softmax")}
+    nms = profile_model("detector_head", Config(), requests=2, advise=False)  # NonMaxSuppression: data-dependent
+    kinds = {(f.kind, f.subject) for f in nms.findings if f.kind in ("cpu_fallback", "cpu_placement")}
+    assert ("cpu_fallback", "nms") in kinds and not any(k == "cpu_placement" for k, _ in kinds)
+
 
 DEV = dataclasses.replace(load_device("atlas300i_pro"), memory_bandwidth_gbps=1.0, vector_fp32_tflops=1000.0,
                           vector_fp16_tflops=1000.0, launch_overhead_us=5.0, host_device_latency_us=10.0,
                           h2d_bandwidth_gbps=1.0, d2h_bandwidth_gbps=1.0, host_gflops=1000.0,
                           host_memory_bandwidth_gbps=1000.0, host_op_overhead_us=1.0)
-
-
-def _hand_plan():
-    """x -> a (NPU) -> b (CPU) -> y (NPU, with c); x -> c (NPU). No copy kernels: transfers are derived."""
-    def t(name, producer, stream="npu"):
-        return TensorSpec(name, "float32", [1000], 4000, producer=producer, stream=stream)
-    kernels = [KernelSpec("ka", "Relu", "data_movement", ["ka"], inputs=["x"], outputs=["a"]),
-               KernelSpec("kb", "Sigmoid", "vector", ["kb"], inputs=["a"], outputs=["b"], placement="CPU"),
-               KernelSpec("kc", "Relu", "data_movement", ["kc"], inputs=["x"], outputs=["c"]),
-               KernelSpec("ky", "Add", "vector", ["ky"], inputs=["b", "c"], outputs=["y"])]
-    tensors = {"x": t("x", None), "a": t("a", "ka"), "b": t("b", "kb", "cpu"), "c": t("c", "kc"), "y": t("y", "ky")}
-    return Plan("hand", {}, kernels, tensors, ["x"], ["y"])
 
 
 def _cpu_model():
