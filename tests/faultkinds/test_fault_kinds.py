@@ -1,5 +1,5 @@
 """The FP16 / fusion / memory fault kinds of /work/shared/cases/fp16, each built here with its parameters swept
-(tests/faultkinds.py), diagnosed through the public API, and checked against properties computed
+(tests/faultkinds/builders.py), diagnosed through the public API, and checked against properties computed
 independently with numpy / plain onnxruntime.
 
 Then every shared case folder is run as-is under the configuration its ``condition`` text describes.
