@@ -82,26 +82,6 @@ def _edited(plan: dict, tmp_path, name: str, offset_past_arena: int) -> tuple:
     return p, t["name"], t["offset"], align
 
 
-def test_misaligned_offset_is_a_finding_and_aligned_control_is_clean(plan_json, tmp_path):
-    plan, _ = plan_json
-    bad, name, offset, align = _edited(plan, tmp_path, "mis.json", 100)
-    assert offset % align != 0
-    r = _cli("memcheck", "resnet_small", "--plan", bad, "--no-html", "--out", tmp_path / "o1")
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "static conflicts: 1" in r.stdout and "misaligned" in r.stdout and name in r.stdout
-    line = next(x for x in r.stdout.splitlines() if "CONFLICT misaligned" in x)
-    assert str(offset) in line and str(align) in line  # the terminal says why, not "writes X over X"
-    rows = list(csv.DictReader(open(tmp_path / "o1" / "conflicts.csv")))
-    assert [(x["Kind"], x["Written"], int(x["OverlapStart"])) for x in rows] == [("misaligned", name, offset)]
-    assert str(offset) in rows[0]["Detail"] and str(align) in rows[0]["Detail"]
-    # control: the same move to an aligned offset is clean
-    good, _, offset2, _ = _edited(plan, tmp_path, "ok.json", 2 * align)
-    assert offset2 % align == 0
-    r = _cli("memcheck", "resnet_small", "--plan", good, "--no-html", "--out", tmp_path / "o2")
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "static conflicts: 0" in r.stdout
-
-
 def test_static_check_flags_every_misaligned_arena_tensor(plan_json, tmp_path):
     plan, path = plan_json
     p = load_plan(path)
@@ -128,75 +108,6 @@ def test_plan_validation_refuses_bad_alias_and_duplicate_tensor(plan_json, tmp_p
     with pytest.raises(InputError, match=msg) as exc:
         load_plan(p)
     assert "\n" not in str(exc.value) and str(p) in str(exc.value)
-
-
-def test_cli_memcheck_refuses_alias_to_missing_tensor(plan_json, tmp_path):
-    plan, _ = plan_json
-    d = json.loads(json.dumps(plan))
-    d["tensors"][3]["alias_of"] = "nope"
-    p = tmp_path / "alias.json"
-    p.write_text(json.dumps(d))
-    r = _cli("memcheck", "resnet_small", "--plan", p, "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
-    assert "'nope'" in _one_error_line(r) and not (tmp_path / "o").exists()
-
-
-# ---------------------------------------------------------------------------------------------- gears lengths
-def test_empty_csv_cell_is_refused_with_its_line(tmp_path):
-    f = tmp_path / "e.csv"
-    f.write_text("id,len\n1,10\n2,20\n3,\n4,30\n")
-    r = _cli("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
-    err = _one_error_line(r)
-    assert "line 4" in err and "'len'" in err and "empty" in err
-
-
-def test_ambiguous_column_is_refused_and_unique_column_is_read(tmp_path):
-    f = tmp_path / "d.csv"
-    f.write_text("id,len,len\n1,10,11\n")
-    r = _cli("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
-    assert "'len'" in _one_error_line(r) and "2 columns" in r.stderr
-    g = tmp_path / "g.csv"
-    g.write_text("len,id,id\n3,1,2\n5,7,8\n")  # the duplicated column is not the one asked for
-    assert read_lengths(g, "len").tolist() == [3, 5]
-
-
-@pytest.mark.parametrize("dim", ["", "a;b", "../x", "seq len", "1seq", "séq"])
-def test_bad_dim_is_a_usage_error(tmp_path, dim):
-    with pytest.raises(UsageError, match="is not a dim name"):
-        check_dim(dim)
-    f = tmp_path / "l.txt"
-    f.write_text("3\n5\n")
-    r = _cli("gears", "--lengths", f, "-k", "2", "--dim", dim, "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 2 and "is not a dim name" in _one_error_line(r)
-
-
-def test_identifier_dim_is_accepted(tmp_path):
-    f = tmp_path / "l.txt"
-    f.write_text("3\n5\n")
-    r = _cli("gears", "--lengths", f, "-k", "2", "--dim", "seq_len", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 0, r.stderr
-    assert "seq_len" in r.stdout
-
-
-def test_huge_lengths_power_of_two_and_optimal_plan_line(tmp_path):
-    f = tmp_path / "big.txt"
-    f.write_text(f"1\n5\n{MAX_LENGTH_DOC}\n")
-    out = tmp_path / "o"
-    r = _cli("gears", "--lengths", f, "-k", "2", "--no-html", "--out", out)
-    assert r.returncode == 0, r.stderr
-    assert str(MAX_LENGTH_DOC + 1) not in r.stdout
-    table = list(csv.DictReader(open(out / "gears.csv")))
-    for row in table:
-        assert max(json.loads(row["Gears"])) <= MAX_LENGTH_DOC
-    pow2 = json.loads(next(x for x in table if x["Strategy"] == "power_of_two")["Gears"])
-    assert pow2 == [2 ** p for p in range(31)] + [MAX_LENGTH_DOC]
-    line = next(x for x in r.stdout.splitlines() if x.startswith("optimal with"))
-    m = re.match(r"optimal with (\d+) plans[^:]*: \[([^\]]*)\]", line)
-    gears = [int(v) for v in m.group(2).split(",")]
-    assert int(m.group(1)) == len(gears) == 3 and gears == [1, 5, MAX_LENGTH_DOC]
-    assert "3 distinct lengths" in line and f"power of two uses {len(pow2)}" in line
 
 
 # ---------------------------------------------------------------------------------------------- GearSession API
@@ -228,17 +139,3 @@ def _reachable(root) -> bool:
     return bundles <= compiles
 
 
-def test_cli_run_with_small_cache_limit_keeps_only_reachable_bundles(tmp_path):
-    env = {**os.environ, "NPUSCOPE_COMPILE_CACHE": str(tmp_path / "cc"), "NPUSCOPE_COMPILE_CACHE_MODE": "enable",
-           "NPUSCOPE_COMPILE_CACHE_MAX_BYTES": "300000"}
-    r = _cli("run", "resnet_small", "--out", tmp_path / "r", env=env)
-    assert r.returncode == 0, r.stderr
-    base = tmp_path / "cc" / store.LAYOUT
-    files = [p for p in base.glob("*/*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) <= 300000
-    assert _reachable(tmp_path / "cc")
-    info = _cli("cache", "info", env=env)
-    assert info.returncode == 0
-    n_bundle = len(list((base / "bundle").glob("*"))) if (base / "bundle").is_dir() else 0
-    n_compile = len(list((base / "compile").glob("*"))) if (base / "compile").is_dir() else 0
-    assert n_bundle <= n_compile
