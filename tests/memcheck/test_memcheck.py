@@ -1,28 +1,49 @@
-"""npuscope memcheck: planted conflicts, each built here by hand-editing a plan the engine made, must be found
-statically and dynamically with the right writer, victim and late reader; the differential run must point at
-the same conflict; the disable_reuse fix must verify. The engine's own plans must be clean under every policy.
-"""
+"""npuscope memcheck (toolkit/memcheck/memcheck.py): planted conflicts, each built here by hand-editing a plan
+the engine made, must be found statically and dynamically with the right writer, victim and late reader; the
+differential run must point at the same conflict. The engine's own plans must be clean under every policy,
+with copies too, and shared case c10 (aggressive reuse, the same input run twice in one session) is bitwise
+repeatable."""
 
 from __future__ import annotations
 
 import copy
+import json
+import warnings
+from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from tests.graphs import N, make_model
 from toolkit.config import Config
 from toolkit.engine import Session
-from toolkit.memory.dynamic_check import OwnerMap, dynamic_check
+from toolkit.memory.dynamic_check import dynamic_check
 from toolkit.memory.memcheck import memcheck
 from toolkit.memory.planio import attach_plan
 from toolkit.memory.static_check import static_conflicts
 from toolkit.runtime.npu import NpuRuntime
 
+
+def test_memcheck_diff_has_no_warnings():
+    from toolkit.memory.memcheck import _diff
+
+    nan, inf = np.nan, np.inf
+    cases = [([nan, nan], [nan, nan], 0.0), ([nan], [2.0], nan), ([inf, 1], [inf, 3], 2.0), ([inf], [1.0], inf),
+             ([], [], 0.0), ([-inf], [inf], inf), ([1.0, 5.0], [1.0, 2.0], 3.0)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for a, b, want in cases:
+            got = _diff(np.array(a, np.float32), np.array(b, np.float32))
+            assert (np.isnan(want) and np.isnan(got)) or got == want, (a, b, got)
+        assert _diff(np.array([1 + 2j]), np.array([1 + 0j])) == 2.0
+        assert np.isnan(_diff(np.array(["a"]), np.array(["b"])))
+
+
 POLICIES = ("off", "conservative", "aggressive")
 
 
-FP32 = dict(precision_mode="force_fp32", fusion_level=0)
+FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
 X = np.random.default_rng(3).standard_normal((16, 64)).astype(np.float32)
 
 
@@ -53,7 +74,7 @@ def test_two_overlapping_tensors_in_a_hand_edited_plan():
     model = make_model([N("Mul", ["x", "two"], ["a"], "mul_a"), N("Mul", ["x", "three"], ["b"], "mul_b"),
                         N("Add", ["a", "b"], ["y"], "add")], [("x", [16, 64])], ["y"],
                        {"two": np.float32(2.0), "three": np.float32(3.0)})
-    sess = Session(model, Config(**FP32))
+    sess = Session(model, Config(**FP32_UNFUSED))
     assert static_conflicts(sess.plan) == []
     plan = copy.deepcopy(sess.plan)
     plan.tensors["b"].offset = plan.tensors["a"].offset
@@ -66,7 +87,7 @@ def test_inplace_kernel_whose_input_has_a_later_reader():
     # that Add still reads.
     model = make_model([N("Relu", ["x"], ["r"], "relu"), N("Sigmoid", ["r"], ["s"], "sig"),
                         N("Add", ["s", "r"], ["y"], "add")], [("x", [16, 64])], ["y"])
-    sess = Session(model, Config(**FP32))
+    sess = Session(model, Config(**FP32_UNFUSED))
     assert static_conflicts(sess.plan) == []
     assert sess.plan.tensors["s"].offset != sess.plan.tensors["r"].offset  # the planner refused it
     plan = copy.deepcopy(sess.plan)
@@ -81,7 +102,7 @@ def test_view_outliving_its_base():
                         N("Tanh", ["x"], ["t"], "tanh"), N("Reshape", ["t", "shape"], ["tv"], "reshape_t"),
                         N("Add", ["v", "tv"], ["y"], "add")], [("x", [16, 64])], ["y"],
                        {"two": np.float32(2.0), "shape": np.array([64, 16], np.int64)})
-    sess = Session(model, Config(**FP32))
+    sess = Session(model, Config(**FP32_UNFUSED))
     plan = sess.plan
     assert plan.tensors["v"].alias_of == "m" and plan.tensors["v"].offset == plan.tensors["m"].offset
     assert static_conflicts(plan) == []
@@ -107,7 +128,7 @@ XR = np.random.default_rng(4).standard_normal((4, 16, 8)).astype(np.float32)
 
 
 def test_cpu_read_in_flight_while_npu_reuses_the_block():
-    sess = Session(cpu_model(), Config(**FP32))
+    sess = Session(cpu_model(), Config(**FP32_UNFUSED))
     plan = sess.plan
     assert plan.kernels[step_of(plan, "rnn")].placement == "CPU"
     assert plan.tensors["e"].last == step_of(plan, "MemcpyH2D_h")  # stream-aware lifetime
@@ -119,12 +140,6 @@ def test_cpu_read_in_flight_while_npu_reuses_the_block():
                                                                      for c in static}
     _, events = dynamic_check(NpuRuntime(attach_plan(sess.compiled, bad)), {"x": XR})
     assert ("neg", "e", "MemcpyD2H_e") in {(e.writer, e.tensor, e.reader) for e in events}
-
-
-# ------------------------------------------------------------------------------------------- clean plans
-def _sample_cases():
-    from toolkit import samples
-    return [(n, samples.sample(n)) for n in samples.SAMPLES]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -139,34 +154,13 @@ def test_engine_plans_are_clean_under_every_policy(name, policy):
     assert res.fix == {}
 
 
-def test_disable_reuse_gives_exclusive_ranges():
-    model = make_model([N("Relu", ["x"], ["r"], "relu"), N("Sigmoid", ["r"], ["s"], "sig"),
-                        N("Tanh", ["s"], ["y"], "tanh")], [("x", [16, 64])], ["y"])
-    plan = Session(model, Config(**FP32)).plan
-    assert plan.tensors["s"].alias_of == "r"  # in place by default
-    plan2 = Session(model, Config(disable_reuse=["sig"], **FP32)).plan
-    s = plan2.tensors["s"]
-    assert s.alias_of is None
-    others = [t for t in plan2.tensors.values() if t.storage == "arena" and t.name != "s"]
-    assert all(t.offset + t.nbytes <= s.offset or s.offset + s.nbytes <= t.offset for t in others)
-    assert static_conflicts(plan2) == []
-
-
-def test_owner_map_intervals():
-    m = OwnerMap()
-    m.assign(0, 100, "a")
-    m.assign(50, 150, "b")
-    m.assign(20, 30, None)
-    assert m.query(0, 200) == [(0, 20, "a"), (20, 30, None), (30, 50, "a"), (50, 150, "b"), (150, 200, None)]
-    assert m.ranges_of("a") == [(0, 20), (30, 50)]
-
-
 SHARED = sorted(p for p in __import__("pathlib").Path("/work/shared/cases/fp16").glob("c*") if (p / "model.onnx").is_file())
 
 
 @pytest.mark.parametrize("case", SHARED, ids=[p.name[:3] for p in SHARED])
 def test_shared_cases_plans_are_clean(case):
     import onnx
+
     from toolkit.engine import shapes_of
 
     model = onnx.load(str(case / "model.onnx"))
@@ -175,3 +169,48 @@ def test_shared_cases_plans_are_clean(case):
         sess = Session(model, Config(memory_reuse=policy), input_shapes=shapes_of(feeds))
         res = memcheck(sess.compiled, sess.plan, feeds, verify_fix=False)
         assert res.check.clean, (policy, res.check.conflicts[:3], res.check.events[:3], res.check.divergence)
+
+
+C10 = Path("/work/shared/cases/fp16/c10_repeated_runs_bitwise_equal")
+
+
+@pytest.mark.skipif(not C10.is_dir(), reason="shared case c10 not present")
+def test_c10_repeated_runs_bitwise_equal_under_aggressive():
+    from toolkit.config import Config
+    from toolkit.engine import Session, shapes_of
+    from toolkit.memory.memcheck import memcheck
+    from toolkit.runtime.reference import ReferenceRunner  # noqa: F401 (import check only)
+
+    model = onnx.load(str(C10 / "model.onnx"))
+    feeds = dict(np.load(C10 / "inputs.npz"))
+    json.loads((C10 / "expected.json").read_text())
+    sess = Session(model, Config(precision_mode="allow_mix_precision", memory_reuse="aggressive"),
+                   input_shapes=shapes_of(feeds))
+    a, b = sess.run(feeds).outputs, sess.run(feeds).outputs
+    for name in a:
+        assert a[name].tobytes() == b[name].tobytes(), name
+    res = memcheck(sess.compiled, sess.plan, feeds)
+    assert res.check.clean, (res.check.conflicts[:3], res.check.events[:3], res.check.divergence)
+
+
+# ------------------------------------------------------------------------------------- memory
+def stream_model():
+    """exp's output is copied to the host for the CPU tanh; neg/abs run on the NPU meanwhile; 'use' reads the
+    CPU result through a MemcpyH2D."""
+    return make_model([N("Exp", ["x"], ["e"], "exp"), N("Tanh", ["e"], ["th"], "tanh"),
+                       N("Neg", ["x"], ["n"], "neg"), N("Abs", ["n"], ["ab"], "abs"),
+                       N("Add", ["th", "ab"], ["y"], "use")], [("x", [16, 64])], ["y"])
+
+
+XS = np.random.default_rng(12).standard_normal((16, 64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("policy", ["off", "conservative", "aggressive"])
+def test_memcheck_is_clean_on_plans_with_copies(policy):
+    for cfg in (Config(memory_reuse=policy, op_placement={"Tanh": "CPU"}),
+                Config(memory_reuse=policy, precision_mode="force_fp16", op_placement={"Tanh": "CPU", "neg": "CPU"})):
+        sess = Session(stream_model(), cfg)
+        assert any(k.fusion == "copy" for k in sess.plan.kernels)
+        res = memcheck(sess.compiled, sess.plan, {"x": XS})
+        assert res.check.clean, (res.check.conflicts[:3], res.check.events[:3], res.check.divergence,
+                                 res.check.error)
