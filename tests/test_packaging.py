@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.report.helpers import ROOT
 
 
 def test_pyproject_lists_every_toolkit_package():

@@ -9,74 +9,17 @@ import json
 import logging
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.cache import keys, store
-from toolkit.cache.store import LAYOUT, unpack
-from toolkit.compiler.pipeline import compile_model, recompile_precision
-from toolkit.config import Config
-from toolkit.runtime import kernels
+from tests.cache.helpers import WORKER, X, _entry, build, cfg, fresh, make_model, n_sessions, plan_dict, run
+from toolkit.cache import store
+from toolkit.cache.store import unpack
+from toolkit.compiler.pipeline import recompile_precision
 from toolkit.runtime.npu import NpuRuntime
-
-RNG = np.random.default_rng(7)
-W1 = RNG.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
-B1 = RNG.normal(0, 0.1, (4,)).astype(np.float32)
-W2 = RNG.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32)
-X = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
-
-
-def make_model(w1=W1, w2=W2, alpha=0.2, dil2=(1, 1)) -> onnx.ModelProto:
-    """x -> Conv(w1 initializer, pads 1) -> Relu -> Conv(w2 from a Constant node, 1x1) -> HardSigmoid -> y."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Constant", [], ["w2"], name="w2_const", value=numpy_helper.from_array(w2, "w2")),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", dilations=list(dil2)),
-             helper.make_node("HardSigmoid", ["c2"], ["y"], name="hsig", alpha=alpha)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(B1, "b1")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cfg(folder, **kw) -> Config:
-    base = {"precision_mode": "force_fp16", "op_compiler_cache_mode": "enable", "op_compiler_cache_dir": str(folder)}
-    base.update(kw)
-    return Config(**base)
-
-
-def build(model, config, shape=(1, 3, 8, 8)):
-    """(CompileResult, NpuRuntime) as a new process would get them (in-memory kernel sessions dropped)."""
-    kernels._SESSIONS.clear()
-    cr = compile_model(model, config, input_shapes={"x": shape})
-    rt = NpuRuntime(cr)
-    store.flush()
-    return cr, rt
-
-
-def n_sessions(rt) -> int:
-    return sum(1 for ek in rt.kernels if ek.session is not None)
-
-
-def plan_dict(cr) -> dict:
-    d = cr.plan.to_dict()
-    d["config"] = {k: v for k, v in d["config"].items() if k not in keys.NON_CODE_FIELDS}
-    return d
-
-
-def run(rt, shape=(1, 3, 8, 8)):
-    x = np.resize(X, shape).astype(np.float32)
-    return rt.run({"x": x}).outputs["y"]
-
-
-def fresh(model, config, shape=(1, 3, 8, 8)):
-    """A compile with the cache disabled (what every cached result must equal)."""
-    return build(model, dataclasses.replace(config, op_compiler_cache_mode="disable"), shape)
 
 
 # ---------------------------------------------------------------------------------------------- hits
@@ -119,11 +62,6 @@ def test_stage_of_a_hit_serves_recompile_precision(tmp_path):
     np.testing.assert_array_equal(run(NpuRuntime(again)), run(NpuRuntime(ref)))
 
 
-# ---------------------------------------------------------------------------------------------- corruption
-def _entry(tmp_path, ns) -> list:
-    return sorted((tmp_path / LAYOUT / ns).iterdir())
-
-
 @pytest.mark.parametrize("damage", ["truncate", "flip"])
 @pytest.mark.parametrize("ns", ["compile", "bundle"])
 def test_corrupted_entry_is_warned_rebuilt_and_rewritten(tmp_path, caplog, damage, ns):
@@ -142,25 +80,6 @@ def test_corrupted_entry_is_warned_rebuilt_and_rewritten(tmp_path, caplog, damag
     np.testing.assert_array_equal(run(rt), run(rt_cold))
     meta, _ = unpack(path.read_bytes())  # rebuilt and written again, whole
     assert meta
-
-
-# ---------------------------------------------------------------------------------------------- concurrency
-WORKER = textwrap.dedent("""
-    import hashlib, json, sys
-    import numpy as np, onnx
-    from toolkit.compiler.pipeline import compile_model
-    from toolkit.config import Config
-    from toolkit.runtime.npu import NpuRuntime
-    model = onnx.load(sys.argv[1])
-    c = Config(precision_mode="force_fp16", op_compiler_cache_mode="enable", op_compiler_cache_dir=sys.argv[2])
-    x = np.load(sys.argv[3])
-    outs = []
-    for _ in range(3):
-        cr = compile_model(model, c, input_shapes={"x": x.shape})
-        y = NpuRuntime(cr).run({"x": x}).outputs["y"]
-        outs.append(hashlib.sha256(y.tobytes()).hexdigest())
-    print(json.dumps({"status": cr.cache["status"], "out": outs}))
-""")
 
 
 def test_two_processes_compile_into_one_cache(tmp_path):

@@ -13,60 +13,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.cache.helpers import _entry, build, cfg, make_model, n_sessions, run
 from toolkit.cache import keys, store
-from toolkit.cache.store import LAYOUT, EntryStore
-from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
-from toolkit.runtime import kernels
-from toolkit.runtime.npu import NpuRuntime
-
-RNG = np.random.default_rng(7)
-W1 = RNG.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
-B1 = RNG.normal(0, 0.1, (4,)).astype(np.float32)
-W2 = RNG.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32)
-X = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
-
-
-def make_model(w1=W1, w2=W2, alpha=0.2, dil2=(1, 1)) -> onnx.ModelProto:
-    """x -> Conv(w1 initializer, pads 1) -> Relu -> Conv(w2 from a Constant node, 1x1) -> HardSigmoid -> y."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Constant", [], ["w2"], name="w2_const", value=numpy_helper.from_array(w2, "w2")),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", dilations=list(dil2)),
-             helper.make_node("HardSigmoid", ["c2"], ["y"], name="hsig", alpha=alpha)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(B1, "b1")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cfg(folder, **kw) -> Config:
-    base = {"precision_mode": "force_fp16", "op_compiler_cache_mode": "enable", "op_compiler_cache_dir": str(folder)}
-    base.update(kw)
-    return Config(**base)
-
-
-def build(model, config, shape=(1, 3, 8, 8)):
-    """(CompileResult, NpuRuntime) as a new process would get them (in-memory kernel sessions dropped)."""
-    kernels._SESSIONS.clear()
-    cr = compile_model(model, config, input_shapes={"x": shape})
-    rt = NpuRuntime(cr)
-    store.flush()
-    return cr, rt
-
-
-def n_sessions(rt) -> int:
-    return sum(1 for ek in rt.kernels if ek.session is not None)
-
-
-def run(rt, shape=(1, 3, 8, 8)):
-    x = np.resize(X, shape).astype(np.float32)
-    return rt.run({"x": x}).outputs["y"]
-
-
-# ---------------------------------------------------------------------------------------------- corruption
-def _entry(tmp_path, ns) -> list:
-    return sorted((tmp_path / LAYOUT / ns).iterdir())
+from toolkit.cache.store import EntryStore
 
 
 def test_corrupted_kernel_entry_is_rebuilt(tmp_path, caplog):

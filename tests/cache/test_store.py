@@ -4,65 +4,15 @@ is refused, and an unwritable folder warns once per process."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
+from tests.cache.helpers import W1, _foreign_tree, build, cfg, fresh, make_model, run
 from toolkit.cache import store
 from toolkit.cache.store import LAYOUT, EntryStore, unpack
-from toolkit.compiler.pipeline import compile_model
-from toolkit.config import Config
-from toolkit.runtime import kernels
-from toolkit.runtime.npu import NpuRuntime
-
-RNG = np.random.default_rng(7)
-W1 = RNG.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
-B1 = RNG.normal(0, 0.1, (4,)).astype(np.float32)
-W2 = RNG.normal(0, 0.3, (4, 4, 1, 1)).astype(np.float32)
-X = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
-
-
-def make_model(w1=W1, w2=W2, alpha=0.2, dil2=(1, 1)) -> onnx.ModelProto:
-    """x -> Conv(w1 initializer, pads 1) -> Relu -> Conv(w2 from a Constant node, 1x1) -> HardSigmoid -> y."""
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Constant", [], ["w2"], name="w2_const", value=numpy_helper.from_array(w2, "w2")),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", dilations=list(dil2)),
-             helper.make_node("HardSigmoid", ["c2"], ["y"], name="hsig", alpha=alpha)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(B1, "b1")])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def cfg(folder, **kw) -> Config:
-    base = {"precision_mode": "force_fp16", "op_compiler_cache_mode": "enable", "op_compiler_cache_dir": str(folder)}
-    base.update(kw)
-    return Config(**base)
-
-
-def build(model, config, shape=(1, 3, 8, 8)):
-    """(CompileResult, NpuRuntime) as a new process would get them (in-memory kernel sessions dropped)."""
-    kernels._SESSIONS.clear()
-    cr = compile_model(model, config, input_shapes={"x": shape})
-    rt = NpuRuntime(cr)
-    store.flush()
-    return cr, rt
-
-
-def run(rt, shape=(1, 3, 8, 8)):
-    x = np.resize(X, shape).astype(np.float32)
-    return rt.run({"x": x}).outputs["y"]
-
-
-def fresh(model, config, shape=(1, 3, 8, 8)):
-    """A compile with the cache disabled (what every cached result must equal)."""
-    return build(model, dataclasses.replace(config, op_compiler_cache_mode="disable"), shape)
 
 
 # ---------------------------------------------------------------------------------------------- store, modes
@@ -79,25 +29,6 @@ def test_lru_eviction_keeps_recently_used_entries(tmp_path):
     s.limit = 2 * size
     assert s.evict() == 1
     assert not s.path("kernel", b).exists() and s.path("kernel", a).exists() and s.path("kernel", c).exists()
-
-
-def _foreign_tree(root):
-    """Files a user keeps under a folder mistaken for a cache: names that are not keys, keys outside the kind
-    folders, a key-named folder and symlink, an upper-case key. Returns their paths."""
-    v1 = root / LAYOUT
-    (v1 / "compile").mkdir(parents=True, exist_ok=True)
-    (v1 / "other").mkdir(parents=True, exist_ok=True)
-    (v1 / "kernel" / ("d" * 64)).mkdir(parents=True)           # a folder named like a key
-    target = root / "outside.txt"
-    target.write_text("keep me")
-    files = [v1 / "compile" / "notes.txt", v1 / "other" / "c.txt", v1 / "other" / ("e" * 64),
-             v1 / "compile" / ("F" * 64), v1 / "compile" / (("0" * 63) + ".bak"), v1 / "kernel" / ("d" * 64) / "x",
-             v1 / "readme", target]
-    for f in files:
-        f.write_text("user data")
-    (v1 / "bundle").mkdir(exist_ok=True)
-    os.symlink(target, v1 / "bundle" / ("9" * 64))               # a key-named symlink to a user file
-    return files
 
 
 def test_clear_and_info_touch_only_cache_entries(tmp_path):

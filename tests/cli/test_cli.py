@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from tests.dtype_models import _sequence_model
 from tests.graphs import N, make_model
 from toolkit.cache import store
 
@@ -519,25 +519,6 @@ def test_every_csv_of_a_diagnose_or_compare_run_is_formula_safe(evil_runs):
         assert float(by_tensor["'" + T_DIV][head.index("GoldenMin")]) == pytest.approx(float(X_EVIL.min()))
         kernels = [r[0] for r in _csv_cells(out / "kernel_times.csv")[1:]]
         assert kernels and all(not k.startswith(FORMULA) for k in kernels)
-
-
-def _sequence_model(path, ragged: bool):
-    """s = SequenceConstruct(relu(x), x or x[0]) (a sequence graph output) next to r = relu(x)."""
-    from onnx import TensorProto as T
-    from onnx import helper as h
-
-    nodes = [h.make_node("Relu", ["x"], ["r"], name="relu")]
-    second = "x"
-    if ragged:
-        nodes.append(h.make_node("Gather", ["x", "zero"], ["x0"], name="row0", axis=0))
-        second = "x0"
-    nodes.append(h.make_node("SequenceConstruct", ["r", second], ["s"], name="sc"))
-    seq = h.make_value_info("s", h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, None)))
-    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2, 3])],
-                     [seq, h.make_tensor_value_info("r", T.FLOAT, [2, 3])],
-                     [onnx.numpy_helper.from_array(np.array(0, np.int64), "zero")])
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), path)
-    return path
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -33,14 +33,22 @@ from onnx import numpy_helper as nh
 from onnxruntime.capi.onnxruntime_pybind11_state import Fail, InvalidGraph
 from onnxruntime.capi.onnxruntime_pybind11_state import NotImplemented as NotImplementedOrt
 
+from tests.dataset.helpers import (
+    _GEARS,
+    _session_members,
+    _wait_until_gone,
+    api_compare,
+    inputs_csv,
+    tiny_model,
+    write_inputs,
+)
+from tests.dtype_models import CPU_MODELS, _run_cli, _save
 from tests.faultkinds import builders as fk
 from tests.graphs import N, make_model
 from toolkit import samples
 from toolkit.compare.layerwise import RESULT_COLUMNS
 from toolkit.compare.tasks import RESULT_KEYS
 from toolkit.config import Config
-from toolkit.diagnose import diagnose
-from toolkit.runtime import ort_values
 
 PROGRESS = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] ")
 
@@ -76,35 +84,6 @@ def test_options_the_model_cannot_take_are_usage_errors(tmp_path, args, mention)
     assert_one_line_error(proc, 2, mention, out=tmp_path / "o")
 
 
-FP16 = {"precision_mode": "force_fp16"}
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-def tiny_model(path: Path) -> Path:
-    """Conv(3→16) → Relu → Conv(16→8) → GlobalAveragePool → Flatten on a 1x3x64x64 input: 65,536-element
-    intermediates (large enough for threaded BLAS dot products in the metric sums)."""
-    rng = np.random.default_rng(0)
-    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 16).astype(np.float32),
-             "w2": rng.normal(0, 0.3, (8, 16, 3, 3)).astype(np.float32), "b2": rng.normal(0, 0.1, 8).astype(np.float32)}
-    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], "conv1", pads=[1, 1, 1, 1]), N("Relu", ["c1"], ["r1"], "relu1"),
-             N("Conv", ["r1", "w2", "b2"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
-             N("GlobalAveragePool", ["c2"], ["g"], "gap"), N("Flatten", ["g"], ["y"], "flat")]
-    model = make_model(nodes, [("x", [1, 3, 64, 64])], ["y"], inits)
-    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8]))
-    onnx.save(model, path)
-    return path
-
-
-def write_inputs(folder: Path, n: int, seed: int = 0) -> list[np.ndarray]:
-    folder.mkdir(parents=True, exist_ok=True)
-    xs = []
-    for i in range(n):
-        x = np.random.default_rng(seed + i).normal(0, 1 + 0.5 * (i % 5), (1, 3, 64, 64)).astype(np.float32)
-        np.savez(folder / f"in{i:03d}.npz", x=x)
-        xs.append(x)
-    return xs
-
-
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
     root = tmp_path_factory.mktemp("dataset")
@@ -116,17 +95,6 @@ def case(tmp_path_factory):
 def npuscope(*args, cwd: Path, **kw):
     return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
-
-
-def api_compare(model, inputs, out, **kw):
-    from toolkit import api
-
-    cfg = Config.from_dict(kw.pop("config", FP16))
-    return api.diagnose_command(str(model), cfg, inputs=str(inputs), out=str(out), html=kw.pop("html", False), **kw)
-
-
-def inputs_csv(folder: Path) -> pd.DataFrame:
-    return pd.read_csv(folder / "inputs.csv").drop(columns=["RunMs"])
 
 
 # ------------------------------------------------------------------------------------------- backends
@@ -207,29 +175,6 @@ def test_dataset_options_that_cannot_apply_are_usage_errors(case, tmp_path):
     assert proc.returncode == 1 and "holds no .npz files" in proc.stderr
 
 
-# ------------------------------------------------------------------------ workers die with their parent
-def _session_members(sid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of the live (not zombie) processes of session ``sid``, from /proc/<pid>/stat."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, session, ...
-        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            out.append((int(d), cmd[:120]))
-    return out
-
-
-def _wait_until_gone(sid: int, deadline_s: float = 60.0) -> list[tuple[int, str]]:
-    end = time.monotonic() + deadline_s
-    while (left := _session_members(sid)) and time.monotonic() < end:
-        time.sleep(0.1)
-    return left
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
@@ -280,10 +225,6 @@ def test_truncated_result_file_resumes_from_the_cli(case, finished, tmp_path):
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     assert "1 stored result(s) could not be read and were evaluated again: in000.npz" in proc.stdout
     pd.testing.assert_frame_equal(inputs_csv(out), inputs_csv(finished))
-
-
-# ------------------------------------------------------------------ mistakes found before the output folder
-_GEARS = '{"input_shape": "x:1,3,-1,-1", "dynamic_dims": "64,64;128,128"}'
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -1174,77 +1115,6 @@ def test_overflow_in_the_accumulation(tmp_path):
     assert rc == 0 and summary["verdict"] == "PASS" and not by_kind(findings, "fp16_overflow")
 
 
-OPSET = 25
-SHAPE = [2, 3]
-FEED = np.linspace(0.1, 0.9, 6, dtype=np.float32).reshape(SHAPE)
-
-
-def _graph_model(nodes, inputs, outputs) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11)
-
-
-def _cast_model(code: int, identity: bool) -> onnx.ModelProto:
-    """x (float32) -> Cast(to=code) [-> Identity] -> y."""
-    nodes = [helper.make_node("Cast", ["x"], ["c" if identity else "y"], to=code, name="cast")]
-    if identity:
-        nodes.append(helper.make_node("Identity", ["c"], ["y"], name="id"))
-    return _graph_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                        [helper.make_tensor_value_info("y", code, SHAPE)])
-
-
-def _const_model(code: int) -> onnx.ModelProto | None:
-    """x -> Identity -> xo, and a Constant of type ``code`` as output y (for types no Cast produces)."""
-    np_dt = helper.tensor_dtype_to_np_dtype(code)
-    vals = [b"a", b"b", b"c", b"d", b"e", b"f"] if code == TensorProto.STRING else \
-        np.array([0, 1, 0, 1, 1, 0], np.float32).astype(np_dt).tolist()
-    try:
-        value = helper.make_tensor("v", code, SHAPE, vals)
-    except (TypeError, ValueError, OverflowError):
-        return None
-    nodes = [helper.make_node("Identity", ["x"], ["xo"], name="idx"),
-             helper.make_node("Constant", [], ["y"], value=value, name="const")]
-    return _graph_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                        [helper.make_tensor_value_info("xo", TensorProto.FLOAT, SHAPE),
-                         helper.make_tensor_value_info("y", code, SHAPE)])
-
-
-def _ort_runs(model: onnx.ModelProto):
-    """onnxruntime's CPU provider (no graph optimisation) runs ``model``: its output y, else None."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 4
-    try:
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return ort_values.run(sess, ["y"], {"x": FEED})[0]
-    except Exception:  # noqa: BLE001 - this type is not supported by this chain
-        return None
-
-
-def _cpu_models() -> dict[str, onnx.ModelProto]:
-    """{ONNX type name: the first model of Cast+Identity, Cast, Constant whose output y onnxruntime's CPU
-    provider computes}: every element type it can output (complex and float6 have none in onnxruntime 1.32)."""
-    out = {}
-    for name, code in TensorProto.DataType.items():
-        if code == TensorProto.UNDEFINED:
-            continue
-        for build in (lambda c: _cast_model(c, True), lambda c: _cast_model(c, False), _const_model):
-            m = build(code)
-            if m is not None and _ort_runs(m) is not None:
-                out[name] = m
-                break
-    return out
-
-
-CPU_MODELS = _cpu_models()
-
-
-def _save(model: onnx.ModelProto, folder: Path) -> Path:
-    path = folder / "m.onnx"
-    onnx.save(model, path)
-    return path
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_cli_compare_passes_string_and_int4_outputs(tmp_path):
     for name in ("STRING", "INT4"):
@@ -1253,11 +1123,6 @@ def test_cli_compare_passes_string_and_int4_outputs(tmp_path):
         res = _run_cli("compare", path, "--out", f"o{name}", cwd=tmp_path)
         assert res.returncode == 0, res.stdout + res.stderr
         assert json.loads((tmp_path / f"o{name}" / "summary.json").read_text())["verdict"] == "PASS"
-
-
-def _run_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
 
 
 NUM = r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)"

@@ -29,17 +29,6 @@ from toolkit.logs import plog
 FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
 
 
-RNG = np.random.default_rng(7)
-
-
-X = RNG.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
-
-
-def run(rt, shape=(1, 3, 8, 8)):
-    x = np.resize(X, shape).astype(np.float32)
-    return rt.run({"x": x}).outputs["y"]
-
-
 def test_bad_mode_variable_is_attributed_to_the_variable(tmp_path):
     env = dict(os.environ, NPUSCOPE_COMPILE_CACHE_MODE="bogus")
     res = subprocess.run([sys.executable, "-m", "toolkit", "compile", "resnet_small", "--out", str(tmp_path / "o")],

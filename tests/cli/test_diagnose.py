@@ -22,7 +22,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.faultkinds import builders as fk
 from tests.graphs import N, make_model
-from toolkit.diagnose import diagnose
 
 TIMEOUT_S = 600
 

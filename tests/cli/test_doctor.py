@@ -14,7 +14,6 @@ import pytest
 from onnx import TensorProto, helper
 
 from toolkit import samples
-from toolkit.signoff.doctor import doctor
 
 TIMEOUT_S = 600
 

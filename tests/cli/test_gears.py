@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from toolkit.errors import UsageError
-from toolkit.gears.workflow import check_dim, config_snippet, read_lengths
+from toolkit.gears.workflow import check_dim, read_lengths
 
 MAX_LENGTH_DOC = 2147483647  # docs/gears.md: "Lengths are whole numbers from 1 to 2147483647"
 

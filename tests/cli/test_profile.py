@@ -18,7 +18,6 @@ import pandas as pd
 import pytest
 
 from toolkit.profile.device import load_device
-from toolkit.profile.findings import cast_islands
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS, OP_SUMMARY_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 from onnx import helper as h
 
+from tests.dataset.helpers import FP16
 from toolkit import samples
 from toolkit.config import Config
-from toolkit.signoff.regress import regress
 
 ENV = dict(os.environ, PYTHONWARNINGS="ignore")
 
@@ -112,7 +112,6 @@ def test_regress_compares_input_data_not_paths(tmp_path):
     assert "different inputs" not in same.stdout
 
 
-FP16 = {"precision_mode": "force_fp16"}
 STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
 LENIENT = 0.5
 

@@ -17,36 +17,11 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper
 
+from tests.dataset.helpers import _GEARS, FP16, tiny_model, write_inputs
 from tests.graphs import N, make_model
 from toolkit.config import Config
 
 TIMEOUT_S = 600
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-def tiny_model(path: Path) -> Path:
-    """Conv(3→16) → Relu → Conv(16→8) → GlobalAveragePool → Flatten on a 1x3x64x64 input: 65,536-element
-    intermediates (large enough for threaded BLAS dot products in the metric sums)."""
-    rng = np.random.default_rng(0)
-    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 16).astype(np.float32),
-             "w2": rng.normal(0, 0.3, (8, 16, 3, 3)).astype(np.float32), "b2": rng.normal(0, 0.1, 8).astype(np.float32)}
-    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], "conv1", pads=[1, 1, 1, 1]), N("Relu", ["c1"], ["r1"], "relu1"),
-             N("Conv", ["r1", "w2", "b2"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
-             N("GlobalAveragePool", ["c2"], ["g"], "gap"), N("Flatten", ["g"], ["y"], "flat")]
-    model = make_model(nodes, [("x", [1, 3, 64, 64])], ["y"], inits)
-    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8]))
-    onnx.save(model, path)
-    return path
-
-
-def write_inputs(folder: Path, n: int, seed: int = 0) -> list[np.ndarray]:
-    folder.mkdir(parents=True, exist_ok=True)
-    xs = []
-    for i in range(n):
-        x = np.random.default_rng(seed + i).normal(0, 1 + 0.5 * (i % 5), (1, 3, 64, 64)).astype(np.float32)
-        np.savez(folder / f"in{i:03d}.npz", x=x)
-        xs.append(x)
-    return xs
 
 
 @pytest.fixture(scope="module")
@@ -60,10 +35,6 @@ def case(tmp_path_factory):
 def npuscope(*args, cwd: Path, **kw):
     return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
                           timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
-
-
-# ------------------------------------------------------------------ mistakes found before the output folder
-_GEARS = '{"input_shape": "x:1,3,-1,-1", "dynamic_dims": "64,64;128,128"}'
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -112,7 +83,6 @@ def test_cli_signoff_policy_task_metric_exit_2(tmp_path):
     assert "policy 'p.toml': [tasks] metrics entry 'nomod:fn'" in line and "--task-metric" not in line
 
 
-FP16 = {"precision_mode": "force_fp16"}
 STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
 LENIENT = 0.5
 

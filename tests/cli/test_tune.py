@@ -18,7 +18,6 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.config import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import input_specs, load_npz
-from toolkit.precision.tune import tune
 
 TIMEOUT_S = 600
 

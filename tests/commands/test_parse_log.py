@@ -3,92 +3,19 @@ files, profile folders and files read once, and op statistics kept apart per tim
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.logs.helpers import COMPILE_LOG, chrome_events, ort_events, plog_line, write_csv, write_events_per_line
 from toolkit.errors import InputError
-from toolkit.logs.parsers import ort_profile
 from toolkit.logs.workflow import parse_log_command
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS, OP_SUMMARY_COLUMNS, PROFILER_STATISTIC_COLUMNS
-
-# ----------------------------------------------------------------------------------------------- compile.log
-COMPILE_LOG = """[fold_batchnorm] ran, 2 change(s); ops 29 -> 27; kernels 0; 0.9 ms
-    folded bn_1 into conv_1
-    folded bn_2 into conv_2
-[graph_fusion] ran, 1 change(s); ops 27 -> 27; kernels 0; 4.0 ms
-    LayerNormFusionPass: LayerNorm <- ln_mean, ln_sub, ln_pow
-    SwishFusionPass refused at sig_1: region does not compute Swish [sig_1]
-    unrecognised detail stays a detail
-garbage between passes
-[buffer_fusion] ran, 1 change(s); ops 27 -> 27; kernels 0; 0.4 ms
-    TbeCubeElemwiseFusionPass: conv_1, relu_1
-[optional_pass] skipped (fusion level 0); ops 27 -> 27; kernels 0; 0.0 ms
-[plan_memory] ran, 15 change(s); ops 27 -> 27; kernels 14; 0.4 ms
-    policy aggressive: arena 98304 bytes for 15 tensors; lower bound 65536 bytes (1.500x)
-    FAILED (ValueError: x); state restored, compiling without this pass
-[truncated] ran, 1 chan"""
-
-
-def plog_line(level, module, pid, proc, ts, file, line, msg) -> str:
-    """A plog line built by hand from GUIDE §4 (ts: POSIX seconds; local time; ms and µs fields)."""
-    micros = round(ts * 1e6) % 1_000_000
-    stamp = time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime(int(ts)))
-    return f"[{level}] {module}({pid},{proc}):{stamp}.{micros // 1000:03d}.{micros % 1000:03d} [{file}:{line}]{msg}"
-
-
-def write_csv(path, header, rows):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
-
-
-# ------------------------------------------------------------------------------------ onnxruntime / Chrome
-def ort_events():
-    """onnxruntime-profile-shaped events (GUIDE §4), written one per line as onnxruntime does."""
-    node = lambda name, op, ts, dur, tid=5: {
-        "cat": "Node", "pid": 5, "tid": tid, "dur": dur, "ts": ts, "ph": "X", "name": f"{name}_kernel_time",
-        "args": {"op_name": op, "provider": "CPUExecutionProvider", "input_type_shape": [{"float": [1, 3, 8, 8]},
-                                                                                         {"float": [4, 3, 3, 3]}],
-                 "output_type_shape": [{"float": [1, 4, 6, 6]}]}}
-    return [{"cat": "Session", "pid": 5, "tid": 5, "dur": 100, "ts": 1, "ph": "X", "name": "session_initialization",
-             "args": {}},
-            node("conv", "Conv", 200, 30), node("relu", "Relu", 231, 4),
-            {"cat": "Node", "pid": 5, "tid": 5, "dur": 1, "ts": 199, "ph": "X", "name": "conv_fence_before", "args": {}},
-            node("copy", "MemcpyToHost", 236, 6, tid=6),
-            {"cat": "Node", "pid": 5, "tid": 5, "dur": "abc", "ts": 240, "ph": "X", "name": "bad_kernel_time"},
-            "not an event",
-            {"cat": "Session", "pid": 5, "tid": 5, "dur": 50, "ts": 195, "ph": "X", "name": "model_run", "args": {}}]
-
-
-def write_events_per_line(path, events, close=True):
-    body = ",\n".join(json.dumps(e) for e in events)
-    path.write_text("[\n" + body + ("\n]\n" if close else ""))
-
-
-def chrome_events():
-    return [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "resnet"}},
-            {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "stream 2"}},
-            {"ph": "X", "pid": 1, "tid": 2, "name": "conv1", "cat": "AI_CORE", "ts": 10.0, "dur": 5.0,
-             "args": {"OP Type": "Conv2D", "Time Kind": "simulated", "Block Dim": 8}},
-            {"ph": "B", "pid": 1, "tid": "copy", "name": "h2d", "cat": "MEMCPY", "ts": 20.0},
-            {"ph": "s", "pid": 1, "tid": "copy", "name": "flow", "id": 1, "ts": 20.0},
-            {"ph": "E", "pid": 1, "tid": "copy", "ts": 27.5},
-            {"ph": "f", "pid": 1, "tid": 2, "name": "flow", "id": 1, "ts": 30.0, "bp": "e"},
-            {"ph": "X", "pid": 1, "tid": 2, "name": "relu", "cat": "Relu", "ts": 30.0, "dur": 2.0},
-            {"ph": "X", "pid": 1, "tid": 2, "name": "bad", "ts": "soon", "dur": 1},
-            {"ph": "E", "pid": 1, "tid": 9, "ts": 40.0},
-            {"ph": "B", "pid": 1, "tid": 9, "name": "never closed", "ts": 41.0},
-            {"ph": "i", "pid": 1, "tid": 2, "name": "mark", "ts": 1.0}, 7]
-
 
 ROOT = Path(__file__).resolve().parents[2]
 

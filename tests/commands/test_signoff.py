@@ -12,39 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from tests.graphs import N, make_model
+from tests.dataset.helpers import FP16, tiny_model, write_inputs
 from toolkit.config import Config
-from toolkit.errors import ConfigError
 from toolkit.signoff.criteria import arena_conflicts, check_memory
 from toolkit.signoff.policy import policy_from_dict
-
-FP16 = {"precision_mode": "force_fp16"}
-
-
-# ------------------------------------------------------------------------------------------------- helpers
-def tiny_model(path: Path) -> Path:
-    """Conv(3→16) → Relu → Conv(16→8) → GlobalAveragePool → Flatten on a 1x3x64x64 input: 65,536-element
-    intermediates (large enough for threaded BLAS dot products in the metric sums)."""
-    rng = np.random.default_rng(0)
-    inits = {"w1": rng.normal(0, 0.3, (16, 3, 3, 3)).astype(np.float32), "b1": rng.normal(0, 0.1, 16).astype(np.float32),
-             "w2": rng.normal(0, 0.3, (8, 16, 3, 3)).astype(np.float32), "b2": rng.normal(0, 0.1, 8).astype(np.float32)}
-    nodes = [N("Conv", ["x", "w1", "b1"], ["c1"], "conv1", pads=[1, 1, 1, 1]), N("Relu", ["c1"], ["r1"], "relu1"),
-             N("Conv", ["r1", "w2", "b2"], ["c2"], "conv2", pads=[1, 1, 1, 1]),
-             N("GlobalAveragePool", ["c2"], ["g"], "gap"), N("Flatten", ["g"], ["y"], "flat")]
-    model = make_model(nodes, [("x", [1, 3, 64, 64])], ["y"], inits)
-    model.graph.output[0].CopyFrom(onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8]))
-    onnx.save(model, path)
-    return path
-
-
-def write_inputs(folder: Path, n: int, seed: int = 0) -> list[np.ndarray]:
-    folder.mkdir(parents=True, exist_ok=True)
-    xs = []
-    for i in range(n):
-        x = np.random.default_rng(seed + i).normal(0, 1 + 0.5 * (i % 5), (1, 3, 64, 64)).astype(np.float32)
-        np.savez(folder / f"in{i:03d}.npz", x=x)
-        xs.append(x)
-    return xs
 
 
 @pytest.fixture(scope="module")

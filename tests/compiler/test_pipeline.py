@@ -13,11 +13,21 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.compiler.helpers import (
+    LN_NODES,
+    UB_RULE,
+    _groups,
+    _mixed_model,
+    all_node_names,
+    assert_matches_ort,
+    compile_run,
+    kernels,
+)
 from tests.graphs import N, make_model
 from toolkit.compiler import pipeline
 from toolkit.compiler.pipeline import PASSES, _load_passes, compile_model, recompile_precision
 from toolkit.config import Config
-from toolkit.engine import Session, simulate
+from toolkit.engine import simulate
 from toolkit.runtime.npu import NpuRuntime
 
 FP32_CONFIG = Config(precision_mode="force_fp32")
@@ -121,114 +131,6 @@ def test_failing_optimisation_pass_leaves_the_compile_as_if_disabled(monkeypatch
     outs = NpuRuntime(got).run(feeds).outputs
     for o, w in zip(model.graph.output, want):
         np.testing.assert_allclose(outs[o.name], w, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(w).max())))
-
-
-UB_RULE = "TbeCubeElemwiseFusionPass"
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
-
-
-def compile_run(model, feeds=None, **cfg):
-    """(Session, outputs or None); force_fp32 unless the config says otherwise."""
-    cfg.setdefault("precision_mode", "force_fp32")
-    sess = Session(model, Config(**cfg))
-    return sess, (sess.run(feeds).outputs if feeds is not None else None)
-
-
-def ort_outputs(model, feeds):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-def assert_matches_ort(model, feeds, outs, rtol=1e-5):
-    """Every output within ``rtol`` of onnxruntime, relative to the output's scale (max |ref|)."""
-    ref = ort_outputs(model, feeds)
-    assert set(ref) == set(outs)
-    for name, want in ref.items():
-        got = outs[name]
-        assert got.shape == want.shape and got.dtype == want.dtype
-        scale = float(np.max(np.abs(want))) or 1.0
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=name)
-
-
-def kernels(sess, include_casts=False):
-    return [k for k in sess.plan.kernels if include_casts or k.fusion != "cast"]
-
-
-def all_node_names(model):
-    return [n.name for n in model.graph.node]
-
-
-def rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-# ---------------------------------------------------------------------------------------- BN folding
-def bn_params(c, r):
-    return {"bn_s": f32(r.uniform(0.5, 2.0, c)), "bn_b": f32(r.standard_normal(c)),
-            "bn_m": f32(r.standard_normal(c)), "bn_v": f32(r.uniform(0.1, 2.0, c))}
-
-
-BN = ["bn_s", "bn_b", "bn_m", "bn_v"]
-EPS = 1e-3  # not the default 1e-5: a fold that ignored the attribute would be visible
-
-
-# -------------------------------------------------------------------------------------- graph fusions
-def layernorm_model(hidden, affine=True, square="pow", axis=-1, opset=17, eps=1e-5, rows=(2, 3), recip=False):
-    def rmean(i, o, name):
-        if opset >= 18:
-            return N("ReduceMean", [i, "axes"], [o], name)
-        return N("ReduceMean", [i], [o], name, axes=[axis])
-    nodes = [rmean("x", "mu", "ln_mean"), N("Sub", ["x", "mu"], ["d"], "ln_sub"),
-             N("Pow", ["d", "two"], ["sq"], "ln_pow") if square == "pow" else N("Mul", ["d", "d"], ["sq"], "ln_sq"),
-             rmean("sq", "var", "ln_var"), N("Add", ["var", "eps"], ["ve"], "ln_addeps"),
-             N("Sqrt", ["ve"], ["sd"], "ln_sqrt")]
-    if recip:
-        nodes += [N("Reciprocal", ["sd"], ["inv"], "ln_recip"), N("Mul", ["d", "inv"], ["n"], "ln_div")]
-    else:
-        nodes.append(N("Div", ["d", "sd"], ["n"], "ln_div"))
-    r = rng(hidden)
-    inits = {"two": f32(2.0), "eps": f32(eps)}
-    if opset >= 18:
-        inits["axes"] = np.array([axis], np.int64)
-    out = "n"
-    if affine:
-        nodes += [N("Mul", ["n", "gamma"], ["ng"], "ln_gamma"), N("Add", ["ng", "beta"], ["y"], "ln_beta")]
-        inits.update(gamma=f32(r.uniform(0.5, 1.5, hidden)), beta=f32(r.standard_normal(hidden)))
-        out = "y"
-    shape = list(rows) + [hidden]
-    model = make_model(nodes, [("x", shape)], [out], inits, opset)
-    return model, {"x": f32(r.standard_normal(shape) * 3 + 1)}
-
-
-# --------------------------------------------------------------------- fusion levels and the switch file
-def _mixed_model():
-    """Conv -> BN -> Relu -> decomposed LayerNorm (last axis) -> SiLU: one candidate for every fusion kind."""
-    r = rng(14)
-    ln, _ = layernorm_model(8, affine=True, square="pow")
-    nodes = [N("Conv", ["x", "w"], ["c"], "conv", pads=[1, 1, 1, 1]),
-             N("BatchNormalization", ["c"] + BN, ["bn_out"], "bn", epsilon=EPS),
-             N("Relu", ["bn_out"], ["x_ln"], "relu")]
-    for n in ln.graph.node:
-        n2 = helper.make_node(n.op_type, [("x_ln" if i == "x" else i) for i in n.input], list(n.output), name=n.name)
-        n2.attribute.extend(n.attribute)
-        nodes.append(n2)
-    nodes += [N("Sigmoid", ["y"], ["sg"], "silu_sig"), N("Mul", ["y", "sg"], ["out"], "silu_mul")]
-    inits = {i.name: numpy_helper.to_array(i) for i in ln.graph.initializer}
-    inits.update({"w": f32(r.standard_normal((4, 3, 3, 3))), **bn_params(4, r)})
-    model = make_model(nodes, [("x", [1, 3, 8, 8])], ["out"], inits)
-    return model, {"x": f32(r.standard_normal((1, 3, 8, 8)))}
-
-
-LN_NODES = ["ln_mean", "ln_sub", "ln_pow", "ln_var", "ln_addeps", "ln_sqrt", "ln_div", "ln_gamma", "ln_beta"]
-
-
-def _groups(sess):
-    return {k.rule: k.nodes for k in kernels(sess) if k.rule}
 
 
 def test_fusion_level_0_fuses_nothing():

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as T
 from onnx import TensorProto as TP
 
+from tests.dtype_models import _graph_model, _noise_row, _save
 from tests.faultkinds import builders as fk
 from toolkit.compare.layerwise import golden_range
 from toolkit.compare.metrics import compare_tensors, parse_thresholds
@@ -504,26 +505,6 @@ def test_softmax_destroyed_by_fp16_storage_keeps_its_output_abnormal(tmp_path):
     t = rows(diag)
     assert t.loc["p", "Abnormal"] and t.loc["p", "WithinExpectedNoise"] is False
     assert diag.summary["verdict"] == "FAIL"
-
-
-OPSET = 25
-
-
-def _graph_model(nodes, inputs, outputs) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11)
-
-
-def _save(model: onnx.ModelProto, folder: Path) -> Path:
-    path = folder / "m.onnx"
-    onnx.save(model, path)
-    return path
-
-
-def _noise_row(name, within, crossed, abnormal=False):
-    return {"TensorName": name, "OpType": "Mul", "Abnormal": abnormal, "OverFlow": False, "CompareFailReason": "",
-            "WithinExpectedNoise": within, "AbnormalMetrics": crossed, "CosineSimilarity": 1.0,
-            "RelativeEuclideanDistance": 0.0, "GoldenNaN": 0, "GoldenInf": 0}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import onnx
 import pytest
 
 from toolkit.dumps.names import choose_convention, parse_device, parse_onnx_golden

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from tests.dtype_models import _bf16_input_model
 from toolkit.artifacts import write_npz
 from toolkit.errors import InputError
 from toolkit.inputs import InputSpec, load_npz
@@ -38,21 +39,6 @@ def test_load_npz_refuses_empty_and_non_zip_files(tmp_path):
             load_npz(path, [])  # refused before the arrays are checked against any model input
         msg = str(info.value)
         assert expected.strip() in msg and str(path) in msg and "allow_pickle" not in msg and "pickled" not in msg and "\n" not in msg
-
-
-OPSET = 25
-
-
-def _graph_model(nodes, inputs, outputs) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11)
-
-
-def _bf16_input_model() -> onnx.ModelProto:
-    """x (bfloat16) -> Identity -> y: an ml_dtypes model input."""
-    return _graph_model([helper.make_node("Identity", ["x"], ["y"], name="id")],
-                        [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [3])],
-                        [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [3])])
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

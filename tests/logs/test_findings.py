@@ -3,32 +3,10 @@ bottlenecks, never mixing time kinds of one source."""
 
 from __future__ import annotations
 
-import logging
-
 import pandas as pd
-import pytest
 
+from tests.logs.helpers import _summary
 from toolkit.logs.findings import breakdown_findings, idle_share, op_summary_findings
-from toolkit.profile.optable import op_summary_frame
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-# --------------------------------------------------------------------------------------------------- findings
-def _summary(rows):
-    return op_summary_frame([{"Source": "p", "Time Kind": "device", **r} for r in rows])
 
 
 def test_findings_cpu_fallback_casts_transfers():

@@ -4,10 +4,10 @@ back by the plog parser."""
 from __future__ import annotations
 
 import logging
-import time
 
 import pytest
 
+from tests.logs.helpers import plog_line
 from toolkit.errors import ConfigError
 from toolkit.logs import plog
 from toolkit.logs.detect import detect_format
@@ -23,27 +23,6 @@ def test_log_to_stdout_values():
     for bad in ("maybe", "2", "y"):
         with pytest.raises(ConfigError, match="NPUSCOPE_LOG_TO_STDOUT"):
             to_stdout_from_env({"NPUSCOPE_LOG_TO_STDOUT": bad})
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-def plog_line(level, module, pid, proc, ts, file, line, msg) -> str:
-    """A plog line built by hand from GUIDE §4 (ts: POSIX seconds; local time; ms and µs fields)."""
-    micros = round(ts * 1e6) % 1_000_000
-    stamp = time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime(int(ts)))
-    return f"[{level}] {module}({pid},{proc}):{stamp}.{micros // 1000:03d}.{micros % 1000:03d} [{file}:{line}]{msg}"
 
 
 # ------------------------------------------------------------------------------------------------- the logger

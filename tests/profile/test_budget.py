@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from tests.graphs import N, make_model
-from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
 
 

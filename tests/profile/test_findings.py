@@ -10,7 +10,6 @@ import pytest
 
 from toolkit.profile.device import load_device
 from toolkit.profile.findings import ProfileData, cast_islands, run_rules
-from toolkit.profile.schedule import Task
 
 
 def _cast_data(island: bool) -> ProfileData:

@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 from markupsafe import escape
 
+from tests.report.helpers import EVIL
 from toolkit.report import context
-
-EVIL = "<img src=x onerror=alert(1)>"
 
 
 @pytest.mark.parametrize("series", [

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.report.browser import browser
 from toolkit.compiler.pipeline import Finding
 from toolkit.profile.optable import op_summary_frame
 from toolkit.report import profile_html
@@ -61,8 +60,8 @@ def test_render_profile_caps_the_timeline_and_flags_mixed_time_kinds(tmp_path, m
 
 def test_profile_html_in_headless_chromium(browser, tmp_path):
     """Every figure of profile.html draws offline, names from files stay text, no console errors."""
-    from tests.test_report import EVIL as IMG
-    from tests.test_report import SCRIPT_BREAK
+    from tests.report.helpers import EVIL as IMG
+    from tests.report.helpers import SCRIPT_BREAK
 
     ops = _ops(12).assign(**{"Op Name": [IMG, SCRIPT_BREAK] + [f"op{i}" for i in range(10)]})
     breakdown = pd.DataFrame({"Stage": ["pre", "device", "post"], "Ms": [1.0, 2.0, 0.5],

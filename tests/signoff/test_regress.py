@@ -13,10 +13,12 @@ import numpy as np
 import onnx
 import pandas as pd
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as T
 from onnx import helper as h
+from onnx import numpy_helper
 
+from tests.dataset.helpers import FP16
+from tests.dtype_models import _compare_run
 from toolkit.config import Config
 from toolkit.errors import InputError, UsageError
 from toolkit.signoff.regress import DEFAULT_TOLERANCE, parse_tolerance, policy_changes, regress
@@ -115,7 +117,6 @@ def test_regress_dataset_runs_compare_input_file_digests(tmp_path):
     assert any("different inputs" in w for w in rep["warnings"])
 
 
-FP16 = {"precision_mode": "force_fp16"}
 STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
 LENIENT = 0.5
 
@@ -219,39 +220,6 @@ def test_policy_changes_of_runs_without_a_policy_is_empty():
          "policy_path": "a.toml", "policy_sha256": "2"}
     assert policy_changes(a, b) == [{"key": "policy.outputs.y.MaxAbsoluteError", "baseline": None, "new": 0.1},
                                     {"key": "policy_sha256", "baseline": "1", "new": "2"}]
-
-
-OPSET = 25
-SHAPE = [2, 3]
-
-
-def _graph_model(nodes, inputs, outputs) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "g", inputs, outputs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=11)
-
-
-def _cast_model(code: int, identity: bool) -> onnx.ModelProto:
-    """x (float32) -> Cast(to=code) [-> Identity] -> y."""
-    nodes = [helper.make_node("Cast", ["x"], ["c" if identity else "y"], to=code, name="cast")]
-    if identity:
-        nodes.append(helper.make_node("Identity", ["c"], ["y"], name="id"))
-    return _graph_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                        [helper.make_tensor_value_info("y", code, SHAPE)])
-
-
-def _save(model: onnx.ModelProto, folder: Path) -> Path:
-    path = folder / "m.onnx"
-    onnx.save(model, path)
-    return path
-
-
-def _compare_run(folder: Path) -> Path:
-    from toolkit import api
-
-    model = _cast_model(TensorProto.FLOAT, True)
-    path = _save(model, folder)
-    api.diagnose_command(str(path), Config(), out=str(folder / "run"), html=False)
-    return folder / "run"
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

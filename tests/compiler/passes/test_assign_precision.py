@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as TP
 
+from tests.compiler.helpers import ORDER, PRECISION_CASES, _precision_model, kernels, ort_outputs
 from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
@@ -415,58 +415,6 @@ def test_activation_of_an_fp16_model_is_graph_fused(kind, mode):
     got = sess.run({"x": x}).outputs["y"]
     assert got.dtype == np.float16
     np.testing.assert_allclose(got.astype(np.float64), _ACT_REF[kind](x.astype(np.float64)), rtol=2.0**-10, atol=1e-6)
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
-
-
-def ort_outputs(model, feeds):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-def kernels(sess, include_casts=False):
-    return [k for k in sess.plan.kernels if include_casts or k.fusion != "cast"]
-
-
-def rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-# ----------------------------------------------------------------------------------- precision modes
-def _precision_model():
-    """x -> MatMul (white) -> Relu (gray) -> Softmax (black) -> Mul (gray) -> Exp (black) -> y."""
-    r = rng(15)
-    nodes = [N("MatMul", ["x", "w"], ["mm"], "matmul"), N("Relu", ["mm"], ["r"], "relu"),
-             N("Softmax", ["r"], ["sm"], "softmax"), N("Mul", ["sm", "c"], ["m"], "mul"), N("Exp", ["m"], ["y"], "exp")]
-    model = make_model(nodes, [("x", [4, 16])], ["y"], {"w": f32(r.standard_normal((16, 8))), "c": f32(3.0)})
-    return model, {"x": f32(r.standard_normal((4, 16)))}
-
-
-ORDER = ["matmul", "relu", "softmax", "mul", "exp"]
-PRECISION_CASES = {  # config -> (precision per node in ORDER, cast kernels as (source tensor, target))
-    "force_fp32": (dict(precision_mode="force_fp32"), "32 32 32 32 32", []),
-    "must_keep_origin_dtype": (dict(precision_mode="must_keep_origin_dtype"), "32 32 32 32 32", []),
-    "force_fp16": (dict(precision_mode="force_fp16"), "16 16 16 16 16", [("x", "fp16")]),
-    "allow_fp32_to_fp16": (dict(precision_mode="allow_fp32_to_fp16"), "16 32 32 32 32",
-                           [("x", "fp16"), ("mm", "fp32")]),
-    "allow_mix_precision": (dict(precision_mode="allow_mix_precision"), "16 16 32 32 32",
-                            [("x", "fp16"), ("r", "fp32")]),
-    "keep_dtype_name": (dict(precision_mode="force_fp16", keep_dtype=["relu"]), "16 32 16 16 16",
-                        [("x", "fp16"), ("mm", "fp32"), ("r", "fp16")]),
-    "keep_dtype_optype": (dict(precision_mode="force_fp16", keep_dtype=["OpType::Softmax"]), "16 16 32 16 16",
-                          [("x", "fp16"), ("r", "fp32"), ("sm", "fp16")]),
-    "mixlist_black_remove": (dict(modify_mixlist={"black-list": {"to-remove": ["Softmax"]}}), "16 16 16 16 32",
-                             [("x", "fp16"), ("m", "fp32")]),
-    "mixlist_white_add": (dict(modify_mixlist={"white-list": {"to-add": ["Softmax"]}}), "16 16 16 16 32",
-                          [("x", "fp16"), ("m", "fp32")]),
-    "mixlist_black_add": (dict(modify_mixlist={"black-list": {"to-add": ["Relu"]}}), "16 32 32 32 32",
-                          [("x", "fp16"), ("mm", "fp32")]),
-    "mixlist_white_remove": (dict(modify_mixlist={"white-list": {"to-remove": ["MatMul"]}}), "32 32 32 32 32", []),
-}
 
 
 @pytest.mark.parametrize("case", sorted(PRECISION_CASES))

@@ -6,65 +6,20 @@ onnxruntime running the original, unfused model. Structural checks read the comp
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
-import onnxruntime as ort
 import pytest
 
+from tests.compiler.helpers import (
+    SQRT2,
+    UB_RULE,
+    all_node_names,
+    assert_matches_ort,
+    compile_run,
+    f32,
+    fusion_json,
+    kernels,
+    rng,
+)
 from tests.graphs import N, make_model
-from toolkit.config import Config
-from toolkit.engine import Session
-
-UB_RULE = "TbeCubeElemwiseFusionPass"
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
-
-
-def compile_run(model, feeds=None, **cfg):
-    """(Session, outputs or None); force_fp32 unless the config says otherwise."""
-    cfg.setdefault("precision_mode", "force_fp32")
-    sess = Session(model, Config(**cfg))
-    return sess, (sess.run(feeds).outputs if feeds is not None else None)
-
-
-def ort_outputs(model, feeds):
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds)))
-
-
-def assert_matches_ort(model, feeds, outs, rtol=1e-5):
-    """Every output within ``rtol`` of onnxruntime, relative to the output's scale (max |ref|)."""
-    ref = ort_outputs(model, feeds)
-    assert set(ref) == set(outs)
-    for name, want in ref.items():
-        got = outs[name]
-        assert got.shape == want.shape and got.dtype == want.dtype
-        scale = float(np.max(np.abs(want))) or 1.0
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=name)
-
-
-def kernels(sess, include_casts=False):
-    return [k for k in sess.plan.kernels if include_casts or k.fusion != "cast"]
-
-
-def fusion_json(sess, level="graph_fusion"):
-    return sess.compiled.fusion_result_json()["0_0"][level]
-
-
-def all_node_names(model):
-    return [n.name for n in model.graph.node]
-
-
-def rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-SQRT2 = math.sqrt(2.0)
 
 
 # -------------------------------------------------------------------------------------- buffer fusion

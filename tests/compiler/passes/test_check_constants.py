@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.compiler.helpers import f32
 from tests.graphs import N, make_model
 from toolkit.compiler.passes.check_constants import ADDITIVE_REL_TOL, REL_TOL, fp16_constant_issues, material_issues
 from toolkit.config import Config
@@ -213,10 +214,6 @@ def test_l2_change_fast_path_never_hides_a_material_change():
             assert cc._l2_change_bound(a, tiny) >= real * (1 - 1e-9), trial
         full = real > cc.REL_TOL or (norm > 0 and np.count_nonzero(h) == 0 and np.count_nonzero(a) > 0)
         assert bool(cc.material_issues(a)) == full, (trial, real)
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
 
 
 # ------------------------------------------------------------------------------ constant findings

@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from tests.compiler.helpers import f32, kernels, rng
 from tests.graphs import N, make_model
 from toolkit.compiler.pipeline import compile_model
 from toolkit.config import Config
@@ -85,18 +86,6 @@ def test_constant_value_helper_matches_onnxruntime():
         want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
         got = constant_value(node)
         assert got.shape == np.shape(want) and list(np.ravel(got)) == list(np.ravel(want)), name
-
-
-def f32(a):
-    return np.asarray(a, np.float32)
-
-
-def kernels(sess, include_casts=False):
-    return [k for k in sess.plan.kernels if include_casts or k.fusion != "cast"]
-
-
-def rng(seed=0):
-    return np.random.default_rng(seed)
 
 
 # ----------------------------------------------------------------------------------- constant folding

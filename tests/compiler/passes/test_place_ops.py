@@ -4,8 +4,6 @@ cpu_fallback finding each), and FP32 host kernels checked against onnxruntime.""
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import onnxruntime as ort
 import pytest

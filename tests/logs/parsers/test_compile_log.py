@@ -2,44 +2,9 @@
 
 from __future__ import annotations
 
-import logging
-
-import pytest
-
+from tests.logs.helpers import COMPILE_LOG
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import compile_log, fusion_result
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-# ----------------------------------------------------------------------------------------------- compile.log
-COMPILE_LOG = """[fold_batchnorm] ran, 2 change(s); ops 29 -> 27; kernels 0; 0.9 ms
-    folded bn_1 into conv_1
-    folded bn_2 into conv_2
-[graph_fusion] ran, 1 change(s); ops 27 -> 27; kernels 0; 4.0 ms
-    LayerNormFusionPass: LayerNorm <- ln_mean, ln_sub, ln_pow
-    SwishFusionPass refused at sig_1: region does not compute Swish [sig_1]
-    unrecognised detail stays a detail
-garbage between passes
-[buffer_fusion] ran, 1 change(s); ops 27 -> 27; kernels 0; 0.4 ms
-    TbeCubeElemwiseFusionPass: conv_1, relu_1
-[optional_pass] skipped (fusion level 0); ops 27 -> 27; kernels 0; 0.0 ms
-[plan_memory] ran, 15 change(s); ops 27 -> 27; kernels 14; 0.4 ms
-    policy aggressive: arena 98304 bytes for 15 tensors; lower bound 65536 bytes (1.500x)
-    FAILED (ValueError: x); state restored, compiling without this pass
-[truncated] ran, 1 chan"""
 
 
 def test_compile_log_parser_on_the_documented_format(tmp_path):

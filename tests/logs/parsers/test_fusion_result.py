@@ -3,26 +3,9 @@
 from __future__ import annotations
 
 import json
-import logging
-
-import pytest
 
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import fusion_result
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
 
 
 # ----------------------------------------------------------------------------------------- fusion_result.json

@@ -2,27 +2,10 @@
 
 from __future__ import annotations
 
-import logging
-
 import pandas as pd
-import pytest
 
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import kernel_times_csv
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
 
 
 def test_kernel_times_csv_parser(tmp_path):

@@ -3,13 +3,12 @@ values."""
 
 from __future__ import annotations
 
-import csv
-import logging
 import os
 from pathlib import Path
 
 import pytest
 
+from tests.logs.helpers import write_csv
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import op_statistic_csv
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS, PROFILER_STATISTIC_COLUMNS
@@ -33,27 +32,6 @@ def test_impossible_op_statistic_values_are_malformed_with_a_note(tmp_path):
     for why in ("Count 0 with a time above 0", "Count not a whole number", "negative Avg Time(us)",
                 "Min Time(us) above Max Time(us)"):
         assert f"1 row(s) malformed: {why}" in notes, notes
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-def write_csv(path, header, rows):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
 
 
 def test_op_statistic_csv_parser(tmp_path):

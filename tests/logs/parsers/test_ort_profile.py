@@ -4,7 +4,6 @@ files, and a real onnxruntime profile whose per-node times sum to the event tota
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 
 import numpy as np
@@ -13,45 +12,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.logs.helpers import ort_events, write_events_per_line
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import ort_profile
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-# ------------------------------------------------------------------------------------ onnxruntime / Chrome
-def ort_events():
-    """onnxruntime-profile-shaped events (GUIDE §4), written one per line as onnxruntime does."""
-    node = lambda name, op, ts, dur, tid=5: {
-        "cat": "Node", "pid": 5, "tid": tid, "dur": dur, "ts": ts, "ph": "X", "name": f"{name}_kernel_time",
-        "args": {"op_name": op, "provider": "CPUExecutionProvider", "input_type_shape": [{"float": [1, 3, 8, 8]},
-                                                                                         {"float": [4, 3, 3, 3]}],
-                 "output_type_shape": [{"float": [1, 4, 6, 6]}]}}
-    return [{"cat": "Session", "pid": 5, "tid": 5, "dur": 100, "ts": 1, "ph": "X", "name": "session_initialization",
-             "args": {}},
-            node("conv", "Conv", 200, 30), node("relu", "Relu", 231, 4),
-            {"cat": "Node", "pid": 5, "tid": 5, "dur": 1, "ts": 199, "ph": "X", "name": "conv_fence_before", "args": {}},
-            node("copy", "MemcpyToHost", 236, 6, tid=6),
-            {"cat": "Node", "pid": 5, "tid": 5, "dur": "abc", "ts": 240, "ph": "X", "name": "bad_kernel_time"},
-            "not an event",
-            {"cat": "Session", "pid": 5, "tid": 5, "dur": 50, "ts": 195, "ph": "X", "name": "model_run", "args": {}}]
-
-
-def write_events_per_line(path, events, close=True):
-    body = ",\n".join(json.dumps(e) for e in events)
-    path.write_text("[\n" + body + ("\n]\n" if close else ""))
 
 
 def test_ort_profile_parser(tmp_path):

@@ -3,35 +3,9 @@
 
 from __future__ import annotations
 
-import logging
-import time
-
-import pytest
-
-from toolkit.logs import plog
+from tests.logs.helpers import plog_line
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import plog_lines
-
-
-@pytest.fixture(autouse=True)
-def _restore_logger():
-    logger = logging.getLogger("npuscope")
-    saved = (list(logger.handlers), logger.level, logger.propagate)
-    yield
-    for h in list(logger.handlers):
-        if getattr(h, "_npuscope", False):
-            logger.removeHandler(h)
-            h.close()
-    logger.handlers[:] = saved[0]
-    logger.setLevel(saved[1])
-    logger.propagate = saved[2]
-
-
-def plog_line(level, module, pid, proc, ts, file, line, msg) -> str:
-    """A plog line built by hand from GUIDE §4 (ts: POSIX seconds; local time; ms and µs fields)."""
-    micros = round(ts * 1e6) % 1_000_000
-    stamp = time.strftime("%Y-%m-%d-%H:%M:%S", time.localtime(int(ts)))
-    return f"[{level}] {module}({pid},{proc}):{stamp}.{micros // 1000:03d}.{micros % 1000:03d} [{file}:{line}]{msg}"
 
 
 # ------------------------------------------------------------------------------------------------ plog parser

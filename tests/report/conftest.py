@@ -1,5 +1,5 @@
-"""Headless Chromium driven through chromedriver's W3C WebDriver HTTP API, for the HTML report tests
-(not a test module; tests import its ``browser`` fixture).
+"""The ``browser`` fixture of the report tests: headless Chromium driven through chromedriver's W3C WebDriver
+HTTP API.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` packages (/usr/bin/chromium, /usr/bin/chromedriver); the
 WebDriver client is a few urllib calls, so no Python package is added. Skipped when the browser is missing,
