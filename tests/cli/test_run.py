@@ -28,6 +28,10 @@ from tests.faultkinds import builders as fk
 from tests.graphs import N, make_model
 from toolkit import samples
 from toolkit.cache import store
+from toolkit.compiler.pipeline import compile_model
+from toolkit.config import Config
+from toolkit.errors import ConfigError
+from toolkit.gears.session import GearSession
 
 TIMEOUT_S = 600
 
@@ -959,6 +963,21 @@ def test_run_exits_1_when_a_leak_reaches_an_output_and_still_writes_everything(t
     assert "WARNING padding_leak: mean" in r.stdout and "FAILED" not in r.stdout
     with np.load(tmp_path / "d" / "outputs.npz") as z:
         np.testing.assert_array_equal(z["y"], x)
+
+
+def test_unknown_input_in_input_shape_is_a_config_error_with_did_you_mean(tmp_path):
+    m = samples.build_transformer_seq_masked()
+    with pytest.raises(ConfigError, match="input_shape names 'xx', which is not a model input \\(did you mean 'x'"):
+        GearSession(m, Config.from_dict({"input_shape": "xx:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}))
+    with pytest.raises(ConfigError, match="names 'mask_', which is not a model input \\(did you mean 'mask'"):
+        compile_model(m, Config.from_dict({"input_shape": "x:1,8,64;mask_:1,8"}))
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"input_shape": "y:1,-1,64", "dynamic_dims": "16;32"}))
+    for args in (["run", "transformer_seq", "--config", cfg], ["compile", "transformer_seq", "--input-shape", "xx:1,8,64"],
+                 ["run", "transformer_seq", "--input-shape", "xx:1,8,64"]):
+        r = _cli(*args, "--out", tmp_path / "o")
+        assert r.returncode == 2, r.stderr
+        assert "which is not a model input" in _error_line(r)
 
 
 X_2_8 = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
