@@ -1,90 +1,65 @@
-"""parse-log's CSV reading (toolkit.logs.csvread.read_counted): the frame of an ordinary CSV (written out by
-hand: malformed rows, blank rows, a repeated header name, our own formula prefixes undone), and CSVs 200,000
-columns wide, read by read_counted and parsed end to end as an op_summary (linear: the frame is built once)."""
+"""CSV reading shared by the parsers (toolkit/logs/csvread.py): rows wider or narrower than the header, and
+columns named twice."""
 
 from __future__ import annotations
 
-import csv
+import os
 from pathlib import Path
 
 import pytest
 
-from toolkit.logs.csvread import read_counted
-from toolkit.profile.optable import OP_SUMMARY_COLUMNS
 
-ORDINARY = (
-    "Op Name,OP Type,Task Duration(us),Op Name,extra\n"
-    "'=conv,Conv,1.5,dup,e1\n"
-    "relu,Relu,2.0,dup,\"e,2\"\n"
-    "bad,row\n"
-    ",,,,\n"
-    "too,many,1,2,3,4\n"
-    "last,Add,3,d,'-e3\n"
-)
+def _parse(path: Path, module: str):
+    import importlib
+
+    return importlib.import_module(f"toolkit.logs.parsers.{module}").parse(path)
 
 
-def test_ordinary_csv_frame(tmp_path):
-    path = tmp_path / "t.csv"
-    path.write_text(ORDINARY)
-    read = read_counted(path)
-    assert list(read.frame.columns) == ["Op Name", "OP Type", "Task Duration(us)", "extra"]
-    assert read.frame.to_numpy().tolist() == [["=conv", "Conv", "1.5", "e1"], ["relu", "Relu", "2.0", "e,2"],
-                                              ["last", "Add", "3", "-e3"]]
-    assert all(read.frame[c].dtype == object for c in read.frame.columns)
-    assert read.malformed == 2
-    assert read.notes == ["the header names column 'Op Name' 2 times (columns 1, 4); not read, ignored",
-                          "2 row(s) with a number of fields other than the header's 5 skipped (malformed)"]
+WIDTH_CASES = {
+    "op_summary_csv": ("Op Name,OP Type,Task Duration(us)\n", "good,Conv,5\n", ["x,Relu,7,2\n", "y,Relu\n"]),
+    "op_statistic_csv": ("OP Type,Count,Total Time(us)\n", "Conv,2,10\n", ["Relu,1,3,4\n", "Add,1\n"]),
+    "kernel_times_csv": ("Kernel,OpType,Precision,Nodes,HostMs\n", "k1,Conv,fp16,c,0.5\n",
+                         ["k2,Relu,fp16,r,0.25,9\n", "k3,Relu,fp16,0.25\n"]),
+}
 
 
-def test_repeated_column_that_is_used_is_refused(tmp_path):
-    path = tmp_path / "t.csv"
-    path.write_text(ORDINARY)
-    with pytest.raises(ValueError, match=r"'Op Name' 2 times \(columns 1, 4\)"):
-        read_counted(path, used=("Op Name",))
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
 
 
-def test_header_only_gives_an_empty_frame_with_the_columns(tmp_path):
-    path = tmp_path / "t.csv"
-    path.write_text("a,b,'=c\n")
-    read = read_counted(path)
-    assert list(read.frame.columns) == ["a", "b", "=c"] and len(read.frame) == 0 and read.malformed == 0
+@pytest.mark.parametrize("module", list(WIDTH_CASES))
+def test_rows_wider_or_narrower_than_the_header_are_malformed_never_shifted(tmp_path, module):
+    head, good, bad = WIDTH_CASES[module]
+    p = tmp_path / "t.csv"
+    p.write_text(head + bad[0] + good + bad[1] + "\n" + bad[0])
+    res = _parse(p, module)
+    assert (res.records, res.malformed) == (1, 3)
+    assert any("3 row(s) with a number of fields other than the header's" in n for n in res.notes), res.notes
+    if module == "op_statistic_csv":
+        row = res.tables["op_statistic"].iloc[0]
+        assert (row["OP Type"], row["Count"], row["Total Time(us)"]) == ("Conv", 2.0, 10.0)
+    elif module == "op_summary_csv":
+        row = res.op_summary.iloc[0]
+        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("good", "Conv", 5.0)
+    else:
+        row = res.op_summary.iloc[0]
+        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("k1", "Conv", 500.0)
 
 
-WIDE = 200_000
+@pytest.mark.parametrize("module, head, row", [
+    ("op_summary_csv", "Op Name,OP Type,Task Duration(us),Task Duration(us)", "conv,Conv,5,7"),
+    ("op_statistic_csv", "OP Type,Count,Count,Total Time(us)", "Conv,1,2,5"),
+    ("kernel_times_csv", "Kernel,OpType,HostMs,HostMs", "k,Conv,1,2"),
+])
+def test_a_read_column_named_twice_is_refused(tmp_path, module, head, row):
+    p = tmp_path / "d.csv"
+    p.write_text(f"{head}\n{row}\n")
+    with pytest.raises(ValueError, match="names column .* 2 times .*ambiguous"):
+        _parse(p, module)
 
 
-def write_wide(path: Path, extra: int) -> None:
-    """An op_summary CSV with the profiler's columns, ``extra`` more, and 3 rows."""
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(list(OP_SUMMARY_COLUMNS) + [f"x{i}" for i in range(extra)])
-        for k in range(3):
-            base = {"Op Name": f"conv{k}", "OP Type": "Conv2D", "Task Type": "AI_CORE",
-                    "Task Duration(us)": str(10 + k), "Task Start Time(us)": str(100 * k), "Task Wait Time(us)": "0"}
-            w.writerow([base.get(c, "1") for c in OP_SUMMARY_COLUMNS] + [f"'={k}" if i % 2 else str(i)
-                                                                          for i in range(extra)])
-
-
-def test_200000_column_csv_reads(tmp_path):
-    path = tmp_path / "wide.csv"
-    write_wide(path, WIDE)
-    read = read_counted(path)
-    n0 = len(OP_SUMMARY_COLUMNS)
-    assert read.frame.shape == (3, n0 + WIDE) and read.malformed == 0
-    assert read.frame.columns[n0] == "x0" and read.frame.columns[-1] == f"x{WIDE - 1}"
-    assert read.frame.iloc[2, n0 + 1] == "=2" and read.frame.iloc[1, n0 + 123_456] == "123456"
-    assert read.frame["Op Name"].tolist() == ["conv0", "conv1", "conv2"]
-
-
-def test_200000_column_op_summary_parses_end_to_end(tmp_path):
-    from toolkit.commands.parse_log import parse_log_command
-
-    path = tmp_path / "op_summary_0_1.csv"
-    write_wide(path, WIDE)
-    res = parse_log_command([str(path)], out=str(tmp_path / "out"), html=False)
-    assert res["parsed"] == 1 and res["malformed"] == 0
-    from toolkit.logs.parsers import op_summary_csv
-
-    table = op_summary_csv.parse(path).op_summary
-    assert table["Op Name"].tolist() == ["conv0", "conv1", "conv2"]
-    assert table["Task Duration(us)"].tolist() == [10.0, 11.0, 12.0]
+def test_an_unread_column_named_twice_is_noted(tmp_path):
+    p = tmp_path / "d.csv"
+    p.write_text("Op Name,OP Type,Task Duration(us),extra,extra\nconv,Conv,5,1,2\n")
+    res = _parse(p, "op_summary_csv")
+    assert res.records == 1 and res.op_summary["Task Duration(us)"].tolist() == [5.0]
+    assert any("'extra' 2 times" in n for n in res.notes)

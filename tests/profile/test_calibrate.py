@@ -23,8 +23,7 @@ from toolkit.ir.load import load_model
 from toolkit.profile.whatif import gear_changes, latency_us, placement_change, precision_change, whatif_table
 from toolkit.source import resolve_model
 
-sys.path.insert(0, str(Path(__file__).parent))
-import synthetic as S  # noqa: E402
+from tests.profile import synthetic as S
 
 
 @pytest.fixture(scope="module")

@@ -1,99 +1,121 @@
-"""Formula-safe CSV cells (toolkit.core.csvjson): values on ordinary frames (written out by hand), the
-inverse, list cells and CR quoting in csv_text, and frames 200,000 columns wide (built once, not per column)."""
+"""The report's CSV/JSON tables (toolkit/report/csvjson.py): formula-safe cells that read back exactly, JSON
+with NaN as null, row counts."""
 
 from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from toolkit.core.csvjson import csv_text, formula_safe, map_text_cells, to_csv_safe, undo_formula_safe
+from tests.report.helpers import EVIL, synthetic_diagnosis
+from toolkit.core.csvjson import csv_text, formula_safe, json_safe
+from toolkit.report.tables import write_tables
+from toolkit.report.html import render_report
 
 
-def ordinary() -> pd.DataFrame:
+def test_formula_safe_prefixes_text_cells_and_leaves_numbers():
     df = pd.DataFrame({
-        "name": ["=1+2", "ok", "'x", "-3", None],
-        "n": [-1, 2, 3, 4, 5],
-        "f": [-1.5, 0.0, np.nan, 2.5, 1e9],
-        "cat": pd.Categorical(["@a", "b", "@a", "c", "b"]),
-        "s": pd.array(["\tt", "u", None, "+v", "w"], dtype="string"),
-        "mixed": [1, "+x", -2, "y", np.nan],
-        "=col": ["a", "b", "c", "d", "e"],
+        "Name": ['=HYPERLINK("http://evil","x")', "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", "\r=1",
+                 "ok", None],
+        "Value": [-1.5, -2.0, 3.0, -0.0, 5.0, -6e-9, 7.0, np.nan],
+        "Count": [-1, 2, -3, 4, 5, 6, 7, 8],
+        "Mixed": [-1, "-x", "=a", True, 2.5, None, "", "x"],
     })
-    df.insert(2, "dup", ["=d", "e", "f", "g", "h"], allow_duplicates=True)
-    df.insert(3, "dup", [1, 2, 3, 4, 5], allow_duplicates=True)
-    return df
-
-
-def test_formula_safe_values_on_an_ordinary_frame():
-    df = ordinary()
+    df["Cat"] = pd.Categorical(["=a", "b", "+c", "d", "@e", "f", "-g", "h"])
     before = df.copy()
-    out = formula_safe(df)
-    assert list(out.columns) == ["name", "n", "dup", "dup", "f", "cat", "s", "mixed", "'=col"]
-    assert out.iloc[:4, 0].tolist() == ["'=1+2", "ok", "''x", "'-3"] and pd.isna(out.iloc[4, 0])  # None: pandas' str NaN
-    assert out.iloc[:, 1].tolist() == [-1, 2, 3, 4, 5] and out.iloc[:, 1].dtype == np.int64
-    assert out.iloc[:, 2].tolist() == ["'=d", "e", "f", "g", "h"]
-    assert out.iloc[:, 3].tolist() == [1, 2, 3, 4, 5] and out.iloc[:, 3].dtype == np.int64
-    np.testing.assert_array_equal(out.iloc[:, 4].to_numpy(), [-1.5, 0.0, np.nan, 2.5, 1e9])
-    assert out.iloc[:, 5].tolist() == ["'@a", "b", "'@a", "c", "b"] and out.iloc[:, 5].dtype == object
-    assert out.iloc[:, 6].tolist()[:2] == ["'\tt", "u"] and out.iloc[:, 6].tolist()[3:] == ["'+v", "w"]
-    assert out.iloc[:, 7].tolist()[:4] == [1, "'+x", -2, "y"] and np.isnan(out.iloc[4, 7])
-    pd.testing.assert_frame_equal(df, before)  # the input is never modified
+    rows = list(csv.reader(io.StringIO(csv_text(df))))
+    assert rows[0] == ["Name", "Value", "Count", "Mixed", "Cat"]
+    names = [r[0] for r in rows[1:]]
+    assert names == ["'" + v for v in before["Name"][:6]] + ["ok", ""]
+    assert [float(r[1]) for r in rows[1:8]] == [-1.5, -2.0, 3.0, -0.0, 5.0, -6e-9, 7.0]  # numbers stay numbers
+    assert [int(r[2]) for r in rows[1:]] == [-1, 2, -3, 4, 5, 6, 7, 8]
+    assert [r[3] for r in rows[1:]] == ["-1", "'-x", "'=a", "True", "2.5", "", "", "x"]
+    assert [r[4] for r in rows[1:]] == ["'=a", "b", "'+c", "d", "'@e", "f", "'-g", "h"]
+    pd.testing.assert_frame_equal(df, before)  # the caller's frame is not modified
+    # a header from a model name, duplicate column names, list cells joined first
+    dup = pd.DataFrame([["=x", 1, ["=a", "b"]]], columns=["=evil", "a", "a"])
+    rows = list(csv.reader(io.StringIO(csv_text(dup))))
+    assert rows == [["'=evil", "a", "a"], ["'=x", "1", "'=a;b"]]
+    assert list(formula_safe(pd.DataFrame({"s": pd.Series(["=1"], dtype="string")}))["s"]) == ["'=1"]
 
 
-def test_undo_formula_safe_inverts_it_and_keeps_string_dtype():
-    df = ordinary().drop(columns=["cat"])
-    back = undo_formula_safe(formula_safe(df))
-    assert list(back.columns) == list(df.columns)
-    for i in range(df.shape[1]):
-        want, got = df.iloc[:, i], back.iloc[:, i]
-        assert [str(v) for v in got] == [str(v) for v in want], df.columns[i]
-    s = pd.DataFrame({"s": pd.array(["'=a", "b", "''q"], dtype="string")})
-    undone = undo_formula_safe(s)
-    assert isinstance(undone["s"].dtype, pd.StringDtype) and undone["s"].tolist() == ["=a", "b", "'q"]
+def test_a_carriage_return_inside_a_cell_cannot_start_a_new_row():
+    """A CR mid-cell, unquoted, starts a new row in a spreadsheet, whose first cell would be a formula."""
+    df = pd.DataFrame({"Name": ["ok\r=HYPERLINK(\"http://evil\")", "plain"], "Value": [-1.5, 2.0], "Id": [-3, 4]})
+    text = csv_text(df)
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert rows == [["Name", "Value", "Id"], ["ok\r=HYPERLINK(\"http://evil\")", "-1.5", "-3"], ["plain", "2.0", "4"]]
+    back = pd.read_csv(io.StringIO(text, newline=""))
+    assert list(back["Name"]) == list(df["Name"])
+    assert back["Value"].tolist() == [-1.5, 2.0] and back["Id"].tolist() == [-3, 4]  # numbers stay numbers
+    assert str(back["Id"].dtype) == "int64"
+    assert "\r" not in csv_text(pd.DataFrame({"Name": ["plain"], "Value": [1.0]}))
 
 
-def test_csv_text_joins_lists_and_defuses_formulas():
-    df = pd.DataFrame({"AbnormalMetrics": [["cos", "red"], []], "x": [1.5, np.nan], "=n": ["=a", "b"]})
-    assert csv_text(df) == "AbnormalMetrics,x,'=n\ncos;red,1.5,'=a\n,,b\n"
-    assert csv_text(None) == "\n"
+def test_formula_safe_csv_reads_back_exactly():
+    """Our readers (regress, parse-log) undo the spreadsheet-safety prefix: every name reads back as the model
+    spells it, a name's own leading quote included; numbers stay numbers."""
+    import io
 
+    import pandas as pd
 
-def test_cr_in_a_cell_quotes_every_cell():
-    df = pd.DataFrame({"a": ["x\ry"], "b": [1]})
-    assert to_csv_safe(df, index=False, lineterminator="\n") == '"a","b"\n"x\ry","1"\n'
-    plain = pd.DataFrame({"a": ["xy"], "b": [1]})
-    assert to_csv_safe(plain, index=False, lineterminator="\n") == "a,b\nxy,1\n"
+    from toolkit.core.csvjson import formula_safe, to_csv_safe, undo_formula_safe
 
-
-def test_map_text_cells_on_an_empty_and_a_numeric_frame():
-    empty = pd.DataFrame()
-    assert map_text_cells(empty, str.upper).shape == (0, 0)
-    no_rows = pd.DataFrame({"a": pd.Series([], dtype=object), "b": pd.Series([], dtype=float)})
-    out = map_text_cells(no_rows, str.upper)
-    assert list(out.columns) == ["a", "b"] and len(out) == 0
-    nums = pd.DataFrame({"a": [1, 2], "b": [0.5, -1.0]})
-    pd.testing.assert_frame_equal(map_text_cells(nums, str.upper), nums)
-
-
-@pytest.mark.parametrize("mixed", [False, True])
-def test_200000_column_frames_round_trip(mixed):
-    n = 200_000
-    values = np.array([["=v", "w"] * (n // 2), ["x", "'-y"] * (n // 2)], dtype=object)
-    # object columns, as the CSV readers build them (toolkit.logs.csvread)
-    df = pd.DataFrame(values, columns=[f"c{i}" if i % 7 else f"-c{i}" for i in range(n)], dtype=object)
-    if mixed:  # numeric columns between text ones keep their place and dtype
-        df.insert(5, "num", [-1.0, 2.0])
-        df.insert(n - 3, "int", [7, 8])
+    names = ["=HYPERLINK(\"x\")", "+cmd", "-n", "@at", "\tt", "'quoted", "''two", "'=q", "plain", "a=b"]
+    df = pd.DataFrame({"TensorName": names, "Value": np.arange(len(names)) - 3.5})
     safe = formula_safe(df)
-    assert safe.shape == df.shape
-    assert safe.iloc[0, 0] == "'=v" and safe.iloc[0, 1] == "w" and safe.iloc[1, 3] == "''-y"
-    assert safe.columns[0] == "'-c0" and safe.columns[1] == "c1" and safe.columns[7 + mixed] == "'-c7"
-    back = undo_formula_safe(safe)
-    assert back.columns.tolist() == df.columns.tolist()
-    text = [c for c in back.columns if c not in ("num", "int")]
-    assert back[text].to_numpy().tolist() == values.tolist()
-    if mixed:
-        assert list(back.columns).index("num") == 5 and list(back.columns).index("int") == n - 3
-        assert back["num"].tolist() == [-1.0, 2.0] and back["num"].dtype == np.float64
-        assert back["int"].tolist() == [7, 8] and back["int"].dtype == np.int64
+    assert all(not v.startswith(("=", "+", "-", "@", "\t")) for v in safe["TensorName"])
+    back = undo_formula_safe(pd.read_csv(io.StringIO(to_csv_safe(df, index=False)), keep_default_na=False))
+    assert back["TensorName"].tolist() == names
+    np.testing.assert_array_equal(back["Value"].to_numpy(), df["Value"].to_numpy())
+
+
+@pytest.fixture()
+def report(tmp_path):
+    diag = synthetic_diagnosis()
+    written = write_tables(diag, tmp_path)
+    path = render_report(diag, tmp_path)
+    return diag, tmp_path, written, path, path.read_text(encoding="utf-8")
+
+
+def test_json_outputs_parse_and_nan_is_null(report):
+    diag, out, written, _, _ = report
+    assert written == {"result": "result.csv", "summary": "summary.json", "findings": "findings.json",
+                       "kernel_times": "kernel_times.csv"}
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+    summary = strict((out / "summary.json").read_text(encoding="utf-8"))
+    assert summary["verdict"] == "FAIL"
+    assert summary["timings_ms"]["triage_ms"] is None
+    assert summary["findings"][0]["evidence"]["ratio"] is None
+    assert summary["findings"][1]["evidence"]["values"] == [70000.0, None]
+    assert summary["triage"]["stage"] == "precision" and summary["environment"]["cpu"] == "test cpu"
+    assert summary["tasks"][0]["value"] == [1, 0]
+    findings = strict((out / "findings.json").read_text(encoding="utf-8"))
+    assert [f["kind"] for f in findings] == ["fp16_overflow", "fp16_constant"]
+    assert findings[0]["subject"] == EVIL
+
+
+def test_csv_row_counts(report):
+    diag, out, _, _, _ = report
+    with open(out / "result.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(diag.table)
+    assert rows[5]["NodeName"] == EVIL and rows[5]["AbnormalMetrics"] == "CosineSimilarity;RelativeEuclideanDistance"
+    assert rows[9]["TensorName"] == "out\nwith newline, and comma"
+    assert rows[7]["CosineSimilarity"] == ""
+    assert len(pd.read_csv(out / "kernel_times.csv")) == len(diag.kernel_times)
+
+
+def test_json_safe():
+    data = {"a": float("nan"), "b": np.float32(1.5), "c": (np.int64(2), float("-inf")), "d": np.array([1.0, np.nan]),
+            "e": pd.DataFrame({"x": [1.0, np.nan]}), "f": Path("p"), 3: np.bool_(True)}
+    assert json_safe(data) == {"a": None, "b": 1.5, "c": [2, None], "d": [1.0, None], "e": [{"x": 1.0}, {"x": None}],
+                               "f": "p", "3": True}
