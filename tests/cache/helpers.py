@@ -16,7 +16,7 @@ from toolkit.cache.store import LAYOUT
 from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.runtime import kernels
-from toolkit.runtime.npu import NpuRuntime
+from toolkit.engine import npu_runtime
 
 RNG = np.random.default_rng(7)
 W1 = RNG.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
@@ -48,7 +48,7 @@ def build(model, config, shape=(1, 3, 8, 8)):
     """(CompileResult, NpuRuntime) as a new process would get them (in-memory kernel sessions dropped)."""
     kernels._SESSIONS.clear()
     cr = compile_model(model, config, input_shapes={"x": shape})
-    rt = NpuRuntime(cr)
+    rt = npu_runtime(cr)
     store.flush()
     return cr, rt
 
@@ -111,14 +111,14 @@ WORKER = textwrap.dedent("""
     import numpy as np, onnx
     from toolkit.engine import compile_model
     from toolkit.config.schema import Config
-    from toolkit.runtime.npu import NpuRuntime
+    from toolkit.engine import npu_runtime
     model = onnx.load(sys.argv[1])
     c = Config(precision_mode="force_fp16", op_compiler_cache_mode="enable", op_compiler_cache_dir=sys.argv[2])
     x = np.load(sys.argv[3])
     outs = []
     for _ in range(3):
         cr = compile_model(model, c, input_shapes={"x": x.shape})
-        y = NpuRuntime(cr).run({"x": x}).outputs["y"]
+        y = npu_runtime(cr).run({"x": x}).outputs["y"]
         outs.append(hashlib.sha256(y.tobytes()).hexdigest())
     print(json.dumps({"status": cr.cache["status"], "out": outs}))
 """)

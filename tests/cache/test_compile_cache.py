@@ -19,7 +19,7 @@ from tests.cache.helpers import WORKER, X, _entry, build, cfg, fresh, make_model
 from toolkit.cache import store
 from toolkit.cache.store import unpack
 from toolkit.compiler.pipeline import recompile_precision
-from toolkit.runtime.npu import NpuRuntime
+from toolkit.engine import npu_runtime
 
 
 # ---------------------------------------------------------------------------------------------- hits
@@ -59,7 +59,7 @@ def test_stage_of_a_hit_serves_recompile_precision(tmp_path):
     ref = recompile_precision(fresh(make_model(), c)[0], fp32)
     assert [k.precision for k in again.plan.kernels] == [k.precision for k in ref.plan.kernels] == \
         ["fp32"] * len(ref.plan.kernels)
-    np.testing.assert_array_equal(run(NpuRuntime(again)), run(NpuRuntime(ref)))
+    np.testing.assert_array_equal(run(npu_runtime(again)), run(npu_runtime(ref)))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "flip"])

@@ -43,12 +43,13 @@ def test_rules_and_passes_changed_at_run_time_invalidate(tmp_path, monkeypatch, 
     """A fusion rule registered (or a pass replaced) in this process after import, as a test or a plugin
     does, must not be served an entry compiled without it: the registry is a key ingredient."""
     from toolkit.compiler import pipeline, rules
+    from toolkit.compiler.rules import registry as rule_registry
 
     c = cfg(tmp_path)
     base, _ = build(make_model(), c)
     if change == "rule_registered":
         rules.load_rules()
-        monkeypatch.setattr(rules, "RULES", rules.RULES + [rules.Rule("TestOnlyFusionPass", frozenset({"Relu"}),
+        monkeypatch.setattr(rule_registry, "RULES", rules.RULES + [rules.Rule("TestOnlyFusionPass", frozenset({"Relu"}),
                                                                       lambda g, n: None)])
     else:
         info = pipeline.PASSES["check_constants"]

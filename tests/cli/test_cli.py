@@ -30,16 +30,12 @@ from onnx import helper as h
 from tests.dtype_models import _sequence_model
 from tests.graphs import N, make_model
 from toolkit.cache import store
-
-TIMEOUT_S = 600
-
-
-FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
-
-
-def npuscope(*args, cwd: Path, **kw):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
+from tests.cli.helpers import TIMEOUT_S, npuscope, run_cli, REPO, TITLE, OSC52, OSC8, REST, BIDI, N_MUL, T_MUL, N_DIV, T_DIV, N_RELU, OUT, BIDI_CHARS, FORMULA, _cli_bytes, _bad_chars, _assert_clean, _evil_model, X_EVIL, evil, _csv_cells, _is_number, _assert_no_formula, V, IR, cli_with_warnings, write_model, _cli_user_path, _error_line
+from tests.cli.helpers import error_line, tiny_model
+from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
+from tests.cli.helpers import X_4_8, _m1, m1
+from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds
+from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings
 
 
 # ------------------------------------------------------------------ help
@@ -133,35 +129,6 @@ def test_exit_code_and_output_are_delivered(tmp_path, args, code):
         assert proc.stderr.startswith("npuscope: error:") and proc.stderr.endswith("\n")
 
 
-def run_cli(*args, env=None, cwd=None, timeout=240):
-    full = dict(os.environ)
-    full.pop("NPUSCOPE_THREADS", None)
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=timeout)
-
-
-def error_line(proc) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("npuscope:")]
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
-
-
-@pytest.fixture()
-def tiny_model(tmp_path):
-    """x[1,4] float32 -> MatMul 'mm' (W 4x4) -> Relu 'relu' -> y."""
-    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "W")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["t"], name="mm"), helper.make_node("Relu", ["t"], ["y"], name="relu")],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "tiny.onnx"
-    onnx.save(model, path)
-    return path
-
-
 @pytest.mark.parametrize("value", ["99999", "100000000000000000000"])
 def test_threads_too_many_is_a_config_error_on_the_cli(value):
     proc = run_cli("cache", env={"NPUSCOPE_THREADS": value})
@@ -235,7 +202,6 @@ def test_quiet_and_verbose_together_is_a_usage_error():
     assert proc.returncode == 2 and "-q" in error_line(proc) and "-v" in error_line(proc)
 
 
-REPO = Path(__file__).resolve().parents[2]
 X_16_64 = np.random.default_rng(11).standard_normal((16, 64)).astype(np.float32)
 
 
@@ -280,14 +246,6 @@ def test_closed_stdout_exits_141_quietly(tiny_compiled, tmp_path, env):
     code, err = _with_closed_stdout(argv + ["--out", str(tmp_path / "closed")], env=env)
     assert code == 141, err
     assert "Logging error" not in err and "Traceback" not in err and "BrokenPipe" not in err, err
-
-
-ENV_WITH_WARNINGS = dict(os.environ, PYTHONWARNINGS="default")  # a numpy RuntimeWarning would show in stderr
-
-
-def quiet_cli_with_warnings(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV_WITH_WARNINGS, timeout=timeout)
 
 
 def one_line_error_without_warning(res: subprocess.CompletedProcess, code: int) -> str:
@@ -367,20 +325,6 @@ def test_sigterm_while_working_exits_143_or_0(tmp_path, delay):
         assert not (tmp_path / "o").exists() or (tmp_path / "o" / "index.html").exists()
 
 
-TITLE = "\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r"   # OSC 0 title, CSI clear, colour, CR
-OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"                                      # clipboard write
-OSC8 = "\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07"                    # hyperlink
-REST = "\nverdict: PASS\x08\x08\x7f\x9b31m\x9d0;t\x9c\t\x00\x0b\x0c"          # LF, BS, DEL, C1 CSI/OSC/ST, TAB, NUL
-BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-
-#: Node and tensor names of the evil model; each starts with a spreadsheet formula character as well.
-N_MUL = "+cmd|' /C calc'!A0" + TITLE
-T_MUL = '=HYPERLINK("http://evil","x")' + OSC52
-N_DIV = "-2+3" + OSC8 + BIDI
-T_DIV = "@SUM(A1)" + BIDI
-N_RELU = "\t=1+1" + REST
-OUT = "\r=cmd" + REST + BIDI + TITLE
-
 #: The escapes expected on the terminal, written out by hand (not computed with printable()).
 SEEN = {
     N_MUL: r"+cmd|' /C calc'!A0\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r",
@@ -388,53 +332,6 @@ SEEN = {
     OUT: r"\r=cmd\nverdict: PASS\x08\x08\x7f\x9b31m\x9d0;t\x9c\t\x00\x0b\x0c\u202a\u202b\u202c\u202d\u202e"
          r"\u2066\u2067\u2068\u2069\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r",
 }
-
-BIDI_CHARS = set(BIDI) | {"\u061c", "\u200e", "\u200f", "\u2028", "\u2029"}
-FORMULA = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cli_bytes(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONIOENCODING="utf-8", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=REPO, capture_output=True,
-                          timeout=timeout, env=full)
-
-
-def _bad_chars(text: str) -> list[str]:
-    """Characters that must not reach a terminal: C0 controls but LF, DEL and C1, bidi controls, separators."""
-    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c in BIDI_CHARS]
-
-
-def _assert_clean(raw: bytes, what: str) -> str:
-    text = raw.decode("utf-8")  # strict: a lone surrogate or a broken sequence fails here too
-    assert not _bad_chars(text), (what, sorted(set(map(hex, map(ord, _bad_chars(text))))), text[:2000])
-    return text
-
-
-def _evil_model(path: Path) -> Path:
-    """x -> Mul(x, 1e5) -> Div(., 1e5) -> Relu -> OUT: every node and tensor named with control characters,
-    and the Mul overflows FP16 (|x| * 1e5 > 65504), so force_fp16 fails with findings naming the nodes."""
-    big = numpy_helper.from_array(np.full((8,), 1e5, np.float32), "w")
-    g = helper.make_graph(
-        [helper.make_node("Mul", ["x", "w"], [T_MUL], name=N_MUL),
-         helper.make_node("Div", [T_MUL, "w"], [T_DIV], name=N_DIV),
-         helper.make_node("Relu", [T_DIV], [OUT], name=N_RELU)], "evil",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8))],
-        [helper.make_tensor_value_info(OUT, TensorProto.FLOAT, (1, 8))], [big])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
-
-
-X_EVIL = np.array([[-0.9, -0.5, -0.1, 0.2, 0.4, 0.7, 0.8, 0.95]], np.float32)  # |x| > 0.655 overflows *1e5
-
-
-@pytest.fixture(scope="module")
-def evil(tmp_path_factory):
-    d = tmp_path_factory.mktemp("evil")
-    _evil_model(d / "evil.onnx")
-    np.savez(d / "x.npz", x=X_EVIL)
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -480,27 +377,6 @@ def test_text_files_in_the_report_folder_hold_no_control_characters(evil_runs, c
     assert SEEN[N_MUL] in readme
     log = _assert_clean((out / "compile.log").read_bytes(), "compile.log")
     assert log.endswith("\n")
-
-
-def _csv_cells(path: Path) -> list[list[str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.reader(fh))
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
-
-
-def _assert_no_formula(path: Path) -> list[list[str]]:
-    rows = _csv_cells(path)
-    for row in rows:
-        for cell in row:
-            assert _is_number(cell) or not cell.startswith(FORMULA), (path.name, cell)
-    return rows
 
 
 def test_every_csv_of_a_diagnose_or_compare_run_is_formula_safe(evil_runs):
@@ -550,45 +426,6 @@ def test_sequence_outputs_never_crash_a_command(tmp_path, command, ragged):
         assert (tmp_path / "dump" / "r.npy").is_file()
 
 
-V = h.make_tensor_value_info
-IR = {21: 10, 25: 12}
-
-
-def cli_with_warnings(*args, cwd=None, warn="default"):
-    env = dict(os.environ, PYTHONWARNINGS=warn)
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600, check=False)
-
-
-def write_model(tmp: Path, name: str, nodes, ins, outs, opset=21, inits=()) -> Path:
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, list(inits)), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = IR[opset]
-    p = tmp / name
-    onnx.save(m, p)
-    return p
-
-
-M1_NODES = [h.make_node("Mul", ["x", "c3"], ["t"], name="mul"), h.make_node("Add", ["t", "c1"], ["y"], name="add"),
-            h.make_node("Exp", ["x"], ["z"], name="exp")]
-M1_INITS = [numpy_helper.from_array(np.array(3, np.float32), "c3"), numpy_helper.from_array(np.array(1, np.float32), "c1")]
-
-
-def m1_model(tmp: Path) -> Path:
-    return write_model(tmp, "m1.onnx", M1_NODES, [V("x", T.FLOAT, [4, 8])], [V("y", T.FLOAT, [4, 8]), V("z", T.FLOAT, [4, 8])],
-                21, M1_INITS)
-
-
-def feeds(kind: str) -> np.ndarray:
-    x = (np.random.default_rng(1).standard_normal((4, 8)) * 3).astype(np.float32)
-    if kind == "nan":
-        x[:] = np.nan
-    elif kind == "inf":
-        x[:] = np.inf
-    elif kind == "mixed":
-        x[0, 0], x[1, 1], x[2, 2], x[3, 3] = np.nan, np.inf, -np.inf, 200
-    return x
-
-
 SWEEP = [pytest.param(cmd, extra, kind)
          for cmd, extra in [("compare", ["--precision-mode", "force_fp16"]), ("run", []), ("memcheck", []),
                             ("profile", []), ("diagnose", ["--precision-mode", "force_fp16"]),
@@ -612,44 +449,6 @@ def test_commands_on_empty_tensors_print_no_runtime_warning(tmp_path, cmd):
     r = cli_with_warnings(cmd, str(p), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o"))
     assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "Warning" not in r.stderr, r.stderr
-
-
-X_4_8 = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
-
-
-def _cli_user_path(*args, cwd, env_path: Path | None = None, timeout=300):
-    import os
-
-    env = dict(os.environ)
-    if env_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(env_path), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=env)
-
-
-def _error_line(res, code: int) -> str:
-    assert res.returncode == code, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
-    assert "Traceback" not in res.stderr, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("npuscope: error:")]
-    assert len(lines) == 1, res.stderr
-    return lines[0]
-
-
-def _m1(path: Path) -> Path:
-    """y = 3x + 1, z = exp(x) on x float32[4, 8] (two float outputs)."""
-    from tests.graphs import affine_and
-
-    m = affine_and("Exp")
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
-    return path
-
-
-@pytest.fixture()
-def m1(tmp_path) -> Path:
-    _m1(tmp_path / "m1.onnx")
-    np.savez(tmp_path / "in.npz", x=X_4_8)
-    return tmp_path
 
 
 TASK_MODULE = """
@@ -748,64 +547,6 @@ def test_cli_big_endian_in_dataset_folder_loader_and_pre(m1):
     assert res.returncode == 0, res.stderr
     res = _cli_user_path("profile", "m1.onnx", "--pre", "l.py:pre", "--requests", "2", "--no-html", "--out", "p", cwd=m1)
     assert res.returncode == 0, res.stderr
-
-
-def cli_with_env_extra(*args, cwd, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600, check=False)
-
-
-def _elt_model(folder: Path) -> tuple[Path, Path]:
-    """y = (x*3 + 1000) - 1000: cancellation that FP16 storage of the sum ruins (an abnormal 's' and 'z')."""
-    model = make_model([N("Mul", ["x", "a"], ["m"], "mul"), N("Add", ["m", "b"], ["s"], "add"),
-                        N("Sub", ["s", "b"], ["z"], "sub")], [("x", [1, 64])], [],
-                       {"a": np.array([3.0], np.float32), "b": np.array([1000.0], np.float32)})
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64]))
-    model.ir_version = 8
-    onnx.save(model, folder / "elt.onnx")
-    x = (np.linspace(-1, 1, 64, dtype=np.float32) + np.float32(1e-4)).reshape(1, 64)
-    np.savez(folder / "elt.npz", x=x)
-    return folder / "elt.onnx", folder / "elt.npz"
-
-
-def _artifact_rows(page: Path) -> list[tuple[str, str, str]]:
-    """(label, file, size) of each row of the report's Artifacts table."""
-    sec = re.search(r'<section id="artifacts">(.*?)</section>', page.read_text(encoding="utf-8"), re.DOTALL)
-    assert sec, "no artifacts section"
-    rows = []
-    for tr in re.findall(r"<tr>(.*?)</tr>", sec.group(1), re.DOTALL):
-        cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td>(.*?)</td>", tr, re.DOTALL)]
-        if cells:
-            rows.append(tuple(cells))
-    return rows
-
-
-def _size_text(n: int) -> str:
-    """The size as the table prints it (B below 1 KiB, else KiB/MiB with two decimals), worked out here."""
-    if n < 1024:
-        return f"{n} B"
-    return f"{n / 1024:.2f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
-
-
-def check_artifacts_agree_with_disk(folder: Path, page: str = "index.html", unlisted=frozenset()) -> None:
-    """Every row names a file or folder on disk, with its size as on disk ("this page" for the report itself);
-    every entry of the folder is listed, but ``unlisted``."""
-    rows = _artifact_rows(folder / page)
-    assert rows
-    for label, name, size in rows:
-        p = folder / name
-        assert p.exists(), f"{label}: {name} listed but not on disk"
-        if name == page:
-            assert size == "this page"
-        elif p.is_dir():
-            assert size == "folder", (label, name, size)
-        else:
-            assert size == _size_text(p.stat().st_size), (label, name, size, p.stat().st_size)
-    listed = {name.rstrip("/") for _, name, _ in rows}
-    on_disk = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    extra = on_disk - listed - set(unlisted)
-    assert extra == set(), f"files on disk the table does not list: {sorted(extra)}"
 
 
 @pytest.mark.slow

@@ -49,27 +49,11 @@ from toolkit import samples
 from toolkit.compare.layerwise import RESULT_COLUMNS
 from toolkit.compare.tasks import RESULT_KEYS
 from toolkit.config.schema import Config
-
-PROGRESS = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] ")
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.strip() and not PROGRESS.match(ln)]
-
-
-def assert_one_line_error(proc, code: int, *mentions: str, out: Path | None = None) -> str:
-    """Exit ``code``; exactly one non-progress stderr line, ``npuscope: error: ...`` naming every ``mentions``."""
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-    lines = error_lines(proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    line = lines[0]
-    assert line.startswith("npuscope: error: "), line
-    for m in mentions:
-        assert m in line, f"{m!r} not in {line!r}"
-    if out is not None:
-        assert not out.exists() or not any(out.iterdir()), f"partial output left in {out}: {list(out.iterdir())}"
-    return line
+from tests.cli.helpers import TIMEOUT_S, npuscope, run_cli, REPO, TITLE, OSC52, OSC8, REST, BIDI, N_MUL, T_MUL, N_DIV, T_DIV, N_RELU, OUT, BIDI_CHARS, FORMULA, _cli_bytes, _bad_chars, _assert_clean, _evil_model, X_EVIL, evil, _csv_cells, _is_number, _assert_no_formula, V, IR, cli_with_warnings, write_model, _cli_user_path, _error_line
+from tests.cli.helpers import npuscope_with_path, vi, save, relu_model, npuscope_error_line, ENV, TB, cli_no_warnings, refusal_line, _npz_folder
+from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
+from tests.cli.helpers import rm_sm_model, _string_model
+from tests.compare.task_fixtures import CHECKS, BAD, GOOD, checks_module, _assert_task_results
 
 
 @pytest.mark.parametrize("args,mention", [
@@ -90,11 +74,6 @@ def case(tmp_path_factory):
     model = tiny_model(root / "tiny.onnx")
     xs = write_inputs(root / "in", 8)
     return {"root": root, "model": model, "inputs": root / "in", "xs": xs}
-
-
-def npuscope(*args, cwd: Path, **kw):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
 
 
 # ------------------------------------------------------------------------------------------- backends
@@ -326,32 +305,6 @@ def test_bad_npuscope_threads_is_one_line_in_single_mode(case, tmp_path, value):
 C02 = Path("/work/shared/cases/fp16/c02_decomposed_layernorm_pow_overflow")
 
 
-def has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-METRIC_COLUMNS = ["CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance", "RootMeanSquareError",
-                  "MeanAbsoluteError", "KullbackLeiblerDivergence"]
-
-
-def check_result_csv(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, keep_default_na=True)
-    assert len(df) > 0
-    reason = df["CompareFailReason"].fillna("").astype(str).str.strip()
-    has_metrics = df[METRIC_COLUMNS].notna().any(axis=1)
-    bad = df[~has_metrics & (reason == "")]
-    assert bad.empty, f"rows with neither metrics nor a CompareFailReason:\n{bad[['NodeName', 'TensorName']]}"
-    return df
-
-
-# ------------------------------------------------------------------ diagnose / compare on the bundled sample
-needs_tables = pytest.mark.skipif(not has_module("toolkit.core.csvjson"),
-                                  reason="toolkit.core.csvjson (CSV/JSON writer) not written yet")
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @needs_tables
 def test_compare_writes_no_html(tmp_path):
@@ -412,14 +365,6 @@ def test_reproducer_readme_command_runs(c02_report, tmp_path):
     assert f"first divergence: node '{fd}'" in proc.stdout
 
 
-def run_cli(*args, env=None, cwd=None, timeout=240):
-    full = dict(os.environ)
-    full.pop("NPUSCOPE_THREADS", None)
-    full.update(env or {})
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=full,
-                          cwd=cwd, timeout=timeout)
-
-
 def test_compare_prints_no_warning_from_check_constants(tmp_path):
     w = numpy_helper.from_array(np.full((1, 4), 1e6, np.float32), "W")
     graph = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "ovf",
@@ -430,71 +375,6 @@ def test_compare_prints_no_warning_from_check_constants(tmp_path):
     onnx.save(model, tmp_path / "ovf.onnx")
     proc = run_cli("compare", str(tmp_path / "ovf.onnx"), "--out", str(tmp_path / "o"))
     assert "check_constants.py" not in proc.stderr, proc.stderr
-
-
-REPO = Path(__file__).resolve().parents[2]
-
-TITLE = "\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r"   # OSC 0 title, CSI clear, colour, CR
-OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"                                      # clipboard write
-OSC8 = "\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07"                    # hyperlink
-REST = "\nverdict: PASS\x08\x08\x7f\x9b31m\x9d0;t\x9c\t\x00\x0b\x0c"          # LF, BS, DEL, C1 CSI/OSC/ST, TAB, NUL
-BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
-
-#: Node and tensor names of the evil model; each starts with a spreadsheet formula character as well.
-N_MUL = "+cmd|' /C calc'!A0" + TITLE
-T_MUL = '=HYPERLINK("http://evil","x")' + OSC52
-N_DIV = "-2+3" + OSC8 + BIDI
-T_DIV = "@SUM(A1)" + BIDI
-N_RELU = "\t=1+1" + REST
-OUT = "\r=cmd" + REST + BIDI + TITLE
-
-
-BIDI_CHARS = set(BIDI) | {"\u061c", "\u200e", "\u200f", "\u2028", "\u2029"}
-FORMULA = ("=", "+", "-", "@", "\t", "\r")
-
-
-def _cli_bytes(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONIOENCODING="utf-8", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=REPO, capture_output=True,
-                          timeout=timeout, env=full)
-
-
-def _bad_chars(text: str) -> list[str]:
-    """Characters that must not reach a terminal: C0 controls but LF, DEL and C1, bidi controls, separators."""
-    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c in BIDI_CHARS]
-
-
-def _assert_clean(raw: bytes, what: str) -> str:
-    text = raw.decode("utf-8")  # strict: a lone surrogate or a broken sequence fails here too
-    assert not _bad_chars(text), (what, sorted(set(map(hex, map(ord, _bad_chars(text))))), text[:2000])
-    return text
-
-
-def _evil_model(path: Path) -> Path:
-    """x -> Mul(x, 1e5) -> Div(., 1e5) -> Relu -> OUT: every node and tensor named with control characters,
-    and the Mul overflows FP16 (|x| * 1e5 > 65504), so force_fp16 fails with findings naming the nodes."""
-    big = numpy_helper.from_array(np.full((8,), 1e5, np.float32), "w")
-    g = helper.make_graph(
-        [helper.make_node("Mul", ["x", "w"], [T_MUL], name=N_MUL),
-         helper.make_node("Div", [T_MUL, "w"], [T_DIV], name=N_DIV),
-         helper.make_node("Relu", [T_DIV], [OUT], name=N_RELU)], "evil",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 8))],
-        [helper.make_tensor_value_info(OUT, TensorProto.FLOAT, (1, 8))], [big])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
-
-
-X_EVIL = np.array([[-0.9, -0.5, -0.1, 0.2, 0.4, 0.7, 0.8, 0.95]], np.float32)  # |x| > 0.655 overflows *1e5
-
-
-@pytest.fixture(scope="module")
-def evil(tmp_path_factory):
-    d = tmp_path_factory.mktemp("evil")
-    _evil_model(d / "evil.onnx")
-    np.savez(d / "x.npz", x=X_EVIL)
-    return d
 
 
 def test_error_messages_quoting_model_names_are_escaped(tmp_path):
@@ -512,27 +392,6 @@ def test_error_messages_quoting_model_names_are_escaped(tmp_path):
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("npuscope: error: "), err  # usage
     assert lines[0].endswith(r"(valid: \x1b]0;x\x07in\u202e)"), lines[0]
-
-
-def _csv_cells(path: Path) -> list[list[str]]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return list(csv.reader(fh))
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
-
-
-def _assert_no_formula(path: Path) -> list[list[str]]:
-    rows = _csv_cells(path)
-    for row in rows:
-        for cell in row:
-            assert _is_number(cell) or not cell.startswith(FORMULA), (path.name, cell)
-    return rows
 
 
 def test_dataset_csvs_are_formula_safe(evil):
@@ -588,101 +447,13 @@ def test_a_metric_crossing_a_line_is_printed_beyond_it(tmp_path):
     assert float(text) <= cos and cos - float(text) < 1e-6, (text, cos)
 
 
-TIMEOUT_S = 600
 REASON = "depends on nondeterministic op '{}' ({}): reference and NPU draw different numbers"
-
-
-def npuscope_with_path(*args, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NPUSCOPE_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=env)
-
-
-def vi(name, shape, elem=T.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def save(path: Path, nodes, inputs, outputs, inits=(), opset: int = 17) -> Path:
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def relu_model(path: Path) -> Path:
-    """y = Relu(x), x float32[1, 8]."""
-    return save(path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [1, 8])], [vi("y", [1, 8])])
 
 
 def report(folder: Path) -> tuple[dict, list[dict], pd.DataFrame]:
     summary = json.loads((folder / "summary.json").read_text())
     findings = json.loads((folder / "findings.json").read_text())
     return summary, findings, pd.read_csv(folder / "result.csv", keep_default_na=False)
-
-
-CHECKS = '''
-import numpy as np
-
-def ok(g, n, m): return {"name": "ok", "passed": True, "value": 1.0, "detail": "fine"}
-def np_true(g, n, m): return {"name": "np_true", "passed": np.bool_(True), "value": 1, "detail": "numpy bool"}
-def str_false(g, n, m): return {"name": "acc", "passed": "false", "value": 0.1, "detail": "accuracy dropped"}
-def int_one(g, n, m): return {"name": "acc", "passed": 1, "value": 0.1, "detail": "x"}
-def none_passed(g, n, m): return {"name": "acc", "passed": None, "value": 0.1, "detail": "x"}
-def array_passed(g, n, m): return {"name": "acc", "passed": np.array([True, False]), "value": 0.1, "detail": "x"}
-def list_passed(g, n, m): return {"name": "acc", "passed": [True], "value": 0.1, "detail": "x"}
-def missing_key(g, n, m): return {"value": 1}
-def returns_int(g, n, m): return 5
-def returns_none(g, n, m): return None
-def returns_list(g, n, m): return [("name", "x"), ("passed", True), ("value", 1), ("detail", "")]
-def raises(g, n, m): raise KeyError("nope")
-'''
-
-#: function -> text the failing detail must hold (besides the function's label)
-BAD = {
-    "str_false": "'passed' = 'false' (str)",
-    "int_one": "'passed' = 1 (int)",
-    "none_passed": "'passed' = None (NoneType)",
-    "array_passed": "'passed' = array([ True, False]) (numpy.ndarray of shape (2,))",
-    "list_passed": "'passed' = [True] (list)",
-    "missing_key": "without key(s) 'name', 'passed', 'detail'",
-    "returns_int": "returned 5 (int), not a dict",
-    "returns_none": "returned None (NoneType), not a dict",
-    "returns_list": "(list), not a dict",
-}
-GOOD = {"ok": True, "np_true": True}
-
-
-@pytest.fixture()
-def checks_module(tmp_path, monkeypatch):
-    """A user module ``r3checks`` on sys.path (and its folder for subprocesses)."""
-    folder = tmp_path / "pkg"
-    folder.mkdir()
-    (folder / "r3checks.py").write_text(CHECKS)
-    monkeypatch.syspath_prepend(str(folder))
-    sys.modules.pop("r3checks", None)
-    yield folder
-    sys.modules.pop("r3checks", None)
-
-
-def _assert_task_results(tasks: list[dict]) -> None:
-    by_label = {}
-    for t in tasks:
-        assert set(RESULT_KEYS) <= set(t)
-        assert type(t["passed"]) is bool  # a Python bool, whatever the check returned
-        by_label[t["name"]] = t
-    for fn, what in BAD.items():
-        t = by_label[f"r3checks:{fn}"]
-        assert t["passed"] is False
-        assert t["detail"].startswith(f"task check r3checks:{fn} returned ")
-        assert what in t["detail"] and "raised" not in t["detail"]
-    raised = by_label["r3checks:raises"]
-    assert raised["passed"] is False and raised["detail"] == "task check r3checks:raises raised KeyError: 'nope'"
-    for name, passed in GOOD.items():
-        assert by_label[name]["passed"] is passed
 
 
 def _task_args(names) -> list[str]:
@@ -795,20 +566,6 @@ def test_cli_random_branch_off_the_outputs_can_pass(tmp_path, fusion):
     assert summary["verdict"] == "PASS"
     assert [f["subject"] for f in findings if f["kind"] == "nondeterministic_op"] == ["rnd"]
     assert table.set_index("TensorName").at["y_det", "CompareFailReason"] == ""
-
-
-def rm_sm_model(path):
-    """x[4,4096] -> ReduceMean 'rm' (axes [1], keepdims) -> m; Softmax 'sm' (axis 1) -> s -> ReduceSum 'rs' (axes
-    input [1], keepdims) -> y2; opset 13; outputs m, s, y2."""
-    m = make_model([N("ReduceMean", ["x"], ["m"], "rm", axes=[1], keepdims=1),
-                    N("Softmax", ["x"], ["s"], "sm", axis=1),
-                    N("ReduceSum", ["s", "ax"], ["y2"], "rs", keepdims=1)],
-                   [("x", [4, 4096])], ["m", "s", "y2"], {"ax": np.array([1], np.int64)}, opset=13)
-    del m.graph.output[:]
-    m.graph.output.extend([helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
-                           for n, shape in (("m", [4, 1]), ("s", [4, 4096]), ("y2", [4, 1]))])
-    onnx.save(m, path)
-    return path
 
 
 def _clean_env():
@@ -1163,32 +920,6 @@ def test_cli_compare_reason_prints_the_line_exactly(tmp_path):
     assert table["Abnormal"].any()
 
 
-V = h.make_tensor_value_info
-IR = {21: 10, 25: 12}
-
-
-def cli_with_warnings(*args, cwd=None, warn="default"):
-    env = dict(os.environ, PYTHONWARNINGS=warn)
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600, check=False)
-
-
-def npuscope_error_line(p, code=1):
-    """The CLI failed with exit ``code`` and a single 'npuscope: error:' line, no traceback."""
-    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith("npuscope: error:"), p.stderr
-    return lines[0]
-
-
-def write_model(tmp: Path, name: str, nodes, ins, outs, opset=21, inits=()) -> Path:
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, list(inits)), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = IR[opset]
-    p = tmp / name
-    onnx.save(m, p)
-    return p
-
-
 @pytest.mark.parametrize("code,opset", [(T.COMPLEX64, 21), (T.FLOAT4E2M1, 25)])
 def test_types_onnxruntime_cannot_run_are_one_line_errors(tmp_path, code, opset):
     p = write_model(tmp_path, "m.onnx", [h.make_node("Cast", ["x"], ["b"], to=code, name="c1"),
@@ -1228,34 +959,6 @@ def test_origin_isolation_reruns_a_kernel_reading_bfloat16(tmp_path):
             "--out", str(tmp_path / "o"))
     assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "first divergence: node 'c2'" in r.stdout, r.stdout
-
-
-def _cli_user_path(*args, cwd, env_path: Path | None = None, timeout=300):
-    import os
-
-    env = dict(os.environ)
-    if env_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(env_path), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=env)
-
-
-def _error_line(res, code: int) -> str:
-    assert res.returncode == code, (res.returncode, res.stdout[-2000:], res.stderr[-2000:])
-    assert "Traceback" not in res.stderr, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.startswith("npuscope: error:")]
-    assert len(lines) == 1, res.stderr
-    return lines[0]
-
-
-def _string_model(path: Path) -> Path:
-    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="i")], "s",
-                          [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
 
 
 def test_cli_string_input_of_wrong_kind_gets_working_advice(tmp_path):
@@ -1395,37 +1098,6 @@ def test_an_op_that_amplifies_the_rounding_is_still_flagged(tmp_path):
     assert _max_err(rows, "y") > 1.0
     assert str(rows.loc["y", "Abnormal"]) == "True"
     assert proc.returncode == 1
-
-
-ENV = dict(os.environ, PYTHONWARNINGS="ignore")
-
-
-TB = str(samples.sample_path("transformer_block"))
-
-
-def cli_no_warnings(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=TIMEOUT_S, cwd=cwd, check=False)
-
-
-def refusal_line(proc) -> str:
-    """The single stderr line of a refused command."""
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("npuscope: error:"), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
-
-
-def _npz_folder(folder: Path, n: int) -> Path:
-    """``n`` transformer_block inputs (x: 1x16x64 normal, mask: ones, the shapes of the sample's inputs)."""
-    folder.mkdir()
-    model = onnx.load(TB)
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    rng = np.random.default_rng(1)
-    for k in range(n):
-        np.savez(folder / f"in{k:03d}.npz", **{name: (rng.normal(0, 1, s) if name == "x" else np.ones(s))
-                                              .astype(np.float32) for name, s in shapes.items()})
-    return folder
 
 
 LOCK = ".npuscope-run.lock"

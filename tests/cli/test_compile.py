@@ -25,8 +25,8 @@ from toolkit.core.artifacts import new_run_dir
 from toolkit.cache.store import LAYOUT
 from toolkit.config.schema import Config
 from toolkit.logs import plog
-
-FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
+from tests.cli.helpers import FP32_UNFUSED, REPO, X_16_64, _cli_argv, _one_error_line, tiny_compiled, ENV_WITH_WARNINGS, quiet_cli_with_warnings, one_line_error_without_warning, save_model, cli_with_env, plan_of, X_2_8, _cli_cached, _tiny_model, tiny
+from tests.cli.helpers import error_line, tiny_model
 
 
 def test_bad_mode_variable_is_attributed_to_the_variable(tmp_path):
@@ -47,27 +47,6 @@ def run_cli(*args, env=None, cwd=None, timeout=240):
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=timeout)
-
-
-def error_line(proc) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("npuscope:")]
-    assert len(lines) == 1, proc.stderr
-    return lines[0]
-
-
-@pytest.fixture()
-def tiny_model(tmp_path):
-    """x[1,4] float32 -> MatMul 'mm' (W 4x4) -> Relu 'relu' -> y."""
-    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "W")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["t"], name="mm"), helper.make_node("Relu", ["t"], ["y"], name="relu")],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "tiny.onnx"
-    onnx.save(model, path)
-    return path
 
 
 def _write(path, text, bom=True):
@@ -113,40 +92,6 @@ def test_disable_reuse_names_are_checked_against_the_model(tmp_path, tiny_model)
     good.write_text('disable_reuse = ["relu", "t"]\n')
     proc = run_cli("compile", str(tiny_model), "--config", str(good), "--out", str(tmp_path / "o2"))
     assert proc.returncode == 0, proc.stderr
-
-
-REPO = Path(__file__).resolve().parents[2]
-X_16_64 = np.random.default_rng(11).standard_normal((16, 64)).astype(np.float32)
-
-
-def _cli_argv(argv, env=None, cwd=None, timeout=300):
-    full = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *argv], cwd=cwd or REPO, capture_output=True,
-                          text=True, timeout=timeout, env=full)
-
-
-def _one_error_line(proc) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("npuscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def tiny_compiled(tmp_path_factory):
-    """y = 2x + 3x, a model file, an input npz, an FP32 config and the plan compiled with it."""
-    d = tmp_path_factory.mktemp("tiny")
-    model = make_model([N("Mul", ["x", "two"], ["a"], "mul_a"), N("Mul", ["x", "three"], ["b"], "mul_b"),
-                        N("Add", ["a", "b"], ["y"], "add")], [("x", [16, 64])], ["y"],
-                       {"two": np.float32(2.0), "three": np.float32(3.0)})
-    for size in (16, 64):
-        model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = size
-    onnx.save(model, str(d / "m.onnx"))
-    np.savez(d / "x.npz", x=X_16_64)
-    (d / "fp32.json").write_text(json.dumps(FP32_UNFUSED))
-    proc = _cli_argv(["-q", "compile", str(d / "m.onnx"), "--config", str(d / "fp32.json"), "--out", str(d / "c")])
-    assert proc.returncode == 0, proc.stderr
-    return d
 
 
 def _unwritable_dir(tmp_path) -> Path:
@@ -227,36 +172,6 @@ def test_cli_op_placement_unknown_names_config(tmp_path):
     assert "config 'c.toml': op_placement names 'stem_cnv'" in line and "'stem_conv'" in line
 
 
-ENV_WITH_WARNINGS = dict(os.environ, PYTHONWARNINGS="default")  # a numpy RuntimeWarning would show in stderr
-
-
-def quiet_cli_with_warnings(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV_WITH_WARNINGS, timeout=timeout)
-
-
-def one_line_error_without_warning(res: subprocess.CompletedProcess, code: int) -> str:
-    """The error line of a run that must fail with ``code`` and a one-line message (no traceback, no warning)."""
-    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
-    assert "Warning" not in res.stderr, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("npuscope: error: "), lines[0]
-    return lines[0]
-
-
-def save_model(path: Path, elem: int, op: str = "Neg", shape=(1, 8)) -> Path:
-    """x -> op -> y with x, y of ONNX element type ``elem``."""
-    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n")], "g",
-                          [helper.make_tensor_value_info("x", elem, list(shape))],
-                          [helper.make_tensor_value_info("y", elem, list(shape))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
-
-
 def test_compile_binds_a_dynamic_sample_to_its_generator_shapes(tmp_path):
     from toolkit import samples
 
@@ -315,23 +230,12 @@ def test_cli_model_path_kinds(tmp_path):
 TB = "transformer_block"
 
 
-def cli_with_env(*args, env=None, cwd=None):
-    e = dict(os.environ, PYTHONWARNINGS="ignore")
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=e,
-                          cwd=cwd, timeout=300)
-
-
 def compile_cli(tmp_path, model, cfg_text: str, name="c", suffix=".toml", env=None):
     """Compile ``model`` with config text; (CompletedProcess, out folder)."""
     cfg = tmp_path / f"{name}{suffix}"
     cfg.write_text(cfg_text)
     out = tmp_path / f"{name}-out"
     return cli_with_env("compile", str(model), "--config", str(cfg), "--out", str(out), env=env), out
-
-
-def plan_of(out):
-    return {k["name"]: k for k in json.loads((out / "plan.json").read_text())["kernels"]}
 
 
 def findings_of(out):
@@ -666,34 +570,6 @@ def test_compile_progress_reaches_the_log_at_info_and_details_at_debug(tmp_path)
     debug = lines(0)
     assert any(m["level"] == "DEBUG" and m["message"].startswith("[buffer_fusion]") for m in debug)
     assert lines(3) == []
-
-
-X_2_8 = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
-
-
-def _cli_cached(argv, cwd, cache):
-    env = dict(os.environ, NPUSCOPE_COMPILE_CACHE=str(cache), NPUSCOPE_COMPILE_CACHE_MODE="enable")
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, argv)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
-
-
-def _tiny_model() -> onnx.ModelProto:
-    """y = 2x + 1 on x float32[2, 8]."""
-    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"),
-             helper.make_node("Add", ["a", "one"], ["y"], name="add")]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
-                              [numpy_helper.from_array(np.float32(2.0), "two"),
-                               numpy_helper.from_array(np.float32(1.0), "one")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-
-
-# ------------------------------------------------------------------------------------------ valid runs
-@pytest.fixture
-def tiny(tmp_path):
-    onnx.save(_tiny_model(), str(tmp_path / "m.onnx"))
-    np.savez(tmp_path / "x.npz", x=X_2_8)
-    return tmp_path
 
 
 def test_compile_into_an_existing_empty_out_still_works(tiny):

@@ -22,48 +22,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tests.faultkinds import builders as fk
 from tests.graphs import N, make_model
-
-TIMEOUT_S = 600
-
-
-def npuscope(*args, cwd: Path, **kw):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-
-
-PROGRESS = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] ")
-
-
-def error_lines(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.strip() and not PROGRESS.match(ln)]
-
-
-def assert_one_line_error(proc, code: int, *mentions: str, out: Path | None = None) -> str:
-    """Exit ``code``; exactly one non-progress stderr line, ``npuscope: error: ...`` naming every ``mentions``."""
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
-    lines = error_lines(proc.stderr)
-    assert len(lines) == 1, proc.stderr
-    line = lines[0]
-    assert line.startswith("npuscope: error: "), line
-    for m in mentions:
-        assert m in line, f"{m!r} not in {line!r}"
-    if out is not None:
-        assert not out.exists() or not any(out.iterdir()), f"partial output left in {out}: {list(out.iterdir())}"
-    return line
-
-
-@pytest.fixture()
-def ws(tmp_path):
-    """A working folder with a valid model (softplus) and a valid feed."""
-    b = fk.softplus(width=16, xmax=5.0)
-    b.save(tmp_path, "model")
-    return tmp_path
+from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
+from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
+from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
+from tests.diagnose.helpers import rows
 
 
 def test_diagnose_bad_input_same_contract(ws):
@@ -72,32 +34,6 @@ def test_diagnose_bad_input_same_contract(ws):
     assert_one_line_error(proc, 1, "bad.npz", "'x'", out=ws / "rep")
     proc = npuscope("diagnose", "nothere.onnx", "--out", "rep", cwd=ws)
     assert_one_line_error(proc, 1, "nothere.onnx", out=ws / "rep")
-
-
-def has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-METRIC_COLUMNS = ["CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance", "RootMeanSquareError",
-                  "MeanAbsoluteError", "KullbackLeiblerDivergence"]
-
-
-def check_result_csv(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, keep_default_na=True)
-    assert len(df) > 0
-    reason = df["CompareFailReason"].fillna("").astype(str).str.strip()
-    has_metrics = df[METRIC_COLUMNS].notna().any(axis=1)
-    bad = df[~has_metrics & (reason == "")]
-    assert bad.empty, f"rows with neither metrics nor a CompareFailReason:\n{bad[['NodeName', 'TensorName']]}"
-    return df
-
-
-# ------------------------------------------------------------------ diagnose / compare on the bundled sample
-needs_tables = pytest.mark.skipif(not has_module("toolkit.core.csvjson"),
-                                  reason="toolkit.core.csvjson (CSV/JSON writer) not written yet")
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -151,10 +87,6 @@ def scale_chain(rows=4, dim=64, factor=30000.0, seed=0, relu=True):
                {"W": w, "big": np.array(factor, np.float32), "big2": np.array(factor, np.float32), "W2": w.T.copy()})
     x = fk.fp16_exact(rng.standard_normal((rows, dim)).astype(np.float32))
     return m, {"x": x}
-
-
-def rows(diag):
-    return diag.table.set_index("TensorName")
 
 
 def _cli_diag(folder: Path, model, feeds, *args):
@@ -229,20 +161,6 @@ def test_repro_of_an_origin_reading_the_graph_input(tmp_path):
     assert [n.op_type for n in onnx.load(report / "repro" / "model.onnx").graph.node] == ["Mul"]
     again = _run_repro(report)
     assert again["verdict"] == "FAIL" and again["first_divergence"]["node"] == "scale"
-
-
-FP16_MAX = 65504.0  # largest finite IEEE binary16 value, by hand
-
-
-def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
-    """``inputs`` / ``outputs``: [(name, shape)] of float tensors; ``inits``: {name: array}."""
-    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (inits or {}).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
 
 
 ROWS, COLS = 4, 4096
@@ -345,67 +263,9 @@ def test_ppocr_rec_verdict_has_no_constants_reason_for_a_few_denormals(tmp_path)
     assert r.returncode in (0, 1)
 
 
-def cli_with_env_extra(*args, cwd, env_extra=None):
-    env = dict(os.environ, **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=600, check=False)
-
-
-def _elt_model(folder: Path) -> tuple[Path, Path]:
-    """y = (x*3 + 1000) - 1000: cancellation that FP16 storage of the sum ruins (an abnormal 's' and 'z')."""
-    model = make_model([N("Mul", ["x", "a"], ["m"], "mul"), N("Add", ["m", "b"], ["s"], "add"),
-                        N("Sub", ["s", "b"], ["z"], "sub")], [("x", [1, 64])], [],
-                       {"a": np.array([3.0], np.float32), "b": np.array([1000.0], np.float32)})
-    model.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64]))
-    model.ir_version = 8
-    onnx.save(model, folder / "elt.onnx")
-    x = (np.linspace(-1, 1, 64, dtype=np.float32) + np.float32(1e-4)).reshape(1, 64)
-    np.savez(folder / "elt.npz", x=x)
-    return folder / "elt.onnx", folder / "elt.npz"
-
-
 def _text(path: Path) -> str:
     s = re.sub(r"<script.*?</script>", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", s)))
-
-
-def _artifact_rows(page: Path) -> list[tuple[str, str, str]]:
-    """(label, file, size) of each row of the report's Artifacts table."""
-    sec = re.search(r'<section id="artifacts">(.*?)</section>', page.read_text(encoding="utf-8"), re.DOTALL)
-    assert sec, "no artifacts section"
-    rows = []
-    for tr in re.findall(r"<tr>(.*?)</tr>", sec.group(1), re.DOTALL):
-        cells = [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td>(.*?)</td>", tr, re.DOTALL)]
-        if cells:
-            rows.append(tuple(cells))
-    return rows
-
-
-def _size_text(n: int) -> str:
-    """The size as the table prints it (B below 1 KiB, else KiB/MiB with two decimals), worked out here."""
-    if n < 1024:
-        return f"{n} B"
-    return f"{n / 1024:.2f} KiB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.2f} MiB"
-
-
-def check_artifacts_agree_with_disk(folder: Path, page: str = "index.html", unlisted=frozenset()) -> None:
-    """Every row names a file or folder on disk, with its size as on disk ("this page" for the report itself);
-    every entry of the folder is listed, but ``unlisted``."""
-    rows = _artifact_rows(folder / page)
-    assert rows
-    for label, name, size in rows:
-        p = folder / name
-        assert p.exists(), f"{label}: {name} listed but not on disk"
-        if name == page:
-            assert size == "this page"
-        elif p.is_dir():
-            assert size == "folder", (label, name, size)
-        else:
-            assert size == _size_text(p.stat().st_size), (label, name, size, p.stat().st_size)
-    listed = {name.rstrip("/") for _, name, _ in rows}
-    on_disk = {p.name for p in folder.iterdir() if not p.name.startswith(".")}
-    extra = on_disk - listed - set(unlisted)
-    assert extra == set(), f"files on disk the table does not list: {sorted(extra)}"
 
 
 @pytest.mark.slow

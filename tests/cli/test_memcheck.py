@@ -21,11 +21,9 @@ from onnx import helper as h
 from tests.graphs import N, make_model
 from toolkit import samples
 from toolkit.runtime.host_memory import host_memory_bytes
+from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds
 
 TIMEOUT_S = 600
-
-
-FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
 
 
 def _cli_with_env(*args, env=None, cwd=None):
@@ -117,27 +115,6 @@ def write_model(tmp: Path, name: str, nodes, ins, outs, opset=21, inits=()) -> P
     p = tmp / name
     onnx.save(m, p)
     return p
-
-
-M1_NODES = [h.make_node("Mul", ["x", "c3"], ["t"], name="mul"), h.make_node("Add", ["t", "c1"], ["y"], name="add"),
-            h.make_node("Exp", ["x"], ["z"], name="exp")]
-M1_INITS = [numpy_helper.from_array(np.array(3, np.float32), "c3"), numpy_helper.from_array(np.array(1, np.float32), "c1")]
-
-
-def m1_model(tmp: Path) -> Path:
-    return write_model(tmp, "m1.onnx", M1_NODES, [V("x", T.FLOAT, [4, 8])], [V("y", T.FLOAT, [4, 8]), V("z", T.FLOAT, [4, 8])],
-                21, M1_INITS)
-
-
-def feeds(kind: str) -> np.ndarray:
-    x = (np.random.default_rng(1).standard_normal((4, 8)) * 3).astype(np.float32)
-    if kind == "nan":
-        x[:] = np.nan
-    elif kind == "inf":
-        x[:] = np.inf
-    elif kind == "mixed":
-        x[0, 0], x[1, 1], x[2, 2], x[3, 3] = np.nan, np.inf, -np.inf, 200
-    return x
 
 
 @pytest.mark.parametrize("kind", ["normal", "nan", "mixed"])

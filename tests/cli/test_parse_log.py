@@ -14,44 +14,7 @@ import pandas as pd
 import pytest
 
 from tests.logs.helpers import COMPILE_LOG, chrome_events, ort_events, plog_line, write_csv, write_events_per_line
-
-TIMEOUT_S = 600
-
-
-TIMEOUT = 60
-KINDS = ["fifo", "devzero", "socket", "broken"]
-#: what each kind is called in the messages (toolkit.core.textfile.not_regular_reason)
-SAID = {"fifo": "not a regular file but a FIFO", "devzero": "not a regular file but a character device",
-        "socket": "not a regular file but a socket", "broken": "a broken symbolic link"}
-
-
-def make_special(path: Path, kind: str) -> list:
-    """Create ``path`` as a non-regular entry; returns objects to keep alive (the bound socket)."""
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "devzero":
-        os.symlink("/dev/zero", path)
-    elif kind == "broken":
-        os.symlink(path.parent / "nowhere-at-all", path)
-    else:
-        if len(str(path)) > 100:
-            pytest.skip("socket path too long for AF_UNIX")
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(str(path))
-        return [s]
-    return []
-
-
-def run(args: list, cwd: Path) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                              timeout=TIMEOUT, check=False, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"blocked reading a non-regular file: {args}")
-
-
-def cli_unblocked(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return run(["-m", "toolkit", *args], cwd)
+from tests.cli.helpers import TIMEOUT_S, TIMEOUT, KINDS, SAID, make_special, run, cli_unblocked, npuscope_errors_only
 
 
 def error_line(proc) -> str:
@@ -128,11 +91,6 @@ def test_parse_log_writes_the_profilers_integer_columns_as_integers(tmp_path):
         got = list(csv.DictReader(fh))
     assert [r["Task ID"] for r in got] == ["1", "2"] and [r["Stream ID"] for r in got] == ["3", "4"]
     assert [r["Block Dim"] for r in got] == ["8", "1"]
-
-
-def npuscope_errors_only(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=dict(os.environ, NPUSCOPE_LOG_LEVEL="3"))
 
 
 NOTHING = {

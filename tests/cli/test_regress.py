@@ -21,13 +21,9 @@ from onnx import helper as h
 from tests.dataset.helpers import FP16
 from toolkit import samples
 from toolkit.config.schema import Config
-
-ENV = dict(os.environ, PYTHONWARNINGS="ignore")
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=600)
+from tests.cli.helpers import npuscope_with_path, vi, save, relu_model, npuscope_error_line, ENV, TB, cli_no_warnings, refusal_line, _npz_folder
+from tests.cli.helpers import cli, TIMEOUT_S, STRICT, LENIENT, save_checked, conv_relu, npz, write_utf8, signoff_fp16, cli_plain, policy_text, conv_runs, C08
+from tests.signoff.helpers import V, IR, write_model, report, damaged_copy, KEEP, NO_KEEP
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -41,35 +37,6 @@ def test_cli_regress_compare_runs_different_inputs(tmp_path):
     assert "WARNING: the two runs used different inputs" in res.stdout
     rep = json.loads((tmp_path / "o" / "regress.json").read_text())
     assert any("different inputs" in w for w in rep["warnings"])
-
-
-TIMEOUT_S = 600
-
-
-def npuscope_with_path(*args, cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, NPUSCOPE_LOG_LEVEL="3", PYTHONWARNINGS="ignore")
-    if pythonpath is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=env)
-
-
-def vi(name, shape, elem=T.FLOAT):
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def save(path: Path, nodes, inputs, outputs, inits=(), opset: int = 17) -> Path:
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def relu_model(path: Path) -> Path:
-    """y = Relu(x), x float32[1, 8]."""
-    return save(path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [1, 8])], [vi("y", [1, 8])])
 
 
 def _digest(a: np.ndarray) -> str:
@@ -112,66 +79,6 @@ def test_regress_compares_input_data_not_paths(tmp_path):
     assert "different inputs" not in same.stdout
 
 
-STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
-LENIENT = 0.5
-
-
-def save_checked(model: onnx.ModelProto, path: Path) -> Path:
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def conv_relu(path: Path) -> Path:
-    """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    from tests.graphs import conv_relu as build
-
-    return save_checked(build(1), path)
-
-
-def npz(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
-def write_utf8(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def signoff_fp16(model: Path, policy: Path, inputs: Path, out: Path, cfg: dict = FP16):
-    from toolkit import api
-
-    return api.signoff_command(str(model), str(policy), Config.from_dict(cfg), inputs=str(inputs), out=str(out),
-                               html=False)
-
-
-def cli_plain(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, cwd=cwd)
-
-
-def policy_text(limit: float) -> str:
-    return f'[policy]\nname = "p"\n[outputs."*"]\nCosineSimilarity = {limit!r}\n'
-
-
-@pytest.fixture(scope="module")
-def conv_runs(tmp_path_factory):
-    """Two signoffs of one model, config and input, judged by a lenient and a strict policy."""
-    tmp = tmp_path_factory.mktemp("r4s")
-    model = conv_relu(tmp / "cr.onnx")
-    inputs = npz(tmp / "in.npz", x=np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32))
-    pols = {"ok": write_utf8(tmp / "ok.toml", policy_text(LENIENT)), "strict": write_utf8(tmp / "strict.toml", policy_text(STRICT))}
-    for name, pol in pols.items():
-        signoff_fp16(model, pol, inputs, tmp / f"so_{name}")
-    # the same policy text under another file name
-    pols["ok_copy"] = write_utf8(tmp / "ok_copy.toml", policy_text(LENIENT))
-    signoff_fp16(model, pols["ok_copy"], inputs, tmp / "so_ok_copy")
-    return {"tmp": tmp, "model": model, "inputs": inputs, "policies": pols,
-            **{n: tmp / f"so_{n}" for n in ("ok", "strict", "ok_copy")}}
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_regress_cli_prints_policy_change_and_improvement(conv_runs, tmp_path):
     r = cli_plain("regress", conv_runs["ok"], conv_runs["strict"], "--out", tmp_path / "a", "--no-html")
@@ -186,56 +93,10 @@ def test_regress_cli_prints_policy_change_and_improvement(conv_runs, tmp_path):
     assert "  + improved verdict: FAIL -> PASS" in r.stdout.splitlines(), r.stdout
 
 
-V = h.make_tensor_value_info
-IR = {21: 10, 25: 12}
-
-
 def cli_with_warnings(*args, cwd=None, warn="default"):
     env = dict(os.environ, PYTHONWARNINGS=warn)
     return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=600, check=False)
-
-
-def npuscope_error_line(p, code=1):
-    """The CLI failed with exit ``code`` and a single 'npuscope: error:' line, no traceback."""
-    assert p.returncode == code, (p.returncode, p.stderr[-2000:])
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith("npuscope: error:"), p.stderr
-    return lines[0]
-
-
-def write_model(tmp: Path, name: str, nodes, ins, outs, opset=21, inits=()) -> Path:
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, list(inits)), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = IR[opset]
-    p = tmp / name
-    onnx.save(m, p)
-    return p
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """One compare report folder of y = 3x + 1 (written in-process; regress reads only files)."""
-    from toolkit import api
-
-    tmp = tmp_path_factory.mktemp("regress6")
-    model = write_model(tmp, "m.onnx", [h.make_node("Mul", ["x", "c3"], ["t"], name="mul"),
-                                 h.make_node("Add", ["t", "c1"], ["y"], name="add")],
-                 [V("x", T.FLOAT, [4, 8])], [V("y", T.FLOAT, [4, 8])], 21,
-                 [numpy_helper.from_array(np.array(3, np.float32), "c3"),
-                  numpy_helper.from_array(np.array(1, np.float32), "c1")])
-    api.diagnose_command(str(model), Config(), out=str(tmp / "base"), html=False)
-    return tmp / "base"
-
-
-def damaged_copy(report: Path, tmp: Path, name: str, content) -> Path:
-    bad = tmp / "bad"
-    shutil.copytree(report, bad)
-    target = bad / name
-    if callable(content):
-        content = content(target.read_bytes())
-    target.write_bytes(content if isinstance(content, bytes) else
-                       (content if isinstance(content, str) else json.dumps(content)).encode())
-    return bad
 
 
 def test_regress_cli_damaged_folder_is_one_line_exit_1(report, tmp_path):
@@ -273,34 +134,6 @@ def test_regress_lists_tensors_compared_in_one_run_only(tmp_path):
         listed = {c["TensorName"] for c in rep["tensor_changes"] if c["change"].startswith(f"compared only in {side}")}
         assert listed == only_new
         assert r.returncode == (1 if rep["regressed"] else 0)
-
-
-TB = str(samples.sample_path("transformer_block"))
-
-
-def cli_no_warnings(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          env=ENV, timeout=TIMEOUT_S, cwd=cwd, check=False)
-
-
-def refusal_line(proc) -> str:
-    """The single stderr line of a refused command."""
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("npuscope: error:"), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
-
-
-def _npz_folder(folder: Path, n: int) -> Path:
-    """``n`` transformer_block inputs (x: 1x16x64 normal, mask: ones, the shapes of the sample's inputs)."""
-    folder.mkdir()
-    model = onnx.load(TB)
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
-    rng = np.random.default_rng(1)
-    for k in range(n):
-        np.savez(folder / f"in{k:03d}.npz", **{name: (rng.normal(0, 1, s) if name == "x" else np.ones(s))
-                                              .astype(np.float32) for name, s in shapes.items()})
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -358,11 +191,6 @@ def test_regress_refuses_dataset_against_single_input(folders):
         assert r.returncode == 1
         line = refusal_line(r)
         assert f"'{folders / 'ds'}' is a dataset run" in line and str(folders / "tb") in line
-
-
-C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")
-KEEP = {"precision_mode": "force_fp16", "keep_dtype": ["exp", "add_one", "log"]}
-NO_KEEP = {"precision_mode": "force_fp16"}
 
 
 def compare_run(tmp: Path, name: str, cfg: dict) -> Path:

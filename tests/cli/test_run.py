@@ -33,16 +33,10 @@ from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.core.errors import ConfigError
 from toolkit.gears.session import GearSession
-
-TIMEOUT_S = 600
-
-
-FP32_UNFUSED = dict(precision_mode="force_fp32", fusion_level=0)
-
-
-def npuscope(*args, cwd: Path, **kw):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw)
+from tests.cli.helpers import FP32_UNFUSED, REPO, X_16_64, _cli_argv, _one_error_line, tiny_compiled, ENV_WITH_WARNINGS, quiet_cli_with_warnings, one_line_error_without_warning, save_model, cli_with_env, plan_of, X_2_8, _cli_cached, _tiny_model, tiny
+from tests.cli.helpers import X_4_8, _m1, m1
+from tests.cli.helpers import rm_sm_model, _string_model
+from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
 
 
 PROGRESS = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] ")
@@ -65,14 +59,6 @@ def assert_one_line_error(proc, code: int, *mentions: str, out: Path | None = No
     if out is not None:
         assert not out.exists() or not any(out.iterdir()), f"partial output left in {out}: {list(out.iterdir())}"
     return line
-
-
-@pytest.fixture()
-def ws(tmp_path):
-    """A working folder with a valid model (softplus) and a valid feed."""
-    b = fk.softplus(width=16, xmax=5.0)
-    b.save(tmp_path, "model")
-    return tmp_path
 
 
 # ------------------------------------------------------------------ sanity: the good path works
@@ -340,40 +326,6 @@ def test_bad_input_prints_nothing_but_the_error_line(ws):
     assert proc.stderr.splitlines() == error_lines(proc.stderr), proc.stderr
 
 
-REPO = Path(__file__).resolve().parents[2]
-X_16_64 = np.random.default_rng(11).standard_normal((16, 64)).astype(np.float32)
-
-
-def _cli_argv(argv, env=None, cwd=None, timeout=300):
-    full = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "toolkit", *argv], cwd=cwd or REPO, capture_output=True,
-                          text=True, timeout=timeout, env=full)
-
-
-def _one_error_line(proc) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("npuscope: error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[0]
-
-
-@pytest.fixture(scope="module")
-def tiny_compiled(tmp_path_factory):
-    """y = 2x + 3x, a model file, an input npz, an FP32 config and the plan compiled with it."""
-    d = tmp_path_factory.mktemp("tiny")
-    model = make_model([N("Mul", ["x", "two"], ["a"], "mul_a"), N("Mul", ["x", "three"], ["b"], "mul_b"),
-                        N("Add", ["a", "b"], ["y"], "add")], [("x", [16, 64])], ["y"],
-                       {"two": np.float32(2.0), "three": np.float32(3.0)})
-    for size in (16, 64):
-        model.graph.output[0].type.tensor_type.shape.dim.add().dim_value = size
-    onnx.save(model, str(d / "m.onnx"))
-    np.savez(d / "x.npz", x=X_16_64)
-    (d / "fp32.json").write_text(json.dumps(FP32_UNFUSED))
-    proc = _cli_argv(["-q", "compile", str(d / "m.onnx"), "--config", str(d / "fp32.json"), "--out", str(d / "c")])
-    assert proc.returncode == 0, proc.stderr
-    return d
-
-
 def _expected_y():
     return X_16_64 * np.float32(2.0) + X_16_64 * np.float32(3.0)  # by hand: the model's arithmetic in float32
 
@@ -520,36 +472,6 @@ def test_npz_path_that_is_not_a_regular_file(tiny_compiled, tmp_path):
     assert missing.returncode == 1 and "does not exist" in _one_error_line(missing)
 
 
-ENV_WITH_WARNINGS = dict(os.environ, PYTHONWARNINGS="default")  # a numpy RuntimeWarning would show in stderr
-
-
-def quiet_cli_with_warnings(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV_WITH_WARNINGS, timeout=timeout)
-
-
-def one_line_error_without_warning(res: subprocess.CompletedProcess, code: int) -> str:
-    """The error line of a run that must fail with ``code`` and a one-line message (no traceback, no warning)."""
-    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
-    assert "Traceback" not in res.stderr and "internal error" not in res.stderr, res.stderr
-    assert "Warning" not in res.stderr, res.stderr
-    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("npuscope: error: "), lines[0]
-    return lines[0]
-
-
-def save_model(path: Path, elem: int, op: str = "Neg", shape=(1, 8)) -> Path:
-    """x -> op -> y with x, y of ONNX element type ``elem``."""
-    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n")], "g",
-                          [helper.make_tensor_value_info("x", elem, list(shape))],
-                          [helper.make_tensor_value_info("y", elem, list(shape))])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
-
-
 @pytest.mark.parametrize("elem, dtype, op, rng, limits", [
     (TensorProto.FLOAT16, "float16", "Neg", "x:[-1e6,1e6]", "[-65504, 65504]"),
     (TensorProto.FLOAT16, "float16", "Neg", "[0,7e4]", "[-65504, 65504]"),  # a bare range applies to x too
@@ -618,31 +540,6 @@ def test_cli_run_with_small_cache_limit_keeps_only_reachable_bundles(tmp_path):
 F16 = np.float16
 
 
-def cli_with_env(*args, env=None, cwd=None):
-    e = dict(os.environ, PYTHONWARNINGS="ignore")
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, env=e,
-                          cwd=cwd, timeout=300)
-
-
-def plan_of(out):
-    return {k["name"]: k for k in json.loads((out / "plan.json").read_text())["kernels"]}
-
-
-def rm_sm_model(path):
-    """x[4,4096] -> ReduceMean 'rm' (axes [1], keepdims) -> m; Softmax 'sm' (axis 1) -> s -> ReduceSum 'rs' (axes
-    input [1], keepdims) -> y2; opset 13; outputs m, s, y2."""
-    m = make_model([N("ReduceMean", ["x"], ["m"], "rm", axes=[1], keepdims=1),
-                    N("Softmax", ["x"], ["s"], "sm", axis=1),
-                    N("ReduceSum", ["s", "ax"], ["y2"], "rs", keepdims=1)],
-                   [("x", [4, 4096])], ["m", "s", "y2"], {"ax": np.array([1], np.int64)}, opset=13)
-    del m.graph.output[:]
-    m.graph.output.extend([helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
-                           for n, shape in (("m", [4, 1]), ("s", [4, 4096]), ("y2", [4, 1]))])
-    onnx.save(m, path)
-    return path
-
-
 def fp16_lane_sum(v: np.ndarray, lanes: int = 16) -> np.float16:
     """The contract's FP16 accumulation (GUIDE §3, toolkit.runtime.fp16_accum docstring), written out here:
     element j goes to lane j % 16, each lane adds sequentially in FP16, then the lanes add pairwise in FP16."""
@@ -703,20 +600,6 @@ def test_implmode_without_list_is_high_precision_everywhere(tmp_path):
     assert np.abs(m.astype(F16).view(np.int16).astype(int) - want.view(np.int16).astype(int)).max() <= 1
 
 
-FP16_MAX = 65504.0  # largest finite IEEE binary16 value, by hand
-
-
-def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
-    """``inputs`` / ``outputs``: [(name, shape)] of float tensors; ``inits``: {name: array}."""
-    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
-                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (inits or {}).items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
-
-
 ROWS, COLS = 4, 4096
 
 
@@ -759,9 +642,6 @@ def test_run_outputs_and_dumps_read_back(name, tmp_path):
         assert stored.astype(golden.dtype).tobytes() == golden.tobytes()
 
 
-X_4_8 = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
-
-
 def _cli_user_path(*args, cwd, env_path: Path | None = None, timeout=300):
     import os
 
@@ -772,39 +652,12 @@ def _cli_user_path(*args, cwd, env_path: Path | None = None, timeout=300):
                           timeout=timeout, env=env)
 
 
-def _m1(path: Path) -> Path:
-    """y = 3x + 1, z = exp(x) on x float32[4, 8] (two float outputs)."""
-    from tests.graphs import affine_and
-
-    m = affine_and("Exp")
-    onnx.checker.check_model(m)
-    onnx.save(m, path)
-    return path
-
-
-@pytest.fixture()
-def m1(tmp_path) -> Path:
-    _m1(tmp_path / "m1.onnx")
-    np.savez(tmp_path / "in.npz", x=X_4_8)
-    return tmp_path
-
-
 def test_cli_run_takes_a_folder_holding_one_set(m1):
     (m1 / "ds").mkdir()
     np.savez(m1 / "ds" / "only.npz", x=X_4_8)
     res = _cli_user_path("run", "m1.onnx", "--precision-mode", "force_fp32", "--inputs", "ds", "--out", "o", cwd=m1)
     assert res.returncode == 0, res.stderr
     np.testing.assert_allclose(np.load(m1 / "o" / "outputs.npz")["y"], 3 * X_4_8 + 1, rtol=1e-6)
-
-
-def _string_model(path: Path) -> Path:
-    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="i")], "s",
-                          [helper.make_tensor_value_info("x", TensorProto.STRING, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.STRING, [2])])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
 
 
 def test_cli_string_input_runs_end_to_end(tmp_path):
@@ -874,11 +727,6 @@ def test_run_cli_reports_the_unmasked_softmax(tmp_path):
 
 
 FP32 = {"precision_mode": "force_fp32"}
-
-
-def _cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
 
 
 def _error_line(r) -> str:
@@ -979,34 +827,6 @@ def test_unknown_input_in_input_shape_is_a_config_error_with_did_you_mean(tmp_pa
         r = _cli(*args, "--out", tmp_path / "o")
         assert r.returncode == 2, r.stderr
         assert "which is not a model input" in _error_line(r)
-
-
-X_2_8 = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
-
-
-def _cli_cached(argv, cwd, cache):
-    env = dict(os.environ, NPUSCOPE_COMPILE_CACHE=str(cache), NPUSCOPE_COMPILE_CACHE_MODE="enable")
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, argv)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
-
-
-def _tiny_model() -> onnx.ModelProto:
-    """y = 2x + 1 on x float32[2, 8]."""
-    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"),
-             helper.make_node("Add", ["a", "one"], ["y"], name="add")]
-    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
-                              [numpy_helper.from_array(np.float32(2.0), "two"),
-                               numpy_helper.from_array(np.float32(1.0), "one")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-
-
-# ------------------------------------------------------------------------------------------ valid runs
-@pytest.fixture
-def tiny(tmp_path):
-    onnx.save(_tiny_model(), str(tmp_path / "m.onnx"))
-    np.savez(tmp_path / "x.npz", x=X_2_8)
-    return tmp_path
 
 
 def test_run_into_a_new_out_still_works_with_output_inside_it(tiny):

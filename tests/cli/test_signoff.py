@@ -20,16 +20,8 @@ from onnx import TensorProto, helper
 from tests.dataset.helpers import _GEARS, FP16, tiny_model, write_inputs
 from tests.graphs import N, make_model
 from toolkit.config.schema import Config
-
-TIMEOUT_S = 600
-
-
-@pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dataset")
-    model = tiny_model(root / "tiny.onnx")
-    xs = write_inputs(root / "in", 8)
-    return {"root": root, "model": model, "inputs": root / "in", "xs": xs}
+from tests.cli.helpers import cli, TIMEOUT_S, STRICT, LENIENT, save_checked, conv_relu, npz, write_utf8, signoff_fp16, cli_plain, policy_text, conv_runs, C08
+from tests.signoff.helpers import case, PASSING, write, signoff, SEQ
 
 
 def npuscope(*args, cwd: Path, **kw):
@@ -47,11 +39,6 @@ def test_signoff_gear_config_stops_before_the_output_folder(case, tmp_path):
 
 
 ENV = dict(os.environ, PYTHONWARNINGS="ignore")
-
-
-def cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV, timeout=600)
 
 
 def one_line_error(res: subprocess.CompletedProcess, code: int) -> str:
@@ -81,66 +68,6 @@ def test_cli_signoff_policy_task_metric_exit_2(tmp_path):
     _policy(tmp_path, '[tasks]\nmetrics = ["nomod:fn"]\n')
     line = one_line_error(cli("signoff", "resnet_small", "--policy", "p.toml", "--out", "o", cwd=tmp_path), 2)
     assert "policy 'p.toml': [tasks] metrics entry 'nomod:fn'" in line and "--task-metric" not in line
-
-
-STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
-LENIENT = 0.5
-
-
-def save_checked(model: onnx.ModelProto, path: Path) -> Path:
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def conv_relu(path: Path) -> Path:
-    """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    from tests.graphs import conv_relu as build
-
-    return save_checked(build(1), path)
-
-
-def npz(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
-def write_utf8(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def signoff_fp16(model: Path, policy: Path, inputs: Path, out: Path, cfg: dict = FP16):
-    from toolkit import api
-
-    return api.signoff_command(str(model), str(policy), Config.from_dict(cfg), inputs=str(inputs), out=str(out),
-                               html=False)
-
-
-def cli_plain(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, cwd=cwd)
-
-
-def policy_text(limit: float) -> str:
-    return f'[policy]\nname = "p"\n[outputs."*"]\nCosineSimilarity = {limit!r}\n'
-
-
-@pytest.fixture(scope="module")
-def conv_runs(tmp_path_factory):
-    """Two signoffs of one model, config and input, judged by a lenient and a strict policy."""
-    tmp = tmp_path_factory.mktemp("r4s")
-    model = conv_relu(tmp / "cr.onnx")
-    inputs = npz(tmp / "in.npz", x=np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32))
-    pols = {"ok": write_utf8(tmp / "ok.toml", policy_text(LENIENT)), "strict": write_utf8(tmp / "strict.toml", policy_text(STRICT))}
-    for name, pol in pols.items():
-        signoff_fp16(model, pol, inputs, tmp / f"so_{name}")
-    # the same policy text under another file name
-    pols["ok_copy"] = write_utf8(tmp / "ok_copy.toml", policy_text(LENIENT))
-    signoff_fp16(model, pols["ok_copy"], inputs, tmp / "so_ok_copy")
-    return {"tmp": tmp, "model": model, "inputs": inputs, "policies": pols,
-            **{n: tmp / f"so_{n}" for n in ("ok", "strict", "ok_copy")}}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -264,44 +191,6 @@ def test_signoff_prints_a_minus_zero_limit_as_zero(tmp_path):
     assert "needs <= 0)" in p.stdout and "-0" not in p.stdout.replace("e-0", ""), p.stdout
 
 
-C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")
-
-
-PASSING = """
-[policy]
-name = "c08 passes"
-[outputs."*"]
-CosineSimilarity = 0.999
-RelativeEuclideanDistance = 0.01
-[layers]
-max_abnormal = 0
-min_cosine = 0.99
-[fp16_overflow]
-[memory]
-max_arena_bytes = 1_000_000
-[latency]
-max_ms = 60_000
-min_throughput = 1.0
-[placement]
-allowed_cpu_ops = []
-"""
-
-
-def write(tmp: Path, name: str, text: str) -> Path:
-    p = tmp / name
-    p.write_text(text, encoding="utf-8")
-    return p
-
-
-def signoff(tmp: Path, policy_text: str, cfg: dict, model=None, inputs=None, out="out"):
-    from toolkit import api
-
-    pol = write(tmp, f"{out}.toml", policy_text)
-    model = model or str(C08 / "model.onnx")
-    inputs = inputs if inputs is not None else (str(C08 / "inputs.npz") if model.endswith(".onnx") else None)
-    return api.signoff_command(model, str(pol), Config.from_dict(cfg), inputs=inputs, out=str(tmp / out), html=False)
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.skipif(not C08.is_dir(), reason="shared case c08 not available")
 def test_cli_signoff_exit_codes(tmp_path):
@@ -320,10 +209,6 @@ def test_cli_signoff_exit_codes(tmp_path):
     assert bad.returncode == 1 and "FAIL fp16_overflow" in bad.stdout
     usage = run("--policy", write(tmp_path, "x.toml", "[latncy]\nmax_ms=1\n"), "--out", tmp_path / "c")
     assert usage.returncode == 2 and "did you mean 'latency'" in usage.stderr
-
-
-# ------------------------------------------------------------------ [latency] on every input shape
-SEQ = "transformer_seq"
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import input_specs, load_npz
+from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings
 
 TIMEOUT_S = 600
 
@@ -76,14 +77,6 @@ def test_cli_tune_unmet_target_prints_distinguishable_values(tmp_path):
     assert "without it the target fails" not in res.stdout
     assert all(e["without_it"] in ("not decisive: the target is not met with it either", "not tried")
                for e in summary["evidence"])
-
-
-ENV_WITH_WARNINGS = dict(os.environ, PYTHONWARNINGS="default")  # a numpy RuntimeWarning would show in stderr
-
-
-def quiet_cli_with_warnings(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "toolkit", "-q", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=ENV_WITH_WARNINGS, timeout=timeout)
 
 
 def test_cli_tune_prints_casts_removed(tmp_path):

@@ -16,14 +16,8 @@ from tests.dataset.helpers import FP16, tiny_model, write_inputs
 from toolkit.config.schema import Config
 from toolkit.signoff.criteria import arena_conflicts, check_memory
 from toolkit.signoff.policy import policy_from_dict
-
-
-@pytest.fixture(scope="module")
-def case(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dataset")
-    model = tiny_model(root / "tiny.onnx")
-    xs = write_inputs(root / "in", 8)
-    return {"root": root, "model": model, "inputs": root / "in", "xs": xs}
+from tests.signoff.helpers import STRICT, LENIENT, save_checked, conv_relu, npz, write_utf8, signoff_fp16, policy_text, conv_runs, C08
+from tests.signoff.helpers import case, PASSING, write, signoff, SEQ
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -47,24 +41,6 @@ def test_signoff_over_a_folder_matches_the_in_memory_signoff(case, tmp_path):
            {p.name for p in (tmp_path / "so").iterdir()}
 
 
-STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
-LENIENT = 0.5
-
-
-def save_checked(model: onnx.ModelProto, path: Path) -> Path:
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def conv_relu(path: Path) -> Path:
-    """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    from tests.graphs import conv_relu as build
-
-    return save_checked(build(1), path)
-
-
 def mixed(path: Path) -> Path:
     """x [2,16] -> MatMul -> y float32 [2,8] -> ArgMax -> idx int64 [2]: one float and one integer output."""
     w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32), "W")
@@ -74,43 +50,6 @@ def mixed(path: Path) -> Path:
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]),
                            helper.make_tensor_value_info("idx", TensorProto.INT64, [2])], [w])
     return save_checked(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
-
-
-def npz(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
-def write_utf8(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def signoff_fp16(model: Path, policy: Path, inputs: Path, out: Path, cfg: dict = FP16):
-    from toolkit import api
-
-    return api.signoff_command(str(model), str(policy), Config.from_dict(cfg), inputs=str(inputs), out=str(out),
-                               html=False)
-
-
-def policy_text(limit: float) -> str:
-    return f'[policy]\nname = "p"\n[outputs."*"]\nCosineSimilarity = {limit!r}\n'
-
-
-@pytest.fixture(scope="module")
-def conv_runs(tmp_path_factory):
-    """Two signoffs of one model, config and input, judged by a lenient and a strict policy."""
-    tmp = tmp_path_factory.mktemp("r4s")
-    model = conv_relu(tmp / "cr.onnx")
-    inputs = npz(tmp / "in.npz", x=np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32))
-    pols = {"ok": write_utf8(tmp / "ok.toml", policy_text(LENIENT)), "strict": write_utf8(tmp / "strict.toml", policy_text(STRICT))}
-    for name, pol in pols.items():
-        signoff_fp16(model, pol, inputs, tmp / f"so_{name}")
-    # the same policy text under another file name
-    pols["ok_copy"] = write_utf8(tmp / "ok_copy.toml", policy_text(LENIENT))
-    signoff_fp16(model, pols["ok_copy"], inputs, tmp / "so_ok_copy")
-    return {"tmp": tmp, "model": model, "inputs": inputs, "policies": pols,
-            **{n: tmp / f"so_{n}" for n in ("ok", "strict", "ok_copy")}}
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -146,27 +85,8 @@ def test_star_applies_each_metric_to_outputs_of_its_kind(tmp_path):
 
 junitparser = pytest.importorskip("junitparser")
 
-C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")
 KEEP = {"precision_mode": "force_fp16", "keep_dtype": ["exp", "add_one", "log"]}
 NO_KEEP = {"precision_mode": "force_fp16"}
-PASSING = """
-[policy]
-name = "c08 passes"
-[outputs."*"]
-CosineSimilarity = 0.999
-RelativeEuclideanDistance = 0.01
-[layers]
-max_abnormal = 0
-min_cosine = 0.99
-[fp16_overflow]
-[memory]
-max_arena_bytes = 1_000_000
-[latency]
-max_ms = 60_000
-min_throughput = 1.0
-[placement]
-allowed_cpu_ops = []
-"""
 
 
 def always_fails(golden, npu, model):
@@ -176,21 +96,6 @@ def always_fails(golden, npu, model):
 
 def always_passes(golden, npu, model):
     return {"name": "always_passes", "passed": True, "value": 1, "detail": "ok"}
-
-
-def write(tmp: Path, name: str, text: str) -> Path:
-    p = tmp / name
-    p.write_text(text, encoding="utf-8")
-    return p
-
-
-def signoff(tmp: Path, policy_text: str, cfg: dict, model=None, inputs=None, out="out"):
-    from toolkit import api
-
-    pol = write(tmp, f"{out}.toml", policy_text)
-    model = model or str(C08 / "model.onnx")
-    inputs = inputs if inputs is not None else (str(C08 / "inputs.npz") if model.endswith(".onnx") else None)
-    return api.signoff_command(model, str(pol), Config.from_dict(cfg), inputs=inputs, out=str(tmp / out), html=False)
 
 
 def junit_cases(path: Path) -> dict:
@@ -346,10 +251,6 @@ def test_latency_criterion_reports_the_profile_schedule(tmp_path):
     assert lat["latency_ms"] * 1e3 >= npu_us * (1 - 1e-9)  # the NPU stream's work is serial within one request
     assert thr["throughput_rps"] <= 1e6 / npu_us * (1 + 1e-9)
     assert lat["device"] == "ascend910" and lat["time_kind"] == "simulated"
-
-
-# ------------------------------------------------------------------ [latency] on every input shape
-SEQ = "transformer_seq"
 
 
 def _seq_inputs(folder: Path, names: dict[str, int]) -> dict[str, np.ndarray]:

@@ -28,6 +28,7 @@ from toolkit.compiler import pipeline
 from toolkit.compiler.registry import PASSES
 from toolkit.compiler import stages
 from toolkit.compiler.pipeline import recompile_precision
+from toolkit.core.records import Finding
 from toolkit.engine import compile_model
 from toolkit.config.schema import Config
 from toolkit.engine import simulate
@@ -119,7 +120,7 @@ def test_failing_optimisation_pass_leaves_the_compile_as_if_disabled(monkeypatch
         res = info.fn(ctx)  # the real pass changes the graph and the context ...
         ctx.graph.nodes.reverse()  # ... and more damage, so that a half-restored state shows
         ctx.graph.consts.clear()
-        ctx.findings.append(pipeline.Finding("error", "bogus", "x", {}, ""))
+        ctx.findings.append(Finding("error", "bogus", "x", {}, ""))
         raise ValueError(f"planted failure after {res.changed} change(s)")
 
     monkeypatch.setitem(pipeline.PASSES, name, dataclasses.replace(info, fn=runs_then_raises))

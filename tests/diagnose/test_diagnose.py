@@ -26,6 +26,7 @@ from toolkit.core.records import Finding
 from toolkit.config.schema import Config
 from toolkit.diagnose import _verdict, diagnose, prepare
 from toolkit.engine import Session
+from tests.diagnose.helpers import rows
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
@@ -362,10 +363,6 @@ def run_diag(tmp_path, model, feeds, stem="m", **cfg):
     onnx.save(model, mp)
     np.savez(ip, **feeds)
     return diagnose(prepare(str(mp), str(ip)), Config(**cfg))
-
-
-def rows(diag):
-    return diag.table.set_index("TensorName")
 
 
 def check_metrics_consistent(table):

@@ -22,6 +22,8 @@ from tests.dtype_models import _compare_run
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
 from toolkit.signoff.regress import DEFAULT_TOLERANCE, parse_tolerance, policy_changes, regress
+from tests.signoff.helpers import V, IR, write_model, report, damaged_copy, KEEP, NO_KEEP
+from tests.signoff.helpers import STRICT, LENIENT, save_checked, conv_relu, npz, write_utf8, signoff_fp16, policy_text, conv_runs, C08
 
 
 def _run_folder(folder: Path, inputs, seed=0, dataset=None) -> Path:
@@ -117,61 +119,6 @@ def test_regress_dataset_runs_compare_input_file_digests(tmp_path):
     assert any("different inputs" in w for w in rep["warnings"])
 
 
-STRICT = 0.99999999999  # a cosine an FP16 plan cannot reach on random data
-LENIENT = 0.5
-
-
-def save_checked(model: onnx.ModelProto, path: Path) -> Path:
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
-def conv_relu(path: Path) -> Path:
-    """x [1,3,8,8] -> Conv (4 filters, pad 1) -> Relu -> y float32 [1,4,8,8]."""
-    from tests.graphs import conv_relu as build
-
-    return save_checked(build(1), path)
-
-
-def npz(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
-def write_utf8(path: Path, text: str) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def signoff_fp16(model: Path, policy: Path, inputs: Path, out: Path, cfg: dict = FP16):
-    from toolkit import api
-
-    return api.signoff_command(str(model), str(policy), Config.from_dict(cfg), inputs=str(inputs), out=str(out),
-                               html=False)
-
-
-def policy_text(limit: float) -> str:
-    return f'[policy]\nname = "p"\n[outputs."*"]\nCosineSimilarity = {limit!r}\n'
-
-
-@pytest.fixture(scope="module")
-def conv_runs(tmp_path_factory):
-    """Two signoffs of one model, config and input, judged by a lenient and a strict policy."""
-    tmp = tmp_path_factory.mktemp("r4s")
-    model = conv_relu(tmp / "cr.onnx")
-    inputs = npz(tmp / "in.npz", x=np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32))
-    pols = {"ok": write_utf8(tmp / "ok.toml", policy_text(LENIENT)), "strict": write_utf8(tmp / "strict.toml", policy_text(STRICT))}
-    for name, pol in pols.items():
-        signoff_fp16(model, pol, inputs, tmp / f"so_{name}")
-    # the same policy text under another file name
-    pols["ok_copy"] = write_utf8(tmp / "ok_copy.toml", policy_text(LENIENT))
-    signoff_fp16(model, pols["ok_copy"], inputs, tmp / "so_ok_copy")
-    return {"tmp": tmp, "model": model, "inputs": inputs, "policies": pols,
-            **{n: tmp / f"so_{n}" for n in ("ok", "strict", "ok_copy")}}
-
-
 def verdict(folder: Path) -> str:
     return json.loads((folder / "summary.json").read_text())["verdict"]
 
@@ -237,44 +184,6 @@ def test_regress_prints_close_baseline_and_new_values_apart(tmp_path):
     rep = regress(base, new, tolerance={"MaxAbsoluteError": 1e-8})
     line = next(r for r in rep["reasons"] if "MaxAbsoluteError" in r)
     assert "0.12345649 -> 0.12345651" in line and "(tolerance 1e-08)" in line
-
-
-V = h.make_tensor_value_info
-IR = {21: 10, 25: 12}
-
-
-def write_model(tmp: Path, name: str, nodes, ins, outs, opset=21, inits=()) -> Path:
-    m = h.make_model(h.make_graph(nodes, "g", ins, outs, list(inits)), opset_imports=[h.make_opsetid("", opset)])
-    m.ir_version = IR[opset]
-    p = tmp / name
-    onnx.save(m, p)
-    return p
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    """One compare report folder of y = 3x + 1 (written in-process; regress reads only files)."""
-    from toolkit import api
-
-    tmp = tmp_path_factory.mktemp("regress6")
-    model = write_model(tmp, "m.onnx", [h.make_node("Mul", ["x", "c3"], ["t"], name="mul"),
-                                 h.make_node("Add", ["t", "c1"], ["y"], name="add")],
-                 [V("x", T.FLOAT, [4, 8])], [V("y", T.FLOAT, [4, 8])], 21,
-                 [numpy_helper.from_array(np.array(3, np.float32), "c3"),
-                  numpy_helper.from_array(np.array(1, np.float32), "c1")])
-    api.diagnose_command(str(model), Config(), out=str(tmp / "base"), html=False)
-    return tmp / "base"
-
-
-def damaged_copy(report: Path, tmp: Path, name: str, content) -> Path:
-    bad = tmp / "bad"
-    shutil.copytree(report, bad)
-    target = bad / name
-    if callable(content):
-        content = content(target.read_bytes())
-    target.write_bytes(content if isinstance(content, bytes) else
-                       (content if isinstance(content, str) else json.dumps(content)).encode())
-    return bad
 
 
 def half(b: bytes) -> bytes:
@@ -381,11 +290,6 @@ def test_regress_undamaged_copy_still_compares(report, tmp_path):
     shutil.copytree(report, tmp_path / "same")
     rep = regress(report, tmp_path / "same")
     assert rep["verdict"] == "NO REGRESSION"
-
-
-C08 = Path("/work/shared/cases/fp16/c08_softplus_exp_overflow")
-KEEP = {"precision_mode": "force_fp16", "keep_dtype": ["exp", "add_one", "log"]}
-NO_KEEP = {"precision_mode": "force_fp16"}
 
 
 def compare_run(tmp: Path, name: str, cfg: dict) -> Path:

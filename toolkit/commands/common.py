@@ -1,7 +1,4 @@
-"""What several commands share: the default reports folder, output-path checks, a plan given with --plan.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""What several commands share: the default reports folder, output-path checks, a plan given with --plan."""
 
 from __future__ import annotations
 
