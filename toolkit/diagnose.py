@@ -302,6 +302,26 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     return "PASS", ["every compared tensor within the abnormal lines; outputs and task checks hold"]
 
 
+def agree_severity(findings: list[Finding], verdict: str) -> list[Finding]:
+    """``findings`` with severities that agree with the verdict: under a PASS or WARN verdict (the outputs and
+    task checks hold) no finding is an error; an "error" becomes a "warning" (evidence ``severity_was``)."""
+    if verdict == "FAIL":
+        return findings
+    return [dataclasses.replace(f, severity="warning", evidence={**f.evidence, "severity_was": "error"})
+            if f.severity == "error" else f for f in findings]
+
+
+def ship_sentence(verdict: str, reasons: list[str]) -> str:
+    """One sentence: can the model ship as compiled, and why (from the verdict and its first reason)."""
+    why = reasons[0] if reasons else ""
+    if verdict == "PASS":
+        return "Can ship as compiled: every output and task check holds within the abnormal lines."
+    if verdict == "WARN":
+        return (f"Can ship as compiled, with care: the outputs and task checks hold, but {why}; read the "
+                "findings before signoff.")
+    return f"Cannot ship as compiled: {why}."
+
+
 def _timed(fn, *args) -> tuple[object, float]:
     """(fn(*args), its wall time in ms)."""
     ts = time.perf_counter()
@@ -354,7 +374,9 @@ def _run_or_explain(sess, prep: Prepared):
 
 
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
-    """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "plan", "compiled", "origin_nodes"}).
+    """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "compiled", "origin_nodes",
+    "npu_outputs", "runtime"}: the reference tensors, the device side, the CompileResult, the nodes a reproducer
+    needs, the plan's graph outputs and the NpuRuntime that ran, with its built kernels).
 
     The FP32 reference runs on a thread while the plan compiles (onnxruntime releases the GIL while it runs).
     When the diagnosis fails before it needs the reference (a compile error), that thread is waited for before
@@ -418,6 +440,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
 
     lines = resolve_thresholds(thresholds)
     verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=lines, kernels=len(sess.plan.kernels))
+    findings = agree_severity(findings, verdict)
     origin = fp32_first if stage == "compile" else first
     k_by_name = {k.name: k for k in sess.plan.kernels}
     origin_nodes = []
@@ -428,7 +451,8 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     t["total_ms"] = (time.perf_counter() - t0) * 1e3
     sha = (loaded_sha256(prep.path) or "") if prep.path else ""  # the bytes compiled, even if the file changed since
     summary = {
-        "verdict": verdict, "reasons": reasons, "model": str(prep.path), "model_name": prep.name,
+        "verdict": verdict, "ship": ship_sentence(verdict, reasons), "reasons": reasons, "model": str(prep.path),
+        "model_name": prep.name,
         "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),
         "seed": prep.seed, "config": config.to_dict(),
         "thresholds": dict(lines), "threshold_origins": line_origins(lines),
@@ -447,4 +471,4 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
                 "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
         environment=environment())
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
-                  "npu_outputs": npu.outputs}
+                  "npu_outputs": npu.outputs, "runtime": sess.runtime}

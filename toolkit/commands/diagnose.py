@@ -14,20 +14,23 @@ from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds
 from toolkit.config.schema import Config
-from toolkit.core.artifacts import output_dir
+from toolkit.core.artifacts import output_dir, write_json, write_text
 from toolkit.diagnose import diagnose, prepare
+from toolkit.tuning.advice import fix_config, verify_advice
 
 
 def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                      val_range: str | None = None, thresholds: str | None = None, task_metrics=(),
                      out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
-                     percentiles: str | None = None, progress=_noop) -> dict:
+                     percentiles: str | None = None, verify: bool = True, progress=_noop) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
     fusion_result.json, plan.json, compile_findings.json and repro/ (when an origin was found).
     ``inputs`` a folder of .npz: a dataset run (toolkit.commands.dataset.diagnose_dataset; ``jobs``, ``ray``,
-    ``percentiles`` apply only there).
+    ``percentiles`` apply only there). ``verify`` (default True): apply and re-run every advised keep_dtype
+    set and search the verified fix as tune does (toolkit.tuning.advice.verify_advice); with a fix, the folder
+    also holds keep_dtype.txt and fixed_config.json (accepted by compile / diagnose ``--config``).
     """
     check_out_for(out, inputs)  # before the model is read (a dataset --out may be resumed)
     if inputs and Path(inputs).is_dir():
@@ -37,9 +40,21 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     lines = resolve_thresholds(thresholds) if thresholds else None
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
+    fix = None
+    if verify:
+        fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], task_metrics=task_metrics,
+                            progress=progress)
+        diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
+        fixed = fix_config(fix) if fix is not None else None
+        if fixed is not None:
+            write_text(folder / "keep_dtype.txt", "".join(f"{e}\n" for e in fixed.keep_dtype))
+            write_json(folder / "fixed_config.json", fixed.to_dict())
+            diag.summary["fix"]["files"] = {"keep_dtype": "keep_dtype.txt", "config": "fixed_config.json"}
         files = write_diagnosis(prep.model, diag, extra, config, folder, html)
+        if fixed is not None:
+            files.update(keep_dtype="keep_dtype.txt", fixed_config="fixed_config.json")
     summary = diagnosis_lines(diag)
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")

@@ -44,6 +44,10 @@ def diagnosis_lines(diag) -> list[str]:
     """The terminal lines of a diagnosis: verdict, reasons, stage, first divergence, top findings, tasks."""
     s = diag.summary
     summary = [f"verdict: {s['verdict']}"] + [f"  - {r}" for r in s["reasons"]]
+    if s.get("ship"):
+        summary.append(s["ship"])
+    if s.get("fix"):
+        summary.append(s["fix"]["sentence"])
     fd = s.get("first_divergence")
     if s["stage"] == "compile":
         summary.append("stage: compile (the plan diverges even in force_fp32)")

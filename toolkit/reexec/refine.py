@@ -33,6 +33,11 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
        "consumer_tensor", "consumer_nodes", "consumer_precision", "exact_cosine", "stored_cosine",
        "stored_red"}}.
     3. A row reading such an input afterwards is 'propagated' without a re-run.
+    4. A 'propagated' row whose error is far above what its inputs' error explains (its
+       RelativeEuclideanDistance more than :data:`AMPLIFICATION` times the largest of its kernel's inputs')
+       is re-run alone on the exact reference inputs too (:func:`amplified_rows`): locally abnormal, it is an
+       origin of its own, even though an input crossed a line (an FP16-unrepresentable constant behind an
+       upstream tensor that is large but accurate); locally normal, it stays 'propagated'.
     """
     kernels = {k.name: k for k in runtime.plan.kernels}
     ins = kernel_inputs(runtime.plan)
@@ -73,8 +78,53 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
             storage[src] = ev
             if src in row_of:
                 _mark_storage_origin(df, row_of[src], thresholds)
+    for i in amplified_rows(df, ins):
+        kname, t = df.at[i, "Kernel"], df.at[i, "TensorName"]
+        if t not in golden or kname not in kernels or any(x in storage for x in ins.get(kname, [])):
+            continue
+        if kname not in cache:
+            cache[kname] = isolate(runtime, kname, golden, stored=False)
+        local = cache[kname]
+        if local is None or t not in local:
+            continue
+        row = compare_tensors(local[t], golden[t], thresholds=thresholds,
+                              expected_noise=expected_noise(kernels[kname].op_class))
+        df.at[i, "LocalCosineSimilarity"] = row.get("CosineSimilarity")
+        df.at[i, "LocalRelativeEuclideanDistance"] = row.get("RelativeEuclideanDistance")
+        df.at[i, "LocalAbnormal"] = bad = bool(row["Abnormal"] or row["OverFlow"])
+        if bad:
+            df.at[i, "Role"] = "origin"
     df.attrs = {**df.attrs, "storage_origins": storage}
     return df
+
+
+#: A 'propagated' row whose RelativeEuclideanDistance exceeds this many times its inputs' is re-run alone
+#: (:func:`refine_origins` step 4): ordinary kernels carry their inputs' relative error on, a few times
+#: amplified at most; a kernel that multiplies it by more is likely breaking the values itself.
+AMPLIFICATION = 10.0
+#: Rows :func:`amplified_rows` returns at most (one single-kernel re-run each).
+MAX_AMPLIFIED = 16
+
+
+def amplified_rows(df: pd.DataFrame, ins: dict) -> list:
+    """Index labels of abnormal 'propagated' rows (in execution order, at most :data:`MAX_AMPLIFIED`) whose
+    RelativeEuclideanDistance is more than :data:`AMPLIFICATION` times the largest RelativeEuclideanDistance
+    of the ONNX tensors their kernel reads (``ins``: toolkit.compare.layerwise.kernel_inputs; an input
+    without a RED, a constant or an integer tensor, counts 0). Rows without a RED (integer tensors) are left
+    out: their inputs' error cannot be put on the same scale."""
+    red = dict(zip(df["TensorName"], pd.to_numeric(df["RelativeEuclideanDistance"], errors="coerce")))
+    out = []
+    for i in df.index[(df["Role"] == "propagated") & (df["Abnormal"] | df["OverFlow"])]:
+        own = red.get(df.at[i, "TensorName"])
+        if own is None or not np.isfinite(own):
+            continue
+        upstream = [red.get(t) for t in ins.get(df.at[i, "Kernel"], [])]
+        worst = max((float(r) for r in upstream if r is not None and np.isfinite(r)), default=0.0)
+        if own > AMPLIFICATION * worst:
+            out.append(i)
+            if len(out) == MAX_AMPLIFIED:
+                break
+    return out
 
 
 def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> dict[str, dict]:

@@ -214,16 +214,20 @@ class Tuner:
     Args:
         model: the loaded model. feeds: [(label, feed)] of one shape. config: the starting config.
         target: :func:`parse_target` output. tasks: task checks fn(golden, npu, model) -> dict.
+        compiled: the CompileResult of ``config`` on these shapes when one exists already (diagnose's), else
+            None (compiled here).
     """
 
-    def __init__(self, model: onnx.ModelProto, feeds, config: Config, target, tasks=(), progress=_noop):
+    def __init__(self, model: onnx.ModelProto, feeds, config: Config, target, tasks=(), progress=_noop,
+                 compiled=None):
         shapes = {shapes_of(f).__repr__() for _, f in feeds}
         if len(shapes) > 1:
             raise InputError(f"tune compiles one plan, but the input sets have different shapes ({len(shapes)} "
                              "kinds); give sets of one shape (one --inputs folder per shape)")
         self.model, self.feeds, self.config, self.target, self.tasks = model, feeds, config, target, list(tasks)
         self.progress = progress
-        self.base = compile_model(model, config, input_shapes=shapes_of(feeds[0][1]))
+        self.base = compiled if compiled is not None else compile_model(model, config,
+                                                                       input_shapes=shapes_of(feeds[0][1]))
         self.outputs = [o.name for o in model.graph.output]
         self.golden_out: list[dict] = []
         self.order = list(range(len(feeds)))
@@ -506,10 +510,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
         ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, top_k, progress)
         st.worst_golden = None  # the search needs only the graph outputs
         tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
-        progress(f"searching over {len(ranking)} ranked kernels")
-        meets = lambda keep: tuner.trial(keep).met  # noqa: E731
-        cost, near = candidate_costs(ranking, model, cov.node_flops(model, st.shapes))
-        chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
+        chosen = search_ranked(tuner, ranking, st.shapes, log, progress)
     else:
         chosen = []
         log.append("the target holds in the given config: nothing to keep in FP32")
@@ -561,11 +562,24 @@ def _verify(tuner: Tuner, tuned_cfg: Config):
     return sess.plan, rows, tasks, met, sess.runtime
 
 
-def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress) -> pd.DataFrame:
-    """Sensitivity ranking on input ``worst``, whose full FP32 reference (graph inputs included) is ``golden``."""
+def search_ranked(tuner: Tuner, ranking: pd.DataFrame, shapes: dict, log: list[str], progress=_noop) -> list[str]:
+    """The keep-set tune chooses over ``ranking`` (:func:`_rank`): :func:`search_cheapest` with each candidate's
+    FP32 cube cost from the FLOPs at ``shapes`` ({tensor: shape} of a reference run). Appends to ``log``."""
+    progress(f"searching over {len(ranking)} ranked kernels")
+    meets = lambda keep: tuner.trial(keep).met  # noqa: E731
+    cost, near = candidate_costs(ranking, tuner.model, cov.node_flops(tuner.model, shapes))
+    chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
+    return chosen
+
+
+def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress, dumps: dict | None = None
+          ) -> pd.DataFrame:
+    """Sensitivity ranking on input ``worst``, whose full FP32 reference (graph inputs included) is ``golden``;
+    ``dumps``: the base plan's dumps on that input when a run already holds them (diagnose's), else run here."""
     progress(f"sensitivity: isolating every FP16 kernel on input {tuner.feeds[worst][0]}")
     feed = tuner.feeds[worst][1]
-    dumps = base_rt.run(feed, dump=True).dumps
+    if dumps is None:
+        dumps = base_rt.run(feed, dump=True).dumps
     df = kernel_sensitivity(base_rt, golden, dumps)
     del golden, dumps
     base_err = tuner.cache[()].error

@@ -581,8 +581,9 @@ def test_tolerance_that_would_pass_is_the_tightest_passing_line(noisy_pair):
         assert name not in compare_tensors(x, y, thresholds={name: line})["AbnormalMetrics"]
         stricter = np.nextafter(line, math.inf if spec.direction == "higher_is_better" else -math.inf)
         assert name in compare_tensors(x, y, thresholds={name: float(stricter)})["AbnormalMetrics"]
-    assert compare_tensors(x, y, expected_noise={"atol": tol["atol"]})["WithinExpectedNoise"] is True
-    assert compare_tensors(x, y, expected_noise={"atol": 0.9 * tol["atol"]})["WithinExpectedNoise"] is False
+    d = np.abs(x.astype(np.float64) - y.astype(np.float64))
+    assert np.all(d <= tol["atol"]) and not np.all(d <= 0.9 * tol["atol"])  # element-wise, as Polygraphy checks
+    assert compare_tensors(x, y, expected_noise={"atol": tol["atol"]})["WithinExpectedNoise"] is True  # sufficient
     assert tol["rtol"] == math.inf  # y[0] == 0 while x[0] != 0: no relative tolerance covers it
 
 
@@ -591,8 +592,9 @@ def test_tolerance_rtol_passes_when_golden_has_no_zero(noisy_pair):
     x, y = x[3:], y[3:]
     rtol = tolerance_that_would_pass(x, y)["rtol"]
     assert rtol == pytest.approx(max(abs(a - b) / abs(b) for a, b in _pairs(x, y)), rel=1e-12)
+    d, ay = np.abs(x.astype(np.float64) - y.astype(np.float64)), np.abs(y.astype(np.float64))
+    assert np.all(d <= rtol * ay) and not np.all(d <= 0.99 * rtol * ay)
     assert compare_tensors(x, y, expected_noise={"rtol": rtol})["WithinExpectedNoise"] is True
-    assert compare_tensors(x, y, expected_noise={"rtol": 0.99 * rtol})["WithinExpectedNoise"] is False
 
 
 def test_tolerance_rtol_is_inf_when_a_zero_golden_differs():

@@ -41,10 +41,12 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
             (overrides on the defaults); a mapping (a :class:`~.thresholds.Thresholds` keeps which lines the
             user named) → exactly those lines.
         expected_noise: ``{"rtol": r, "atol": a}`` (missing keys = 0) for the op class' ordinary noise,
-            e.g. FP16 rounding. When every position where both sides are finite satisfies
-            |x − y| <= a + r·|y|, no OverFlow occurred and the non-finite positions agree (same NaN/±inf
-            on both sides), ``WithinExpectedNoise`` is True and a crossed *default* line (the tool's
-            RMSE > 1.0 on values around 1e4, say) does not make the tensor ``Abnormal``. A line the user set —
+            e.g. FP16 rounding. When the error over the positions where both sides are finite is within
+            the noise expected for those values (:func:`~.reductions.within_noise`: in root mean square,
+            |x − y| <= a + r·max(|y|, rms(y))), no OverFlow occurred and the non-finite positions agree (same
+            NaN/±inf on both sides), ``WithinExpectedNoise`` is True and a crossed *default* line (the tool's
+            RMSE > 1.0 on values around 1e4, MeanRelativeError > 1 on a tensor near zero) does not make the
+            tensor ``Abnormal``. A line the user set —
             named in a thresholds string (even at the default value), another value, another metric: see
             :func:`~.thresholds.noise_covers` — is applied as given: crossing it is abnormal whatever the noise.
         rel_eps: |y| floor for the relative errors (default 1e-6).
@@ -98,8 +100,8 @@ def tolerance_that_would_pass(x, y, *, rel_eps: float = DEFAULT_REL_EPS) -> dict
     """For each metric that can carry a line, the strictest line the pair still passes (Polygraphy-style).
 
     Lines are strict (abnormal when value < line, or > line), so that line is the metric value itself.
-    For float tensors two more keys give the element-wise tolerance ``expected_noise`` would need over the
-    finite positions: ``"atol"`` (with rtol = 0; = max|x − y|) and ``"rtol"`` (with atol = 0; =
+    For float tensors two more keys give the element-wise tolerance (Polygraphy's check: every finite position
+    within |x − y| <= atol + rtol·|y|; enough for ``expected_noise`` too, whose test is in root mean square): ``"atol"`` (with rtol = 0; = max|x − y|) and ``"rtol"`` (with atol = 0; =
     max |x − y|/|y|, inf when some y = 0 with x ≠ y). Non-finite disagreement and OverFlow are not
     tolerances and are not covered. Returns {} when the tensors cannot be compared.
     """

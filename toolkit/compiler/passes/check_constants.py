@@ -241,7 +241,7 @@ def _findings(by_name, is_f32_const, kernels, issues) -> tuple[list[Finding], li
             kinds = ", ".join(ev)
             found.append(Finding(
                 severity(ev), "fp16_constant", cname,
-                {**ev, "reader": reader, "kernel": k.name},
+                {**ev, "reader": reader, "kernel": k.name, "keep_dtype": [reader]},
                 f"constant '{cname}' read by '{reader}' changes in FP16 ({describe(ev)}): keep '{reader}' "
                 f"in FP32 (keep_dtype) {_advice(ev)}"))
             log.append(f"constant {cname} ({kinds}) read by {reader}")

@@ -1,0 +1,201 @@
+"""Verified advice for ``diagnose``: every fix it prints has been applied and re-run first.
+
+Given a finished diagnosis (toolkit.diagnose.diagnose: its reference run, compiled graph, runtime and dumps are
+re-used, nothing is run twice), :func:`verify_advice`:
+
+1. checks the outputs of the run already made against the default tune target
+   (toolkit.tuning.tune.DEFAULT_TARGET: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2`` on every graph
+   output, no NaN/Inf where the reference is finite) and the task checks;
+2. applies every keep_dtype set a finding advises (evidence ``keep_dtype``) and re-runs it: the finding gets
+   ``evidence["verified"]`` = {"keep_dtype", "met", "before", "after"} (output CosineSimilarity, worst over
+   the float outputs, before and after) and its recommendation says what the set restores, or that it does
+   not restore the target;
+3. when the target is missed and the plan is right in force_fp32 (the divergence is a precision matter, not a
+   compile-stage fault), searches the smallest keep set exactly as ``tune`` does (the same sensitivity
+   ranking, toolkit.tuning.tune.search_ranked, on the same evidence), so that diagnose's fix *is* tune's
+   answer for the default target on the same input, then compiles that config from scratch and runs it
+   again (toolkit.tuning.tune._verify).
+
+The result is a :class:`VerifiedFix`; toolkit.commands.diagnose writes it as keep_dtype.txt and
+fixed_config.json, which compile / diagnose ``--config`` accept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.compare.tasks import TASKS, load_task
+from toolkit.config.schema import Config
+from toolkit.core.records import Finding
+from toolkit.core.text import show
+from toolkit.diagnose import Prepared
+from toolkit.tuning.tune import (
+    DEFAULT_TARGET,
+    Trial,
+    Tuner,
+    _rank,
+    _verify,
+    check_outputs,
+    format_target,
+    parse_target,
+    search_ranked,
+)
+
+
+def _noop(msg: str) -> None:
+    pass
+
+
+@dataclass
+class VerifiedFix:
+    """What :func:`verify_advice` measured (plain data; ``summary()`` is its summary.json entry).
+
+    ``needed``: the given config misses the target (or a task check fails). ``searched``: the tune search ran
+    (needed, and no compile-stage fault). ``met``: the ``keep_dtype`` set meets the target, verified by a
+    compile from scratch. ``keep_dtype``: node names to add to the config's keep_dtype (empty when nothing is
+    needed or nothing was found). ``before`` / ``after``: worst output CosineSimilarity over the float outputs
+    (NaN when the model has none) in the given config and with the set; ``rows_after``: the per-output rows of
+    the verification run (toolkit.tuning.tune.check_outputs). ``trials``: precision configs built and run.
+    ``config``: the given config plus ``keep_dtype``."""
+
+    target: list
+    needed: bool
+    searched: bool = False
+    met: bool = False
+    keep_dtype: list[str] = field(default_factory=list)
+    before: float = math.nan
+    after: float = math.nan
+    rows_after: list[dict] = field(default_factory=list)
+    before_nonfinite: int = 0
+    after_nonfinite: int = 0
+    trials: int = 0
+    log: list[str] = field(default_factory=list)
+    config: Config | None = None
+
+    def summary(self) -> dict:
+        return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
+                "met": self.met, "keep_dtype": list(self.keep_dtype), "output_cosine_before": self.before,
+                "output_cosine_after": self.after,
+                "output_nonfinite_before": self.before_nonfinite, "output_nonfinite_after": self.after_nonfinite,
+                "trials": self.trials, "search_log": list(self.log)}
+
+    def sentence(self) -> str:
+        """One line for the terminal and the report's first screen."""
+        target = ", ".join(format_target(self.target))
+        if not self.needed:
+            return f"no fix needed: the outputs meet the default target ({target}) as compiled"
+        if self.met:
+            names = ", ".join(self.keep_dtype)
+            return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): output cosine "
+                    f"{_cos((self.before, self.before_nonfinite))} -> {_cos((self.after, self.after_nonfinite))}, "
+                    f"target {target} met (recompiled and re-run)")
+        if not self.searched:
+            return (f"no keep_dtype fix: the plan diverges even in force_fp32 (a compile-stage fault), so no "
+                    f"precision setting restores the target ({target})")
+        return (f"no verified fix: keeping every ranked kernel in FP32 does not meet the target ({target}); "
+                f"output cosine {_cos((self.before, self.before_nonfinite))} -> "
+                f"{_cos((self.after, self.after_nonfinite))} at best")
+
+
+def _cos(v) -> str:
+    """A measured output state for a sentence: "0.99996", or "0.99996 with 8 NaN/Inf"."""
+    if isinstance(v, tuple):
+        cos, bad = v
+        return _cos(cos) + (f" with {bad} NaN/Inf" if bad else "")
+    return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else show(v, digits=6)
+
+
+def _worst_cosine(rows: list[dict]) -> float:
+    vals = [r.get("CosineSimilarity") for r in rows]
+    vals = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return min(vals) if vals else math.nan
+
+
+def _state(rows: list[dict]) -> tuple[float, int]:
+    """(worst output CosineSimilarity over the finite positions, device NaN/Inf count over the outputs)."""
+    return _worst_cosine(rows), int(sum(int(r.get("NaN/Inf") or 0) for r in rows))
+
+
+def task_functions(zoo_name: str | None, task_metrics=()) -> list:
+    """The task checks diagnose and tune both apply: the zoo model's built-in one, then ``module:function``s."""
+    return ([TASKS[zoo_name]] if zoo_name in TASKS else []) + [load_task(s) for s in task_metrics]
+
+
+def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extras: dict, stage: str,
+                  target=DEFAULT_TARGET, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
+    """Verify the advice of a diagnosis and find the fix (module docstring); updates ``findings`` in place.
+
+    Args:
+        prep: the diagnosed model and feed. config: the config it was diagnosed in. findings: its findings.
+        extras: toolkit.diagnose.diagnose's extras ("golden", "device", "compiled", "runtime",
+            "npu_outputs"). stage: the diagnosis' stage ("compile" skips the search).
+        target: tune target text or parsed list. task_metrics: extra task checks (``module:function``).
+        top_k: candidates whose output share the ranking measures (as tune).
+
+    Raises:
+        UsageError: a bad target or task spec.
+    """
+    target = parse_target(target) if isinstance(target, str) else list(target)
+    golden = extras["golden"]
+    tuner = Tuner(prep.model, [("input", prep.feeds)], config, target, task_functions(prep.zoo_name, task_metrics),
+                  progress, compiled=extras["compiled"])
+    tuner.golden_out = [{o: golden[o] for o in tuner.outputs if o in golden}]
+    met, rows, err = check_outputs(extras["npu_outputs"], tuner.golden_out[0], target)
+    tasks = tuner.run_tasks(0, extras["npu_outputs"])
+    met = met and all(t["passed"] for t in tasks)
+    tuner.cache[()] = Trial((), met, err, rows, 1)
+    fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1])
+    progress("verifying the advice: each advised keep_dtype set applied and re-run")
+    for f in findings:
+        _verify_finding(f, tuner, fix)
+    if met:
+        fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
+        fix.after_nonfinite = fix.before_nonfinite
+        return fix
+    if stage != "compile":
+        fix.searched = True
+        progress("searching the smallest keep_dtype set that meets the target (as tune)")
+        ranking = _rank(tuner, extras["runtime"], 0, golden, top_k, progress,
+                        dumps={k: v for k, v in extras["device"].items() if k not in prep.feeds})
+        shapes = {k: v.shape for k, v in golden.items() if isinstance(v, np.ndarray)}
+        chosen = search_ranked(tuner, ranking, shapes, fix.log, progress)
+        cfg = tuner.config_for(chosen)
+        progress("verifying the fix from scratch")
+        _, after_rows, _, ok, _ = _verify(tuner, cfg)
+        fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
+        fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
+    fix.trials = tuner.builds
+    return fix
+
+
+def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> None:
+    """Apply the keep_dtype set finding ``f`` advises, re-run, and say in ``f`` what it restores."""
+    keep = f.evidence.get("keep_dtype") if isinstance(f.evidence, dict) else None
+    if not keep:
+        return
+    trial = tuner.trial(list(keep))
+    after, before = _state(trial.rows), (fix.before, fix.before_nonfinite)
+    f.evidence["verified"] = {"keep_dtype": list(keep), "met": trial.met, "output_cosine_before": before[0],
+                              "output_cosine_after": after[0], "output_nonfinite_after": after[1]}
+    names = " and ".join(f"'{k}'" for k in keep)
+    if not fix.needed:
+        f.recommendation += (f" [not needed: the outputs already meet the default target; keeping {names} in "
+                             f"FP32 gives output cosine {_cos(after)}]")
+    elif trial.met:
+        f.recommendation += (f" [verified: keeping {names} in FP32: output cosine {_cos(before)} -> "
+                             f"{_cos(after)}, target met]")
+    else:
+        f.recommendation += (f" [applied and re-run: keeping {names} in FP32 gives output cosine "
+                             f"{_cos(before)} -> {_cos(after)}, which does not meet the target; see the "
+                             "verified fix]")
+
+
+def fix_config(fix: VerifiedFix) -> Config | None:
+    """The config to write as fixed_config.json (None when there is no verified fix)."""
+    if not fix.met or fix.config is None:
+        return None
+    return dataclasses.replace(fix.config, keep_dtype=list(fix.config.keep_dtype))
