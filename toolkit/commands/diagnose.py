@@ -42,8 +42,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
     fix = None
     if verify:
-        fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], task_metrics=task_metrics,
-                            progress=progress)
+        fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
+                            task_metrics=task_metrics, progress=progress)
         diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")

@@ -126,13 +126,14 @@ def task_functions(zoo_name: str | None, task_metrics=()) -> list:
 
 
 def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extras: dict, stage: str,
-                  target=DEFAULT_TARGET, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
+                  verdict: str = "FAIL", target=DEFAULT_TARGET, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
     """Verify the advice of a diagnosis and find the fix (module docstring); updates ``findings`` in place.
 
     Args:
         prep: the diagnosed model and feed. config: the config it was diagnosed in. findings: its findings.
         extras: toolkit.diagnose.diagnose's extras ("golden", "device", "compiled", "runtime",
-            "npu_outputs"). stage: the diagnosis' stage ("compile" skips the search).
+            "npu_outputs"). stage: the diagnosis' stage ("compile" skips the search). verdict: its verdict
+            (the severity of an ``accumulated_error`` finding).
         target: tune target text or parsed list. task_metrics: extra task checks (``module:function``).
         top_k: candidates whose output share the ranking measures (as tune).
 
@@ -168,8 +169,37 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         _, after_rows, _, ok, _ = _verify(tuner, cfg)
         fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
         fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
+        if not any(f.kind in ORIGIN_KINDS for f in findings):
+            findings.append(accumulated_finding(ranking, fix, "error" if verdict == "FAIL" else "warning"))
     fix.trials = tuner.builds
     return fix
+
+
+#: Finding kinds that name where the error starts; without one, a missed target is accumulated error.
+ORIGIN_KINDS = frozenset({"first_divergence", "divergence_origin", "fp16_overflow", "compile_stage_fault",
+                          "inconsistent_input", "golden_nonfinite"})
+
+
+def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", shown: int = 5) -> Finding:
+    """The ``accumulated_error`` finding (``severity``: the verdict's, toolkit.diagnose.agree_severity): the outputs miss the target but no kernel is abnormal on its own (every
+    FP16 kernel re-run alone on the exact reference inputs is within its noise, or none was found to start the
+    error). Evidence: ``kernels`` (FP16 kernels ranked, N), ``shares`` ({keep name: share of the output error
+    removed by keeping that kernel alone in FP32, 1 − RED_with/RED_without; measured for the top candidates
+    by toolkit.tuning.sensitivity.rank_kernels}), ``keep_dtype`` and ``verified`` (the smallest set tune's
+    search finds, applied and re-run)."""
+    shares = {}
+    if len(ranking) and "OutputShare" in ranking:
+        measured = ranking[ranking["OutputShare"].notna()].sort_values("OutputShare", ascending=False)
+        shares = {r["KeepName"]: float(r["OutputShare"]) for r in measured.to_dict("records")}
+    n = int(len(ranking))
+    top = ", ".join(f"'{k}' {v:.0%}" for k, v in list(shares.items())[:shown]) or "none measured"
+    ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
+          "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,
+                       "output_cosine_after": fix.after}}
+    head = (f"no single kernel explains the output error: it accumulated over {n} FP16 kernels, none abnormal "
+            f"when re-run alone on the exact reference inputs; share of the output error each removes when kept "
+            f"alone in FP32: {top}; ")
+    return Finding(severity, "accumulated_error", "outputs", ev, head + fix.sentence())
 
 
 def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> None:

@@ -1,0 +1,170 @@
+"""Verified advice (toolkit.tuning.advice): origins behind large but accurate tensors, accumulated error, fixes
+that need several nodes; every printed fix applied and re-run, checked here against onnxruntime."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.faultkinds import builders as fk
+from toolkit.config.schema import Config
+from toolkit.diagnose import diagnose, prepare
+from toolkit.engine import Session, shapes_of
+from toolkit.tuning.advice import verify_advice
+from toolkit.tuning.tune import DEFAULT_TARGET, tune
+
+F = TensorProto.FLOAT
+
+
+def _c(name, a):
+    return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+
+def _save(tmp_path, model, feeds):
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, **feeds)
+    return str(mp), str(ip)
+
+
+def _ort(model, feeds) -> dict:
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+
+
+def _cos(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _device_outputs(model, feeds, cfg: Config, keep) -> dict:
+    cfg = dataclasses.replace(cfg, keep_dtype=list(keep), op_compiler_cache_mode="disable")
+    return Session(model, cfg, input_shapes=shapes_of(feeds)).run(feeds).outputs
+
+
+def _diagnose(path, inputs, cfg):
+    prep = prepare(path, inputs)
+    diag, extras = diagnose(prep, cfg)
+    fix = verify_advice(prep, cfg, diag.findings, extras, diag.summary["stage"], diag.summary["verdict"])
+    return prep, diag, fix
+
+
+# ------------------------------------------------------------------ origin behind a large, accurate tensor
+def _large_then_bn(magnitude: float, big_var: float, channels: int = 8, hw: int = 12, seed: int = 0):
+    """x → conv_a (|y| up to about ``magnitude``, FP16-accurate) → bn (running_var holds ``big_var``, past FP16)
+    → relu → conv_b → y. Only bn breaks in FP16."""
+    rng = np.random.default_rng(seed)
+    x = fk.fp16_exact(rng.standard_normal((1, channels, hw, hw)))
+    wa = rng.standard_normal((channels, channels, 3, 3)) / np.sqrt(9 * channels)
+    wa *= magnitude / 4.0
+    var = rng.uniform(0.5, 2.0, channels) * magnitude ** 2 / 16
+    var[int(rng.integers(channels))] = big_var
+    s = rng.uniform(0.5, 1.5, channels)  # normalised: bn's output is O(1)
+    wb = rng.standard_normal((channels, channels, 1, 1)) / np.sqrt(channels)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="conv_a", pads=[1] * 4),
+             helper.make_node("BatchNormalization", ["a", "s", "b", "m", "v"], ["n"], name="bn"),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "wb"], ["y"], name="conv_b")]
+    inits = [_c("wa", wa), _c("s", s), _c("b", 0.1 * rng.standard_normal(channels)), _c("m", np.zeros(channels)),
+             _c("v", var), _c("wb", wb)]
+    shape = [1, channels, hw, hw]
+    g = helper.make_graph(nodes, "large_then_bn", [helper.make_tensor_value_info("x", F, shape)],
+                          [helper.make_tensor_value_info("y", F, shape)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x}
+
+
+@pytest.mark.parametrize("magnitude", [3e3, 2e4])
+@pytest.mark.parametrize("big_var", [1e6, 9.8e7])
+def test_origin_behind_a_large_but_accurate_tensor_is_found_and_its_fix_verified(tmp_path, magnitude, big_var):
+    model, feeds = _large_then_bn(magnitude, big_var)
+    ref = _ort(model, feeds)["y"]
+    a = fk.reference(model, feeds)["a"]
+    assert np.abs(a).max() > magnitude / 4  # the upstream tensor is large ...
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    prep, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    fd = diag.summary["first_divergence"]
+    assert fd and fd["node"] == "bn"
+    conv_row = diag.table.set_index("TensorName").loc["a"]
+    assert not conv_row["Abnormal"]  # ... and accurate: FP16 noise at its magnitude, not an abnormal input
+    const = [f for f in diag.findings if f.kind == "fp16_constant"]
+    assert const and const[0].subject == "v" and const[0].evidence["verified"]["met"]
+    assert fix.needed and fix.met and "bn" in fix.keep_dtype
+    out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]
+    assert _cos(out, ref) >= 0.9999 and np.abs(out - ref).max() <= 1e-2
+    assert _cos(_device_outputs(model, feeds, cfg, [])["y"], ref) < 0.99  # the fault is real
+
+
+def test_the_same_model_fused_passes_without_a_fix(tmp_path):
+    model, feeds = _large_then_bn(2e4, 9.8e7)
+    cfg = Config(precision_mode="force_fp16", fusion_level=2, op_compiler_cache_mode="disable")
+    _, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert diag.summary["verdict"] in ("PASS", "WARN")
+    assert not [f for f in diag.findings if f.severity == "error"]
+
+
+# ------------------------------------------------------------------ accumulated error, no single origin
+def _deep_chain(layers: int, width: int, out_scale: float, seed: int = 0):
+    """``layers`` x (MatMul by an orthogonal matrix, Tanh-free: exact-scale rotations), then a scale by
+    ``out_scale``: FP16 rounding accumulates evenly over the layers, none of which is wrong alone."""
+    rng = np.random.default_rng(seed)
+    x = fk.fp16_exact(rng.standard_normal((4, width)))
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        q, _ = np.linalg.qr(rng.standard_normal((width, width)))
+        inits.append(_c(f"w{i}", q))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        prev = f"h{i}"
+    inits.append(_c("scale", np.full((1, width), out_scale)))
+    nodes.append(helper.make_node("Mul", [prev, "scale"], ["y"], name="out_scale"))
+    g = helper.make_graph(nodes, "deep_chain", [helper.make_tensor_value_info("x", F, [4, width])],
+                          [helper.make_tensor_value_info("y", F, [4, width])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x}
+
+
+@pytest.mark.parametrize("layers,width", [(24, 32), (40, 16)])
+def test_accumulated_error_is_its_own_answer_with_shares_and_a_verified_set(tmp_path, layers, width):
+    model, feeds = _deep_chain(layers, width, out_scale=50.0)
+    ref = _ort(model, feeds)["y"]
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    base = _device_outputs(model, feeds, cfg, [])["y"]
+    assert np.abs(base - ref).max() > 1e-2  # the default target is missed as compiled
+    prep, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert not [f for f in diag.findings if f.kind in ("first_divergence", "fp16_overflow")]
+    acc = [f for f in diag.findings if f.kind == "accumulated_error"]
+    assert acc and acc[0].evidence["kernels"] >= layers // 2
+    assert acc[0].evidence["shares"] and all(0.0 <= v <= 1.0 for v in acc[0].evidence["shares"].values())
+    assert f"accumulated over {acc[0].evidence['kernels']}" in acc[0].recommendation
+    assert fix.met and len(fix.keep_dtype) > 1
+    out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]
+    assert _cos(out, ref) >= 0.9999 and np.abs(out - ref).max() <= 1e-2
+
+
+# ------------------------------------------------------------------ a fix that needs two nodes
+@pytest.mark.parametrize("eps,dim", [(1e-12, 128), (1e-10, 64)])
+def test_a_fix_that_needs_two_nodes_is_the_verified_set_and_single_advice_says_it_fails(tmp_path, eps, dim):
+    b = fk.normalize_eps(dim=dim, eps=eps)
+    ref = _ort(b.model, b.feeds)["y"]
+    cfg = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
+    for alone in (["normalize"], ["add_eps"]):
+        assert not np.isfinite(_device_outputs(b.model, b.feeds, cfg, alone)["y"]).all()
+    _, diag, fix = _diagnose(*_save(tmp_path, b.model, b.feeds), cfg)
+    assert fix.met and sorted(fix.keep_dtype) == ["add_eps", "normalize"]
+    out = _device_outputs(b.model, b.feeds, cfg, fix.keep_dtype)["y"]
+    assert np.isfinite(out).all() and np.abs(out - ref).max() <= 1e-2
+    single = [f for f in diag.findings if f.evidence.get("verified") and len(f.evidence["keep_dtype"]) == 1]
+    assert single and all(not f.evidence["verified"]["met"] and "does not meet" in f.recommendation for f in single)
+
+
+# ------------------------------------------------------------------ diagnose and tune agree
+@pytest.mark.parametrize("builder", [lambda: fk.normalize_eps(), lambda: fk.bn_variance(big_var=1e5)])
+def test_diagnose_fix_equals_tune_answer_at_the_default_target(tmp_path, builder):
+    b = builder()
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    _, _, fix = _diagnose(*_save(tmp_path, b.model, b.feeds), cfg)
+    res = tune(b.model, [("x", b.feeds)], cfg, DEFAULT_TARGET)
+    assert fix.met == res.met and sorted(fix.keep_dtype) == sorted(res.chosen)
