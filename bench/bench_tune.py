@@ -154,6 +154,43 @@ def tune_child(key: str, out: str) -> None:
                                      "timings_ms": res.timings_ms}))
 
 
+def diagnose_child(key: str, out: str) -> None:
+    """Child-process body: one diagnose of the model (same start config and feed as tune), timed twice over:
+    the diagnosis alone (toolkit.diagnose.diagnose) and with its advice verified
+    (toolkit.tuning.advice.verify_advice, diagnose's default), written as JSON to ``out``."""
+    import dataclasses as dc
+    import tempfile as tf
+
+    from toolkit.ort.ort_env import enable_global_thread_pool
+
+    warnings.simplefilter("ignore")
+    enable_global_thread_pool()
+    load_libraries()
+    from toolkit.diagnose import diagnose, prepare
+    from toolkit.tuning.advice import verify_advice
+
+    _, path, model, feed, cond = next(models({key}))
+    with tf.TemporaryDirectory() as tmp:
+        fp = Path(tmp) / "feed.npz"
+        np.savez(fp, **feed)
+        prep = prepare(str(path), str(fp))
+        prep = dc.replace(prep, model=model, feeds=feed)
+        t = time.perf_counter()
+        diag, extras = diagnose(prep, start_config(cond))
+        sec = time.perf_counter() - t
+        fix = verify_advice(prep, start_config(cond), diag.findings, extras, diag.summary["stage"],
+                            diag.summary["verdict"], target=TARGET)
+        total = time.perf_counter() - t
+    Path(out).write_text(json.dumps({"seconds": sec, "with_fix_seconds": total, "verdict": diag.summary["verdict"],
+                                     "fix": list(fix.keep_dtype), "fix_met": fix.met, "needed": fix.needed}))
+
+
+def run_diagnose(key: str, timeout: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "diagnose.json"
+        return _child([str(Path(__file__).resolve()), "--diagnose-child", key, str(out)], out, timeout)
+
+
 def _child(args: list[str], out: Path, timeout: float) -> dict:
     t = time.perf_counter()
     try:
@@ -240,9 +277,13 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated model keys (c01..c10, ppocr_det, ppocr_rec, ppocr_cls)")
     ap.add_argument("--json", help="also write every result (chosen sets, the peer's set, device check) here")
     ap.add_argument("--tune-child", nargs=2, metavar=("KEY", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--diagnose-child", nargs=2, metavar=("KEY", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-peer", action="store_true", help="only tune against diagnose (skip the peer)")
     a = ap.parse_args()
     if a.tune_child:
         return tune_child(*a.tune_child)
+    if a.diagnose_child:
+        return diagnose_child(*a.diagnose_child)
     warnings.simplefilter("ignore")
     only = set(a.only.split(",")) if a.only else None
     print(f"target: CosineSimilarity>={COS}, MaxAbsoluteError<={MAE} on every output; start: all FP16; "
@@ -252,6 +293,18 @@ def main() -> None:
     rows = []
     for key, path, model, feed, cond in models(only):
         t = median_run(lambda k=key: run_tune(k, a.timeout), a.repeat)
+        d = median_run(lambda k=key: run_diagnose(k, a.timeout), a.repeat)
+        if "error" not in t and "error" not in d:
+            same = sorted(d["fix"]) == sorted(t["chosen"]) if d["needed"] else not t["chosen"]
+            print(f"{key:10} | tune / diagnose: {t['seconds'] / d['seconds']:.2f} (target <= 3); tune / diagnose "
+                  f"with its verified fix: {t['seconds'] / d['with_fix_seconds']:.2f}; diagnose's fix "
+                  f"{'equals' if same else 'DIFFERS from'} tune's set", flush=True)
+        else:
+            print(f"{key:10} | tune / diagnose: not measured ({t.get('error') or d.get('error')})", flush=True)
+        rows.append({"model": key, "tune": t, "diagnose": d})
+        if a.no_peer:
+            continue
+        rows.pop()
         p = median_run(lambda p=path, f=feed: run_peer(p, f, a.timeout), a.repeat)
         dev = None
         if "error" not in p:
@@ -263,8 +316,8 @@ def main() -> None:
         ratio = p["seconds"] / t["seconds"] if ok else float("nan")
         note = "" if "error" in t or t["met"] else "  (tune: target NOT met)"
         print(f"{key:10} | {fmt(t):52} | {fmt(p):58} | {ratio:7.1f}x | {fmt_device(dev)}{note}", flush=True)
-        rows.append({"model": key, "tune": t, "peer": p, "peer_on_device": dev, "speedup": ratio})
-    both = [r for r in rows if "error" not in r["peer"] and "error" not in r["tune"]]
+        rows.append({"model": key, "tune": t, "diagnose": d, "peer": p, "peer_on_device": dev, "speedup": ratio})
+    both = [r for r in rows if "peer" in r and "error" not in r["peer"] and "error" not in r["tune"]]
     if both:
         print(f"geometric-mean speed-up (peer time / tune time) where both work: "
               f"{geomean([r['speedup'] for r in both]):.2f}x over {len(both)} models "
@@ -277,7 +330,7 @@ def main() -> None:
         if void:
             print(f"VOID (the peer's set does not meet the target on the simulated NPU, so its node count is no "
                   f"answer to compare with): {', '.join(void)}")
-    failed = [r["model"] for r in rows if "error" in r["peer"]]
+    failed = [r["model"] for r in rows if "error" in r.get("peer", {})]
     if failed:
         print(f"peer failed on: {', '.join(failed)}; tune met the target on "
               f"{sum(1 for r in rows if r['tune'].get('met'))}/{len(rows)} models")

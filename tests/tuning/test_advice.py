@@ -15,7 +15,7 @@ from tests.faultkinds import builders as fk
 from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of
-from toolkit.tuning.advice import verify_advice
+from toolkit.tuning.advice import task_functions, verify_advice
 from toolkit.tuning.tune import DEFAULT_TARGET, tune
 
 F = TensorProto.FLOAT
@@ -168,3 +168,38 @@ def test_diagnose_fix_equals_tune_answer_at_the_default_target(tmp_path, builder
     _, _, fix = _diagnose(*_save(tmp_path, b.model, b.feeds), cfg)
     res = tune(b.model, [("x", b.feeds)], cfg, DEFAULT_TARGET)
     assert fix.met == res.met and sorted(fix.keep_dtype) == sorted(res.chosen)
+
+
+# ------------------------------------------------------------------ real models (slow: downloads PP-OCRv4)
+@pytest.mark.slow
+def test_ppocr_det_unfused_fp16_names_the_batchnorm_and_its_verified_fix_restores_the_output():
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    prep = prepare("ppocr_det")
+    diag, extras = diagnose(prep, cfg)
+    assert diag.summary["first_divergence"]["node"] == "p2o.BatchNormalization.1"
+    const = [f for f in diag.findings if f.kind == "fp16_constant" and f.evidence.get("reader") == "p2o.BatchNormalization.1"]
+    assert const and const[0].evidence["overflow"]["absmax"] > 65504
+    fix = verify_advice(prep, cfg, diag.findings, extras, diag.summary["stage"], diag.summary["verdict"])
+    printed = [f for f in diag.findings if f.kind in ("fp16_constant", "first_divergence") and "verified" in f.evidence]
+    assert printed
+    ref = _ort(prep.model, prep.feeds)
+    sets = [fix.keep_dtype] if fix.met else []
+    sets += [f.evidence["keep_dtype"] for f in printed if f.evidence["verified"]["output_cosine_after"] >= 0.999]
+    assert sets, "no printed fix restores the output"
+    for keep in sets:  # every fix that says it restores the output does, checked against onnxruntime
+        out = _device_outputs(prep.model, prep.feeds, cfg, keep)
+        assert min(_cos(out[k], ref[k]) for k in ref) >= 0.999
+    fused = Config(precision_mode="force_fp16", fusion_level=2)
+    assert diagnose(prepare("ppocr_det"), fused)[0].summary["verdict"] in ("PASS", "WARN")
+
+
+@pytest.mark.slow
+def test_ppocr_rec_default_precision_has_no_error_under_its_verdict_and_agrees_with_tune():
+    cfg = Config()
+    prep = prepare("ppocr_rec")
+    diag, extras = diagnose(prep, cfg)
+    fix = verify_advice(prep, cfg, diag.findings, extras, diag.summary["stage"], diag.summary["verdict"])
+    if diag.summary["verdict"] != "FAIL":
+        assert not [f for f in diag.findings if f.severity == "error"]
+    res = tune(prep.model, [("x", prep.feeds)], cfg, DEFAULT_TARGET, tasks=task_functions(prep.zoo_name))
+    assert sorted(fix.keep_dtype) == sorted(res.chosen)
