@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from toolkit.core.errors import InputError
 from toolkit.profile.attribution import Attribution
@@ -249,6 +248,8 @@ def _solve(f: Features, base: dict, names: list[str], x0: np.ndarray, smooth) ->
     def resid(x):
         v = {**base, **dict(zip(names, np.exp(x)))}
         return np.log(np.maximum(predict_units(f, v, smooth), 1e-12)) - logd
+
+    from scipy.optimize import least_squares  # scipy.optimize costs ~0.3 s to import: only when fitting
 
     res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.05, x_scale=1.0, max_nfev=400)
     return res.x, float(res.cost)
