@@ -321,3 +321,23 @@ def test_compile_error_while_the_reference_runs_exits_cleanly(tmp_path, model):
     assert "planted compile failure" in proc.stderr
     assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()  # no partial report left behind
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-9])
+def test_diagnose_writes_its_verified_fix_and_compile_and_diagnose_accept_it(tmp_path, eps):
+    b = fk.normalize_eps(eps=eps)
+    mp, ip = b.save(tmp_path)
+    p = npuscope("diagnose", str(mp), "--inputs", str(ip), "--precision-mode", "force_fp16", "--out", "d",
+                 cwd=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert "verified fix: keeping" in p.stdout
+    keep = (tmp_path / "d" / "keep_dtype.txt").read_text().split()
+    assert sorted(keep) == ["add_eps", "normalize"]
+    cfg = json.loads((tmp_path / "d" / "fixed_config.json").read_text())
+    assert cfg["precision_mode"] == "force_fp16" and sorted(cfg["keep_dtype"]) == sorted(keep)
+    assert npuscope("compile", str(mp), "--config", str(tmp_path / "d" / "fixed_config.json"), "--out", "c",
+                    cwd=tmp_path).returncode == 0
+    again = npuscope("diagnose", str(mp), "--inputs", str(ip), "--config", str(tmp_path / "d" / "fixed_config.json"),
+                     "--out", "d2", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "no fix needed" in again.stdout and not (tmp_path / "d2" / "keep_dtype.txt").exists()
