@@ -133,7 +133,7 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     found = [r for _, r in df[df["TensorName"].isin(stored16)].iterrows() if r.get("Kernel")]
     producers = [_what(r, plan_kernels) for r in found]
     if producers and row.get("LocalAbnormal") not in (True,):  # True or numpy's True_; None / NaN: not known
-        keep = list(dict.fromkeys(plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels))
+        keep = list({r["Kernel"]: plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels}.values())
         return (f"{head}; it reads {', '.join(repr(t) for t in stored16)} stored in FP16: keep "
                 f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)"), keep
     return (head + "; it differs from the reference on exact inputs"
