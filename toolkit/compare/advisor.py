@@ -170,7 +170,7 @@ def overflow_rows(df: pd.DataFrame) -> pd.DataFrame:
     :func:`golden_nonfinite_rows`). When a graph input already holds NaN/Inf, non-finite values downstream
     follow from it (kernels spread them differently, e.g. inf·0 in a blocked convolution), so only the
     golden-range evidence counts as FP16 overflow then."""
-    stored16 = df.get("NPUDump", pd.Series("", index=df.index)).astype(str) == "float16"
+    stored16 = df.get("DataType", pd.Series("", index=df.index)).astype(str) == "float16"
     absmax = pd.to_numeric(df.get("GoldenAbsMax", pd.Series(float("nan"), index=df.index)), errors="coerce")
     beyond = stored16 & (absmax > FP16_MAX)
     if not nonfinite_inputs(df):
