@@ -16,7 +16,14 @@ Timed (best of R runs each, interleaved):
     quadratic in the columns).
 Prints MB/s of each and the ratio ours / peer in throughput (> 1: ours is faster).
 
-Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--wide 200000] [--runs 3]
+Timeline (``--timeline-mb``, default 1024; 0 skips it): an msprof-shaped timeline JSON of that size (process
+metadata for Ascend Hardware / CANN / Overlap Analysis; device tasks with Task Id / Physic Stream Id args, host
+API spans, overlap spans) parsed by toolkit.logs.parsers.chrome_trace (streamed with ijson) in a child process
+whose peak RSS (ru_maxrss) is reported and checked against 500 MiB; peer: json.load in another child on a
+``--peer-mb`` (default 200) file of the same events (json.load of 1 GB would need several GB), ratio in MB/s.
+
+Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--wide 200000] [--runs 3] [--timeline-mb 1024]
+       [--peer-mb 200] [--only-timeline]
 """
 
 from __future__ import annotations
@@ -109,6 +116,97 @@ def write_wide_csv(folder: Path, extra: int) -> Path:
     return path
 
 
+TIMELINE_HEAD = ('[{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"Ascend Hardware"}},'
+                 '{"name":"process_name","ph":"M","pid":2,"tid":0,"args":{"name":"CANN"}},'
+                 '{"name":"process_name","ph":"M","pid":3,"tid":0,"args":{"name":"Overlap Analysis"}}')
+DEVICE_OPS = [("Conv2D", "AI_CORE"), ("Relu", "AI_VECTOR_CORE"), ("MatMulV2", "AI_CORE"), ("TransData", "AI_CORE"),
+              ("SoftmaxV2", "AI_VECTOR_CORE"), ("Cast", "AI_VECTOR_CORE")]
+
+
+def write_timeline(path: Path, mb: int) -> int:
+    """An msprof-shaped timeline of about ``mb`` MiB; returns the number of device tasks."""
+    rng = random.Random(2)
+    target, size, i, ts, tasks = mb * 2 ** 20, 0, 0, 1_700_000_000_000_000.0, 0
+    with open(path, "w") as fh:
+        fh.write(TIMELINE_HEAD)
+        chunk = []
+        while size < target:
+            op, core = DEVICE_OPS[i % len(DEVICE_OPS)]
+            dur = rng.randrange(2, 400) / 4
+            if i % 10 == 9:
+                line = (f',{{"name":"aclnn{op}","pid":2,"tid":77,"ts":"{ts:.3f}","dur":{dur},"ph":"X",'
+                        f'"args":{{"Thread Id":77,"Mode":"ACL_OP","level":"acl"}}}}')
+            elif i % 50 == 49:
+                line = f',{{"name":"Computing","pid":3,"tid":0,"ts":"{ts:.3f}","dur":{dur * 5},"ph":"X","args":{{}}}}'
+            else:
+                tasks += 1
+                line = (f',{{"name":"{op}_{i % 3000}","pid":1,"tid":{i % 4},"ts":"{ts:.3f}","dur":{dur},"ph":"X",'
+                        f'"args":{{"Model Id":1,"Task Type":"{core}","Physic Stream Id":{i % 4},"Task Id":{i % 65536},'
+                        f'"Batch Id":0,"Subtask Id":4294967295,"connection_id":{i}}}}}')
+            chunk.append(line)
+            size += len(line)
+            ts += dur + 1.25
+            i += 1
+            if len(chunk) == 10_000:
+                fh.write("".join(chunk))
+                chunk = []
+        fh.write("".join(chunk) + "]\n")
+    return tasks
+
+
+def child(kind: str, path: str) -> None:
+    """Run one side in this (child) process; print {"seconds", "rss_mib", "records"} as JSON."""
+    t, cpu0 = time.perf_counter(), time.process_time()
+    if kind == "ours":
+        from toolkit.logs.parsers import chrome_trace
+
+        res = chrome_trace.parse(Path(path))
+        records = int((res.op_summary["Time Kind"].astype(str) == "device").sum())
+        extra = {"malformed": res.malformed, "notes": res.notes}
+    else:
+        with open(path) as fh:
+            events = json.load(fh)
+        records = sum(1 for e in events if e.get("pid") == 1 and e.get("ph") == "X")
+        extra = {}
+    print(json.dumps({"wall": time.perf_counter() - t, "seconds": time.process_time() - cpu0, "records": records,
+                      "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **extra}))
+
+
+def run_child(kind: str, path: Path) -> dict:
+    import subprocess
+
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, str(path)], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def timeline_bench(folder: Path, mb: int, peer_mb: int, runs: int) -> None:
+    big, small = folder / "msprof_big.json", folder / "msprof_peer.json"
+    t = time.perf_counter()
+    tasks = write_timeline(big, mb)
+    peer_tasks = write_timeline(small, peer_mb)
+    print(f"timeline generated in {time.perf_counter() - t:.1f} s: {big.stat().st_size / 2**20:.0f} MiB "
+          f"({tasks:,} device tasks), peer file {small.stat().st_size / 2**20:.0f} MiB ({peer_tasks:,})")
+    ours = min((run_child("ours", big) for _ in range(runs)), key=lambda r: r["seconds"])
+    assert ours["records"] == tasks, (ours["records"], tasks)
+    ours_small = min((run_child("ours", small) for _ in range(runs)), key=lambda r: r["seconds"])
+    peer = min((run_child("json", small) for _ in range(runs)), key=lambda r: r["seconds"])
+    assert ours_small["records"] == peer["records"] == peer_tasks
+    mbps = lambda f, r: f.stat().st_size / 1e6 / r["seconds"]  # noqa: E731
+    print("\nseconds are CPU seconds of the child (time.process_time): the machine is shared, wall time is not")
+    print(f"{'timeline':<28}{'s':>8}{'MB/s':>8}{'peak RSS MiB':>14}")
+    print(f"{'ours, ' + str(mb) + ' MiB (streamed)':<28}{ours['seconds']:>8.1f}{mbps(big, ours):>8.1f}"
+          f"{ours['rss_mib']:>14.0f}")
+    print(f"{'ours, ' + str(peer_mb) + ' MiB':<28}{ours_small['seconds']:>8.1f}{mbps(small, ours_small):>8.1f}"
+          f"{ours_small['rss_mib']:>14.0f}")
+    print(f"{'json.load, ' + str(peer_mb) + ' MiB':<28}{peer['seconds']:>8.1f}{mbps(small, peer):>8.1f}"
+          f"{peer['rss_mib']:>14.0f}")
+    print(f"throughput ratio ours ({mb} MiB) / json.load ({peer_mb} MiB): {mbps(big, ours) / mbps(small, peer):.2f}; "
+          f"same file ({peer_mb} MiB): {mbps(small, ours_small) / mbps(small, peer):.2f}")
+    verdict = "within" if ours["rss_mib"] <= 500 else "OVER"
+    print(f"peak RSS of the {mb} MiB parse: {ours['rss_mib']:.0f} MiB ({verdict} the 500 MiB bound)")
+
+
 def duel(ours, peer, runs: int) -> tuple[float, object, float, object]:
     """Best-of-``runs`` seconds of ``ours`` and ``peer``, runs interleaved (ours, peer, ours, ...); the previous
     result is freed before each timed call, so neither pays for the other's deallocation."""
@@ -131,7 +229,16 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=200)
     ap.add_argument("--wide", type=int, default=200_000, help="extra columns of the wide CSV (0: skip it)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--timeline-mb", type=int, default=1024, help="size of the timeline JSON (0: skip it)")
+    ap.add_argument("--peer-mb", type=int, default=200, help="size of the file json.load reads")
+    ap.add_argument("--only-timeline", action="store_true", help="run the timeline part only")
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        return child(*args.child)
+    if args.only_timeline:
+        with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
+            return timeline_bench(Path(tmp), args.timeline_mb, args.peer_mb, args.runs)
     import pandas as pd
 
     from toolkit.logs.parsers import op_summary_csv, ort_profile, plog_lines
@@ -178,6 +285,8 @@ def main() -> None:
                   f"{mb_ours / mb_peer:>8.2f}")
         print(f"\nratio = our MB/s / peer MB/s (> 1: ours faster). Peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        if args.timeline_mb:
+            timeline_bench(folder, args.timeline_mb, args.peer_mb, args.runs)
 
 
 if __name__ == "__main__":

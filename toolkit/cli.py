@@ -177,6 +177,13 @@ def _diag_options(fn):
                      "allowance excuses only the default lines (docs/thresholds.md)."),
         click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function (repeatable)."),
         click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
+        click.option("--device-dumps", type=click.Path(), help="A real device's dump folder (raw dump files or .npy "
+                     "conversions): compared with the FP32 reference instead of the simulated run, with the advisor "
+                     "and a precision audit. Give the input it ran on as --inputs."),
+        click.option("--device-profile", type=click.Path(), help="A real device's op_summary_*.csv / kernel_details.csv: "
+                     "audit its Input/Output Data Types against the options (alone, or with --device-dumps)."),
+        click.option("--mapping", type=click.Path(), help="With --device-dumps: JSON {device op: [original nodes]} for "
+                     "fused ops whose dumps record no original_op."),
     ] + DATASET_OPTIONS
     for opt in reversed(opts):
         fn = opt(fn)
@@ -184,11 +191,12 @@ def _diag_options(fn):
 
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
-          task_metrics, out, jobs, ray_address, percentiles, html):
+          task_metrics, out, device_dumps, device_profile, mapping, jobs, ray_address, percentiles, html):
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
                                task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
-                               percentiles=percentiles, progress=_progress)
+                               percentiles=percentiles, device_dumps=device_dumps, device_profile=device_profile,
+                               mapping=mapping, progress=_progress)
     _say(res["summary"])
     if res["verdict"] == "FAIL":
         sys.exit(1)

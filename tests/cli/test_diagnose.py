@@ -341,3 +341,50 @@ def test_diagnose_writes_its_verified_fix_and_compile_and_diagnose_accept_it(tmp
                      "--out", "d2", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "no fix needed" in again.stdout and not (tmp_path / "d2" / "keep_dtype.txt").exists()
+
+
+# ------------------------------------------------------------------------- --device-dumps / --device-profile
+def test_device_dumps_with_a_planted_tensor_name_its_kernel(tmp_path):
+    from tests.dumps.device_runs import device_folder
+
+    spoil = {"block2_a_relu": lambda a: (a.astype(np.float32) * 1.5 + 0.3).astype(a.dtype)}
+    model, folder, npz = device_folder(tmp_path, spoil=spoil)
+    out = tmp_path / "rep"
+    p = _cli("diagnose", model, "--device-dumps", folder, "--inputs", npz, "--out", out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "first divergence: node 'block2_a_relu' (Relu, kernel block2_a_conv" in p.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["first_divergence"]["kernel"] == "block2_a_conv"
+    assert summary["device_dumps"]["precision_mismatches"] == 0
+    assert pd.read_csv(out / "precision_audit.csv").empty and (out / "index.html").exists()
+    table = pd.read_csv(out / "result.csv")
+    assert table.set_index("TensorName").loc["block2_a_relu", "Role"] == "origin"
+
+
+def test_device_profile_alone_audits_its_data_types(tmp_path):
+    from tests.dumps.test_audit import _op_summary
+    from toolkit import samples
+
+    prof = _op_summary(tmp_path / "op_summary_0_1.csv", [("stem_conv", "Conv2D", "FLOAT16", "FLOAT"),
+                                                          ("block1_a_conv", "Conv2D", "FLOAT16", "FLOAT16")])
+    out = tmp_path / "rep"
+    p = _cli("diagnose", samples.sample_path("resnet_small"), "--device-profile", prof, "--out", out)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "verdict: WARN" in p.stdout and "precision audit: 1 op(s)" in p.stdout
+    audit = pd.read_csv(out / "precision_audit.csv")
+    assert audit["OpName"].tolist() == ["stem_conv"] and audit["DataType"].tolist() == ["float32"]
+
+
+@pytest.mark.parametrize("args,code,said", [
+    (["--device-dumps", "{tmp}/empty"], 1, "is an empty folder"),
+    (["--device-dumps", "{tmp}/nope"], 1, "does not exist"),
+    (["--mapping", "{tmp}/m.json"], 2, "--mapping names the fused ops of --device-dumps"),
+    (["--device-profile", "{tmp}/nope.csv"], 1, "device profile"),
+])
+def test_device_inputs_that_cannot_be_read_are_one_line_errors(tmp_path, args, code, said):
+    from toolkit import samples
+
+    (tmp_path / "empty").mkdir()
+    p = _cli("diagnose", samples.sample_path("resnet_small"), *[a.format(tmp=tmp_path) for a in args],
+             "--out", tmp_path / "rep")
+    assert_one_line_error(p, code, said, out=tmp_path / "rep")

@@ -216,3 +216,29 @@ def test_cli_caps_stored_text_of_every_parser(tmp_path):
         assert (out / name).stat().st_size < 5_000_000, name
     assert "2 text value(s) longer than 2,000 characters were truncated" in res.stdout  # the message, the name
     assert json.loads((out / "parse_summary.json").read_text())["truncated_texts"] == 2
+
+
+def test_parse_log_renders_compare_results_with_the_advisor_on_top(tmp_path):
+    """A compare tool result CSV in, our report out: findings and table rows in the advisor's order."""
+    import csv as _csv
+    import json as _json
+
+    from tests.logs.parsers.test_msaccucmp_csv import header, row
+
+    head = header()
+    path = tmp_path / "result_1.csv"
+    with open(path, "w", newline="") as fh:
+        w = _csv.writer(fh)
+        w.writerow(head)
+        w.writerows([row(head, 0, "Relu", "r0", "r0", "1"), row(head, 1, "MatMul", "mm", "mm", "0.9"),
+                     row(head, 2, "Exp", "exp", "exp", "NaN", overflow="YES")])
+    out = tmp_path / "rep"
+    p = subprocess.run([sys.executable, "-m", "toolkit", "parse-log", str(path), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    kinds = [f["kind"] for f in _json.loads((out / "findings.json").read_text())]
+    assert kinds[:2] == ["fp16_overflow", "first_divergence"]
+    with open(out / "compare_results.csv", newline="") as fh:
+        rows = list(_csv.DictReader(fh))
+    assert [r["NPUDump"] for r in rows] == ["exp", "mm", "r0"] and rows[0]["Advice"] == "fp16_overflow"
+    assert "mm" in (out / "profile.html").read_text()

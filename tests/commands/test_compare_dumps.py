@@ -75,7 +75,8 @@ def test_planted_divergence_is_the_first_divergence(tmp_path, with_model):
     assert row(df, "relu_2")["Abnormal"] and row(df, "relu_2")["Role"] == "origin"
     assert row(df, "mul_3")["Role"] == "propagated"
     assert row(df, "relu_2")["Kernel"] == "relu_2" and row(df, "relu_2")["KernelOpType"] == "Relu"
-    assert row(df, "relu_2")["NPUDump"] == "float16" and row(df, "relu_2")["DataType"] == "float32"
+    assert row(df, "relu_2")["NPUDump"] == "relu_2" and row(df, "relu_2")["DataType"] == "float16"
+    assert row(df, "relu_2")["GroundTruth"] == "relu_2" and row(df, "relu_2")["GroundTruthDataType"] == "float32"
     assert diag.summary["target"]["input_dumps_skipped"] == len(NODES)
     assert diag.summary["verdict"] == "FAIL"
     if with_model:

@@ -108,7 +108,7 @@ FP16_MAX = 65504.0
 
 def _row(tensor: str, device, golden, npu_dump: str) -> dict:
     row = {"Index": 0, "OpType": "Relu", "NodeName": tensor, "TensorName": tensor, "Kernel": "k",
-           "NPUDump": npu_dump, **golden_range(golden)}
+           "NPUDump": "k", "DataType": npu_dump, **golden_range(golden)}
     row.update(compare_tensors(device, golden))
     return row
 

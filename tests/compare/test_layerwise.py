@@ -64,7 +64,8 @@ def test_layer_table_applies_user_lines_and_lists_excused_default_lines(tmp_path
 #: result.csv's documented column order (toolkit/compare/diagnosis.py docstring), written out by hand
 DOCUMENTED_COLUMNS = [
     "Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex", "KernelOpType",
-    "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape",
+    "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "GroundTruth", "GroundTruthDataType",
+    "Shape",
     "GoldenMin", "GoldenMax", "GoldenAbsMax",
     "CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "GoldenNaN", "GoldenInf", "NonFiniteMasked",
     "ComparedCount", "GoldenFP16OverflowRatio",

@@ -51,7 +51,7 @@ def kernels(sess, include_casts=False):
 
 
 def fusion_json(sess, level="graph_fusion"):
-    return sess.compiled.fusion_result_json()["0_0"][level]
+    return sess.compiled.fusion_result_json()["session_and_graph_id_0_0"][level]
 
 
 def pass_log(sess, name):

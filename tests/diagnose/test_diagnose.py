@@ -192,7 +192,7 @@ def _table_row(device, golden, lines) -> dict:
     from toolkit.compare.metrics import compare_tensors
 
     row = {"Index": 0, "OpType": "MatMul", "NodeName": "mm", "TensorName": "y", "Kernel": "mm",
-           "NPUDump": "float32", **golden_range(golden)}
+           "NPUDump": "mm", "DataType": "float32", **golden_range(golden)}
     row.update(compare_tensors(device, golden, thresholds=lines))
     return row
 
@@ -551,7 +551,7 @@ def test_diagnose_reports_fp16_rounding_over_the_default_rmse_line(tmp_path):
 
 def _row(tensor: str, device, golden, npu_dump: str) -> dict:
     row = {"Index": 0, "OpType": "Relu", "NodeName": tensor, "TensorName": tensor, "Kernel": "k",
-           "NPUDump": npu_dump, **golden_range(golden)}
+           "NPUDump": "k", "DataType": npu_dump, **golden_range(golden)}
     row.update(compare_tensors(device, golden))
     return row
 

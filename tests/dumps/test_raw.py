@@ -221,7 +221,8 @@ def test_compare_dumps_reads_a_folder_of_raw_dumps(tmp_path):
                          mapping=None)
     rows = diag.table.set_index("NodeName")
     assert rows.loc["relu1", "Kernel"] == "conv1relu1" and rows.loc["relu1", "CompareFailReason"] == ""
-    assert rows.loc["relu1", "MaxAbsoluteError"] == 0 and rows.loc["relu1", "NPUDump"] == "float16"
+    assert rows.loc["relu1", "MaxAbsoluteError"] == 0 and rows.loc["relu1", "NPUDump"] == "conv1relu1"
+    assert rows.loc["relu1", "DataType"] == "float16" and rows.loc["relu1", "GroundTruthDataType"] == "float32"
     assert rows.loc["mm", "MaxAbsoluteError"] == pytest.approx(0.5, abs=0.01)  # the planted error, found in place
     assert rows.loc["conv1", "CompareFailReason"] == "no target dump"
     assert rows.loc["add9", "CompareFailReason"].startswith(

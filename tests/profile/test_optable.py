@@ -26,9 +26,24 @@ def test_op_statistic_is_per_time_kind():
             {"Op Name": "pp", "OP Type": "PostProcess", "Task Type": "HOST_CPU", "Task Duration(us)": 100.0, "Time Kind": "measured"},
             {"Op Name": "d", "OP Type": "Conv", "Task Type": "AI_CORE", "Task Duration(us)": 5.0, "Time Kind": ""}]
     stat = op_statistic(op_summary_frame(rows))
-    assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"] == OP_STATISTIC_COLUMNS
+    assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind", "Device_id", "Model Name"] \
+        == OP_STATISTIC_COLUMNS
     got = {(r["Time Kind"], r["OP Type"]): (r["Count"], r["Total Time(us)"], r["Ratio(%)"]) for r in stat.to_dict("records")}
     assert got == {("simulated", "Relu"): (1, 60.0, 60.0), ("simulated", "Conv"): (2, 40.0, 40.0),
                    ("measured", "Conv"): (1, 900.0, 90.0), ("measured", "PostProcess"): (1, 100.0, 10.0),
                    ("device", "Conv"): (1, 5.0, 100.0)}
     assert stat["Time Kind"].tolist() == ["simulated", "simulated", "measured", "measured", "device"]
+
+
+def test_two_devices_and_two_models_stay_separate():
+    """Rows of device 0 and 1 (and of two models) never merge into one op type row nor share one 100%."""
+    from toolkit.profile.optable import op_statistic, op_summary_frame
+
+    rows = [{"Op Name": f"c{i}", "OP Type": "Conv2D", "Task Type": "AI_CORE", "Task Duration(us)": d,
+             "Device_id": dev, "Model Name": model, "Time Kind": "device"}
+            for i, (dev, model, d) in enumerate([("0", "a", 10.0), ("0", "a", 30.0), ("1", "a", 5.0),
+                                                 ("0", "b", 7.0)])]
+    stat = op_statistic(op_summary_frame(rows))
+    got = {(r["Device_id"], r["Model Name"]): (r["Count"], r["Total Time(us)"], r["Ratio(%)"])
+           for _, r in stat.iterrows()}
+    assert got == {("0", "a"): (2, 40.0, 100.0), ("1", "a"): (1, 5.0, 100.0), ("0", "b"): (1, 7.0, 100.0)}

@@ -60,7 +60,7 @@ def synthetic_diagnosis() -> Diagnosis:
         passes=pd.DataFrame({"Pass": ["fold_batchnorm", "graph_fusion"], "Ran": [True, True], "Reason": ["", ""],
                              "OpsBefore": [12, 11], "OpsAfter": [11, 11], "KernelsAfter": [0, 0],
                              "Changes": [1, 2], "Ms": [0.1, 0.5]}),
-        fusion_result={"0_0": {"graph_fusion": {"LayerNormFusionPass": {"match_times": "1", "effect_times": "1"}},
+        fusion_result={"session_and_graph_id_0_0": {"graph_fusion": {"LayerNormFusionPass": {"match_times": "1", "effect_times": "1"}},
                                "ub_fusion": {"TbeCubeElemwiseFusionPass": {"match_times": "2", "effect_times": "1"}}}},
         precision=pd.DataFrame({"OpType": ["Conv", "Pow", EVIL], "FP16": [2, 1, 0], "FP32": [0, 0, 1]}),
         memory={"arena_bytes": 3 * 1024 * 1024, "lower_bound_bytes": 2 * 1024 * 1024, "tensors_in_arena": 8,

@@ -63,7 +63,7 @@ def test_signoff_layer_and_latency_messages_print_limits_exactly():
     from toolkit.signoff.criteria import check_latency, check_layers
 
     layers = pd.DataFrame([{"NodeName": "n", "TensorName": "t", "OpType": "Relu", "CosineSimilarity": 0.9999999748,
-                            "CompareFailReason": "", "DataType": "float32", "NPUDump": "float16", "Abnormal": False,
+                            "CompareFailReason": "", "GroundTruthDataType": "float32", "DataType": "float16", "Abnormal": False,
                             "OverFlow": False}])
     (r,) = check_layers({"min_cosine": 0.9999999749}, _rows_evidence([], layers))
     m = re.search(rf"lowest CosineSimilarity {NUM} at 't' \(needs >= {NUM}\)", r.message)
@@ -81,7 +81,7 @@ def _layers(rows: list[dict]):
     import pandas as pd
 
     base = {"NodeName": "n", "OpType": "Relu", "CosineSimilarity": float("nan"), "CompareFailReason": "",
-            "DataType": "float32", "NPUDump": "float16", "Abnormal": False, "OverFlow": False}
+            "GroundTruthDataType": "float32", "DataType": "float16", "Abnormal": False, "OverFlow": False}
     ok = {**base, "TensorName": "fine", "CosineSimilarity": 0.9995}
     return pd.DataFrame([ok] + [{**base, **r} for r in rows])
 
@@ -105,7 +105,7 @@ NOT_COMPARABLE = {
 SAME_BY_CONSTRUCTION = {
     "fused": {"CompareFailReason": "fused into kernel k0"},
     "folded": {"CompareFailReason": "computed at compile time (constant folding)"},
-    "integer": {"DataType": "int64", "NPUDump": "int64"},  # compared by ExactMatchRate, cosine not applicable
+    "integer": {"GroundTruthDataType": "int64", "DataType": "int64"},  # compared by ExactMatchRate, cosine not applicable
 }
 
 
@@ -139,9 +139,9 @@ def test_min_cosine_fails_when_only_graph_inputs_were_compared():
     from toolkit.signoff.criteria import check_layers
 
     df = pd.DataFrame([{"NodeName": "x", "TensorName": "x", "OpType": "Input", "CosineSimilarity": 1.0,
-                        "CompareFailReason": "", "DataType": "float32", "NPUDump": "float32"},
+                        "CompareFailReason": "", "GroundTruthDataType": "float32", "DataType": "float32"},
                        {"NodeName": "c", "TensorName": "c", "OpType": "Conv", "CosineSimilarity": float("nan"),
-                        "CompareFailReason": "fused into kernel k", "DataType": "float32", "NPUDump": ""}])
+                        "CompareFailReason": "fused into kernel k", "GroundTruthDataType": "float32", "DataType": ""}])
     (r,) = check_layers({"min_cosine": 0.5}, _evidence(df))
     assert not r.passed and "no tensor besides the graph inputs" in r.message
 

@@ -19,7 +19,7 @@ def test_worst_case_keeps_an_input_set_where_the_tensor_was_not_comparable():
 
     from toolkit.signoff.run import _worst_case, dataset_evidence
 
-    row = {"NodeName": "n", "OpType": "Relu", "DataType": "float32", "NPUDump": "float16", "Abnormal": False,
+    row = {"NodeName": "n", "OpType": "Relu", "GroundTruthDataType": "float32", "DataType": "float16", "Abnormal": False,
            "OverFlow": False}
     a = pd.DataFrame([{**row, "TensorName": "t", "CosineSimilarity": 0.999, "CompareFailReason": ""}])
     b = pd.DataFrame([{**row, "TensorName": "t", "CosineSimilarity": float("nan"),

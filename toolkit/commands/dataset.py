@@ -57,7 +57,7 @@ from toolkit.signoff.policy import check_policy_model
 from toolkit.signoff.run import conclude, dataset_evidence, worst_case_table
 from toolkit.source import _zoo_name_of, resolve_model
 
-INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "NPUDump"]
+INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "NPUDump", "DataType"]
 VERDICT_RANK = {"ERROR": 3, "FAIL": 2, "WARN": 1, "PASS": 0}
 OUTPUT_METRICS = ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")
 

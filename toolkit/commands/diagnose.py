@@ -14,15 +14,22 @@ from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds
 from toolkit.config.schema import Config
-from toolkit.core.artifacts import output_dir, write_json, write_text
+from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
+from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
+from toolkit.core.errors import UsageError
 from toolkit.diagnose import diagnose, prepare
+from toolkit.dumps.audit import audit_findings
+from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
+from toolkit.engine import Session, shapes_of
 from toolkit.tuning.advice import fix_config, verify_advice
 
 
 def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                      val_range: str | None = None, thresholds: str | None = None, task_metrics=(),
                      out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
-                     percentiles: str | None = None, verify: bool = True, progress=_noop) -> dict:
+                     percentiles: str | None = None, device_dumps: str | None = None,
+                     device_profile: str | None = None, mapping: str | None = None, verify: bool = True,
+                     progress=_noop) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
@@ -31,7 +38,22 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     ``percentiles`` apply only there). ``verify`` (default True): apply and re-run every advised keep_dtype
     set and search the verified fix as tune does (toolkit.tuning.advice.verify_advice); with a fix, the folder
     also holds keep_dtype.txt and fixed_config.json (accepted by compile / diagnose ``--config``).
+    ``device_dumps``: a real device's dump folder compared instead of the simulated run
+    (:func:`device_diagnose_command`); ``device_profile`` alone: the precision audit of its data types
+    (:func:`profile_audit_command`).
     """
+    if device_dumps or device_profile or mapping:
+        if inputs and Path(inputs).is_dir():
+            raise UsageError("--device-dumps / --device-profile compare one device run: give the one .npz it ran "
+                             "on as --inputs, not a folder")
+        _single_input_only(jobs, ray, percentiles)
+        if mapping and not device_dumps:
+            raise UsageError("--mapping names the fused ops of --device-dumps; give --device-dumps DIR too")
+        if device_dumps:
+            return device_diagnose_command(model, config, device_dumps, profile=device_profile, mapping=mapping,
+                                           inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
+                                           task_metrics=task_metrics, out=out, html=html, progress=progress)
+        return profile_audit_command(model, config, device_profile, out=out, progress=progress)
     check_out_for(out, inputs)  # before the model is read (a dataset --out may be resumed)
     if inputs and Path(inputs).is_dir():
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
@@ -59,3 +81,54 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}
+
+
+def device_diagnose_command(model: str | None, config: Config, device_dumps: str, *, profile: str | None = None,
+                            mapping: str | None = None, inputs: str | None = None, seed: int = 0,
+                            val_range: str | None = None, thresholds: str | None = None, task_metrics=(),
+                            out: str | None = None, html: bool = True, progress=_noop) -> dict:
+    """``diagnose MODEL --device-dumps DIR``: toolkit.dumps.device_diagnosis.diagnose_device, then the report
+    folder of :func:`diagnose_command` plus precision_audit.csv (toolkit.dumps.audit.AUDIT_COLUMNS)."""
+    check_out(out)
+    lines = resolve_thresholds(thresholds) if thresholds else None
+    prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
+    diag, extra, audit = diagnose_device(prep, config, device_dumps, profile=profile, mapping=mapping,
+                                         thresholds=lines, task_metrics=task_metrics, progress=progress)
+    with output_dir(out, REPORTS_DIR, f"{prep.name}-device") as folder:
+        progress("writing the report")
+        atomic_write_text(folder / "precision_audit.csv", _csv_text(audit))
+        diag.artifacts["precision_audit"] = "precision_audit.csv"
+        files = write_diagnosis(prep.model, diag, extra, config, folder, html)
+        files["precision_audit"] = "precision_audit.csv"
+    summary = diagnosis_lines(diag)
+    summary.append(f"precision audit: {len(audit)} tensor(s) in another dtype than the options imply")
+    summary.append(f"report: {(folder / ('index.html' if html else 'summary.json')).resolve()}")
+    return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"],
+            "audit": audit}
+
+
+def profile_audit_command(model: str | None, config: Config, device_profile: str, *, out: str | None = None,
+                          progress=_noop) -> dict:
+    """``diagnose MODEL --device-profile FILE`` without dumps: the precision audit from op_summary's Input/Output
+    Data Types (toolkit.dumps.audit.audit_op_summary). Writes precision_audit.csv and summary.json; verdict WARN
+    when an op ran in another dtype than the options imply, else PASS."""
+    check_out(out)
+    prep = prepare(model, None, 0, None, progress=progress, input_shapes=config.input_shapes())
+    progress("compiling (our plan stands for the options given)")
+    sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
+    audit, matched = audit_profile(sess.plan, prep.model, config, device_profile)
+    findings = audit_findings(audit)
+    verdict = "WARN" if len(audit) else "PASS"
+    summary = {"verdict": verdict, "model": str(prep.path), "device_profile": str(device_profile),
+               "rows_matched": matched, "precision_mismatches": len(audit), "config": config.to_dict(),
+               "findings": [f.to_dict() for f in findings]}
+    with output_dir(out, REPORTS_DIR, f"{prep.name}-audit") as folder:
+        atomic_write_text(folder / "precision_audit.csv", _csv_text(audit))
+        atomic_write_text(folder / "summary.json", _dumps(summary))
+    lines = [f"verdict: {verdict}", f"precision audit: {len(audit)} op(s) in another dtype than the options imply "
+             f"({matched} profile row(s) matched to the plan)"]
+    lines += [f"WARNING precision_mismatch: {f.subject}: {f.recommendation}" for f in findings[:5]]
+    lines.append(f"report: {(folder / 'precision_audit.csv').resolve()}")
+    return {"summary": lines, "out": folder, "files": {"precision_audit": "precision_audit.csv",
+                                                       "summary": "summary.json"},
+            "verdict": verdict, "audit": audit}

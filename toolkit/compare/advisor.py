@@ -133,7 +133,7 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     found = [r for _, r in df[df["TensorName"].isin(stored16)].iterrows() if r.get("Kernel")]
     producers = [_what(r, plan_kernels) for r in found]
     if producers and row.get("LocalAbnormal") not in (True,):  # True or numpy's True_; None / NaN: not known
-        keep = list(dict.fromkeys(plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels))
+        keep = list({r["Kernel"]: plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels}.values())
         return (f"{head}; it reads {', '.join(repr(t) for t in stored16)} stored in FP16: keep "
                 f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)"), keep
     return (head + "; it differs from the reference on exact inputs"
@@ -170,7 +170,7 @@ def overflow_rows(df: pd.DataFrame) -> pd.DataFrame:
     :func:`golden_nonfinite_rows`). When a graph input already holds NaN/Inf, non-finite values downstream
     follow from it (kernels spread them differently, e.g. inf·0 in a blocked convolution), so only the
     golden-range evidence counts as FP16 overflow then."""
-    stored16 = df.get("NPUDump", pd.Series("", index=df.index)).astype(str) == "float16"
+    stored16 = df.get("DataType", pd.Series("", index=df.index)).astype(str) == "float16"
     absmax = pd.to_numeric(df.get("GoldenAbsMax", pd.Series(float("nan"), index=df.index)), errors="coerce")
     beyond = stored16 & (absmax > FP16_MAX)
     if not nonfinite_inputs(df):

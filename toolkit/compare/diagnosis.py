@@ -10,7 +10,8 @@ does not apply to a row is an empty cell:
 - Index, OpType, NodeName, TensorName, TensorIndex, Kernel, KernelIndex, KernelOpType, FusedNodes (';'-joined
   original node names of the kernel), Rule (the fusion rule, or "fold_constants" for a graph output the
   compiler computed at compile time and the plan returns as a constant), Precision, ImplMode, NPUDump
-  (storage dtype), DataType, Shape;
+  (the NPU op name: the kernel that stored it), DataType (its storage dtype), GroundTruth (the ONNX node),
+  GroundTruthDataType (the reference dtype), Shape — the compare tool's column meanings;
 - GoldenMin, GoldenMax, GoldenAbsMax (over the reference's finite values);
 - the row of toolkit.compare.metrics.compare_tensors (ROW_KEYS): CompareFailReason (why a row has no
   metrics, e.g. "fused into kernel conv_1"), OverFlow, DeviceNaN, DeviceInf, GoldenNaN, GoldenInf,

@@ -32,7 +32,10 @@ from toolkit.compare.nondeterminism import reason as nondeterministic_reason
 from toolkit.precision.contract import expected_noise
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
-                "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
+                "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "GroundTruth",
+                "GroundTruthDataType", "Shape"]
+#: NPUDump / DataType / GroundTruth / GroundTruthDataType keep the compare tool's meanings (msaccucmp result CSV):
+#: the NPU op name (our kernel) and the dtype it stored; the golden op name (the ONNX node) and its dtype.
 RANGE_COLUMNS = ["GoldenMin", "GoldenMax", "GoldenAbsMax"]
 LOCAL_COLUMNS = ["LocalCosineSimilarity", "LocalRelativeEuclideanDistance", "LocalAbnormal"]
 #: The columns of the layer table (result.csv), in this order, whatever the model: :data:`INFO_COLUMNS`,
@@ -107,7 +110,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
     for name in plan.graph_inputs:
         stored = plan.tensors.get(name)  # a graph input is stored in its declared dtype (FP16-origin: fp16)
         row = {"Index": idx, "OpType": "Input", "NodeName": name, "TensorName": name, "TensorIndex": 0,
-               "Kernel": "", "KernelIndex": -1,
+               "Kernel": "", "KernelIndex": -1, "GroundTruth": name,
                "Precision": "fp16" if stored is not None and stored.dtype == "float16" else "fp32"}
         if name in golden and name in device:
             row.update(compare_tensors(device[name], golden[name], thresholds=thresholds))
@@ -120,6 +123,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
             k = owner.get(t)
             row = {"Index": idx, "OpType": node.op_type, "NodeName": node.name, "TensorName": t, "TensorIndex": ti,
                    "Kernel": k.name if k else "", "KernelIndex": kindex.get(k.name, -1) if k else -1,
+                   "GroundTruth": node.name,
                    "KernelOpType": k.op_type if k else "", "FusedNodes": ";".join(k.nodes) if k and len(k.nodes) > 1 else "",
                    "Rule": (k.rule or "") if k else "", "Precision": k.precision if k else "",
                    "ImplMode": k.implmode if k else ""}
@@ -128,7 +132,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
             if seq_reason is None and t in device:
                 device_value, seq_reason = sequence_as_tensor(device[t])
             if g is not None:
-                row["DataType"] = str(np.asarray(g).dtype)
+                row["GroundTruthDataType"] = str(np.asarray(g).dtype)
                 row["Shape"] = "x".join(str(d) for d in np.shape(g))
                 row.update(golden_range(g))
                 if "GoldenAbsMax" in row:
@@ -147,7 +151,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 row["CompareFailReason"] = "not exposed by the reference run (non-tensor or unknown type)"
             else:
                 d = device_value
-                row["NPUDump"] = str(np.asarray(d).dtype)
+                row["NPUDump"], row["DataType"] = (k.name if k else t), str(np.asarray(d).dtype)
                 if t in folded:  # a folded graph output: the constant the plan returns
                     row["Rule"] = "fold_constants"
                 # FP16 noise is expected wherever FP16-rounded data has flowed in

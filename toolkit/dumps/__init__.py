@@ -5,7 +5,8 @@ metrics, advisor and report.
 
 Modules: ``names`` (file-name conventions, registered parsers), ``entry`` (DumpEntry/DumpSet, safe .npy reader),
 ``readers`` (one side → DumpSet), ``raw`` / ``raw_writer`` / ``dump_proto`` (raw device dump files and their
-DumpData header), ``layouts`` (device layouts → ONNX layout), ``raw_entries`` (raw files and unreadable names as
+DumpData header), ``layouts`` (device layouts → ONNX layout), ``to_device``
+(ONNX layout → device layouts), ``export`` (a simulated run written as raw device dumps, one file per kernel), ``raw_entries`` (raw files and unreadable names as
 entries), ``nested`` (the device's nested folder layout), ``mapping`` (fused op → original nodes), ``match``
 (pairs in order), ``table`` (metrics per pair → result.csv rows); the command and its report are toolkit.commands.compare_dumps
 and toolkit.report.dumps_html.

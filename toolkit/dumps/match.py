@@ -232,6 +232,15 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
     return Pairing(pairs, "model topological order (each node's outputs in output order)", notes)
 
 
+def target_tensors(model: onnx.ModelProto, target: DumpSet,
+                   mapping: dict[str, list[str]] | None = None) -> tuple[dict[str, DumpEntry], list[DumpEntry]]:
+    """({ONNX tensor name: the target entry standing for it}, entries that name nothing of ``model``): the target
+    side resolved through the model as :func:`pair_with_model` resolves it (recorded original_op first, then
+    the mapping's last original, then the op name itself)."""
+    by, extra = _resolve_target(_ModelIndex(model), target, _mapping_index(mapping)[0])
+    return {t: e for t, (e, _) in by.items()}, extra
+
+
 def _resolve_golden(idx: _ModelIndex, golden: DumpSet):
     by, extra = {}, []
     for e in sorted(golden.entries, key=_order_key):

@@ -3,8 +3,9 @@
 Columns: those of :mod:`toolkit.compare.diagnosis` (``toolkit.compare.layerwise.INFO_COLUMNS``, the metric row
 of :func:`toolkit.compare.metrics.compare_tensors`, Role, GoldenMin/GoldenMax/GoldenAbsMax) with these
 meanings for dumps: ``Kernel`` / ``KernelOpType`` = the target's device op (or npuscope kernel) and its type;
-``FusedNodes`` = the mapping's original nodes of that op; ``NPUDump`` = the target array's dtype;
-``Precision`` = "fp16"/"fp32"/"bf16" from that dtype; ``DataType`` / ``Shape`` = the golden array's; ``Rule``,
+``FusedNodes`` = the mapping's original nodes of that op; ``NPUDump`` = the target's op name (the device op, as
+the compare tool writes it) and ``DataType`` its array's dtype; ``Precision`` = "fp16"/"fp32"/"bf16" from that
+dtype; ``GroundTruth`` = the golden's node name, ``GroundTruthDataType`` / ``Shape`` = the golden array's; ``Rule``,
 ``ImplMode`` empty; ``KernelIndex`` -1. Two more: ``GoldenDump`` and ``TargetDump`` (file name, or
 ``runner[iteration]:tensor`` for Polygraphy). x = target ("device"), y = golden in every metric.
 
@@ -54,9 +55,9 @@ def compare_pair(i: int, p: Pair, thresholds: dict[str, float] | None) -> dict:
     y, y_err = _load(p.golden)
     x, x_err = _load(p.target)
     if y is not None:
-        row.update(DataType=str(y.dtype), Shape="x".join(str(d) for d in y.shape), **golden_range(y))
+        row.update(GroundTruth=p.golden.name, GroundTruthDataType=str(y.dtype), Shape="x".join(str(d) for d in y.shape), **golden_range(y))
     if x is not None:
-        row.update(NPUDump=str(x.dtype), Precision=_PRECISION.get(str(x.dtype), str(x.dtype)))
+        row.update(NPUDump=p.kernel or p.target.name, DataType=str(x.dtype), Precision=_PRECISION.get(str(x.dtype), str(x.dtype)))
     errors = [f"{side} dump unreadable ({e.source}): {err}" for side, e, err in
               (("golden", p.golden, y_err), ("target", p.target, x_err)) if err]
     if p.golden is None or p.target is None or errors:

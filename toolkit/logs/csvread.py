@@ -52,7 +52,7 @@ class CsvRows:
 MAX_FIELD_CHARS = 1 << 20
 
 
-def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
+def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None) -> CsvRows:
     """Read a CSV with a header row (the first non-blank row) with Python's csv module, UTF-8 (BOM skipped,
     invalid bytes replaced), from a regular file only (toolkit.core.textfile.open_regular).
 
@@ -60,7 +60,8 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
     malformed (counted, skipped; pandas would have shifted every cell of such rows one column to the right, its
     implicit index column). A header naming one column several times: when the column is one of ``used``
     (the columns the parser reads) which cell holds the data is ambiguous, so the file is refused; otherwise
-    a note says so.
+    a note says so. ``rename(header) -> header`` (same length) renames the stripped header first, e.g. to tell
+    apart the columns a format repeats by their position (the compare tool's two DataType columns).
 
     Raises:
         ValueError: no header row; a column of ``used`` named twice in the header.
@@ -92,6 +93,8 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
         csv.field_size_limit(limit)
     if head is None:
         raise ValueError("no header row")
+    if rename is not None:
+        head = list(rename(head))
     names, notes = _unique_header(head, used)
     keep = sorted(names.values())
     cells = np.empty((len(rows), len(keep)), dtype=object)  # one 2-D block: linear in the number of columns

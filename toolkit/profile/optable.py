@@ -9,9 +9,15 @@ op_summary CSV (GUIDE §4), and derive the *op statistic* (one row per op type) 
 op_summary columns (:data:`OP_SUMMARY_COLUMNS`): Model Name, Task ID, Stream ID, Op Name, OP Type, Task Type
 (AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV; ours add HOST_CPU for measured host work and MEMCPY for
 host-device copies), Task Start Time(us), Task Duration(us), Task Wait Time(us), Block Dim, Input Shapes,
-Input Data Types, Input Formats, Output Shapes, Output Data Types, Output Formats, and two of ours:
+Input Data Types, Input Formats, Output Shapes, Output Data Types, Output Formats, two of ours:
 Time Kind (``simulated`` for cost-model device time, ``measured`` for wall time measured on this host,
-``device`` for times read from a real device's profile) and Source (the file or run the row comes from).
+``device`` for times read from a real device's profile, ``host`` for a real profile's host API spans) and Source
+(the file or run the row comes from), then three the profilers write in some versions only, each under one name
+whatever the version calls it: Device_id (msprof's), Mix Block Dim (``Mix Block Num`` / ``Mix Block Dim``; Block
+Dim is also read from ``Block Num``) and Task Start Time(ns) (the start as exact integer text: from the µs
+column's decimals, or from the older unit-less ``Task Start Time``, which is in ns; Task Start Time(us) is the
+same instant as a float, whose 0.25 µs resolution at today's clock values is why the ns text is kept). Task Type
+``COMMUNICATION`` marks collective communication (HCCL) rows, a class of their own.
 Times are in microseconds. Columns a source does not know are empty strings (text) or NaN (numbers).
 
 op_statistic columns (:data:`OP_STATISTIC_COLUMNS`): the profiler's OP Type, Core Type, Count, Total Time(us),
@@ -28,17 +34,18 @@ import pandas as pd
 OP_SUMMARY_COLUMNS = [
     "Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type", "Task Start Time(us)",
     "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Input Shapes", "Input Data Types", "Input Formats",
-    "Output Shapes", "Output Data Types", "Output Formats", "Time Kind", "Source",
+    "Output Shapes", "Output Data Types", "Output Formats", "Time Kind", "Source", "Device_id", "Mix Block Dim",
+    "Task Start Time(ns)",
 ]
 NUMERIC_COLUMNS = ["Task ID", "Stream ID", "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)",
-                   "Block Dim"]
+                   "Block Dim", "Mix Block Dim"]
 #: Columns the profiler writes as integers (op_summary: Task ID, Stream ID, Block Dim; op_statistic: Count).
-INTEGER_COLUMNS = ["Task ID", "Stream ID", "Block Dim", "Count"]
+INTEGER_COLUMNS = ["Task ID", "Stream ID", "Block Dim", "Mix Block Dim", "Count"]
 PROFILER_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Avg Time(us)", "Min Time(us)",
                               "Max Time(us)", "Ratio(%)"]
-OP_STATISTIC_COLUMNS = PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
-TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "HOST_CPU", "MEMCPY")
-TIME_KINDS = ("simulated", "measured", "device")
+OP_STATISTIC_COLUMNS = PROFILER_STATISTIC_COLUMNS + ["Time Kind", "Device_id", "Model Name"]
+TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "AI_CPU", "MIX_AIC", "MIX_AIV", "HOST_CPU", "MEMCPY", "COMMUNICATION")
+TIME_KINDS = ("simulated", "measured", "device", "host")
 
 
 def op_summary_frame(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
@@ -85,24 +92,33 @@ def kind_order(kinds) -> list[str]:
 
 
 def op_statistic(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per (Time Kind, OP Type, Core Type) totals of an op summary (:data:`OP_STATISTIC_COLUMNS`): kinds in
-    :func:`kind_order`, largest Total Time(us) first within a kind.
+    """Per (Time Kind, Device_id, Model Name, OP Type, Core Type) totals of an op summary
+    (:data:`OP_STATISTIC_COLUMNS`): kinds in :func:`kind_order`, then devices and models in first-seen order,
+    largest Total Time(us) first within each.
 
     Core Type is the row's Task Type; a row without a Time Kind counts as ``device``. Rows with a NaN duration
-    are left out. Ratio(%) is the share of the kind's total (sums to 100 per kind; 0 for every row of a kind
+    are left out. Ratio(%) is the share of the total of its (Time Kind, Device_id, Model Name): two devices' or
+    two models' rows are never merged nor share one 100% (sums to 100 per group; 0 for every row of a group
     whose total is 0).
     """
     df = summary.dropna(subset=["Task Duration(us)"])
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
-    kinds = df["Time Kind"].fillna("").astype(str).str.strip().replace("", "device") if "Time Kind" in df.columns \
+    kinds = df["Time Kind"].astype(str).str.strip().replace("", "device") if "Time Kind" in df.columns \
         else pd.Series("device", index=df.index)
-    parts = [_statistic_of(df[kinds == k]).assign(**{"Time Kind": k}) for k in kind_order(kinds)]
+    device = df["Device_id"].astype(str).str.strip() if "Device_id" in df.columns else pd.Series("", index=df.index)
+    model = df["Model Name"].astype(str).str.strip() if "Model Name" in df.columns else pd.Series("", index=df.index)
+    parts = []
+    for k in kind_order(kinds):
+        in_kind = kinds == k
+        for d, m in dict.fromkeys(zip(device[in_kind], model[in_kind])):
+            rows = df[in_kind & (device == d) & (model == m)]
+            parts.append(_statistic_of(rows).assign(**{"Time Kind": k, "Device_id": d, "Model Name": m}))
     return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
 
 
 def _statistic_of(df: pd.DataFrame) -> pd.DataFrame:
-    g = df.groupby(["OP Type", "Task Type"], sort=False)["Task Duration(us)"]
+    g = df.groupby([df["OP Type"].astype(str), df["Task Type"].astype(str)], sort=False)["Task Duration(us)"]
     out = g.agg(["count", "sum", "mean", "min", "max"]).reset_index()
     out.columns = PROFILER_STATISTIC_COLUMNS[:-1]
     total = out["Total Time(us)"].sum()

@@ -53,7 +53,7 @@ class Evidence:
         outputs: graph output names.
         output_rows: {output: [compare_tensors row per input set]}.
         layers: worst case per tensor over the input sets: NodeName, TensorName, OpType, Kernel, Precision,
-            NPUDump (storage dtype), CosineSimilarity (min), Abnormal (any), OverFlow (any),
+            DataType (storage dtype), CosineSimilarity (min), Abnormal (any), OverFlow (any),
             GoldenAbsMax (max), DeviceInf/DeviceNaN (any), CompareFailReason.
         tasks: per input set, the list of task results ({"name", "passed", "value", "detail"}).
         plan: the compiled Plan (toolkit.compiler.plan).
@@ -93,7 +93,7 @@ def shape_label(key: tuple) -> str:
 
 
 def not_comparable(row) -> str | None:
-    """Why ``row`` (a layer-table row: CosineSimilarity, CompareFailReason, DataType / NPUDump) has no
+    """Why ``row`` (a layer-table row: CosineSimilarity, CompareFailReason, DataType / GroundTruthDataType) has no
     CosineSimilarity although it should, or None. A tensor fused into a kernel or folded at compile time needs
     no comparison; an integer / bool tensor is compared by ExactMatchRate instead. Any other tensor without a
     cosine — its CompareFailReason (non-finite everywhere, shape or dtype mismatch, not stored, not exposed...),
@@ -103,7 +103,7 @@ def not_comparable(row) -> str | None:
     why = row.get("CompareFailReason")
     if isinstance(why, str) and why.strip():
         return not_compared_reason(row)
-    dtype = str(row.get("NPUDump") or "") + " " + str(row.get("DataType") or "")
+    dtype = str(row.get("DataType") or "") + " " + str(row.get("GroundTruthDataType") or "")
     return "CosineSimilarity is NaN" if "float" in dtype else None
 
 
@@ -231,7 +231,7 @@ def check_tasks(section: dict, ev: Evidence) -> list[Result]:
 def check_fp16_overflow(section: dict, ev: Evidence) -> list[Result]:
     allow = set(section.get("allow", []))
     df = ev.layers
-    fp16 = df[df["NPUDump"].astype(str) == "float16"]
+    fp16 = df[df["DataType"].astype(str) == "float16"]
     absmax = pd.to_numeric(fp16.get("GoldenAbsMax", pd.Series(dtype=float)), errors="coerce").fillna(0)
     hit = fp16[(fp16["OverFlow"] | fp16["DeviceInf"] | (absmax > FP16_MAX)) & ~fp16["TensorName"].isin(allow)]
     names = hit["TensorName"].astype(str).tolist()

@@ -243,10 +243,10 @@ def _partly_compared(layers: pd.DataFrame, n_inputs: int) -> pd.DataFrame:
 
 def worst_case_table(info: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     """The Evidence.layers table of a dataset run: the info columns of one input's layer table (``info``:
-    NodeName, TensorName, OpType, Kernel, Precision, NPUDump, CompareFailReason) joined by TensorName with the
+    NodeName, TensorName, OpType, Kernel, Precision, DataType, CompareFailReason) joined by TensorName with the
     dataset aggregate (toolkit.dataset.aggregate): CosineSimilarity = worst, Inputs = inputs where the tensor was
     compared, Abnormal / OverFlow / DeviceInf / DeviceNaN = set on any input, GoldenAbsMax = max."""
-    keep = [c for c in ("Index", "NodeName", "TensorName", "OpType", "Kernel", "Precision", "DataType", "NPUDump",
+    keep = [c for c in ("Index", "NodeName", "TensorName", "OpType", "Kernel", "Precision", "NPUDump", "DataType", "GroundTruthDataType",
                         "CompareFailReason") if c in info.columns]
     a = agg.set_index("TensorName")
     out = info[keep].copy()

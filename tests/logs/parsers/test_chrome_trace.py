@@ -30,3 +30,90 @@ def test_chrome_trace_parser(tmp_path, form):
     assert s["Time Kind"].tolist() == ["simulated", "measured", "measured"] and s["Block Dim"].iloc[0] == 8
     assert set(s["Model Name"]) == {"resnet"} and s["Stream ID"].iloc[0] == 2
     assert res.malformed == 4                                    # bad ts, lone E, unclosed B, non-object
+
+
+# ------------------------------------------------------------------ device profiler timelines (issue 19)
+def _msprof_timeline() -> list:
+    """An msprof_*.json / trace_view.json shaped timeline written from the documented event kinds."""
+    meta = [{"name": "process_name", "ph": "M", "pid": p, "tid": 0, "args": {"name": n}}
+            for p, n in ((1, "Ascend Hardware"), (2, "CANN"), (3, "Overlap Analysis"), (4, "Python"),
+                         (5, "Communication"))]
+    dev = [{"name": f"Conv2D_{i}", "ph": "X", "pid": 1, "tid": 9, "ts": 100.0 + 10 * i, "dur": 4.0,
+            "args": {"Task Type": "AI_CORE", "Task Id": 40 + i, "Physic Stream Id": 7, "Stream Id": 2}}
+           for i in range(3)]
+    host = [{"name": "aclnnConvolution", "ph": "X", "pid": 2, "tid": 77, "ts": 90.0, "dur": 50.0, "args": {}},
+            {"name": "aten::conv2d", "ph": "X", "pid": 4, "tid": 78, "ts": 80.0, "dur": 70.0, "args": {}}]
+    comm = [{"name": "hcom_allReduce__1", "ph": "X", "pid": 5, "tid": 1, "ts": 200.0, "dur": 30.0, "args": {}}]
+    overlap = [{"name": "Computing", "ph": "X", "pid": 3, "tid": 0, "ts": 100.0, "dur": 24.0, "args": {}},
+               {"name": "Free", "ph": "X", "pid": 3, "tid": 0, "ts": 124.0, "dur": 6.0, "args": {}},
+               {"name": "Computing", "ph": "X", "pid": 3, "tid": 0, "ts": 130.0, "dur": 4.0, "args": {}}]
+    return meta + dev + host + comm + overlap
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_device_tasks_host_spans_and_overlap_are_kept_apart(tmp_path, monkeypatch, streamed):
+    import json
+
+    from toolkit.logs.parsers import chrome_trace
+    from toolkit.profile.optable import op_statistic
+
+    if streamed:
+        monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    path = tmp_path / "msprof_0.json"
+    path.write_text(json.dumps(_msprof_timeline()))
+    res = chrome_trace.parse(path)
+    s = res.op_summary.astype({c: str for c in ("Op Name", "Time Kind", "Task Type", "Model Name")})
+    by = s.set_index("Op Name")
+    assert set(s.loc[s["Time Kind"] == "device", "Op Name"]) == {"Conv2D_0", "Conv2D_1", "Conv2D_2",
+                                                                 "hcom_allReduce__1"}
+    assert set(s.loc[s["Time Kind"] == "host", "Op Name"]) == {"aclnnConvolution", "aten::conv2d"}
+    assert "Computing" not in set(s["Op Name"])
+    assert by.loc["Conv2D_1", "Task ID"] == 41 and by.loc["Conv2D_1", "Stream ID"] == 7
+    assert by.loc["Conv2D_1", "Task Type"] == "AI_CORE" and by.loc["Conv2D_1", "Model Name"] == "Ascend Hardware"
+    assert by.loc["hcom_allReduce__1", "Task Type"] == "COMMUNICATION"
+    spans = res.tables["overlap_spans"].set_index("Name")
+    assert spans.loc["Computing", "Count"] == 2 and spans.loc["Computing", "Total Time(us)"] == 28.0
+    stat = op_statistic(s)
+    device = stat[stat["Time Kind"] == "device"]
+    assert device.groupby("Model Name")["Ratio(%)"].sum().tolist() == pytest.approx([100.0, 100.0])
+    # the host aten:: span (70 us) is not a device hotspot: device time is 3 x 4 us + 30 us of communication
+    assert device["Total Time(us)"].sum() == pytest.approx(42.0)
+    assert stat.loc[stat["Time Kind"] == "host", "Total Time(us)"].sum() == pytest.approx(120.0)
+
+
+def test_streamed_and_loaded_reads_agree(tmp_path, monkeypatch):
+    import json
+
+    import numpy as np
+
+    from toolkit.logs.parsers import chrome_trace
+
+    events = _msprof_timeline() + [{"name": f"n{i}", "ph": "X", "pid": 9, "tid": i % 3, "ts": float(i), "dur": 1.5,
+                                    "args": {"Input Shapes": "1,3", "Block Dim": 8}} for i in range(500)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events, "otherData": {"Time Kind": "simulated"}}))
+    loaded = chrome_trace.parse(path)
+    monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    streamed = chrome_trace.parse(path)
+    a, b = (r.op_summary.astype({c: str for c in r.op_summary.columns if r.op_summary[c].dtype != np.float64})
+            for r in (loaded, streamed))
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(a, b)
+    assert set(a.loc[a["Op Name"].str.startswith("n"), "Time Kind"]) == {"simulated"}  # otherData's, in the head
+    assert streamed.notes[0].startswith("streamed")
+
+
+def test_a_streamed_file_cut_short_keeps_what_was_read(tmp_path, monkeypatch):
+    import json
+
+    from toolkit.logs.parsers import chrome_trace
+
+    monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    text = json.dumps(_msprof_timeline())
+    cut = text[: text.index('"aclnnConvolution"') - 5]  # inside the first host event
+    path = tmp_path / "cut.json"
+    path.write_text(cut)
+    res = chrome_trace.parse(path)
+    assert res.records == 3 and res.malformed == 1
+    assert any("not complete JSON" in n for n in res.notes)

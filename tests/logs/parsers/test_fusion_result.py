@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import fusion_result
 
@@ -25,3 +27,57 @@ def test_fusion_result_parser_counts_bad_entries(tmp_path):
     path.write_text(json.dumps(data)[:60])                   # truncated
     res = fusion_result.parse(path)
     assert res.malformed == 1 and res.records == 0
+
+
+def _graph(gid: str, hits=None) -> dict:
+    entry = {"match_times": "2", "effect_times": "2"}
+    if hits is not None:
+        entry["repository_hit_times"] = hits
+    return {f"session_and_graph_id_{gid}": {"graph_fusion": {"ConvBatchnormFusionPass": entry},
+                                            "ub_fusion": {"TbeConvBnreluFusionPass": dict(entry)}}}
+
+
+def test_appended_objects_and_repository_hit_times(tmp_path):
+    """Older toolchains append one object per graph with no separator; newer ones count repository hits."""
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(_graph("0_0", "1")) + json.dumps(_graph("0_1")) + "\n" + json.dumps(_graph("1_0", 0)))
+    assert detect_format(path).parser.name == "fusion_result"
+    res = fusion_result.parse(path)
+    t = res.tables["fusion_counts"]
+    assert res.records == 6 and res.malformed == 0
+    assert t["Graph"].tolist() == ["session_and_graph_id_0_0"] * 2 + ["session_and_graph_id_0_1"] * 2 + \
+        ["session_and_graph_id_1_0"] * 2
+    assert t["RepositoryHitTimes"].tolist()[:2] == [1, 1] and t["RepositoryHitTimes"].isna().tolist()[2:4] == [True] * 2
+    assert t["RepositoryHitTimes"].tolist()[4:] == [0, 0]
+
+
+@pytest.mark.parametrize("tail,malformed", [("{\"broken", 1), ("", 0)])
+def test_an_appended_file_cut_short_keeps_the_whole_objects(tmp_path, tail, malformed):
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(_graph("0_0")) + tail)
+    res = fusion_result.parse(path)
+    assert res.records == 2 and res.malformed == malformed
+
+
+def test_a_bad_repository_hit_count_is_malformed(tmp_path):
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(_graph("0_0", "many")))
+    assert fusion_result.parse(path).malformed == 2
+
+
+def test_our_fusion_result_uses_the_converters_keys(tmp_path):
+    from toolkit import samples
+    from toolkit.config.schema import Config
+    from toolkit.engine import compile_model
+
+    import onnx
+
+    compiled = compile_model(onnx.load(str(samples.sample_path("resnet_small"))), Config())
+    fr = compiled.fusion_result_json()
+    assert list(fr) == ["session_and_graph_id_0_0"]
+    entries = [e for level in fr["session_and_graph_id_0_0"].values() for e in level.values()]
+    assert entries and all(set(e) == {"match_times", "effect_times", "repository_hit_times"} and
+                           all(isinstance(v, str) for v in e.values()) for e in entries)
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(fr))
+    assert fusion_result.parse(path).records == len(entries)

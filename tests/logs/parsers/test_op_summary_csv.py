@@ -56,3 +56,64 @@ def test_op_summary_csv_parser(tmp_path):
     assert s["Task Duration(us)"].tolist() == [12.5, 3.25, 40.0]
     assert s["Task Start Time(us)"].iloc[0] == 1690000000000.5 and np.isnan(s["Task Wait Time(us)"].iloc[2])
     assert set(s["Time Kind"]) == {"device"} and set(s["Source"]) == {path.name}
+
+
+# ------------------------------------------------------------- op_summary across toolchain versions (issue 19)
+NEW_HEAD = ["Device_id", "Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type",
+            "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Num", "Mix Block Num",
+            "Input Shapes", "Input Data Types", "Output Shapes"]
+OLD_HEAD = ["Model Name", "Task ID", "Stream ID", "Op Name", "OP Type", "Task Type", "Task Start Time",
+            "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Input Shapes"]
+
+
+def _write(path, head, rows):
+    import csv
+
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(rows)
+    return path
+
+
+def test_a_newer_op_summary_keeps_every_column_under_one_name(tmp_path):
+    rows = [["0", "resnet", "1", "3", "conv1", "Conv2D", "AI_CORE", "1700000000000000.123\t", "12.5", "0", "8", "0",
+             '"""1,3,224,224"""', "FLOAT16", '"1,64,112,112"'],
+            ["1", "resnet", "1", "3", "conv1", "Conv2D", "AI_CORE", "1700000000000000.375", "10.5", "0", "8", "0",
+             '"1,3,224,224"', "FLOAT16", "1,64,112,112"],
+            ["0", "bert", "2", "3", "mm", "MatMulV2", "MIX_AIC", "1700000000000001.000", "4", "0", "20", "40", "", "", ""],
+            ["0", "resnet", "9", "5", "hcom_allReduce__7", "hcom_allReduce_", "HCCL", "1700000000000002", "30", "0",
+             "0", "0", "", "", ""],
+            ["0", "resnet", "10", "3", "bad", "Relu", "AI_CORE", "-5", "1", "0", "1", "0", "", "", ""]]
+    path = _write(tmp_path / "op_summary_0_1_1.csv", NEW_HEAD, rows)
+    res = op_summary_csv.parse(path)
+    s = res.op_summary
+    assert list(s.columns) == OP_SUMMARY_COLUMNS and res.malformed == 1
+    assert s["Device_id"].tolist() == ["0", "1", "0", "0"]
+    assert s["Block Dim"].tolist() == [8, 8, 20, 0] and s["Mix Block Dim"].tolist() == [0, 0, 40, 0]
+    assert s["Task Start Time(ns)"].tolist() == ["1700000000000000123", "1700000000000000375", "1700000000000001000",
+                                                 "1700000000000002000"]
+    # the float column cannot tell .123 from .125 at this clock value; the ns text can
+    assert int(s["Task Start Time(ns)"][1]) - int(s["Task Start Time(ns)"][0]) == 252
+    assert s["Input Shapes"].tolist()[:2] == ["1,3,224,224", "1,3,224,224"] and s["Output Shapes"][0] == "1,64,112,112"
+    assert s["Task Type"].tolist() == ["AI_CORE", "AI_CORE", "MIX_AIC", "COMMUNICATION"]
+    from toolkit.profile.optable import op_statistic
+
+    stat = op_statistic(s)
+    conv = stat[stat["OP Type"] == "Conv2D"]
+    assert sorted(zip(conv["Device_id"], conv["Model Name"], conv["Count"])) == [("0", "resnet", 1), ("1", "resnet", 1)]
+    assert set(stat.loc[stat["Model Name"] == "bert", "OP Type"]) == {"MatMulV2"}
+    comm = stat[stat["Core Type"] == "COMMUNICATION"]
+    assert comm["Total Time(us)"].tolist() == [30.0]
+
+
+def test_an_older_op_summary_with_the_unit_less_start_in_ns(tmp_path):
+    rows = [["m", "1", "3", "conv1", "Conv2D", "AI_CORE", "1700000000000000123", "12.5", "0", "8", '"1,3"'],
+            ["m", "2", "3", "relu", "Relu", "AI_VECTOR_CORE", "1700000000000020500", "2", "0", "4", "1,3"],
+            ["m", "3", "3", "bad", "Relu", "AI_VECTOR_CORE", "12.5.7", "x", "0", "4", ""]]
+    res = op_summary_csv.parse(_write(tmp_path / "op_summary.csv", OLD_HEAD, rows))
+    s = res.op_summary
+    assert res.malformed == 1 and s["Op Name"].tolist() == ["conv1", "relu"]
+    assert s["Task Start Time(ns)"].tolist() == ["1700000000000000123", "1700000000000020500"]
+    assert s["Task Start Time(us)"].tolist() == pytest.approx([1700000000000000.123, 1700000000000020.5])
+    assert s["Input Shapes"].tolist() == ["1,3", "1,3"]

@@ -62,3 +62,35 @@ def test_plog_message_of_30_mb_is_truncated_with_its_length(tmp_path):
     assert msgs["Module"].iloc[1] == "M" * MAX_TEXT_CHARS + " … [truncated: 5,000 characters]"
     assert msgs["Message"].iloc[1] == "short" and res.malformed == 0
     assert all(len(str(v)) < 3000 for v in res.tables["log_levels"]["Module"])
+
+
+# ------------------------------------------------------------ the toolchain's line variants (issue 19)
+TOOLCHAIN = [
+    # (line, (Level, Module, PID, Process, TID, File, Line, Message)) — written from the CANN log reference forms
+    ("[ERROR] GE(26183,python3):2024-03-01-10:58:09.744.826 [graph_builder.cc:275]26184 BuildGraph failed",
+     ("ERROR", "GE", "26183", "python3", "26184", "graph_builder.cc", "275", "BuildGraph failed")),
+    ("[WARNING] TEFUSION(3100,atc.bin):2024-03-01-10:58:10.000.001 fusion pass skipped: no match",
+     ("WARNING", "TEFUSION", "3100", "atc.bin", "", "", "", " fusion pass skipped: no match")),
+    ("[ERROR] TSCH(-1,null):2024-03-01-10:58:11.000.002 task exception, stream_id=3, task_id=17",
+     ("ERROR", "TSCH", "-1", "null", "", "", "", " task exception, stream_id=3, task_id=17")),
+    ("[ERROR] AICPU(8812,aicpu_scheduler):2024-03-01-10:58:12.000.003 [ExecuteKernel][tid:8813]kernel failed",
+     ("ERROR", "AICPU", "8812", "aicpu_scheduler", "8813", "ExecuteKernel", "", "kernel failed")),
+    ("[WARNING] COMPILER(77,npuscope):2024-03-01-10:58:13.000.004 [pipeline.py:12]3 kernels kept in FP32",
+     ("WARNING", "COMPILER", "77", "npuscope", "", "pipeline.py", "12", "3 kernels kept in FP32")),
+]
+
+
+def test_toolchain_line_forms_keep_tid_and_source_columns(tmp_path):
+    from toolkit.logs.parsers import plog_lines
+
+    path = tmp_path / "plog-1.log"
+    path.write_text("\n".join(line for line, _ in TOOLCHAIN) + "\nnot a record\n[INFO] X(1,p):2024-03-01 bad time\n")
+    assert detect_format(path).parser.name == "plog"
+    res = plog_lines.parse(path)
+    assert res.records == len(TOOLCHAIN) and res.malformed == 2
+    msgs = res.tables["log_messages"]
+    got = [tuple(r[c] for c in ("Level", "Module", "PID", "Process", "TID", "File", "Line", "Message"))
+           for _, r in msgs.iterrows()]
+    assert got == [want for _, want in TOOLCHAIN]
+    levels = res.tables["log_levels"].set_index("Module")["Count"]
+    assert levels["TSCH"] == 1 and levels["TEFUSION"] == 1

@@ -13,6 +13,19 @@ trace.json puts the op type there); Stream ID = ``tid`` (a non-numeric tid gets 
 event order; Time Kind = args ``time_kind`` (as trace.json writes it), else the top-level object's
 ``otherData["Time Kind"]``, else ``measured``; Source = the file name.
 
+Timelines of the device profilers (msprof's ``msprof_*.json``, torch_npu's ``trace_view.json``;
+toolkit.logs.timeline): events are classified by their process (``M`` process_name) and args. Device tasks
+get Time Kind ``device`` (Task ID from args ``Task Id``, Stream ID from ``Physic Stream Id``, else ``Stream Id``;
+Task Type from args ``Task Type``); communication tasks (HCCL) are device time of Task Type ``COMMUNICATION``
+when they carry none (a class of their own, not an op type); host API spans (CANN, AscendCL, Python, ``aten::``)
+get Time Kind ``host``, so they are never summed with device time; overlap-analysis spans are no tasks: table
+``overlap_spans`` (Name, Count, Total Time(us)). An explicit Time Kind (args ``Time Kind`` / ``time_kind``)
+always wins.
+
+Files of at least :data:`STREAM_MIN_BYTES` are streamed with ijson (toolkit.logs.streamjson): bounded memory
+(text columns are pandas Categoricals); a cut or corrupt file then ends at the damage (one malformed record, a
+note) instead of being recovered event by event as smaller files are (toolkit.logs.jsonio).
+
 Malformed (counted, skipped): an event that is not an object, a complete event whose ts/dur is not a number,
 not finite or beyond 1e18 (toolkit.logs.numbers), or whose dur is negative; an args value for a numeric
 op_summary column (Task Duration(us), Stream ID, ...) that is such a number; an ``E`` with no open ``B``, a ``B`` never closed, unreadable JSON fragments.
@@ -22,22 +35,29 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
+import pandas as pd
+
+from toolkit.logs import timeline
 from toolkit.logs.jsonio import load_events, number
 from toolkit.logs.numbers import insane_number
 from toolkit.logs.registry import Parser, ParseResult, register_parser
+from toolkit.logs.streamjson import Columns, Stream, iter_events
 from toolkit.profile.optable import (
     NUMERIC_COLUMNS,
     OP_SUMMARY_COLUMNS,
     TASK_TYPES,
-    op_summary_frame,
 )
 
 NAME = "chrome_trace"
 DESCRIPTION = "Chrome-trace JSON (array or {\"traceEvents\": [...]}, ph X / B-E events; Perfetto)"
 _DETECT_RE = re.compile(r'^\s*(?:\[\s*\{|\{)')
 _ARG_COLUMNS = [c for c in OP_SUMMARY_COLUMNS if c not in ("Op Name",)]
+_ARG_SET, _NUMERIC = frozenset(_ARG_COLUMNS), frozenset(NUMERIC_COLUMNS)
+#: files at least this large are streamed (toolkit.logs.streamjson) instead of loaded whole
+STREAM_MIN_BYTES = 64 * 2 ** 20
 
 
 def detect(path: Path, head: str) -> bool:
@@ -45,11 +65,16 @@ def detect(path: Path, head: str) -> bool:
     return _DETECT_RE.match(head) is not None and ('"ph"' in head or '"traceEvents"' in head)
 
 
+#: internal columns: the event's pid, the kind its name/args give, an explicit Time Kind from args
+_PID, _KIND, _HINT = "_pid", "_kind", "_hint"
+_COLUMNS = OP_SUMMARY_COLUMNS + [_PID, _KIND, _HINT]
+
+
 class _Builder:
-    """Collects op-summary rows from complete events."""
+    """Collects op-summary rows from complete events, column by column (toolkit.logs.streamjson.Columns)."""
 
     def __init__(self, source: str, time_kind: str):
-        self.rows, self.source, self.time_kind = [], source, time_kind
+        self.cols, self.source, self.time_kind = Columns(_COLUMNS, set(NUMERIC_COLUMNS)), source, time_kind
         self.process, self.streams = {}, {}
 
     def stream(self, pid, tid) -> float:
@@ -61,23 +86,38 @@ class _Builder:
     def add(self, ev: dict, ts: float, dur: float, args: dict) -> bool:
         """Add one task; False (nothing added: malformed) when a numeric op_summary column in ``args`` holds a
         non-finite or absurd number, or its Task Duration(us) is negative."""
-        if any(col in args and insane_number(args[col]) for col in NUMERIC_COLUMNS):
+        present = args.keys() & _ARG_SET if args else ()
+        if any(insane_number(args[col]) for col in present if col in _NUMERIC):
             return False
         pid, tid = ev.get("pid"), ev.get("tid")
         cat = ev.get("cat") if isinstance(ev.get("cat"), str) else ""
-        task_type = cat if cat in TASK_TYPES else ""
-        row = {"Op Name": str(args.get("Op Name", ev.get("name", ""))), "Task ID": len(self.rows),
-               "Stream ID": self.stream(pid, tid), "Model Name": self.process.get(pid, ""),
+        task_type = cat if cat in TASK_TYPES else str(args.get("Task Type", ""))
+        name = str(args.get("Op Name", ev.get("name", "")))
+        kind = timeline.event_kind(name, args)
+        stream = number(args.get("Physic Stream Id", args.get("Stream Id")))
+        task = number(args.get("Task Id"))
+        row = {"Op Name": name, "Task ID": self.cols.n if task is None else task,
+               "Stream ID": self.stream(pid, tid) if stream is None else stream,
                "OP Type": str(args.get("op_type", args.get("op_name", "" if task_type else cat))),
                "Task Type": task_type, "Task Start Time(us)": ts, "Task Duration(us)": dur,
-               "Time Kind": str(args.get("time_kind", self.time_kind)), "Source": self.source}
-        for col in _ARG_COLUMNS:
-            if col in args and args[col] is not None:
-                row[col] = args[col] if col in NUMERIC_COLUMNS else str(args[col])
+               "Source": self.source, _PID: str(pid), _KIND: kind, _HINT: str(args.get("time_kind", ""))}
+        for col in present:
+            if args[col] is not None:
+                row[col] = args[col] if col in _NUMERIC else str(args[col])
         if (number(row["Task Duration(us)"]) or 0.0) < 0:
             return False
-        self.rows.append(row)
+        self.cols.append(row)
         return True
+
+    def frame(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(op summary, overlap spans: Name, Count, Total Time(us)) — kinds resolved (module docstring)."""
+        df = self.cols.frame()
+        df, overlap = timeline.resolve(df, self.process, self.time_kind, _PID, _KIND, _HINT)
+        names = df["Op Name"][overlap].astype(str)
+        spans = df[overlap].groupby(names, sort=True)["Task Duration(us)"].agg(["count", "sum"]).reset_index()
+        spans.columns = ["Name", "Count", "Total Time(us)"]
+        summary = df[~overlap].drop(columns=[_PID, _KIND, _HINT]).reset_index(drop=True)
+        return summary, spans
 
 
 def _complete(ev: dict, b: _Builder) -> bool:
@@ -107,10 +147,10 @@ def _end(ev: dict, stacks: dict, b: _Builder) -> bool:
 def _metadata(ev: dict, b: _Builder) -> None:
     args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
     if ev.get("name") == "process_name" and "name" in args:
-        b.process[ev.get("pid")] = str(args["name"])
+        b.process[str(ev.get("pid"))] = str(args["name"])
 
 
-def read_events(events: list, b: _Builder) -> tuple[int, Counter]:
+def read_events(events: Iterable, b: _Builder) -> tuple[int, Counter]:
     """Feed ``events`` into ``b``; returns (malformed, Counter of skipped phases)."""
     bad, skipped, stacks = 0, Counter(), defaultdict(list)
     for ev in events:
@@ -134,15 +174,45 @@ def read_events(events: list, b: _Builder) -> tuple[int, Counter]:
 def parse(path: Path) -> ParseResult:
     """Read a Chrome-trace JSON file (module docstring). Never raises for bad content."""
     path = Path(path)
+    if path.stat().st_size >= STREAM_MIN_BYTES:
+        return _parse_stream(path)
     loaded = load_events(path)
     other = loaded.top.get("otherData") if isinstance(loaded.top.get("otherData"), dict) else {}
     b = _Builder(path.name, str(other.get("Time Kind", "measured")))
     bad, skipped = read_events(loaded.events, b)
-    notes = list(loaded.notes)
+    return _result(path, b, bad + loaded.malformed, skipped, list(loaded.notes))
+
+
+def _parse_stream(path: Path) -> ParseResult:
+    """The streaming read (toolkit.logs.streamjson): bounded memory; a corrupt file ends the stream there."""
+    state = Stream()
+    try:
+        events = iter_events(path, state)
+        b = _Builder(path.name, "measured")
+        first = next(events, None)  # the head (and otherData) is read with the first event
+        b.time_kind = str(state.other_data.get("Time Kind", "measured"))
+        bad, skipped = read_events(_chain(first, events) if first is not None else [], b)
+    except OSError as exc:
+        return ParseResult(str(path), NAME, malformed=1, notes=[f"cannot be read: {exc}"])
+    notes = [f"streamed ({path.stat().st_size / 2 ** 20:.0f} MiB, read with ijson in bounded memory)"]
+    if state.error:
+        notes.append(state.error)
+    return _result(path, b, bad + bool(state.error), skipped, notes)
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def _result(path: Path, b: _Builder, bad: int, skipped: Counter, notes: list[str]) -> ParseResult:
     if skipped:
         notes.append("skipped events by phase: " + ", ".join(f"{k} {v}" for k, v in sorted(skipped.items())))
-    summary = op_summary_frame(b.rows)
-    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary), malformed=bad + loaded.malformed,
+    summary, spans = b.frame()
+    tables = {"overlap_spans": spans} if len(spans) else {}
+    if len(spans):
+        notes.append(f"{int(spans['Count'].sum())} overlap-analysis span(s) kept apart (table overlap_spans)")
+    return ParseResult(str(path), NAME, op_summary=summary, tables=tables, records=len(summary), malformed=bad,
                        notes=notes)
 
 

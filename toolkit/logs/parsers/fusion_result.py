@@ -3,8 +3,11 @@
     {"<session_and_graph_id>": {"graph_fusion": {"<Pass>": {"match_times": "1", "effect_times": "1"}},
                                 "ub_fusion": {...}}}
 
-Counts are strings in the converter's files (integers are accepted too). Table ``fusion_counts``: Graph,
-Level (graph_fusion / ub_fusion), Pass, MatchTimes, EffectTimes (integers). A pass entry that is not an object
+Counts are strings in the converter's files (integers are accepted too); newer converters add
+``repository_hit_times`` (passes applied from the fusion repository). Older toolchains append one such object
+per graph to the same file with no separator (``{...}{...}``): every object is read, in file order. Table
+``fusion_counts``: Graph, Level (graph_fusion / ub_fusion), Pass, MatchTimes, EffectTimes, RepositoryHitTimes
+(integers; RepositoryHitTimes empty where the file has none). A pass entry that is not an object
 or whose counts are not whole numbers is malformed; a file that is not valid JSON is one malformed record.
 No per-op times, so ``op_summary`` is empty.
 
@@ -25,7 +28,7 @@ from toolkit.logs.registry import Parser, ParseResult, register_parser
 
 NAME = "fusion_result"
 DESCRIPTION = "the converter's fusion_result.json (graph_fusion / ub_fusion match and effect counts)"
-COLUMNS = ["Graph", "Level", "Pass", "MatchTimes", "EffectTimes"]
+COLUMNS = ["Graph", "Level", "Pass", "MatchTimes", "EffectTimes", "RepositoryHitTimes"]
 LEVELS = ("graph_fusion", "ub_fusion")
 _DETECT_RE = re.compile(r'^\s*\{\s*"[^"]*"\s*:\s*\{\s*"(?:graph_fusion|ub_fusion)"\s*:')
 
@@ -59,11 +62,30 @@ def _rows(obj: dict) -> tuple[list[dict], int]:
             for name, counts in entries.items():
                 match = _count(counts.get("match_times")) if isinstance(counts, dict) else None
                 effect = _count(counts.get("effect_times")) if isinstance(counts, dict) else None
-                if match is None or effect is None:
+                hits = counts.get("repository_hit_times") if isinstance(counts, dict) else None
+                hit = _count(hits) if hits is not None else None
+                if match is None or effect is None or (hits is not None and hit is None):
                     bad += 1
                     continue
-                rows.append({"Graph": graph, "Level": level, "Pass": name, "MatchTimes": match, "EffectTimes": effect})
+                rows.append({"Graph": graph, "Level": level, "Pass": name, "MatchTimes": match, "EffectTimes": effect,
+                             "RepositoryHitTimes": hit})
     return rows, bad
+
+
+def _objects(text: str) -> tuple[list, int, str]:
+    """(every top-level JSON value of ``text``, in order — one, or several appended with no separator;
+    1 when the text after the last one is not JSON, else 0; why the first could not be read)."""
+    dec, out, i, n = json.JSONDecoder(), [], 0, len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n:
+            return out, 0, ""
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            return out, 1 if out else 0, exc.msg if hasattr(exc, "msg") else str(exc)
+        out.append(obj)
 
 
 def parse(path: Path) -> ParseResult:
@@ -73,20 +95,24 @@ def parse(path: Path) -> ParseResult:
     if deep:
         return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
                            notes=[deep])
-    try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    objects, bad, why = _objects(text)
+    if not objects:
         return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
-                           notes=[f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); nothing read"])
-    rows, bad = _rows(obj) if isinstance(obj, dict) else ([], 1)
-    table = pd.DataFrame(rows, columns=COLUMNS)
+                           notes=[f"not valid JSON ({why}); nothing read"])
+    rows = []
+    for obj in objects:
+        got, n_bad = _rows(obj) if isinstance(obj, dict) else ([], 1)
+        rows += got
+        bad += n_bad
+    table = pd.DataFrame(rows, columns=COLUMNS).astype({"RepositoryHitTimes": "Int64"})
     findings = [Finding("info", "fusion_not_applied", str(r.Pass),
                         {"graph": r.Graph, "level": r.Level, "match_times": int(r.MatchTimes),
                          "effect_times": int(r.EffectTimes)},
                         "the pattern matched but the rewrite was refused; see the compile log for the reason")
                 for r in table.itertuples() if r.MatchTimes > r.EffectTimes]
     return ParseResult(str(path), NAME, tables={"fusion_counts": table}, records=len(rows), malformed=bad,
-                       notes=[f"{len(rows)} fusion pass count(s) in {table['Graph'].nunique()} graph(s)"],
+                       notes=[f"{len(rows)} fusion pass count(s) in {table['Graph'].nunique()} graph(s)"
+                              + (f", {len(objects)} appended objects" if len(objects) > 1 else "")],
                        findings=findings)
 
 

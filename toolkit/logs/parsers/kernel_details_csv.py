@@ -38,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
+from toolkit.logs.profcells import COMMUNICATION, communication_rows, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import op_summary_frame
@@ -47,10 +48,10 @@ DESCRIPTION = "torch_npu kernel_details.csv (Name, Type, Accelerator Core, Start
 #: kernel_details column -> op_summary column (module docstring).
 RENAME = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type",
           "Start Time(us)": "Task Start Time(us)", "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Num": "Block Dim",
-          "Block Dim": "Block Dim"}
+          "Block Dim": "Block Dim", "Mix Block Num": "Mix Block Dim", "Device_id": "Device_id"}
 SAME = ["Task ID", "Stream ID", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
         "Output Data Types", "Output Formats"]
-_NUMBERS = ["Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Task ID", "Stream ID"]
+_NUMBERS = ["Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim", "Task ID", "Stream ID"]
 _CORES = {"AI_CORE": "AI_CORE", "AICORE": "AI_CORE", "AI_CPU": "AI_CPU", "AICPU": "AI_CPU",
           "AI_VECTOR_CORE": "AI_VECTOR_CORE", "AIV": "AI_VECTOR_CORE", "MIXED_AIC": "MIX_AIC",
           "MIXED_AIV": "MIX_AIV"}
@@ -82,6 +83,13 @@ def parse(path: Path) -> ParseResult:
             df[col] = src[col].astype(str)
     for col in _NUMBERS:
         df[col] = numeric(df[col]) if col in df.columns else float("nan")
+    df["Task Start Time(us)"], df["Task Start Time(ns)"] = start_columns(src, "Start Time(us)")
+    for col in ("Input Shapes", "Output Shapes"):
+        if col in df.columns:
+            df[col] = df[col].map(unquote)
+    comm = communication_rows(df)
+    if comm.any():
+        df["Task Type"] = df["Task Type"].where(~comm, COMMUNICATION)
     df["Task Type"] = df["Task Type"].map(task_type) if "Task Type" in df.columns else ""
     if "Step Id" in src.columns:
         df["Model Name"] = ["" if not str(s).strip() else f"step {str(s).strip()}" for s in src["Step Id"]]
@@ -101,6 +109,7 @@ def _checks(df) -> dict:
     for col in _NUMBERS:
         if col != "Task Duration(us)":
             checks[f"{col} not finite or beyond 1e18"] = ~missing_or_sane(df[col])
+    checks["Task Start Time(us) not finite or beyond 1e18"] = ~missing_or_sane(df["Task Start Time(us)"])
     for col in ("Task Start Time(us)", "Task Wait Time(us)"):
         checks[f"negative {col}"] = df[col] < 0
     for col in ("Task ID", "Stream ID", "Block Dim"):

@@ -2,9 +2,13 @@
 
 Detected by a header holding ``Op Name`` and ``Task Duration(us)``. Columns of
 :data:`toolkit.profile.optable.OP_SUMMARY_COLUMNS` are read (others, e.g. the real profiler's aicore_time(us),
-are ignored); numbers may carry whitespace. Newer msprof versions call Block Dim ``Block Num`` (msprof's
-profile_data_file_references.md, op_summary; torch_npu's ``_csv_headers.py``): a file with ``Block Num`` and no
-``Block Dim`` is read as Block Dim. A file without a ``Time Kind`` column is a real device's profile
+are ignored); numbers may carry whitespace. Across toolchain versions (msprof's
+profile_data_file_references.md, op_summary; torch_npu's ``_csv_headers.py``; toolkit.logs.profcells): ``Block
+Num`` is read as Block Dim and ``Mix Block Num`` as Mix Block Dim when the older name is absent; Device_id is
+kept; Task Start Time(ns) is the exact start (from the µs column's decimals, or the older unit-less ``Task Start
+Time`` in ns, which also gives Task Start Time(us)); shape / dtype / format cells lose the quotes around them
+(also tripled ones); collective communication rows (HCCL Task Type, hcom_* / Hccl* ops) get Task Type
+COMMUNICATION. A file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
 
 Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
@@ -20,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
+from toolkit.logs.profcells import COMMUNICATION, communication_rows, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
@@ -29,6 +34,9 @@ from toolkit.profile.optable import (
 )
 
 NAME = "op_summary_csv"
+#: cells written quoted (``"1,3,224,224"``, some exports triple the quotes)
+TEXT_CELLS = ["Input Shapes", "Input Data Types", "Input Formats", "Output Shapes", "Output Data Types",
+              "Output Formats"]
 DESCRIPTION = "profiler op_summary CSV (Op Name, OP Type, Task Type, Task Start Time(us), Task Duration(us), ...)"
 
 
@@ -40,13 +48,25 @@ def detect(path: Path, head: str) -> bool:
 def parse(path: Path) -> ParseResult:
     """Read an op_summary CSV (module docstring)."""
     path = Path(path)
-    read = read_counted(path, OP_SUMMARY_COLUMNS + ["Block Num"])
-    if "Block Num" in read.frame.columns and "Block Dim" not in read.frame.columns:
-        read.frame = read.frame.rename(columns={"Block Num": "Block Dim"})
-    df = read.frame[[c for c in OP_SUMMARY_COLUMNS if c in read.frame.columns]].copy()
+    read = read_counted(path, OP_SUMMARY_COLUMNS + ["Block Num", "Mix Block Num", "Task Start Time"])
+    for new, old in (("Block Dim", "Block Num"), ("Mix Block Dim", "Mix Block Num")):
+        if old in read.frame.columns and new not in read.frame.columns:
+            read.frame = read.frame.rename(columns={old: new})
+    src = read.frame
+    df = src[[c for c in OP_SUMMARY_COLUMNS if c in src.columns and c != "Task Start Time(ns)"]].copy()
     for col in NUMERIC_COLUMNS:
-        if col in df.columns:
+        if col in df.columns and col != "Task Start Time(us)":
             df[col] = numeric(df[col])
+    if "Task Start Time(us)" in src.columns or "Task Start Time" in src.columns:
+        df["Task Start Time(us)"], df["Task Start Time(ns)"] = start_columns(src, "Task Start Time(us)",
+                                                                             "Task Start Time")
+    for col in TEXT_CELLS:
+        if col in df.columns:
+            df[col] = df[col].map(unquote)
+    if "Task Type" in df.columns or "OP Type" in df.columns:
+        comm = communication_rows(df)
+        if comm.any():
+            df["Task Type"] = df.get("Task Type", "").where(~comm, COMMUNICATION)
     notes = list(read.notes)
     if "Time Kind" not in df.columns:
         df["Time Kind"] = "device"

@@ -1,10 +1,18 @@
 """plog lines: ``[LEVEL] MODULE(PID,PROCESS):YYYY-MM-DD-HH:MM:SS.mmm.uuu [file:line]message`` (GUIDE §4).
 
-Written by npuscope's own logger (toolkit.logs.plog) and by the device toolchain. Lines carry no per-op
-times, so ``op_summary`` is empty. Tables:
+Written by npuscope's own logger (toolkit.logs.plog) and by the device toolchain, whose lines vary (CANN
+"Log Reference", plog and device-side logs): host lines put the thread id after the source position
+(``[graph.cc:275]26183 message``); some modules write no source position at all (TEFUSION:
+``...:12:00:00.000.000 message``); device logs carry a negative PID and no process (``TSCH(-1,null)``) and
+AICPU lines write the function and thread as ``[func][tid:N]message``. All of these are records: File and Line
+are the source position when there is one (a ``[func]`` gives File = the function, no Line; none gives empty
+cells, never another field), TID the thread id (``[tid:N]``, or the leading number of a host line with a source
+position; empty otherwise and for npuscope's own lines, which carry none).
+
+Lines carry no per-op times, so ``op_summary`` is empty. Tables:
 
 - ``log_levels``: Level, Module, Count (every well-formed line, most frequent first);
-- ``log_messages``: Level, Module, PID, Process, Time, File, Line, Message of the first
+- ``log_messages``: Level, Module, PID, Process, TID, Time, File, Line, Message of the first
   :data:`MAX_MESSAGES` WARNING / ERROR lines (in file order). Each field longer than 2,000 characters is
   truncated with a marker giving its original length (toolkit.logs.textcap).
 
@@ -26,7 +34,7 @@ import pandas as pd
 from toolkit.core.records import Finding
 from toolkit.core.textfile import open_regular_text
 from toolkit.logs.detect import head_lines
-from toolkit.logs.plog import LINE_PATTERN, LINE_RE
+from toolkit.logs.plog import ROOT
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.logs.textcap import clip
 
@@ -34,21 +42,29 @@ NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
 MAX_MESSAGES = 1000
 BLOCK_CHARS = 32 * 1024 * 1024
-MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "Time", "File", "Line", "Message"]
+MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "TID", "Time", "File", "Line", "Message"]
+_TIME = r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3}"
+#: one record of any of the forms in the module docstring; groups level, module, pid, process, time, file, line,
+#: tid, message
+RECORD_PATTERN = (r"\[(?P<level>[A-Z]+)\] (?P<module>[^(\n]+?)\((?P<pid>-?\d+),(?P<process>[^)\n]*)\):"
+                  r"(?P<time>" + _TIME + r")(?: ?\[(?P<file>[^\]\n:\[]*)(?::(?P<line>\d+))?\])?"
+                  r"(?:\[tid:(?P<tid>\d+)\])?(?P<message>[^\n]*)")
+RECORD_RE = re.compile(RECORD_PATTERN + r"$")
+_HOST_TID = re.compile(r"(\d+) (.*)", re.DOTALL)
 DETECT_LINES = 5
 
 # one match per non-blank line: (level, module, "") for a plog record, ("", "", line) for anything else; the
 # rest of a record is validated, not captured
 _COUNT_RE = re.compile(
-    r"^(?:\[([A-Z]+)\] ([^(\n]+?)\(\d+,[^)\n]*\):\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3} \[[^\]\n:]*:\d+\][^\n]*"
+    r"^(?:\[([A-Z]+)\] ([^(\n]+?)\(-?\d+,[^)\n]*\):" + _TIME + r"[^\n]*"
     r"|([^\n]*\S[^\n]*))$", re.MULTILINE)
-_NOTABLE_RE = re.compile(r"^(?=\[(?:ERROR|WARNING)\] )" + LINE_PATTERN + r"$", re.MULTILINE)
+_NOTABLE_RE = re.compile(r"^(?=\[(?:ERROR|WARNING)\] )" + RECORD_PATTERN + r"$", re.MULTILINE)
 
 
 def detect(path: Path, head: str) -> bool:
     """True when most of the first non-blank lines (up to 5) are plog records."""
     lines = head_lines(head, DETECT_LINES)
-    good = sum(1 for ln in lines if LINE_RE.match(ln))
+    good = sum(1 for ln in lines if RECORD_RE.match(ln))
     return bool(lines) and good * 2 > len(lines)
 
 
@@ -84,10 +100,22 @@ def _scan(path: Path) -> tuple[Counter, list[tuple], int]:
                 counts[(level, clip(module))] += n
         if len(notable) < MAX_MESSAGES and ("[ERROR] " in block or "[WARNING] " in block):
             for m in _NOTABLE_RE.finditer(block):
-                notable.append(tuple(clip(g) for g in m.groups()))  # one 30 MB record stays 2,000 chars
+                notable.append(tuple(clip(g) for g in _record(m)))  # one 30 MB record stays 2,000 chars
                 if len(notable) >= MAX_MESSAGES:
                     break
     return counts, notable, bad
+
+
+def _record(m: re.Match) -> tuple[str, ...]:
+    """The :data:`MESSAGE_COLUMNS` cells of one matched record (module docstring: File, Line, TID)."""
+    g = m.groupdict()
+    tid, message = g["tid"] or "", g["message"]
+    if not tid and g["line"] and g["process"] != ROOT:
+        host = _HOST_TID.match(message)
+        if host:
+            tid, message = host.group(1), host.group(2)
+    return (g["level"], g["module"], g["pid"], g["process"], tid, g["time"], g["file"] or "", g["line"] or "",
+            message)
 
 
 def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[Finding]:
@@ -97,8 +125,9 @@ def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[F
             first = messages[(messages["Level"] == level) & (messages["Module"] == row["Module"])]
             ev = {"count": int(row["Count"]), "file": name}
             if len(first):
-                ev["first"] = f"{first.iloc[0]['Time']} [{first.iloc[0]['File']}:{first.iloc[0]['Line']}]" \
-                              f"{first.iloc[0]['Message']}"[:300]
+                where = ":".join(x for x in (first.iloc[0]["File"], first.iloc[0]["Line"]) if x)
+                ev["first"] = (f"{first.iloc[0]['Time']} " + (f"[{where}]" if where else "")
+                               + f"{first.iloc[0]['Message']}")[:300]
             out.append(Finding(sev, kind, str(row["Module"]), ev,
                                "read the first message and the lines before it in the log" if sev == "error"
                                else "check whether the warnings matter for this run"))

@@ -1,0 +1,88 @@
+"""diagnose with --device-dumps (toolkit.dumps.device_diagnosis): written raw dumps of a simulated run with one
+planted wrong tensor name that tensor's kernel as the origin; everything downstream of it is propagated; a
+faithful dump set has no origin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.dumps.device_runs import device_folder
+
+from toolkit.config.schema import Config
+from toolkit.core.errors import InputError
+from toolkit.diagnose import prepare
+from toolkit.dumps.device_diagnosis import NO_DEVICE_DUMP, diagnose_device, read_device_dumps
+
+
+def _scale(f, shift):
+    return lambda a: (a.astype(np.float32) * f + shift).astype(a.dtype)
+
+
+def _diagnose(model, folder, npz, config=None):
+    prep = prepare(str(model), str(npz))
+    return diagnose_device(prep, config or Config(), str(folder))
+
+
+# (sample, planted tensor, its kernel in our plan)
+PLANTS = [("resnet_small", "block2_a_relu", "block2_a_conv"), ("resnet_small", "stem_relu", "stem_conv"),
+          ("resnet_small", "block3_relu", "block3_b_conv"), ("transformer_block", None, None)]
+
+
+@pytest.mark.parametrize("layout", ["NC1HWC0", "FRACTAL_NZ", "ND"])
+@pytest.mark.parametrize("factor,shift", [(1.5, 0.3), (1.0, 2.0), (-1.0, 0.0)])
+@pytest.mark.parametrize("sample,tensor,kernel", PLANTS[:3])
+def test_a_planted_wrong_tensor_names_its_kernel_as_the_origin(tmp_path, sample, tensor, kernel, layout, factor,
+                                                               shift):
+    model, folder, npz = device_folder(tmp_path, sample, layout, spoil={tensor: _scale(factor, shift)})
+    diag, _, audit = _diagnose(model, folder, npz)
+    first = diag.summary["first_divergence"]
+    assert (first["tensor"], first["kernel"]) == (tensor, kernel)
+    roles = diag.table.set_index("TensorName")["Role"]
+    assert list(roles[roles == "origin"].index) == [tensor]
+    kinds = [(f.kind, f.subject) for f in diag.findings]
+    assert ("device_kernel_deviation", kernel) in kinds
+    assert audit.empty  # the dumps' dtypes are what the default options imply
+
+
+def test_an_error_the_device_passes_on_is_propagated(tmp_path):
+    """Spoil a tensor AND recompute nothing: the consumer's dump is the run's own, so it is normal; spoil the
+    consumer the way its spoiled input implies (scale a Relu-free path): the consumer is propagated."""
+    model, folder, npz = device_folder(tmp_path, "resnet_small", spoil={
+        "head_pool": _scale(1.5, 0.0), "head_flatten": _scale(1.5, 0.0)})  # Flatten passes the error on
+    diag, _, _ = _diagnose(model, folder, npz)
+    roles = diag.table.set_index("TensorName")["Role"]
+    assert roles["head_pool"] == "origin" and roles["head_flatten"] == "propagated"
+    assert diag.summary["first_divergence"]["kernel"] == "head_pool"
+
+
+@pytest.mark.parametrize("sample", ["resnet_small", "transformer_block"])
+def test_a_faithful_dump_set_has_no_divergence(tmp_path, sample):
+    model, folder, npz = device_folder(tmp_path, sample, "NC1HWC0")
+    diag, _, audit = _diagnose(model, folder, npz)
+    assert diag.summary["first_divergence"] is None and diag.summary["verdict"] != "FAIL"
+    assert diag.summary["device_dumps"]["tensors"] > 5 and audit.empty
+
+
+def test_a_missing_and_an_unreadable_dump_say_so(tmp_path):
+    model, folder, npz = device_folder(tmp_path)
+    files = sorted(folder.iterdir())
+    victim = next(f for f in files if ".block1_a_conv." in f.name)
+    victim.unlink()
+    broken = next(f for f in files if ".block2_a_conv." in f.name)
+    broken.write_bytes(broken.read_bytes()[:-7])
+    diag, _, _ = _diagnose(model, folder, npz)
+    reasons = diag.table.set_index("TensorName")["CompareFailReason"]
+    assert reasons["block1_a_relu"] == NO_DEVICE_DUMP
+    assert reasons["block2_a_relu"].startswith("device dump unreadable") and "sizes do not add up" in \
+        reasons["block2_a_relu"]
+
+
+def test_dumps_of_another_model_are_refused(tmp_path):
+    import onnx
+
+    from toolkit import samples
+
+    _, folder, _ = device_folder(tmp_path, "resnet_small")
+    with pytest.raises(InputError, match="names a node of the model"):
+        read_device_dumps(onnx.load(str(samples.sample_path("transformer_block"))), str(folder))

@@ -1,0 +1,135 @@
+"""Compare results written by other tools, in one table, with our advisor's order on top.
+
+The parsers ``msaccucmp_csv`` (the CANN compare tool's result CSV) and ``msprobe_compare_csv`` (msprobe's
+compare_result CSV) bring their rows to :data:`COLUMNS`, named with the compare tool's column meanings:
+
+Tool ("msaccucmp" / "msprobe"), Index, OpType, NPUDump (the NPU op name), DataType (its dtype), Address,
+GroundTruth (the golden op name), GroundTruthDataType, GroundTruthAddress, TensorIndex, Shape, OverFlow (True /
+False; NaN when not detected), the compare tool's metrics (:data:`METRIC_COLUMNS`; NaN where a tool gives none),
+StandardDeviation (text, as written: "(mean;std),(mean;std)"), CompareFailReason, Accuracy (msprobe's
+"Accuracy Reached or Not" / Result; "" for msaccucmp), Abnormal, AbnormalMetrics (';'-joined), Advice (the
+finding kind that puts a row on top, else "").
+
+:func:`judge` applies the compare tool's default abnormal lines (toolkit.compare.metrics.resolve_thresholds:
+CosineSimilarity < 0.99, RelativeEuclideanDistance > 0.05, KullbackLeiblerDivergence > 0.005,
+RootMeanSquareError > 1, MeanRelativeError > 1) to the metrics a row has; an msprobe row whose Accuracy is "No"
+(or Result "Warning"/"Different") is abnormal too. :func:`advise` gives the findings in the compare tool's
+advisor order, which is ours: FP16 overflow first (the first row with OverFlow YES), then inconsistent inputs
+(an abnormal input-tensor row before any abnormal output row), then the first op over the lines;
+:func:`advisor_first` puts the rows those findings name on top of the table (then every other row in file order).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics.registry import METRICS
+from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
+from toolkit.core.records import Finding
+from toolkit.logs.csvread import numeric
+
+METRIC_COLUMNS = ["CosineSimilarity", "MaxAbsoluteError", "AccumulatedRelativeError", "RelativeEuclideanDistance",
+                  "KullbackLeiblerDivergence", "MeanAbsoluteError", "RootMeanSquareError", "MaxRelativeError",
+                  "MeanRelativeError"]
+COLUMNS = ["Tool", "Index", "OpType", "NPUDump", "DataType", "Address", "GroundTruth", "GroundTruthDataType",
+           "GroundTruthAddress", "TensorIndex", "Shape", "OverFlow", *METRIC_COLUMNS, "StandardDeviation",
+           "CompareFailReason", "Accuracy", "Abnormal", "AbnormalMetrics", "Advice"]
+TEXT = ["Tool", "OpType", "NPUDump", "DataType", "Address", "GroundTruth", "GroundTruthDataType", "GroundTruthAddress",
+        "TensorIndex", "Shape", "StandardDeviation", "CompareFailReason", "Accuracy"]
+_BAD_ACCURACY = {"no", "warning", "different"}
+_YES, _NO = {"yes", "true", "1"}, {"no", "false", "0"}
+
+
+def overflow_flag(text) -> float | bool:
+    """OverFlow cell → True / False; NaN when the tool did not detect (NaN, empty, anything else)."""
+    t = str(text).strip().lower()
+    return True if t in _YES else False if t in _NO else math.nan
+
+
+def frame(rows: pd.DataFrame, tool: str) -> pd.DataFrame:
+    """``rows`` (already renamed to :data:`COLUMNS` names, text cells) as the typed table, judged."""
+    out = pd.DataFrame(index=rows.index)
+    for col in COLUMNS:
+        if col in TEXT:
+            out[col] = rows[col].astype(str).str.strip() if col in rows else ""
+        elif col in METRIC_COLUMNS:
+            out[col] = numeric(rows[col]) if col in rows else math.nan
+    out["Tool"] = tool
+    index = numeric(rows["Index"]) if "Index" in rows else pd.Series(range(len(rows)), index=rows.index, dtype=float)
+    out["Index"] = index.astype("Int64") if index.notna().all() and (index % 1 == 0).all() else index
+    out["OverFlow"] = rows["OverFlow"].map(overflow_flag) if "OverFlow" in rows else math.nan
+    out = out.reset_index(drop=True)
+    return judge(out)[COLUMNS]
+
+
+def judge(df: pd.DataFrame, lines: dict | None = None) -> pd.DataFrame:
+    """Abnormal / AbnormalMetrics per row (module docstring); Advice empty. Returns ``df`` (changed)."""
+    lines = {m: v for m, v in (lines or resolve_thresholds(None)).items() if m in df.columns}
+    crossed = []
+    for _, r in df.iterrows():
+        names = []
+        for m, line in lines.items():
+            v = r[m]
+            if isinstance(v, float) and not math.isnan(v):
+                below = METRICS[m].direction == HIGHER_IS_BETTER
+                if (v < line) if below else (v > line):
+                    names.append(m)
+        crossed.append(names)
+    acc = df["Accuracy"].astype(str).str.strip().str.lower().isin(_BAD_ACCURACY) if "Accuracy" in df else False
+    df["AbnormalMetrics"] = [";".join(c) for c in crossed]
+    df["Abnormal"] = pd.Series([bool(c) for c in crossed], index=df.index) | acc
+    df["Advice"] = ""
+    return df
+
+
+def _is_input(r) -> bool:
+    return ":input:" in f":{r['TensorIndex'].lower()}:" or r["TensorIndex"].lower().startswith("input")
+
+
+def advise(df: pd.DataFrame) -> list[Finding]:
+    """Findings in the advisor's order (module docstring); each names its row's Index in evidence["Index"]."""
+    out = []
+    over = df[df["OverFlow"].map(lambda v: v is True)]
+    if len(over):
+        r = over.iloc[0]
+        out.append(Finding("error", "fp16_overflow", r["NPUDump"] or r["GroundTruth"], _ev(r),
+                           f"FP16 overflow at '{r['NPUDump']}' (the compare tool's OverFlow = YES; {len(over)} row(s) "
+                           "in all): keep it in FP32 (keep_dtype) or scale its inputs, then compare again"))
+    bad = df[df["Abnormal"].astype(bool)]
+    first_out = next((i for i, r in bad.iterrows() if not _is_input(r)), None)
+    ins = [i for i, r in bad.iterrows() if _is_input(r) and (first_out is None or i < first_out)]
+    if ins:
+        r = df.loc[ins[0]]
+        out.append(Finding("error", "inconsistent_input", r["NPUDump"] or r["GroundTruth"], _ev(r),
+                           f"the input '{r['TensorIndex']}' of '{r['NPUDump']}' differs from the golden's before any "
+                           "output does: the two runs were not fed the same data; compare with the same inputs"))
+    if first_out is not None:
+        r = df.loc[first_out]
+        out.append(Finding("error", "first_divergence", r["NPUDump"] or r["GroundTruth"], _ev(r),
+                           f"'{r['NPUDump']}' ({r['OpType'] or 'op'}, golden '{r['GroundTruth']}') is the first op "
+                           f"over the lines ({r['AbnormalMetrics'] or 'Accuracy ' + r['Accuracy']}): isolate it "
+                           "(npuscope diagnose MODEL --device-dumps) or keep it in FP32 (keep_dtype)"))
+    return out
+
+
+def _ev(r) -> dict:
+    ev = {"Index": r["Index"], "TensorIndex": r["TensorIndex"], "GroundTruth": r["GroundTruth"], "Tool": r["Tool"]}
+    ev.update({m: r[m] for m in METRIC_COLUMNS if isinstance(r[m], float) and not math.isnan(r[m])})
+    return ev
+
+
+def advisor_first(df: pd.DataFrame, findings: list[Finding]) -> pd.DataFrame:
+    """``df`` with the rows ``findings`` name first (in their order, Advice = the finding's kind), then the
+    others in file order."""
+    df = df.copy()
+    top = []
+    for f in findings:
+        hit = df.index[df["Index"] == f.evidence.get("Index")]
+        if len(hit) and hit[0] not in top:
+            top.append(hit[0])
+            df.at[hit[0], "Advice"] = f.kind
+    rest = [i for i in df.index if i not in top]
+    return df.loc[top + rest].reset_index(drop=True)

@@ -1,0 +1,142 @@
+"""JSON trace events in bounded memory: a streaming reader (ijson) and a compact column store for the rows.
+
+:func:`iter_events` yields the events of a Chrome-trace file one at a time with ijson (the yajl2 C backend when
+available) — the top-level array's items, or the ``traceEvents`` array's items of an object — so a trace of
+several GB is never held as text nor as a list of dicts. Numbers arrive as Python floats. A file cut short or
+corrupt ends the stream: what was read before is kept and :attr:`Stream.error` says where it stopped.
+``otherData`` (npuscope's ``Time Kind``) is read from the head of the file when it precedes the events.
+
+:class:`Columns` accumulates rows column by column: numbers in float64 arrays, text as int32 codes into one
+dictionary per column, and a column that has held one value only is kept as that value (no per-row storage),
+so a 1 GB timeline of ~4 M tasks takes ~50 bytes per row. :meth:`Columns.frame` gives a DataFrame whose text
+columns are pandas Categoricals.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ijson
+import numpy as np
+import pandas as pd
+
+from toolkit.core.textfile import open_regular
+
+_OTHER = re.compile(rb'"otherData"\s*:\s*(\{[^{}]*\})')
+HEAD = 64 * 1024
+
+
+@dataclass
+class Stream:
+    """The state of one :func:`iter_events` pass: ``top_level`` ("array" / "object" / ""), ``other_data``
+    (the ``otherData`` object when found in the head, else {}), ``error`` (why the stream stopped early, "")."""
+
+    top_level: str = ""
+    other_data: dict = field(default_factory=dict)
+    error: str = ""
+
+
+def iter_events(path: Path, state: Stream) -> Iterator[object]:
+    """The events of the trace at ``path`` (module docstring); ``state`` is filled as the file is read.
+    Raises OSError (toolkit.core.textfile.NotRegularFile) for a file that cannot be opened as a regular file."""
+    import json
+
+    with open_regular(path) as fh:
+        head = fh.read(HEAD)
+        start = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+        state.top_level = {b"[": "array", b"{": "object"}.get(start, "")
+        m = _OTHER.search(head)
+        if m:
+            try:
+                state.other_data = json.loads(m.group(1))
+            except ValueError:
+                state.other_data = {}
+        if not state.top_level:
+            state.error = "neither a JSON array nor an object"
+            return
+        fh.seek(3 if head.startswith(b"\xef\xbb\xbf") else 0)
+        prefix = "item" if state.top_level == "array" else "traceEvents.item"
+        try:
+            yield from ijson.items(fh, prefix, use_float=True)
+        except ijson.common.IncompleteJSONError as exc:
+            state.error = f"not complete JSON (truncated or corrupt): stopped at {_short(exc)}"
+        except ijson.common.JSONError as exc:
+            state.error = f"not valid JSON: {_short(exc)}"
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:160]
+
+
+class _Column:
+    """One column: all default (NaN / "") until another value arrives, then per-row storage (padded with the
+    default for rows that did not set it)."""
+
+    __slots__ = ("numeric", "n", "values", "codes", "index")
+
+    def __init__(self, numeric: bool):
+        self.numeric, self.n = numeric, 0
+        self.values = self.codes = None
+        self.index: dict[str, int] = {"": 0}
+
+    def put(self, i: int, v) -> None:
+        """Set row ``i`` (>= every row set before) to ``v``."""
+        if self.numeric:
+            v = float("nan") if v is None else float(v)
+            if self.values is None:
+                if v != v:
+                    return
+                self.values = array("d", [float("nan")]) * i
+            elif i > len(self.values):
+                self.values.extend(array("d", [float("nan")]) * (i - len(self.values)))
+            self.values.append(v)
+            return
+        v = "" if v is None else v if isinstance(v, str) else str(v)
+        if self.codes is None:
+            if not v:
+                return
+            self.codes = array("i", [0]) * i
+        elif i > len(self.codes):
+            self.codes.extend(array("i", [0]) * (i - len(self.codes)))
+        self.codes.append(self.index.setdefault(v, len(self.index)))
+
+    def series(self, n: int) -> pd.Series:
+        if self.numeric:
+            if self.values is None:
+                return pd.Series(np.full(n, np.nan))
+            out = np.full(n, np.nan)
+            out[:len(self.values)] = np.frombuffer(self.values, np.float64)
+            return pd.Series(out)
+        if self.codes is None:
+            return pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), [""]))
+        codes = np.zeros(n, np.int32)
+        codes[:len(self.codes)] = np.frombuffer(self.codes, np.int32)
+        return pd.Series(pd.Categorical.from_codes(codes, list(self.index)))
+
+
+class Columns:
+    """Rows stored column by column (module docstring). ``numeric``: the names of the float columns."""
+
+    def __init__(self, names: list[str], numeric: set[str]):
+        self.names, self.n = list(names), 0
+        self._cols = {c: _Column(c in numeric) for c in names}
+
+    def append(self, row: dict) -> None:
+        """Add one row {column: value}; columns it does not name get NaN / "". Raises KeyError for a column
+        that is not one of ``names``."""
+        i, cols = self.n, self._cols
+        for name, v in row.items():
+            cols[name].put(i, v)
+        self.n = i + 1
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame with the columns in order (text columns Categorical, numbers float64)."""
+        return pd.DataFrame({c: self._cols[c].series(self.n) for c in self.names})
+
+    def column(self, name: str) -> pd.Series:
+        return self._cols[name].series(self.n)
