@@ -13,6 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from toolkit.core.errors import ModelError
+from toolkit.ir.weights import array_of
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class Graph:
         self.nodes: list[onnx.NodeProto] = list(model.graph.node)
         self.consts: dict[str, np.ndarray] = {}
         for init in model.graph.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+            self.consts[init.name] = array_of(init)
         self.inputs = [i.name for i in model.graph.input if i.name not in self.consts]
         self.outputs = [o.name for o in model.graph.output]
         self.types: dict[str, ValueType] = {}

@@ -114,6 +114,23 @@ DISABLED_OPTIMIZERS = ["LayerNormFusion", "SimplifiedLayerNormFusion", "GeluFusi
                        "FastGeluFusion", "QuickGeluFusion", "AttentionFusion"]
 
 
-def make_session(model_bytes: bytes, optimize: bool | str = True) -> ort.InferenceSession:
-    return ort.InferenceSession(model_bytes, session_options(optimize), providers=["CPUExecutionProvider"],
+def make_session(model_bytes: bytes, optimize: bool | str = True, external: dict | None = None) -> ort.InferenceSession:
+    """A CPU session of ``model_bytes``. ``external``: {initializer name: array} whose buffers onnxruntime uses in
+    place (``SessionOptions.add_external_initializers``; the model declares them as external data, e.g. the
+    memory-mapped weights of toolkit.ir.weights); weight prepacking is then off, so no copy of them is made."""
+    so = session_options(optimize)
+    if external:
+        names = list(external)
+        values = [ort.OrtValue.ortvalue_from_numpy(external[n]) for n in names]
+        so.add_external_initializers(names, values)
+        so.add_session_config_entry("session.disable_prepacking", "1")
+        return _keep(ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                          disabled_optimizers=DISABLED_OPTIMIZERS), values)
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=DISABLED_OPTIMIZERS)
+
+
+def _keep(session: ort.InferenceSession, values: list) -> ort.InferenceSession:
+    """``session`` holding references to the OrtValues whose buffers it reads (they must outlive it)."""
+    session._npuscope_external = values
+    return session

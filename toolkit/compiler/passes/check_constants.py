@@ -46,6 +46,7 @@ from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.core.records import Finding
 from toolkit.core.text import show
+from toolkit.ir.weights import array_of
 from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
 
 #: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
@@ -278,7 +279,7 @@ def recheck(result, edited: set[str]) -> None:
     compiled graph are its initializers (toolkit.ir.graph.Graph.sync); only the edited ones are decoded."""
     import time
 
-    from onnx import TensorProto, numpy_helper
+    from onnx import TensorProto
 
     t0 = time.perf_counter()
     g = result.model.graph
@@ -287,7 +288,7 @@ def recheck(result, edited: set[str]) -> None:
            for f in result.findings if f.kind == "fp16_constant"}
     found, log = _findings({n.name: n for n in g.node},
                            lambda c: c in inits and inits[c].data_type == TensorProto.FLOAT, result.plan.kernels,
-                           lambda c, add: material_issues(numpy_helper.to_array(inits[c]), add) if c in edited
+                           lambda c, add: material_issues(array_of(inits[c]), add) if c in edited
                            else old.get(c, {}))
     result.findings = [f for f in result.findings if f.kind != "fp16_constant"] + found
     for p in result.passes:
