@@ -52,6 +52,9 @@ def _memmap(path: str, offset: int, dtype: str, shape: tuple[int, ...]) -> np.nd
     return np.memmap(path, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape)
 
 
+_PROTOS: dict[int, tuple[np.ndarray, TensorProto]] = {}  # id(memmap) -> (the memmap, its reference, unnamed)
+
+
 def array_of(t: TensorProto) -> np.ndarray:
     """The values of ``t`` as a numpy array (dims as shape, dtype from ``data_type``): a read-only memmap for a
     mapped tensor (:func:`is_mapped`; never copied), ``onnx.numpy_helper.to_array`` otherwise."""
@@ -59,7 +62,25 @@ def array_of(t: TensorProto) -> np.ndarray:
         return numpy_helper.to_array(t)
     f = _fields(t)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).str
-    return _memmap(f[PATH_KEY], int(f.get("offset") or 0), dtype, tuple(int(d) for d in t.dims))
+    arr = _memmap(f[PATH_KEY], int(f.get("offset") or 0), dtype, tuple(int(d) for d in t.dims))
+    if id(arr) not in _PROTOS:
+        ref = TensorProto()
+        ref.CopyFrom(t)
+        ref.ClearField("name")
+        _PROTOS[id(arr)] = (arr, ref)
+    return arr
+
+
+def tensor_of(arr: np.ndarray, name: str) -> TensorProto:
+    """An initializer ``name`` holding ``arr``: the on-disk reference when ``arr`` is a map :func:`array_of` gave
+    (no bytes copied), else ``onnx.numpy_helper.from_array``."""
+    known = _PROTOS.get(id(arr))
+    if known is None or known[0] is not arr:
+        return numpy_helper.from_array(arr, name)
+    t = TensorProto()
+    t.CopyFrom(known[1])
+    t.name = name
+    return t
 
 
 def mapped_initializers(model: onnx.ModelProto) -> dict[str, np.ndarray]:
