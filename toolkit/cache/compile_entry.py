@@ -136,7 +136,7 @@ def value_digest(arr) -> str:
     arr = np.ascontiguousarray(arr)
     h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
     if arr.dtype != object:
-        h.update(arr.tobytes())
+        h.update(arr.reshape(-1).view(np.uint8) if arr.size and arr.dtype.kind in "biufc" else arr.tobytes())  # no copy
     else:
         h.update(repr(arr.tolist()).encode())
     return h.hexdigest()

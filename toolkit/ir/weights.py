@@ -122,3 +122,26 @@ def data_digest(model: onnx.ModelProto) -> str:
         st = os.stat(path)
         h.update(f"{path}\0{_file_digest(path, st.st_size, st.st_mtime_ns)}\0".encode())
     return h.hexdigest()
+
+
+def for_onnxruntime(model: onnx.ModelProto) -> str | None:
+    """Prepare ``model`` (a copy the caller owns; changed in place) for an onnxruntime session that reads its
+    mapped weights itself: their :data:`PATH_KEY` entries are removed, leaving ONNX's relative ``location``,
+    ``offset`` and ``length``. Returns the folder they are relative to (onnxruntime's session option
+    ``session.model_external_initializers_file_folder_path``; onnxruntime memory-maps the files), or None when
+    the model maps nothing or its mapped weights come from several folders (then nothing is changed)."""
+    folders = set()
+    for t in model.graph.initializer:
+        if is_mapped(t):
+            f = _fields(t)
+            folders.add(os.path.normpath(f[PATH_KEY][: len(f[PATH_KEY]) - len(os.path.normpath(f["location"]))]))
+    if len(folders) != 1:
+        return None
+    for t in model.graph.initializer:
+        if is_mapped(t):
+            keep = [(e.key, e.value) for e in t.external_data if e.key != PATH_KEY]
+            del t.external_data[:]
+            for k, v in keep:
+                e = t.external_data.add()
+                e.key, e.value = k, v
+    return folders.pop()

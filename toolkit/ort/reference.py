@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from toolkit.ir.shape_inference import infer_light
-from toolkit.ir.weights import mapped_initializers
+from toolkit.ir.weights import for_onnxruntime, mapped_initializers
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
 
@@ -59,8 +59,11 @@ class ReferenceRunner:
         self.output_names = [o.name for o in m.graph.output]
         # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
-        # weights left on disk (toolkit.ir.weights) are handed over as memory-mapped external initializers
-        self.session = make_session(m.SerializeToString(), optimize=False, external=mapped_initializers(m))
+        # weights left on disk (toolkit.ir.weights): onnxruntime maps their files itself (from several folders:
+        # handed over as external initializers, which it copies)
+        folder = for_onnxruntime(m)
+        self.session = make_session(m.SerializeToString(), optimize=False, folder=folder,
+                                    external=None if folder else mapped_initializers(m))
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """{tensor name: array} for graph outputs and exposed intermediates."""
