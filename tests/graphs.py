@@ -66,3 +66,24 @@ def mlp_model(folder, rng, widths=(64, 1024, 512, 256), one_file=False, seq=16, 
     onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=one_file,
               location="model.data" if one_file else None, size_threshold=0)
     return path, inits
+
+
+LAYERS = 4
+
+
+def layered_model(layers: int = LAYERS, style: str = "/layers.{i}/"):
+    """x -> per layer: MatMul, Add, Relu (named ``{style}MatMul`` ...) -> a final Identity ``out``."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        p = style.format(i=i)
+        inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"{p}MatMul"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"{p}Add"),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"], name=f"{p}Relu")]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["out"], name="final"))
+    g = helper.make_graph(nodes, "layered", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
