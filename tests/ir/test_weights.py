@@ -35,6 +35,20 @@ def test_large_initializers_stay_mapped_with_the_files_values(tmp_path, one_file
             assert not arr.flags.writeable
 
 
+def test_large_initializers_inside_the_model_file_stay_there(tmp_path):
+    """Weights stored in the .onnx file itself are mapped at their offset in it, with the file's values."""
+    path, inits = mlp_model(tmp_path, np.random.default_rng(12))
+    onnx.save(onnx.load(str(path)), str(tmp_path / "embedded.onnx"))  # every tensor inside the model file
+    model = load_model(tmp_path / "embedded.onnx")
+    for t in model.graph.initializer:
+        big = inits[t.name].nbytes >= weights.MAP_MIN_BYTES
+        assert weights.is_mapped(t) == big and not (big and t.raw_data), t.name
+        if big:
+            f = {e.key: e.value for e in t.external_data}
+            assert f["location"] == "embedded.onnx" and f[weights.PATH_KEY] == str((tmp_path / "embedded.onnx").resolve())
+        np.testing.assert_array_equal(weights.array_of(t), inits[t.name])
+
+
 def test_mapped_path_is_the_checked_file_inside_the_folder(tmp_path):
     path, _ = mlp_model(tmp_path, np.random.default_rng(1))
     model = load_model(path)
@@ -97,10 +111,14 @@ def _tensors_close(x, y, what):
 
 
 @pytest.mark.parametrize("precision_mode", ["force_fp16", "allow_mix_precision"])
-def test_diagnosis_on_mapped_weights_equals_the_all_in_memory_one(tmp_path, monkeypatch, precision_mode):
-    """External data split over many files: the diagnosis reading the weights from their maps gives, tensor by
-    tensor, the reference and device values and the verdict of the diagnosis that read them all into memory."""
+@pytest.mark.parametrize("storage", ["external", "embedded"])
+def test_diagnosis_on_mapped_weights_equals_the_all_in_memory_one(tmp_path, monkeypatch, precision_mode, storage):
+    """External data split over many files (or weights inside the .onnx file): the diagnosis reading the weights
+    from their maps gives, tensor by tensor, the reference and device values and the verdict of the diagnosis
+    that read them all into memory."""
     path, _ = mlp_model(tmp_path, np.random.default_rng(8), widths=(64, 1024, 512, 512, 256))
+    if storage == "embedded":
+        onnx.save(onnx.load(str(path)), str(path))
     np.savez(tmp_path / "in.npz", ids=np.random.default_rng(9).integers(0, 600, (1, 16)))
     cfg = Config(precision_mode=precision_mode, op_compiler_cache_mode="disable")
     runs = {}

@@ -14,7 +14,8 @@
 
 External initializers of toolkit.ir.weights.MAP_MIN_BYTES (1 MiB) or more are not read: once checked they stay
 in their files, memory-mapped by their readers (toolkit.ir.weights.array_of), so a model past protobuf's 2 GiB
-limit loads in the memory of its graph alone.
+limit loads in the memory of its graph alone. Initializers of that size stored inside the model file are left
+there the same way (mapped at their offset in the .onnx file).
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         onnx.checker.check_model(str(p) if mapped else model)
     except onnx.checker.ValidationError as exc:
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
+    _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
+    del data
     normalise_node_names(model)
     return model
 
@@ -230,6 +233,46 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
         if len(t.raw_data) > need:
             t.raw_data = t.raw_data[:need]
     return mapped
+
+
+def _find(data: bytes, raw: bytes, start: int) -> int:
+    """Offset of ``raw`` in ``data`` at or after ``start`` (-1: none): candidates by a 64-byte prefix, each
+    confirmed by comparing every byte (a whole-pattern search costs ~6x more on weight-sized patterns)."""
+    head = raw[:64]
+    at = data.find(head, start)
+    while at >= 0:
+        if data.startswith(raw, at):
+            return at
+        at = data.find(head, at + 1)
+    return -1
+
+
+def _map_embedded(model: onnx.ModelProto, data: bytes, path: Path) -> int:
+    """Leave large initializers stored inside the model file in it: each one of toolkit.ir.weights.MAP_MIN_BYTES
+    or more whose ``raw_data`` bytes are found in ``data`` (the file's bytes, searched forward from the previous
+    tensor's end, as protobuf writes them in order) is marked as mapped at that offset of the file itself and
+    its ``raw_data`` dropped. Any match holds exactly the tensor's bytes, so its values are the tensor's.
+    Returns how many were mapped."""
+    pos, n = 0, 0
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
+            continue
+        raw = t.raw_data
+        if len(raw) < MAP_MIN_BYTES:
+            continue
+        at = _find(data, raw, pos)
+        if at < 0:
+            at = _find(data, raw, 0)
+        if at < 0:
+            continue
+        pos = at + len(raw)
+        t.ClearField("raw_data")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        loc = t.external_data.add()
+        loc.key, loc.value = "location", path.name
+        mark_mapped(t, str(path), at, len(raw))
+        n += 1
+    return n
 
 
 def _extent_field(fields: dict[str, str], key: str, where: str) -> int | None:
