@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -45,3 +46,44 @@ def conv_relu(batch=1):
                           "cr", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4, 8, 8])], [w, b])
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def mlp_model(folder, rng, widths=(64, 1024, 512, 256), one_file=False, seq=16, vocab=600):
+    """An embedding + MatMul/Relu chain saved with every tensor as external data (one file per tensor unless
+    ``one_file``); returns (path, {initializer: array})."""
+    inits = {"E": rng.standard_normal((vocab, widths[0])).astype(np.float32)}
+    nodes = [helper.make_node("Gather", ["E", "ids"], ["x0"], name="gather")]
+    for i, (a, b) in enumerate(zip(widths, widths[1:])):
+        inits[f"W{i}"] = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+        nodes.append(helper.make_node("MatMul", [f"x{i}", f"W{i}"], [f"m{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"x{i + 1}"], name=f"relu{i}"))
+    last = f"x{len(widths) - 1}"
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, seq])],
+                          [helper.make_tensor_value_info(last, TensorProto.FLOAT, [1, seq, widths[-1]])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = folder / "model.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=one_file,
+              location="model.data" if one_file else None, size_threshold=0)
+    return path, inits
+
+
+LAYERS = 4
+
+
+def layered_model(layers: int = LAYERS, style: str = "/layers.{i}/"):
+    """x -> per layer: MatMul, Add, Relu (named ``{style}MatMul`` ...) -> a final Identity ``out``."""
+    rng = np.random.default_rng(0)
+    nodes, inits, x = [], [], "x"
+    for i in range(layers):
+        p = style.format(i=i)
+        inits += [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"], name=f"{p}MatMul"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"], name=f"{p}Add"),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"], name=f"{p}Relu")]
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["out"], name="final"))
+    g = helper.make_graph(nodes, "layered", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

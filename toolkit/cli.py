@@ -26,6 +26,7 @@ from toolkit.commands.regress import regress_command
 from toolkit.commands.run import run_command
 from toolkit.commands.signoff import signoff_command
 from toolkit.commands.tune import tune_command
+from toolkit.compare.subset import Subset
 from toolkit.core.env import set_default
 from toolkit.core.errors import UserError
 from toolkit.core.text import printable
@@ -184,6 +185,12 @@ def _diag_options(fn):
                      "audit its Input/Output Data Types against the options (alone, or with --device-dumps)."),
         click.option("--mapping", type=click.Path(), help="With --device-dumps: JSON {device op: [original nodes]} for "
                      "fused ops whose dumps record no original_op."),
+        click.option("--nodes", help="Compare and keep only these nodes' tensors: names, glob patterns or graph-order "
+                     "index ranges, comma-separated (e.g. '*/self_attn/*,10-20'). Graph outputs are always compared."),
+        click.option("--layers", help="Only these transformer layers (node names with layers.N / layer.N / h.N / "
+                     "blocks.N), e.g. '0-1,5'."),
+        click.option("--until", help="Only nodes up to and including this node (or the node producing this tensor)."),
+        click.option("--outputs-only", is_flag=True, help="Compare only the graph outputs (a first quick look)."),
     ] + DATASET_OPTIONS
     for opt in reversed(opts):
         fn = opt(fn)
@@ -191,12 +198,13 @@ def _diag_options(fn):
 
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
-          task_metrics, out, device_dumps, device_profile, mapping, jobs, ray_address, percentiles, html):
+          task_metrics, out, device_dumps, device_profile, mapping, nodes, layers, until, outputs_only, jobs,
+          ray_address, percentiles, html):
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
-                               task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
-                               percentiles=percentiles, device_dumps=device_dumps, device_profile=device_profile,
-                               mapping=mapping, progress=_progress)
+                           task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
+                           percentiles=percentiles, device_dumps=device_dumps, device_profile=device_profile,
+                           mapping=mapping, progress=_progress, subset=Subset(nodes, layers, until, outputs_only))
     _say(res["summary"])
     if res["verdict"] == "FAIL":
         sys.exit(1)

@@ -38,6 +38,7 @@ from toolkit.compare.metrics.thresholds import (
     resolve_thresholds,
 )
 from toolkit.compare.nondeterminism import dependent_tensors
+from toolkit.compare.subset import Subset, select
 from toolkit.compare.tasks import run_tasks
 from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
 from toolkit.compiler.pipeline import recompile_precision
@@ -373,7 +374,8 @@ def _run_or_explain(sess, prep: Prepared):
         raise
 
 
-def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop) -> tuple[Diagnosis, dict]:
+def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop,
+             subset: Subset | None = None) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "compiled", "origin_nodes",
     "npu_outputs", "runtime"}: the reference tensors, the device side, the CompileResult, the nodes a reproducer
     needs, the plan's graph outputs and the NpuRuntime that ran, with its built kernels).
@@ -383,11 +385,16 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     the error propagates: an interpreter torn down under a thread still inside onnxruntime aborts the process.
     Measured and dropped: the force_fp32 triage alongside the comparison, and the analysis imports (pandas)
     alongside the compile or the kernel build: both sides are mostly Python and slowed each other as much as
-    they gained."""
+    they gained.
+
+    ``subset`` (toolkit.compare.subset): only its tensors are compared and kept (graph inputs and outputs
+    always); ``summary["subset"]`` says what was left out. Raises ConfigError for a selection that matches
+    nothing, before anything runs."""
     require_outputs(prep.model, prep.path)
+    kept = select(prep.model, subset) if subset is not None and subset.active else None
     reference = _Background(_timed, _reference_run, prep)
     try:
-        return _diagnose(prep, config, thresholds, task_metrics, progress, reference)
+        return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
     except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
         raise
     except BaseException:
@@ -395,7 +402,8 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
         raise
 
 
-def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference) -> tuple[Diagnosis, dict]:
+def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference,
+              kept: dict | None = None) -> tuple[Diagnosis, dict]:
     t = {}
     t0 = time.perf_counter()
     progress("compiling (the FP32 reference runs alongside)")
@@ -411,8 +419,13 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     ts = time.perf_counter()
     progress("comparing tensors")
     device = device_tensors(npu, prep.feeds)  # graph outputs folded at compile time: the constant the plan returns
+    if kept is not None:  # --nodes / --layers / --until / --outputs-only: the rest is neither compared nor kept
+        golden = {k: v for k, v in golden.items() if k in kept["tensors"]}
+        device = {k: v for k, v in device.items() if k in kept["tensors"]}
     outputs = [o.name for o in prep.model.graph.output]
     df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
+    if kept is not None:
+        df = df[df["TensorName"].isin(kept["tensors"])].reset_index(drop=True)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
@@ -459,6 +472,8 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
         "counts": {**layer_counts(df), "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
     }
+    if kept is not None:
+        summary["subset"] = {k: kept[k] for k in ("options", "left_out_nodes", "left_out_tensors")}
     plan = sess.plan
     diag = Diagnosis(
         summary=summary, table=df, findings=findings, passes=_passes_frame(sess.compiled),

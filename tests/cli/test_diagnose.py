@@ -21,7 +21,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.faultkinds import builders as fk
-from tests.graphs import N, make_model
+from tests.graphs import N, layered_model, make_model
+from toolkit.compare.subset import layer_of
 from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
 from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
 from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
@@ -388,3 +389,31 @@ def test_device_inputs_that_cannot_be_read_are_one_line_errors(tmp_path, args, c
     p = _cli("diagnose", samples.sample_path("resnet_small"), *[a.format(tmp=tmp_path) for a in args],
              "--out", tmp_path / "rep")
     assert_one_line_error(p, code, said, out=tmp_path / "rep")
+
+
+# ---------------------------------------------------------------- subsets (toolkit.compare.subset)
+@pytest.mark.parametrize("args,layers", [(["--layers", "1-2"], {1, 2}), (["--nodes", "/layers.0/*"], {0}),
+                                         (["--until", "/layers.1/Relu"], {0, 1}), (["--outputs-only"], set())])
+def test_subset_options_limit_the_compared_tensors_and_say_what_was_left_out(tmp_path, args, layers):
+    model = layered_model()
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32))
+    res = npuscope("compare", path, "--inputs", tmp_path / "in.npz", "--out", tmp_path / "o", *args, cwd=tmp_path)
+    assert res.returncode in (0, 1), res.stderr
+    kept = {o for n in model.graph.node if layer_of(n.name) in layers for o in n.output} | {"x", "out"}
+    got = set(pd.read_csv(tmp_path / "o" / "result.csv")["TensorName"])
+    assert got == kept
+    sub = json.loads((tmp_path / "o" / "summary.json").read_text())["subset"]
+    every = {o for n in model.graph.node for o in n.output}
+    assert sub["left_out_tensors"] == len(every - kept)
+    assert f"{sub['left_out_tensors']} tensor(s) left out" in res.stdout
+
+
+def test_a_subset_matching_nothing_is_a_one_line_error(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(layered_model(), str(path))
+    res = npuscope("compare", path, "--nodes", "/layers.1/Ad", "--out", tmp_path / "o", cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    assert "did you mean '/layers.1/Add'" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "o").exists()

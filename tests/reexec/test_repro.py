@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.dtype_models import CPU_MODELS, FEED
+from tests.graphs import mlp_model
 from tests.faultkinds import builders as fk
 from toolkit.config.schema import Config
+from toolkit.ir.load import load_model
+from toolkit.ir.weights import has_mapped
+from toolkit.reexec.repro import write_repro
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
@@ -88,3 +93,23 @@ def test_repro_files_read_back_and_feed_the_reproducer(name, tmp_path):
     for k, v in loaded.items():
         ref = np.asarray(golden[k])
         assert v.dtype == ref.dtype and v.tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("node", ["mm0", "mm1", "mm2"])
+def test_reproducer_of_a_model_with_weights_on_disk_holds_them(tmp_path, node):
+    """A weight the loader left on disk (toolkit.ir.weights) is read into the reproducer, which then runs from
+    its own folder and gives x @ W computed with numpy."""
+    src = tmp_path / "model"
+    src.mkdir()
+    path, inits = mlp_model(src, np.random.default_rng(5))
+    model = load_model(path)
+    assert has_mapped(model)
+    i = int(node[2:])
+    x = np.random.default_rng(6).standard_normal((1, 16, inits[f"W{i}"].shape[0])).astype(np.float32)
+    folder = write_repro(model, [node], {f"x{i}": x, f"m{i}": x @ inits[f"W{i}"]}, Config().to_dict(),
+                         tmp_path / "repro", stored_fp16=())
+    (tmp_path / "model").rename(tmp_path / "moved")  # nothing may refer back to the model's folder
+    sub = onnx.load(str(folder / "model.onnx"))
+    got = onnxruntime.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {f"x{i}": x})[0]
+    np.testing.assert_allclose(got, x @ inits[f"W{i}"], rtol=1e-5, atol=1e-5)

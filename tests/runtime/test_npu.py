@@ -6,7 +6,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.engine import compile_model
+from tests.graphs import mlp_model
+from toolkit.config.schema import Config
+from toolkit.engine import Session, compile_model
+from toolkit.ir.load import load_model
+from toolkit.ir.weights import has_mapped
 from toolkit.runtime.host_memory import host_memory_bytes
 from toolkit.core.errors import ModelError
 from toolkit.runtime.npu import NpuRuntime
@@ -41,3 +45,42 @@ def test_runtime_refuses_an_arena_larger_than_the_machine(too_big):
 def test_a_small_model_still_runs():
     y = NpuRuntime(compile_model(huge_model(8))).run({"x": np.ones((1, 4), np.float32)}).outputs["y"]
     np.testing.assert_allclose(y, np.ones((1, 4)) * 0 + 1)  # ConstantOfShape's default value is 0
+
+
+# ---------------------------------------------------------------- weights left on disk (toolkit.ir.weights)
+@pytest.mark.parametrize("precision_mode,overflow_mode", [("force_fp16", "inf_nan"), ("force_fp16", "saturation"),
+                                                          ("force_fp32", "inf_nan"),
+                                                          ("allow_mix_precision", "inf_nan")])
+@pytest.mark.parametrize("scale", [1.0, 3e4])  # 3e4: FP16 overflow inside the MatMuls and in the weights' rounding
+def test_mapped_weights_give_the_in_memory_results(tmp_path, precision_mode, overflow_mode, scale):
+    """Kernels fed the memory-mapped weights compute what kernels holding them as constants compute (the
+    in-memory side: onnx.load with its external data, all in the proto): every dumped tensor equal up to the
+    summation order of onnxruntime's GEMM (a constant B is prepacked, an input B is not): FP32 tensors within
+    1e-5 relative or 1e-4 of the tensor's largest magnitude, FP16 tensors within one FP16 step, FP16 overflow (inf) at the same positions."""
+    rng = np.random.default_rng(7)
+    path, _ = mlp_model(tmp_path, rng)
+    m = onnx.load(str(path))  # every weight in memory
+    for t in m.graph.initializer:
+        if t.name.startswith("W"):
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(scale), t.name))
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    mapped = load_model(path)
+    assert has_mapped(mapped)
+    whole = onnx.load(str(path))
+    cfg = Config(precision_mode=precision_mode, overflow_mode=overflow_mode, op_compiler_cache_mode="disable")
+    feeds = {"ids": rng.integers(0, 600, (1, 16))}
+    a = Session(mapped, cfg, input_shapes={"ids": (1, 16)}).run(feeds, dump=True)
+    b = Session(whole, cfg, input_shapes={"ids": (1, 16)}).run(feeds, dump=True)
+    assert a.dumps.keys() == b.dumps.keys()
+    for k in b.dumps:
+        x, y = a.dumps[k], b.dumps[k]
+        assert x.dtype == y.dtype and x.shape == y.shape, k
+        if x.dtype.kind != "f":
+            np.testing.assert_array_equal(x, y, err_msg=k)
+            continue
+        np.testing.assert_array_equal(np.isinf(x), np.isinf(y), err_msg=k)
+        step = 2.0 ** -10 if x.dtype == np.float16 else 1e-5
+        fin = np.isfinite(y)
+        scale = float(np.abs(y[fin]).max()) if fin.any() else 0.0
+        np.testing.assert_allclose(x[fin].astype(np.float64), y[fin].astype(np.float64), rtol=step,
+                                   atol=(1e-2 if x.dtype == np.float16 else 10) * step * scale, err_msg=k)

@@ -19,6 +19,7 @@ from toolkit.compiler.context import CompileContext, CompileResult, Group
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.core.records import Finding, PassLog
 from toolkit.ir.graph import Graph
+from toolkit.ir.weights import array_of
 
 FORMAT = 1
 
@@ -135,7 +136,7 @@ def value_digest(arr) -> str:
     arr = np.ascontiguousarray(arr)
     h = hashlib.sha256(f"{arr.dtype.str}{arr.shape}".encode())
     if arr.dtype != object:
-        h.update(arr.tobytes())
+        h.update(arr.reshape(-1).view(np.uint8) if arr.size and arr.dtype.kind in "biufc" else arr.tobytes())  # no copy
     else:
         h.update(repr(arr.tolist()).encode())
     return h.hexdigest()
@@ -145,7 +146,7 @@ def constant_values(model: onnx.ModelProto) -> dict[str, str]:
     """{tensor name: value_digest} of the initializers and ``Constant`` (``value``) node outputs of ``model``."""
     from onnx import numpy_helper
 
-    out = {t.name: value_digest(numpy_helper.to_array(t)) for t in model.graph.initializer}
+    out = {t.name: value_digest(array_of(t)) for t in model.graph.initializer}
     for n in model.graph.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 \
                 and n.attribute[0].name == "value" and n.output:

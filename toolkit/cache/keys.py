@@ -10,7 +10,7 @@
   a model that differs from a cached one only in some values finds it (toolkit.cache.patch). A manifest is
   made only when the exact entry misses (or to store one).
 - :func:`compile_key`: the whole bound model's deterministic serialisation (every node, weight and other
-  field), the config fields that change code, skipped passes, the registered passes/rules and the versions.
+  field; weights left on disk by the loader by their data files' streamed sha256, toolkit.ir.weights), the config fields that change code, skipped passes, the registered passes/rules and the versions.
   One sha256 over the model's bytes (~3 ms on PP-OCRv4 det) instead of one per node and weight (~6 ms).
 """
 
@@ -31,6 +31,7 @@ from toolkit.compiler.registry import PASSES
 from toolkit.compiler.rules import load_rules
 from toolkit.core.env import dist_version
 from toolkit.ir.proto import copy_fields
+from toolkit.ir.weights import data_digest, file_digest_of, has_mapped, is_mapped
 
 #: Config fields that choose where/whether to cache, not what is compiled: left out of every key.
 NON_CODE_FIELDS = frozenset({"op_compiler_cache_mode", "op_compiler_cache_dir"})
@@ -162,8 +163,9 @@ class Manifest:
         nodes = [[n.name, _sha(n.SerializeToString(deterministic=True)), _sha(_node_struct(n))]
                  for n in model.graph.node]
         inits = {}
-        for t in model.graph.initializer:
-            inits[t.name] = [_sha(t.SerializeToString(deterministic=True)),
+        for t in model.graph.initializer:  # a weight left on disk: its reference and its data file's digest
+            full = t.SerializeToString(deterministic=True) + (file_digest_of(t).encode() if is_mapped(t) else b"")
+            inits[t.name] = [_sha(full),
                              _sha(json.dumps([t.name, t.data_type, list(t.dims)]))]
         return cls(_rest_digest(model), nodes, inits)
 
@@ -187,9 +189,10 @@ def _compile_options(config, disabled) -> dict:
 
 
 def check_cacheable(model: onnx.ModelProto) -> None:
-    """Raises Uncacheable when a tensor's data is not inside the model (external data)."""
+    """Raises Uncacheable when a tensor's data is neither inside the model nor a weight the loader left on disk
+    (toolkit.ir.weights: those are keyed by their data files' streamed digests)."""
     for t in model.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
+        if t.data_location == onnx.TensorProto.EXTERNAL and not is_mapped(t):
             raise Uncacheable(f"initializer '{t.name}' refers to external data")
 
 
@@ -199,6 +202,8 @@ def compile_key(model: onnx.ModelProto, config, disabled=()) -> str:
     skipped, the registered passes and rules, the versions. Raises Uncacheable (external data)."""
     check_cacheable(model)
     body = hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    if has_mapped(model):  # the proto holds only the weights' offsets: add their files' contents, streamed
+        body = _sha(body, data_digest(model))
     return _sha("compile", body, json.dumps(_compile_options(config, disabled), sort_keys=True, default=str))
 
 

@@ -32,6 +32,7 @@ from toolkit.cache.keys import Manifest
 from toolkit.compiler.passes import check_constants
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.ir.graph import node_reads
+from toolkit.ir.weights import array_of
 
 LOG = logging.getLogger("npuscope.cache")
 PATCHABLE_OPS = frozenset({"Conv", "ConvTranspose"})
@@ -94,13 +95,13 @@ def _changes(base: Manifest, new: Manifest, model: onnx.ModelProto):
     inits = {t.name: t for t in model.graph.initializer}
     for name, (full, _) in new.inits.items():
         if base.inits[name][0] != full:
-            values[name] = numpy_helper.to_array(inits[name])
+            values[name] = array_of(inits[name])
     return values, attrs
 
 
 def _check_value(name, arr, compiled, c_cons, new_cons, old_values, rewritten) -> None:
     init = next((t for t in compiled.graph.initializer if t.name == name), None)
-    old = numpy_helper.to_array(init) if init is not None else None
+    old = array_of(init) if init is not None else None
     if old is None or value_digest(old) != old_values.get(name):
         raise NotPatchable(f"constant '{name}' was transformed by the compile")
     if (old.dtype, old.shape) != (arr.dtype, arr.shape):

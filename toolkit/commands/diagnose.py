@@ -13,10 +13,11 @@ from toolkit.commands.common import (
 from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.subset import Subset
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import ConfigError, UsageError
 from toolkit.diagnose import diagnose, prepare
 from toolkit.dumps.audit import audit_findings
 from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
@@ -29,7 +30,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                      out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
                      percentiles: str | None = None, device_dumps: str | None = None,
                      device_profile: str | None = None, mapping: str | None = None, verify: bool = True,
-                     progress=_noop) -> dict:
+                     progress=_noop, subset: Subset | None = None) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
@@ -40,7 +41,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     also holds keep_dtype.txt and fixed_config.json (accepted by compile / diagnose ``--config``).
     ``device_dumps``: a real device's dump folder compared instead of the simulated run
     (:func:`device_diagnose_command`); ``device_profile`` alone: the precision audit of its data types
-    (:func:`profile_audit_command`).
+    (:func:`profile_audit_command`). ``subset``: compare and keep only those tensors (toolkit.compare.subset;
+    a single input only, else ConfigError; the advice is not verified then).
     """
     if device_dumps or device_profile or mapping:
         if inputs and Path(inputs).is_dir():
@@ -56,14 +58,17 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
         return profile_audit_command(model, config, device_profile, out=out, progress=progress)
     check_out_for(out, inputs)  # before the model is read (a dataset --out may be resumed)
     if inputs and Path(inputs).is_dir():
+        if subset is not None and subset.active:
+            raise ConfigError(f"{subset.describe()} applies to one input; pass one .npz with --inputs, not a folder")
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
                                 out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
     _single_input_only(jobs, ray, percentiles)
     lines = resolve_thresholds(thresholds) if thresholds else None
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
-    diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress)
+    diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress,
+                           subset=subset)
     fix = None
-    if verify:
+    if verify and not (subset is not None and subset.active):  # a subset keeps too few tensors to rank kernels
         fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
                             task_metrics=task_metrics, progress=progress)
         diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}

@@ -60,6 +60,10 @@ def diagnosis_lines(diag) -> list[str]:
         summary.append(f"({len(diag.findings) - 5} more findings in findings.json)")
     for t in diag.tasks:
         summary.append(f"task {t['name']}: {'PASS' if t['passed'] else 'FAIL'} ({t['detail']})")
+    sub = s.get("subset")
+    if sub:
+        summary.append(f"subset {sub['options']}: {sub['left_out_nodes']} node(s) and {sub['left_out_tensors']} "
+                       "tensor(s) left out of the comparison (graph outputs always compared)")
     return summary
 
 

@@ -35,6 +35,7 @@ from toolkit.compare import nondeterminism
 from toolkit.compare.layerwise import golden_range, kernel_inputs
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show, show_crossed
+from toolkit.ir.weights import array_of
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum
 
@@ -204,10 +205,8 @@ def golden_nonfinite(df: pd.DataFrame, outputs) -> list[Finding]:
 
 def _node_inputs(node, model, values) -> list:
     """The reference arrays of ``node``'s inputs: from ``values``, else the model's initializers (None if absent)."""
-    from onnx import numpy_helper
-
     inits = {t.name: t for t in model.graph.initializer if t.name in node.input}
-    return [values[i] if i in values else numpy_helper.to_array(inits[i]) if i in inits else None
+    return [values[i] if i in values else array_of(inits[i]) if i in inits else None
             for i in node.input]
 
 

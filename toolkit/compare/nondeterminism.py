@@ -29,6 +29,7 @@ from toolkit.ir.nondeterminism import (  # noqa: F401
     is_nondeterministic,
     register,
 )
+from toolkit.ir.weights import array_of
 
 #: Prefix of the CompareFailReason of a tensor that depends on a nondeterministic op.
 REASON_PREFIX = "depends on nondeterministic op"
@@ -36,7 +37,7 @@ REASON_PREFIX = "depends on nondeterministic op"
 
 def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """{name: value} of the graph's initializers and Constant-node outputs holding a tensor ``value``."""
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    out = {t.name: array_of(t) for t in graph.initializer}
     for n in graph.node:
         if n.op_type == "Constant" and n.output:
             for a in n.attribute:

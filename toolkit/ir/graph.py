@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from toolkit.core.errors import ModelError
+from toolkit.ir.weights import array_of, tensor_of
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ class Graph:
         self.nodes: list[onnx.NodeProto] = list(model.graph.node)
         self.consts: dict[str, np.ndarray] = {}
         for init in model.graph.initializer:
-            self.consts[init.name] = numpy_helper.to_array(init)
+            self.consts[init.name] = array_of(init)
         self.inputs = [i.name for i in model.graph.input if i.name not in self.consts]
         self.outputs = [o.name for o in model.graph.output]
         self.types: dict[str, ValueType] = {}
@@ -122,7 +122,7 @@ class Graph:
         g.node.extend(self.nodes)
         del g.initializer[:]
         used = {i for n in self.nodes for i in node_reads(n)} | set(self.outputs)
-        g.initializer.extend(numpy_helper.from_array(a, name) for name, a in self.consts.items() if name in used)
+        g.initializer.extend(tensor_of(a, name) for name, a in self.consts.items() if name in used)
         # an unused initializer that is also listed as a graph input (IR < 4 "input with a default value")
         # goes with its input entry; left alone it would turn into a required input that nobody feeds
         dropped = {name for name in self.consts if name not in used}
@@ -145,7 +145,8 @@ class Graph:
             c = onnx.NodeProto()
             c.CopyFrom(n)
             nodes.append(c)
-        return model, nodes, {k: np.array(v, copy=True) for k, v in self.consts.items()}
+        return model, nodes, {k: v if isinstance(v, np.memmap) else np.array(v, copy=True)  # maps are read-only
+                              for k, v in self.consts.items()}
 
     @classmethod
     def restored(cls, snap: tuple) -> "Graph":
@@ -155,7 +156,7 @@ class Graph:
         del g.node[:]
         g.node.extend(nodes)
         del g.initializer[:]
-        g.initializer.extend(numpy_helper.from_array(a, name) for name, a in consts.items())
+        g.initializer.extend(tensor_of(a, name) for name, a in consts.items())
         return cls(model)
 
     # ------------------------------------------------------------------ queries

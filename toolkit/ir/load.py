@@ -8,9 +8,14 @@
   out), and each declared ``offset``/``length`` fits inside the data file *before* anything is read;
 - the default-domain opset lies in :data:`MIN_OPSET` .. :data:`MAX_OPSET`;
 - every node's op is a known ONNX op (or a model-local function);
-- ``onnx.checker.check_model`` passes;
+- ``onnx.checker.check_model`` passes (run on the file when weights stay on disk, see below);
 - node names are made unique and non-empty (real exporters leave them empty or duplicated); the renaming is
   recorded in the model's metadata ``npuscope.renamed_nodes`` count.
+
+External initializers of toolkit.ir.weights.MAP_MIN_BYTES (1 MiB) or more are not read: once checked they stay
+in their files, memory-mapped by their readers (toolkit.ir.weights.array_of), so a model past protobuf's 2 GiB
+limit loads in the memory of its graph alone. Initializers of that size stored inside the model file are left
+there the same way (mapped at their offset in the .onnx file).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import external_data_helper
 
 from toolkit.core.errors import ModelError
 from toolkit.ir.proto_checks import (
@@ -32,6 +38,7 @@ from toolkit.ir.proto_checks import (
     normalise_ir_version,
     raw_bytes_needed,
 )
+from toolkit.ir.weights import MAP_MIN_BYTES, is_mapped, mark_mapped
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7
@@ -57,8 +64,8 @@ def file_sha256(path: str | os.PathLike) -> str:
     try:
         with open(p, "rb") as fh:
             key = _digest_key(p, os.fstat(fh.fileno()))
-            if key not in _DIGESTS:
-                _DIGESTS[key] = hashlib.sha256(fh.read()).hexdigest()
+            if key not in _DIGESTS:  # streamed: a data file may be larger than memory
+                _DIGESTS[key] = hashlib.file_digest(fh, "sha256").hexdigest()
     except OSError as exc:
         raise ModelError(f"model file '{p}' cannot be read ({exc.strerror or exc}); pass a readable .onnx "
                          "file") from None
@@ -76,7 +83,8 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     (:func:`loaded_sha256`).
 
     Args:
-        path: the ``.onnx`` file. External data (if any) is read from its folder only.
+        path: the ``.onnx`` file. External data (if any) is read from its folder only; initializers of 1 MiB
+            or more stay on disk (toolkit.ir.weights).
 
     Returns:
         the checked ``onnx.ModelProto`` with unique, non-empty node names.
@@ -113,14 +121,16 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"'{p}' parsed but holds no graph (not an ONNX model, or truncated); re-export it")
     check_proto(model, str(p))
-    _load_external_data(model, p.parent.resolve(), p)
+    mapped = _load_external_data(model, p.parent.resolve(), p)
     densify_sparse_initializers(model, str(p))
     check_opsets(model, str(p))
     check_known_ops(model, str(p))
-    try:
-        onnx.checker.check_model(model)
+    try:  # tensors left on disk: the checker reads the file (in memory it would look for their data in the cwd)
+        onnx.checker.check_model(str(p) if mapped else model)
     except onnx.checker.ValidationError as exc:
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
+    _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
+    del data
     normalise_node_names(model)
     return model
 
@@ -161,12 +171,16 @@ def _tensors_with_external_data(model: onnx.ModelProto):
                 yield a.t
 
 
-def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
+def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
     """Check every external-data reference before reading any (location inside ``base``, no NUL byte, integer
     offset/length, extent inside the file and exactly the tensor's size), then read them; a tensor without a
     length whose file holds more than it needs gets only the bytes it needs (as onnxruntime reads it).
+    Initializers of at least toolkit.ir.weights.MAP_MIN_BYTES stay on disk, marked with their checked file
+    (toolkit.ir.weights.mark_mapped; read through toolkit.ir.weights.array_of). Returns how many stay on disk.
     Raises ModelError naming the tensor and the field."""
     ext = list(_tensors_with_external_data(model))
+    inits = {id(t) for t in model.graph.initializer}
+    mapped = 0
     trim = []  # (tensor, bytes it needs) for tensors without a length: read to the end of the file by onnx
     for t in ext:
         fields = {e.key: e.value for e in t.external_data}
@@ -197,18 +211,68 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
         if problem:
             raise ModelError(f"{where}: external data '{loc}' {problem}; the data file is "
                              "truncated or does not belong to this model (re-save the model's external data)")
+        if id(t) in inits and need >= MAP_MIN_BYTES:
+            mark_mapped(t, str(target), offset or 0, need)
+            mapped += 1
+            continue
         if length is None and need:
             trim.append((t, need))
-    if not ext:
-        return
+    if len(ext) == mapped:
+        return mapped
     try:
-        onnx.load_external_data_for_model(model, str(base))
+        for t in ext:
+            if is_mapped(t):
+                continue
+            external_data_helper.load_external_data_for_tensor(t, str(base))
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
     except OSError as exc:
         raise ModelError(f"external data of '{src}' cannot be read ({exc.strerror or exc}); check the data files "
                          "next to the model") from None
     for t, need in trim:  # the same messages, now holding their data in raw_data
         if len(t.raw_data) > need:
             t.raw_data = t.raw_data[:need]
+    return mapped
+
+
+def _find(data: bytes, raw: bytes, start: int) -> int:
+    """Offset of ``raw`` in ``data`` at or after ``start`` (-1: none): candidates by a 64-byte prefix, each
+    confirmed by comparing every byte (a whole-pattern search costs ~6x more on weight-sized patterns)."""
+    head = raw[:64]
+    at = data.find(head, start)
+    while at >= 0:
+        if data.startswith(raw, at):
+            return at
+        at = data.find(head, at + 1)
+    return -1
+
+
+def _map_embedded(model: onnx.ModelProto, data: bytes, path: Path) -> int:
+    """Leave large initializers stored inside the model file in it: each one of toolkit.ir.weights.MAP_MIN_BYTES
+    or more whose ``raw_data`` bytes are found in ``data`` (the file's bytes, searched forward from the previous
+    tensor's end, as protobuf writes them in order) is marked as mapped at that offset of the file itself and
+    its ``raw_data`` dropped. Any match holds exactly the tensor's bytes, so its values are the tensor's.
+    Returns how many were mapped."""
+    pos, n = 0, 0
+    for t in model.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL or not t.HasField("raw_data"):
+            continue
+        raw = t.raw_data
+        if len(raw) < MAP_MIN_BYTES:
+            continue
+        at = _find(data, raw, pos)
+        if at < 0:
+            at = _find(data, raw, 0)
+        if at < 0:
+            continue
+        pos = at + len(raw)
+        t.ClearField("raw_data")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        loc = t.external_data.add()
+        loc.key, loc.value = "location", path.name
+        mark_mapped(t, str(path), at, len(raw))
+        n += 1
+    return n
 
 
 def _extent_field(fields: dict[str, str], key: str, where: str) -> int | None:

@@ -31,6 +31,7 @@ from toolkit.ir.nondeterminism import (
 )
 from toolkit.ir.proto import copy_fields
 from toolkit.ir.shape_inference import infer_light
+from toolkit.ir.weights import array_of, for_onnxruntime, is_mapped
 from toolkit.ort.ort_env import make_session
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -118,7 +119,10 @@ def _evaluate(model: onnx.ModelProto, nodes: list, shape_values: dict, wanted: l
     graph = onnx.helper.make_graph(nodes, "constant_part", [], outputs, inits)
     sub = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
-        sess = make_session(sub.SerializeToString(), optimize=False)
+        external = {t.name: array_of(t) for t in sub.graph.initializer if is_mapped(t)}
+        folder = for_onnxruntime(sub)  # weights left on disk: onnxruntime maps their files
+        sess = make_session(sub.SerializeToString(), optimize=False, folder=folder,
+                            external=None if folder else external)
         values = sess.run(wanted, {})
     except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, one line
         raise NotFoldable(" ".join(str(exc).split())[:200] or type(exc).__name__) from None

@@ -72,6 +72,10 @@ def _init_global_pool() -> bool:
     return bool(_STATE["global"])
 
 
+#: onnxruntime's ArenaExtendStrategy kSameAsRequested (0 is kNextPowerOfTwo).
+ARENA_SAME_AS_REQUESTED = 1
+
+
 def _init_env_allocator() -> bool:
     """Register one CPU arena allocator with onnxruntime's environment (once), for sessions to share.
 
@@ -83,7 +87,9 @@ def _init_env_allocator() -> bool:
     if _STATE["allocator"] is None:
         try:
             info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-            ort.create_and_register_allocator(info, None)
+            # grown by what is requested, not to the next power of two: one mapped weight's FP16 rounding
+            # (a few hundred MiB in a Llama LM head) would otherwise reserve twice that for the process' life
+            ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, ARENA_SAME_AS_REQUESTED, -1, -1))
             _STATE["allocator"] = True
         except Exception:  # an allocator is already registered, or this onnxruntime cannot: per-session arenas
             _STATE["allocator"] = False
@@ -114,6 +120,28 @@ DISABLED_OPTIMIZERS = ["LayerNormFusion", "SimplifiedLayerNormFusion", "GeluFusi
                        "FastGeluFusion", "QuickGeluFusion", "AttentionFusion"]
 
 
-def make_session(model_bytes: bytes, optimize: bool | str = True) -> ort.InferenceSession:
-    return ort.InferenceSession(model_bytes, session_options(optimize), providers=["CPUExecutionProvider"],
+def make_session(model_bytes: bytes, optimize: bool | str = True, external: dict | None = None,
+                 folder: str | None = None) -> ort.InferenceSession:
+    """A CPU session of ``model_bytes``. ``folder``: the folder the model's external data locations are relative
+    to (onnxruntime memory-maps the files itself: no copy). ``external``: {initializer name: array} given with
+    ``SessionOptions.add_external_initializers`` instead (onnxruntime copies them when it builds the session).
+    Either way weight prepacking is off, so no packed copy of the weights is made."""
+    so = session_options(optimize)
+    if folder:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    if external:
+        names = list(external)
+        values = [ort.OrtValue.ortvalue_from_numpy(external[n]) for n in names]
+        so.add_external_initializers(names, values)
+        so.add_session_config_entry("session.disable_prepacking", "1")
+        return _keep(ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                          disabled_optimizers=DISABLED_OPTIMIZERS), values)
+    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=DISABLED_OPTIMIZERS)
+
+
+def _keep(session: ort.InferenceSession, values: list) -> ort.InferenceSession:
+    """``session`` holding references to the OrtValues whose buffers it reads (they must outlive it)."""
+    session._npuscope_external = values
+    return session

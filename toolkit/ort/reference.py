@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 
 from toolkit.ir.shape_inference import infer_light
+from toolkit.ir.weights import for_onnxruntime, mapped_initializers
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
 
@@ -20,7 +21,8 @@ class ReferenceRunner:
     """FP32 onnxruntime reference.
 
     Args:
-        model: the (loaded) model; not modified.
+        model: the (loaded) model; not modified. Weights left on disk by the loader are read by onnxruntime
+            from their memory maps (toolkit.ir.weights), never copied into the serialised model.
         only: tensor names to expose (default: every tensor a top-level node produces whose type shape
             inference knows).
         expose: False to expose only the graph outputs.
@@ -57,7 +59,11 @@ class ReferenceRunner:
         self.output_names = [o.name for o in m.graph.output]
         # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
-        self.session = make_session(m.SerializeToString(), optimize=False)
+        # weights left on disk (toolkit.ir.weights): onnxruntime maps their files itself (from several folders:
+        # handed over as external initializers, which it copies)
+        folder = for_onnxruntime(m)
+        self.session = make_session(m.SerializeToString(), optimize=False, folder=folder,
+                                    external=None if folder else mapped_initializers(m))
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """{tensor name: array} for graph outputs and exposed intermediates."""

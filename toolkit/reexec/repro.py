@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from toolkit.compare.layerwise import kernel_inputs
 from toolkit.config.schema import Config
@@ -30,6 +30,7 @@ from toolkit.core.artifacts import save_npz, write_json, write_text
 from toolkit.core.text import printable
 from toolkit.engine import compile_model
 from toolkit.ir.graph import node_reads
+from toolkit.ir.weights import array_of, is_mapped
 from toolkit.ort.ort_env import make_session
 
 
@@ -74,10 +75,21 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), list(arr.shape))
 
     graph = helper.make_graph(nodes, "repro", [vi(k, v) for k, v in feeds.items()],
-                              [vi(k, v) for k, v in expected.items()], [inits[i] for i in reads if i in inits])
+                              [vi(k, v) for k, v in expected.items()], [_held(inits[i]) for i in reads if i in inits])
     sub = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     sub.functions.extend(model.functions)
     return sub, feeds, expected
+
+
+def _held(t: onnx.TensorProto) -> onnx.TensorProto:
+    """``t`` with its values inside: a weight the loader left on disk (toolkit.ir.weights) is read into the
+    subgraph, which is run or saved away from the model's folder."""
+    return numpy_helper.from_array(np.asarray(array_of(t)), t.name) if is_mapped(t) else t
+
+
+#: A reproducer model whose weights exceed this many bytes keeps them as external data beside it (1 GiB;
+#: protobuf refuses a model over 2 GiB).
+REPRO_INLINE_MAX = 1 << 30
 
 
 def run_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict, stored_fp16=(),
@@ -159,7 +171,8 @@ def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp
     if cands:
         sub, feeds, expected = extract_subgraph(model, node_names, golden, read_wider(sub, cfg, feeds, cands))
     folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(sub, folder / "model.onnx")
+    big = sum(len(t.raw_data) for t in sub.graph.initializer) > REPRO_INLINE_MAX
+    onnx.save(sub, folder / "model.onnx", save_as_external_data=big, location="model.onnx.data")
     save_npz(folder / "inputs.npz", feeds)  # no pickle: strings as <U, ml_dtypes exact (docs/array-files.md)
     save_npz(folder / "expected.npz", expected)
     write_json(folder / "config.json", cfg)

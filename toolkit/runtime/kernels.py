@@ -39,6 +39,7 @@ from toolkit.compiler.passes.check_constants import FP32_PARAMETERS
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.core.errors import ModelError
 from toolkit.ir.graph import node_reads
+from toolkit.ir.weights import array_of, has_mapped
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
 from toolkit.precision.contract import FP16_MAX
@@ -137,7 +138,7 @@ def _float_type(types: dict, name: str) -> bool:
 
 
 def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
-    return numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
+    return numpy_helper.from_array(array_of(t).astype(np.float32), t.name)
 
 
 def _retype_graph(g: onnx.GraphProto) -> bool:
@@ -296,6 +297,10 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
                 seen.add(i)
                 c = consts[i]
                 param = idx < len(node.input) and (node.op_type, idx) in FP32_PARAMETERS
+                if isinstance(c, np.memmap):  # a weight left on disk: fed from its map at run time, not copied
+                    pre += _mapped_weight(i, c, fp16 and c.dtype == np.float32 and not param, overflow_mode,
+                                          g_inputs, feeds, inits)
+                    continue
                 if c.dtype == np.float16:  # FP16-origin constant: computed in FP32 (exact)
                     c = c.astype(np.float32)
                 elif fp16 and c.dtype == np.float32 and not param:
@@ -342,6 +347,31 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
                               ir_version=graph_model.ir_version)
     model.functions.extend(graph_model.functions)
     return model, feeds, fetches
+
+
+def _mapped_weight(name: str, c: np.memmap, round_fp16: bool, overflow_mode: str, g_inputs: list, feeds: list,
+                   inits: list) -> list:
+    """Declare the memory-mapped constant ``name`` (toolkit.ir.weights) as a kernel input ``<name>__w`` fed with
+    the map itself (the runtime reads feeds it does not hold as tensors from the model's mapped weights), and
+    return the nodes that give the kernel its value as a built-in constant would: float16 widened to float32
+    (exact); ``round_fp16``: rounded to FP16 and back, after a Clip to +-65504 in saturation mode, as
+    :func:`_round_const` does at build time for constants held in the kernel."""
+    src = name + "__w"
+    g_inputs.append(_vi(src, _elem(str(c.dtype)), list(c.shape)))
+    feeds.append((src, name))
+    if c.dtype == np.float16:
+        return [helper.make_node("Cast", [src], [name], to=TensorProto.FLOAT)]
+    if not round_fp16:
+        return [helper.make_node("Identity", [src], [name])]
+    nodes, x = [], src
+    if overflow_mode == "saturation":
+        lo, hi = name + "__w_lo", name + "__w_hi"
+        inits += [numpy_helper.from_array(np.array(-FP16_MAX, np.float32), lo),
+                  numpy_helper.from_array(np.array(FP16_MAX, np.float32), hi)]
+        nodes.append(helper.make_node("Clip", [x, lo, hi], [name + "__w_sat"]))
+        x = name + "__w_sat"
+    return nodes + [helper.make_node("Cast", [x], [name + "__w_h"], to=TensorProto.FLOAT16),
+                    helper.make_node("Cast", [name + "__w_h"], [name], to=TensorProto.FLOAT)]
 
 
 def _numpy_kernel(spec: KernelSpec, by_name, consts, opset: int):
@@ -426,6 +456,8 @@ def _native_exec(spec, plan, graph_model, by_name, consts, types, cast_src, over
                  source: SessionSource | None = None) -> ExecKernel | None:
     """The kernel on FP16 data without boundary Casts (see NATIVE_FP16_*), or None if it does not apply."""
     nodes = [by_name[n] for n in spec.exec_nodes]
+    if any(isinstance(consts.get(i), np.memmap) for n in nodes for i in n.input):
+        return None  # weights left on disk are fed as inputs: the Cast-bounded kernel handles them
     if not _native_fp16_ok(spec, nodes, plan, types, cast_src, overflow_mode):
         return None
     model, feeds, fetches = _native_fp16_model(spec, nodes, plan, graph_model, consts, cast_src, overflow_mode)
@@ -485,10 +517,12 @@ def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str =
     session kernel without building its ONNX model); its ``finish`` is called once every kernel is built, its
     ``close`` always."""
 
+    mapped = has_mapped(graph_model)  # recipes hold no weight feeds: kernels reading mapped weights are built
+
     @functools.cache
     def prep():
         by_name = {n.name: n for n in graph_model.graph.node}
-        consts = {i.name: numpy_helper.to_array(i) for i in graph_model.graph.initializer}
+        consts = {i.name: array_of(i) for i in graph_model.graph.initializer}
         types = {v.name: v.type for v in list(graph_model.graph.input) + list(graph_model.graph.value_info)
                  + list(graph_model.graph.output)}
         cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.cast_of}  # Casts and copies: ONNX names
@@ -496,7 +530,7 @@ def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str =
         return (plan, graph_model, by_name, consts, types, cast_src, overflow_mode), opset
 
     def make(i, spec):
-        got = source.from_recipe(i, spec, _SESSIONS) if source is not None else None
+        got = source.from_recipe(i, spec, _SESSIONS) if source is not None and not mapped else None
         if got is not None:
             sess, feeds, fetches, native, digest = got
             return ExecKernel(spec, feeds, fetches, session=sess, digest="" if native else digest, native_fp16=native)

@@ -17,6 +17,7 @@ import numpy as np
 
 from toolkit.compiler.context import CompileResult
 from toolkit.core.errors import InputError, UserError
+from toolkit.ir.weights import array_of, mapped_initializers
 from toolkit.ort import ort_values
 from toolkit.runtime.host_memory import check_host_memory
 from toolkit.runtime.kernels import build_kernels
@@ -64,6 +65,8 @@ class NpuRuntime:
         self.build_ms = (time.perf_counter() - t0) * 1e3
 
         check_host_memory(self.plan)  # every path that executes a plan (run, memcheck --plan, ...) checks first
+        # weights left on disk (toolkit.ir.weights): kernels take them as inputs, read from their maps in place
+        self.weights = mapped_initializers(compiled.model)
         self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {}
         for t in self.plan.tensors.values():
@@ -76,11 +79,10 @@ class NpuRuntime:
                 t in self.plan.tensors and ort_values.exotic_code(self.plan.tensors[t].dtype) is not None
                 for _, t in ek.feeds + ek.fetches)
         import onnx
-        from onnx import numpy_helper
 
         # graph outputs the compiler computed at compile time (folded constants): no kernel writes them
         outs = set(self.plan.graph_outputs)
-        self.const_outputs = {i.name: numpy_helper.to_array(i) for i in compiled.model.graph.initializer
+        self.const_outputs = {i.name: array_of(i) for i in compiled.model.graph.initializer
                               if i.name in outs}
         types = {v.name: v.type.tensor_type.elem_type for v in compiled.model.graph.output}
         self.out_dtypes = {n: np.dtype(onnx.helper.tensor_dtype_to_np_dtype(e)) for n, e in types.items() if e}
@@ -94,13 +96,12 @@ class NpuRuntime:
             if ek.session is None:
                 continue
             tensors = [t for _, t in ek.feeds] + [t for _, t in ek.fetches]
-            views = [self.views.get(t) for t in tensors]
+            views = [self.views[t] if t in self.views else self.weights.get(t) for t in tensors]
             if any(v is None or v.size == 0 or v.dtype.kind not in "fiub" or v.dtype.names for v in views):
                 continue
             try:
                 io = ek.session.io_binding()
-                for (kname, t) in ek.feeds:
-                    v = self.views[t]
+                for (kname, t), v in zip(ek.feeds, views):
                     io.bind_input(kname, "cpu", 0, v.dtype, list(v.shape), v.ctypes.data)
                 for (kname, t) in ek.fetches:
                     v = self.views[t]
@@ -124,7 +125,9 @@ class NpuRuntime:
 
     def _read(self, name: str, heap: dict):
         view = self.views.get(name)
-        return view if view is not None else heap[name]
+        if view is not None:
+            return view
+        return heap[name] if name in heap or name not in self.weights else self.weights[name]
 
     # ------------------------------------------------------------------ run
     def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None,

@@ -46,6 +46,7 @@ from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.core.records import Finding
 from toolkit.core.text import show
+from toolkit.ir.weights import array_of
 from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
 
 #: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
@@ -133,10 +134,32 @@ def _l2_change_bound(a: np.ndarray, tiny: int) -> float:
     (2**-14): a normal value moves by at most its unit roundoff 2**-11 relative, a smaller one by at most
     2**-25 absolute (half the subnormal spacing, or itself when it flushes to zero; IEEE 754 binary16). Costs
     one dot product instead of the conversion; inf when ||a|| is 0 (no bound)."""
-    norm2 = float(np.dot(a.ravel().astype(np.float64), a.ravel().astype(np.float64)))
+    flat = a.reshape(-1)
+    norm2 = 0.0
+    for i in range(0, flat.size, CHUNK):  # in chunks: a float64 copy of a 1 GiB weight would take 2 GiB
+        c = flat[i:i + CHUNK].astype(np.float64)
+        norm2 += float(np.dot(c, c))
     if norm2 <= 0.0:
         return float("inf")
     return float(np.sqrt(2.0 ** -22 + tiny * 2.0 ** -50 / norm2))
+
+
+#: Elements per chunk of the fast-path screens (4 Mi: 16 MiB of float32): large weights (memory-mapped,
+#: toolkit.ir.weights) are screened without whole-tensor temporaries.
+CHUNK = 1 << 22
+
+
+def _screen(a: np.ndarray) -> tuple[bool, float, int]:
+    """(every value finite, largest |value| (nan when not all finite), count of non-zero |value| below FP16's
+    smallest normal) of float32 ``a``, chunk by chunk."""
+    flat = a.reshape(-1)
+    finite, absmax, tiny = True, 0.0, 0
+    for i in range(0, flat.size, CHUNK):
+        mag = np.abs(flat[i:i + CHUNK])
+        finite = finite and bool(np.isfinite(mag).all())
+        absmax = max(absmax, float(mag.max()))
+        tiny += int(np.count_nonzero((mag > 0) & (mag < FP16_MIN_NORMAL)))
+    return finite, absmax, tiny
 
 
 def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
@@ -149,12 +172,10 @@ def material_issues(arr: np.ndarray, additive: bool = False) -> dict:
     [6.1e-5, 2048] or 0 (normal FP16 range, exact integers) reports nothing, and neither does a larger tensor
     whose relative L2 change is bounded by REL_TOL without converting it (:func:`_l2_change_bound`)."""
     a = np.asarray(arr, dtype=np.float32)
-    mag = np.abs(a)
     if not a.size:
         return {}
-    finite = bool(np.isfinite(a).all())
-    if finite and mag.max() <= FP16_INT_EXACT:
-        tiny = int(np.count_nonzero((mag > 0) & (mag < FP16_MIN_NORMAL)))
+    finite, absmax, tiny = _screen(a)
+    if finite and absmax <= FP16_INT_EXACT:
         if not tiny or (a.size > SMALL_CONSTANT and _l2_change_bound(a, tiny) <= REL_TOL):
             return {}
     raw = fp16_constant_issues(a)
@@ -278,7 +299,7 @@ def recheck(result, edited: set[str]) -> None:
     compiled graph are its initializers (toolkit.ir.graph.Graph.sync); only the edited ones are decoded."""
     import time
 
-    from onnx import TensorProto, numpy_helper
+    from onnx import TensorProto
 
     t0 = time.perf_counter()
     g = result.model.graph
@@ -287,7 +308,7 @@ def recheck(result, edited: set[str]) -> None:
            for f in result.findings if f.kind == "fp16_constant"}
     found, log = _findings({n.name: n for n in g.node},
                            lambda c: c in inits and inits[c].data_type == TensorProto.FLOAT, result.plan.kernels,
-                           lambda c, add: material_issues(numpy_helper.to_array(inits[c]), add) if c in edited
+                           lambda c, add: material_issues(array_of(inits[c]), add) if c in edited
                            else old.get(c, {}))
     result.findings = [f for f in result.findings if f.kind != "fp16_constant"] + found
     for p in result.passes:

@@ -1,0 +1,81 @@
+"""--nodes / --layers / --until / --outputs-only (toolkit.compare.subset): what is kept and what is left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.graphs import LAYERS, layered_model
+from toolkit.compare.subset import Subset, layer_of, select
+from toolkit.core.errors import ConfigError
+
+
+def outs_of(model, names):
+    return {o for n in model.graph.node if n.name in names for o in n.output}
+
+
+@pytest.mark.parametrize("name,layer", [("/model/layers.3/self_attn/MatMul", 3), ("/bert/encoder/layer.11/Add", 11),
+                                        ("/h.0/attn/Softmax", 0), ("blocks_2/conv", 2), ("/layers.1/mlp.0/Mul", 1),
+                                        ("/shortcut/Add", None), ("/layers3/Add", None)])
+def test_layer_index_of_exporter_names(name, layer):
+    assert layer_of(name) == layer
+
+
+@pytest.mark.parametrize("spec,want", [("0", {0}), ("1-2", {1, 2}), ("0,3", {0, 3}), ("0-3", {0, 1, 2, 3}),
+                                       ("2-2,0", {0, 2})])
+@pytest.mark.parametrize("style", ["/layers.{i}/", "/encoder/layer.{i}/", "/h.{i}/"])
+def test_layers_keep_their_nodes_and_the_outputs(spec, want, style):
+    m = layered_model(style=style)
+    got = select(m, Subset(layers=spec))
+    names = {n.name for n in m.graph.node if layer_of(n.name) in want}
+    assert got["nodes"] == names
+    assert got["tensors"] == outs_of(m, names) | {"x", "out"}
+    assert got["left_out_nodes"] == len(m.graph.node) - len(names)
+    all_outs = {o for n in m.graph.node for o in n.output}
+    assert got["left_out_tensors"] == len(all_outs - got["tensors"])
+
+
+@pytest.mark.parametrize("spec,want", [("*/Relu", [f"/layers.{i}/Relu" for i in range(LAYERS)]),
+                                       ("final", ["final"]), ("0-2", ["/layers.0/MatMul", "/layers.0/Add", "/layers.0/Relu"]),
+                                       ("4", ["/layers.1/Add"]), ("/layers.1/*,final", ["/layers.1/MatMul", "/layers.1/Add",
+                                                                                          "/layers.1/Relu", "final"])])
+def test_nodes_by_name_pattern_and_index_range(spec, want):
+    m = layered_model()
+    assert select(m, Subset(nodes=spec))["nodes"] == set(want)
+
+
+@pytest.mark.parametrize("k", [0, 4, 12])
+def test_until_keeps_the_node_and_those_before_it(k):
+    m = layered_model()
+    names = [n.name for n in m.graph.node]
+    for target in (names[k], m.graph.node[k].output[0]):  # a node name or the tensor it produces
+        assert select(m, Subset(until=target))["nodes"] == set(names[:k + 1])
+
+
+def test_options_narrow_together():
+    m = layered_model()
+    got = select(m, Subset(layers="0-2", nodes="*/Relu", until="/layers.1/Relu"))
+    assert got["nodes"] == {"/layers.0/Relu", "/layers.1/Relu"}
+
+
+def test_outputs_only_keeps_the_graph_outputs():
+    m = layered_model()
+    got = select(m, Subset(outputs_only=True))
+    assert got["tensors"] == {"x", "out"}
+    assert got["nodes"] == {"final"}
+
+
+@pytest.mark.parametrize("kw,msg", [({"nodes": "/layers.9/Add"}, "matches no node"),
+                                    ({"nodes": "/layers.1/Ad"}, "did you mean '/layers.1/Add'"),
+                                    ({"layers": "1-x"}, "not an index or an inclusive range"),
+                                    ({"layers": "3-1"}, "ends before it starts"),
+                                    ({"until": "nowhere"}, "names no node or tensor"),
+                                    ({"layers": "0", "nodes": "/layers.2/*"}, "keeps no node")])
+def test_bad_selections_are_one_line_errors(kw, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        select(layered_model(), Subset(**kw))
+    assert "\n" not in str(e.value)
+
+
+def test_layers_on_a_model_without_layer_names():
+    with pytest.raises(ConfigError, match="no node name of the model carries a layer index"):
+        select(layered_model(style="blk{i}_"), Subset(layers="0"))
