@@ -209,7 +209,7 @@ class Worker:
                           {o: golden[o] for o in self.outputs if o in golden}, timed.outputs, self.model)
         verdict, reasons = _verdict(df, self.outputs, tasks, "none", sess.compiled.findings)
         first = first_divergence(df)
-        outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds)
+        outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds, o)
                    for o in self.outputs if o in golden and o in timed.outputs}
         rows, values = self._values(df)
         meta = {"input": name, "sha256": sha, "status": "ok", "error": "", "verdict": verdict, "reasons": reasons,
@@ -235,8 +235,8 @@ class Worker:
         return pos[keep].astype(np.int32), np.ascontiguousarray(values[keep])
 
 
-def _output_row(device, golden, thresholds) -> dict:
-    row = compare_tensors(device, golden, thresholds=thresholds)
+def _output_row(device, golden, thresholds, name: str | None = None) -> dict:
+    row = compare_tensors(device, golden, thresholds=thresholds, tensor=name)
     out = {}
     for k in OUTPUT_KEYS:
         v = row.get(k)
