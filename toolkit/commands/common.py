@@ -16,6 +16,7 @@ from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
 from toolkit.gears.spec import validate_gears
 from toolkit.memcheck.planio import attach_plan, plan_where
 from toolkit.memcheck.planio import plan_config as _plan_config
+from toolkit.source import several_sets
 
 REPORTS_DIR = Path("reports")
 
@@ -51,9 +52,9 @@ def check_output_paths(output: str | None, dump_dir: str | None, out: str | None
 
 def check_out_for(out: str | None, inputs: str | None) -> None:
     """The early ``--out`` check of a command taking ``--inputs``: a folder of inputs is a dataset run, whose
-    ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), else
+    ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), and so is a loader script, else
     toolkit.core.artifacts.check_out. Raises UsageError (exit 2)."""
-    if inputs and Path(inputs).is_dir():
+    if several_sets(inputs):
         check_store_out(out)
     else:
         check_out(out)
@@ -62,7 +63,8 @@ def check_out_for(out: str | None, inputs: str | None) -> None:
 def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
     given = [o for o, on in (("--jobs", jobs != 1), ("--ray", bool(ray)), ("--percentiles", percentiles is not None)) if on]
     if given:
-        raise UsageError(f"{', '.join(given)} apply to dataset runs only; pass --inputs FOLDER (a folder of .npz files)")
+        raise UsageError(f"{', '.join(given)} apply to dataset runs only; pass --inputs FOLDER (a folder of .npz "
+                         "files) or --inputs loader.py:function")
 
 
 def plan_config(plan, where) -> Config:

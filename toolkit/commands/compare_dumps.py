@@ -23,7 +23,8 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics import resolve_thresholds, with_shorthands
+from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.metrics.registry import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.core.artifacts import check_out, output_dir
@@ -120,6 +121,7 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     progress(f"reading target {target.path}")
     t = read_side(target)
     pairing = pair_with_model(onnx_model, g, t, maps) if onnx_model is not None else pair_without_model(g, t, maps)
+    check_tensors(lines, [p.tensor for p in pairing.pairs], "compared tensor")
     read_ms = (time.perf_counter() - t0) * 1e3
     progress(f"comparing {len(pairing.pairs)} tensor(s)")
     ts = time.perf_counter()
@@ -142,11 +144,14 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
                           thresholds: str | None = None, out: str | None = None, html: bool = True,
                           golden_format: str = "auto", target_format: str = "auto", golden_runner: str | None = None,
                           golden_iteration: int = 0, target_runner: str | None = None, target_iteration: int = 0,
-                          progress=_noop) -> dict:
+                          atol=(), rtol=(), progress=_noop) -> dict:
     """Run :func:`compare_dumps` and write the report folder (default ``reports/compare-dumps-<time>/``).
+    ``atol`` / ``rtol``: the ``--atol`` / ``--rtol`` shorthands, appended to ``thresholds``.
 
     Returns {"summary": [lines], "out": folder, "files": {label: file}, "diagnosis", "verdict"}.
     """
+    thresholds = with_shorthands(thresholds, atol, rtol)
+    resolve_thresholds(thresholds)  # a bad line is a usage error before any work
     check_out(out)  # a taken --out is refused before the dumps or the model are read
     diag = compare_dumps(SideSpec(golden, "golden", golden_format, golden_runner, golden_iteration),
                          SideSpec(target, "target", target_format, target_runner, target_iteration),

@@ -48,6 +48,7 @@ from toolkit.core.records import Finding
 from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
+from toolkit.profile.budget import DEFAULT_REQUESTS
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
 from toolkit.profile.findings import ProfileData, run_rules
@@ -234,8 +235,9 @@ def _shapes_meta(runs: Requests) -> list[dict]:
 
 # ---------------------------------------------------------------- the analysis
 def profile_model(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
-                  post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                  seed: int = 0, progress=_noop) -> ProfileResult:
+                  post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
+                  inputs: str | None = None, seed: int = 0, val_range: str | None = None,
+                  progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
@@ -251,6 +253,9 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     """
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
+    if pre is not None and inputs is not None:
+        raise UsageError("--pre and --inputs both say what the requests are fed; give --pre (timed "
+                         "pre-processing) or --inputs (an .npz, a folder of them or a loader file.py:function)")
     dev = load_device(device)
     pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre is not None else None
     post_fn = e2e.load_callable(post, "--post", "post") if post is not None else None
@@ -258,7 +263,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     progress(f"loading {src.path}")
     m = load_model(src.path)
     user_config, config = config, device_config(m, config, dev)
-    runs = run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress)
+    runs = run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress, val_range)
     pre_ms, post_ms = runs.pre_ms, runs.post_ms
     progress(f"cost model and schedule on device {dev.name}")
     _price(runs.plans, dev)
@@ -408,8 +413,9 @@ def _render(r: ProfileResult, folder: Path) -> str:
 
 
 def profile_command(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
-                    post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                    seed: int = 0, out: str | None = None, html: bool = True, progress=_noop) -> dict:
+                    post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
+                    inputs: str | None = None, seed: int = 0, out: str | None = None, html: bool = True,
+                    val_range: str | None = None, progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
 
     Returns:
@@ -419,7 +425,7 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
-                          inputs=inputs, seed=seed, progress=progress)
+                          inputs=inputs, seed=seed, val_range=val_range, progress=progress)
         progress("writing the profile")
         files = write_outputs(r, folder, config, html)
     lines = summary_lines(r)
