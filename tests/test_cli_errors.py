@@ -97,7 +97,7 @@ def test_unusable_dump_folder_is_refused_before_any_work(ws, case):
 # ------------------------------------------------------------------ model files
 def test_missing_model_file(ws):
     proc = npuscope("run", "nothere.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "nothere.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("content", [b"hello, this is not an ONNX model\n", b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
@@ -105,7 +105,7 @@ def test_missing_model_file(ws):
 def test_not_onnx(ws, content):
     (ws / "bogus.onnx").write_bytes(content)
     proc = npuscope("run", "bogus.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bogus.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "bogus.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
@@ -113,7 +113,7 @@ def test_truncated_protobuf(ws, fraction):
     data = (ws / "model.onnx").read_bytes()
     (ws / "cut.onnx").write_bytes(data[: int(len(data) * fraction)])
     proc = npuscope("run", "cut.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "cut.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "cut.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("version", [99, 3])
@@ -122,7 +122,7 @@ def test_unsupported_opset(ws, version):
     m.opset_import[0].version = version
     onnx.save(m, ws / "opset.onnx")
     proc = npuscope("run", "opset.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "opset.onnx", f"opset {version}", out=ws / "out")
+    assert_one_line_error(proc, 2, "opset.onnx", f"opset {version}", out=ws / "out")
 
 
 @pytest.mark.parametrize("domain", ["", "com.example.nothere"])
@@ -134,25 +134,25 @@ def test_unknown_op(ws, domain):
         m.opset_import.append(helper.make_opsetid(domain, 1))
     onnx.save(m, ws / "unknown.onnx")
     proc = npuscope("run", "unknown.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "FrobnicateAdd", "add_one", out=ws / "out")
+    assert_one_line_error(proc, 2, "FrobnicateAdd", "add_one", out=ws / "out")
 
 
 # ------------------------------------------------------------------ npz feeds
 def test_missing_npz(ws):
     proc = npuscope("run", "model.onnx", "--inputs", "nothere.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.npz", out=ws / "out")
+    assert_one_line_error(proc, 2, "nothere.npz", out=ws / "out")
 
 
 def test_npz_that_is_not_an_npz(ws):
     (ws / "junk.npz").write_text("not a zip archive")
     proc = npuscope("run", "model.onnx", "--inputs", "junk.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "junk.npz", out=ws / "out")
+    assert_one_line_error(proc, 2, "junk.npz", out=ws / "out")
 
 
 def test_npz_wrong_input_name(ws):
     np.savez(ws / "bad.npz", not_x=np.zeros((1, 16), np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "not_x", "'x'", out=ws / "out")
+    assert_one_line_error(proc, 2, "bad.npz", "not_x", "'x'", out=ws / "out")
 
 
 def test_npz_missing_one_of_two_inputs(tmp_path):
@@ -160,14 +160,14 @@ def test_npz_missing_one_of_two_inputs(tmp_path):
     b.save(tmp_path, "m")
     np.savez(tmp_path / "half.npz", scores=b.feeds["scores"])
     proc = npuscope("run", "m.onnx", "--inputs", "half.npz", "--out", "out", cwd=tmp_path)
-    assert_one_line_error(proc, 1, "half.npz", "mask", out=tmp_path / "out")
+    assert_one_line_error(proc, 2, "half.npz", "mask", out=tmp_path / "out")
 
 
 @pytest.mark.parametrize("shape", [(1, 8), (16,), (2, 16), (1, 16, 1)])
 def test_npz_wrong_shape(ws, shape):
     np.savez(ws / "bad.npz", x=np.zeros(shape, np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    line = assert_one_line_error(proc, 1, "bad.npz", "'x'", out=ws / "out")
+    line = assert_one_line_error(proc, 2, "bad.npz", "'x'", out=ws / "out")
     assert "shape" in line
 
 
@@ -175,7 +175,7 @@ def test_npz_wrong_shape(ws, shape):
 def test_npz_wrong_dtype(ws, dtype):
     np.savez(ws / "bad.npz", x=np.zeros((1, 16), dtype))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "'x'", dtype, out=ws / "out")
+    assert_one_line_error(proc, 2, "bad.npz", "'x'", dtype, out=ws / "out")
 
 
 def test_pickled_npz_is_refused_without_unpickling(ws):
@@ -187,7 +187,7 @@ def test_pickled_npz_is_refused_without_unpickling(ws):
 
     np.savez(ws / "pickled.npz", x=np.array([Boom(), None], dtype=object))
     proc = npuscope("run", "model.onnx", "--inputs", "pickled.npz", "--out", "out", cwd=ws)
-    line = assert_one_line_error(proc, 1, "pickled.npz", "'x'", out=ws / "out")
+    line = assert_one_line_error(proc, 2, "pickled.npz", "'x'", out=ws / "out")
     assert "pickle" in line
     assert not marker.exists(), "the npz was unpickled"
 
@@ -279,7 +279,7 @@ def test_external_data_outside_the_model_folder_is_refused(ext_ws, kind):
         loc = "link.bin"
     _external_model(ext_ws / "model", loc)
     proc = npuscope("run", "model/ext.onnx", "--inputs", "model.npz", "--out", "out", cwd=ext_ws)
-    line = assert_one_line_error(proc, 1, "'one'", loc, out=ext_ws / "out")
+    line = assert_one_line_error(proc, 2, "'one'", loc, out=ext_ws / "out")
     assert "outside" in line or "absolute" in line
 
 
@@ -361,7 +361,7 @@ def test_external_data_outside_is_refused_without_touching_a_fifo(ws):
                               env=dict(os.environ, PYTHONWARNINGS="ignore"))
     except subprocess.TimeoutExpired:
         pytest.fail("npuscope blocked on the outside named pipe: it opened the file before refusing the path")
-    assert_one_line_error(proc, 1, "'one'", "../outside.bin", out=ws / "out")
+    assert_one_line_error(proc, 2, "'one'", "../outside.bin", out=ws / "out")
 
 
 # ------------------------------------------------------------------ output folders
@@ -390,9 +390,9 @@ def test_failure_inside_the_output_folder_removes_it(ws):
 def test_diagnose_bad_input_same_contract(ws):
     np.savez(ws / "bad.npz", x=np.zeros((1, 3), np.float32))
     proc = npuscope("diagnose", "model.onnx", "--inputs", "bad.npz", "--out", "rep", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "'x'", out=ws / "rep")
+    assert_one_line_error(proc, 2, "bad.npz", "'x'", out=ws / "rep")
     proc = npuscope("diagnose", "nothere.onnx", "--out", "rep", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.onnx", out=ws / "rep")
+    assert_one_line_error(proc, 2, "nothere.onnx", out=ws / "rep")
 
 
 # ------------------------------------------------------------------ help
@@ -417,7 +417,7 @@ def test_bad_input_prints_nothing_but_the_error_line(ws):
     """Strictly, stderr on bad input is exactly the one error line (no progress chatter before it)."""
     np.savez(ws / "bad.npz", x=np.zeros((1, 3), np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.splitlines() == error_lines(proc.stderr), proc.stderr
 
 

@@ -445,14 +445,14 @@ def test_polygraphy_json_on_either_side_through_the_cli(tmp_path):
     assert proc.returncode == 0 and "verdict: PASS" in proc.stdout, proc.stdout + proc.stderr
 
     proc = npuscope("compare-dumps", pg, "device", "--golden-runner", "trt", "--model", model, cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "matches no runner" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "matches no runner" in proc.stderr
     proc = npuscope("compare-dumps", pg, "device", "--golden-iteration", "3", "--model", model, cwd=tmp_path)
-    assert proc.returncode == 1 and "1 iteration(s)" in proc.stderr
+    assert proc.returncode == 2 and "1 iteration(s)" in proc.stderr
 
 
 def test_cli_bad_folder_is_one_line_exit_1(tmp_path):
     proc = npuscope("compare-dumps", "missing", "also_missing", cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "GOLDEN 'missing' does not exist" in proc.stderr and not any(tmp_path.iterdir())
 
 

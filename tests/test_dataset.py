@@ -294,7 +294,7 @@ def test_bad_options_are_usage_errors(case, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = npuscope("compare", case["model"], "--inputs", empty, cwd=tmp_path)
-    assert proc.returncode == 1 and "holds no .npz files" in proc.stderr
+    assert proc.returncode == 2 and "holds no .npz files" in proc.stderr
 
 
 # ------------------------------------------------------------------------------------------------ reports
@@ -563,7 +563,7 @@ def test_run_without_a_successful_result_leaves_no_folder(case, tmp_path):
     for i in range(3):
         (inputs / f"bad{i}.npz").write_bytes(b"not a zip")
     proc = npuscope("compare", case["model"], "--inputs", inputs, "--out", tmp_path / "out", cwd=tmp_path)
-    assert proc.returncode == 1 and "none of the 3 input(s)" in proc.stderr and not (tmp_path / "out").exists()
+    assert proc.returncode == 2 and "none of the 3 input(s)" in proc.stderr and not (tmp_path / "out").exists()
 
 
 def test_folder_without_a_successful_result_does_not_block_a_rerun_with_other_settings(case, tmp_path):

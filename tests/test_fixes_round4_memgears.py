@@ -137,7 +137,7 @@ def test_cli_memcheck_refuses_alias_to_missing_tensor(plan_json, tmp_path):
     p = tmp_path / "alias.json"
     p.write_text(json.dumps(d))
     r = _cli("memcheck", "resnet_small", "--plan", p, "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "'nope'" in _one_error_line(r) and not (tmp_path / "o").exists()
 
 
@@ -146,7 +146,7 @@ def test_empty_csv_cell_is_refused_with_its_line(tmp_path):
     f = tmp_path / "e.csv"
     f.write_text("id,len\n1,10\n2,20\n3,\n4,30\n")
     r = _cli("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     err = _one_error_line(r)
     assert "line 4" in err and "'len'" in err and "empty" in err
 
@@ -164,7 +164,7 @@ def test_ambiguous_column_is_refused_and_unique_column_is_read(tmp_path):
     f = tmp_path / "d.csv"
     f.write_text("id,len,len\n1,10,11\n")
     r = _cli("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "'len'" in _one_error_line(r) and "2 columns" in r.stderr
     g = tmp_path / "g.csv"
     g.write_text("len,id,id\n3,1,2\n5,7,8\n")  # the duplicated column is not the one asked for

@@ -141,7 +141,7 @@ def test_too_many_distinct_shapes_is_a_one_line_error(tmp_path):
     pp = _prepost(tmp_path, list(range(1, 11)))  # batch 1..10: a 9th distinct shape on request 8
     res = _cli(str(model), "--pre", f"{pp}:pre", "--requests", "10", "--no-html", "--no-advise",
                "--out", str(tmp_path / "out"))
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "x:9,3,8,8" in res.stderr and "request 8" in res.stderr and "at most 8" in res.stderr
     assert not (tmp_path / "out").exists()

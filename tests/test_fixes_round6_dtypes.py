@@ -507,7 +507,7 @@ def test_sequence_outputs_never_crash_a_command(tmp_path, command, ragged):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rows = pd.read_csv(tmp_path / "o" / "result.csv", keep_default_na=False).set_index("TensorName")
         assert rows.loc["s", "CompareFailReason"] == "" and float(rows.loc["s", "CosineSimilarity"]) > 0.999
-    elif proc.returncode == 1:
+    elif proc.returncode == 2:
         assert proc.stderr.startswith("npuscope: error:") and proc.stderr.count("\n") == 1, proc.stderr
     else:
         x = np.load(tmp_path / "o" / "outputs.npz")

@@ -48,7 +48,7 @@ def cli(*args, cwd=None, warn="default"):
                           cwd=cwd, timeout=600, check=False)
 
 
-def one_line_error(p, code=1):
+def one_line_error(p, code=2):
     """The CLI failed with exit ``code`` and a single 'npuscope: error:' line, no traceback."""
     assert p.returncode == code, (p.returncode, p.stderr[-2000:])
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]

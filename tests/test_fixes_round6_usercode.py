@@ -147,7 +147,7 @@ def test_cli_sys_exit_in_any_user_hook_is_a_one_line_error_exit_1(m1, hook):
     _write_hooks(m1)
     args, expect = CLI_HOOKS[hook]
     res = _cli(args[0], "m1.onnx", *args[1:], "--out", "o", cwd=m1, env_path=m1)
-    line = _error_line(res, 1)
+    line = _error_line(res, 2)
     assert expect in line and "sys.exit() would end npuscope" in line, line
     assert not (m1 / "o").exists()  # no partial report
 
@@ -314,7 +314,7 @@ def test_cli_tune_uses_every_file_of_a_folder(m1):
 
 def test_cli_tune_more_sets_than_max_inputs_is_refused_naming_count_and_option(m1):
     _folder_with_late_overflow(m1)
-    line = _error_line(_cli("tune", "m1.onnx", "--inputs", "ds", "--max-inputs", "10", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli("tune", "m1.onnx", "--inputs", "ds", "--max-inputs", "10", "--out", "o", cwd=m1), 2)
     assert f"holds {N_SETS} .npz files" in line and "--max-inputs 10" in line and f"--max-inputs {N_SETS}" in line
     assert not (m1 / "o").exists()
 
@@ -322,7 +322,7 @@ def test_cli_tune_more_sets_than_max_inputs_is_refused_naming_count_and_option(m
 def test_cli_tune_never_ending_loader_is_refused_not_cut(m1):
     (m1 / "inf.py").write_text("import itertools\nimport numpy as np\ndef inputs():\n"
                                "    for i in itertools.count():\n        yield {'x': np.full((4, 8), i, np.float32)}\n")
-    line = _error_line(_cli("tune", "m1.onnx", "--inputs", "inf.py", "--max-inputs", "5", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli("tune", "m1.onnx", "--inputs", "inf.py", "--max-inputs", "5", "--out", "o", cwd=m1), 2)
     assert "gives more than 5 input sets" in line and "--max-inputs" in line
 
 
@@ -340,7 +340,7 @@ def test_cli_single_run_commands_refuse_a_folder_of_several_sets(m1, cmd):
     (m1 / "ds").mkdir()
     for i in range(3):
         np.savez(m1 / "ds" / f"a{i}.npz", x=X)
-    line = _error_line(_cli(cmd[0], "m1.onnx", *cmd[1:], "--inputs", "ds", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli(cmd[0], "m1.onnx", *cmd[1:], "--inputs", "ds", "--out", "o", cwd=m1), 2)
     assert "holds 3 .npz files" in line and "one input set" in line
 
 
@@ -426,7 +426,7 @@ def test_cli_string_input_runs_end_to_end(tmp_path):
 def test_cli_string_input_of_wrong_kind_gets_working_advice(tmp_path):
     _string_model(tmp_path / "s.onnx")
     np.savez(tmp_path / "n.npz", x=np.array([1.0, 2.0]))
-    line = _error_line(_cli("compare", "s.onnx", "--inputs", "n.npz", "--out", "o", cwd=tmp_path), 1)
+    line = _error_line(_cli("compare", "s.onnx", "--inputs", "n.npz", "--out", "o", cwd=tmp_path), 2)
     assert "np.object" not in line and "str array" in line
 
 
@@ -471,7 +471,7 @@ def test_cli_pre_result_is_refused_as_the_same_npz_is(m1, kind):
     np.savez(m1 / "bad.npz", **bad)
     pre = _error_line(_cli("profile", "m1.onnx", "--pre", f"pp.py:{kind}", "--requests", "2", "--out", "o",
                            cwd=m1), 1)
-    npz = _error_line(_cli("compare", "m1.onnx", "--inputs", "bad.npz", "--out", "o2", cwd=m1), 1)
+    npz = _error_line(_cli("compare", "m1.onnx", "--inputs", "bad.npz", "--out", "o2", cwd=m1), 2)
     assert pre.startswith("npuscope: error: --pre result of request 0: ")
     assert npz.startswith("npuscope: error: npz file 'bad.npz': ")
     assert pre.split(": ", 3)[3] == npz.split(": ", 3)[3]  # same message after the source

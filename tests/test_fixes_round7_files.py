@@ -128,7 +128,7 @@ def test_side_path_or_index_json_that_is_a_fifo_is_a_one_line_error(tmp_path, wh
         (tmp_path / "T" / "index.json").unlink()
         os.mkfifo(tmp_path / "T" / "index.json")
     proc = cli("compare-dumps", "G", "T", "--out", "cd", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "not a regular file but a FIFO" in error_line(proc)
     assert not (tmp_path / "cd").exists()
 
@@ -154,7 +154,7 @@ def test_parse_log_folder_lists_special_entries_as_skipped(tmp_path, kind):
 def test_parse_log_of_a_special_file_alone_is_an_error_naming_why(tmp_path, kind):
     make_special(tmp_path / "x.csv", kind)
     proc = cli("parse-log", "x.csv", "--out", "o", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert SAID[kind] in error_line(proc)
 
 
@@ -221,7 +221,7 @@ def test_rows_wider_or_narrower_than_the_header_are_malformed_never_shifted(tmp_
 def test_all_rows_shifted_is_an_error_not_a_shifted_report(tmp_path):
     (tmp_path / "shift.csv").write_text("Op Name,OP Type,Task Duration(us)\nconv1,Conv,5,1\nrelu1,Relu,7,2\n")
     proc = cli("parse-log", "shift.csv", "--out", "o", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1 and "2 malformed" in error_line(proc)
+    assert proc.returncode == 2 and "2 malformed" in error_line(proc)
     assert not (tmp_path / "o").exists()
 
 
@@ -310,4 +310,4 @@ def test_lengths_csv_errors_name_the_line_where_the_row_starts(tmp_path, text, l
 def test_gears_cli_form_feed_line_is_one_line_error(tmp_path):
     (tmp_path / "ln.txt").write_bytes(b"5\n6\x0c7\nabc\n")
     proc = cli("gears", "--lengths", "ln.txt", "-k", "2", "--out", "g", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1 and "line 2:" in error_line(proc)
+    assert proc.returncode == 2 and "line 2:" in error_line(proc)

@@ -73,7 +73,7 @@ def test_plan_without_model_argument_or_record_is_usage_error(plans, command):
 @pytest.mark.parametrize("command", ["memcheck", "run"])
 def test_plan_of_another_model_names_the_file_not_the_repr(plans, command):
     r = cli(command, "resnet_small", "--plan", plans["no_model"], "--out", plans["tmp"] / f"{command}-other")
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr
     line = one_line_error(r)
     assert f"plan file '{plans['no_model']}'" in line
     assert f"kernel #0 is '{plans['first_kernel']}'" in line
@@ -182,7 +182,7 @@ def test_regress_same_model_still_works(folders):
 
 def test_regress_refuses_different_models_unless_allowed(folders):
     r = cli("regress", folders / "rs", folders / "tb", "--no-html", "--out", folders / "r-diff")
-    assert r.returncode == 1
+    assert r.returncode == 2
     line = one_line_error(r)
     assert "different models" in line and "--allow-different-models" in line
     assert str(folders / "rs") in line and str(folders / "tb") in line
@@ -199,7 +199,7 @@ def test_regress_refuses_different_models_unless_allowed(folders):
 def test_regress_refuses_folders_of_other_commands(folders, other, what):
     for a, b in ((folders / "tb", folders / other), (folders / other, folders / "tb")):
         r = cli("regress", a, b, "--no-html", "--out", folders / f"r-{other}")
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = one_line_error(r)
         assert f"'{folders / other}'" in line and what in line
         assert not (folders / f"r-{other}").exists()
@@ -208,7 +208,7 @@ def test_regress_refuses_folders_of_other_commands(folders, other, what):
 def test_regress_refuses_dataset_against_single_input(folders):
     for a, b in ((folders / "ds", folders / "tb"), (folders / "tb", folders / "ds")):
         r = cli("regress", a, b, "--no-html", "--out", folders / "r-ds")
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = one_line_error(r)
         assert f"'{folders / 'ds'}' is a dataset run" in line and str(folders / "tb") in line
 
@@ -233,7 +233,7 @@ def test_dataset_run_refused_while_another_holds_the_folder(tmp_path):
         held.write("4242\n")
         held.flush()
         r = cli("compare", "transformer_block", "--inputs", ds, "--out", out)
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = one_line_error(r)
         assert f"'{out}'" in line and "pid 4242" in line
         assert (out / "log.jsonl").read_text() == log_before
@@ -286,7 +286,7 @@ def bad_models(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("arg,code", [("missing.onnx", 1), ("garbage.onnx", 1), ("folder.onnx", 1),
+@pytest.mark.parametrize("arg,code", [("missing.onnx", 2), ("garbage.onnx", 2), ("folder.onnx", 2),
                                       ("opset99.onnx", 1), ("resnet_small", 0)])
 def test_doctor_json_for_every_outcome(bad_models, arg, code):
     target = arg if arg == "resnet_small" else bad_models / arg

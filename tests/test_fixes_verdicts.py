@@ -209,7 +209,7 @@ def test_model_without_outputs_is_a_one_line_model_error(tmp_path):
     for cmd in ("compare", "diagnose"):
         out = tmp_path / f"r_{cmd}"
         proc = npuscope(cmd, model, "--out", out, cwd=tmp_path)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "has no graph outputs" in lines[0] and "Traceback" not in proc.stderr
         assert not out.exists()
@@ -405,7 +405,7 @@ def test_parse_log_of_nothing_exits_1_without_a_report(tmp_path, name):
     for arg in (f, folder):
         out = tmp_path / "r"
         proc = npuscope("parse-log", arg, "--out", out, cwd=tmp_path)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "nothing could be parsed" in lines[0] and name in lines[0]
         assert not out.exists() and "report:" not in proc.stdout

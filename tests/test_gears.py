@@ -269,7 +269,7 @@ def test_compile_and_run_cli_with_gears(tmp_path):
     big = samples.transformer_seq_masked_inputs(2, 70)
     np.savez(tmp_path / "big.npz", **big)
     r = _cli("run", "transformer_seq_masked", "--config", cfg, "--inputs", tmp_path / "big.npz", "--out", tmp_path / "b")
-    assert r.returncode == 1 and 'gears are dynamic_dims "16,16;32,32;64,64"' in r.stderr
+    assert r.returncode == 2 and 'gears are dynamic_dims "16,16;32,32;64,64"' in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
 
 

@@ -144,7 +144,7 @@ def test_gears_cli(tmp_path):
     assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.I), "opens offline: no script files"
     bad = subprocess.run([sys.executable, "-m", "toolkit", "gears", "--lengths", str(tmp_path / "nope.txt"), "-k", "2"],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     usage = subprocess.run([sys.executable, "-m", "toolkit", "gears", "--lengths", str(f), "-k", "0"],
                            capture_output=True, text=True)
     assert usage.returncode == 2

@@ -129,7 +129,7 @@ def test_shared_dim_cli_paths(tmp_path):
     np.savez(tmp_path / "skew.npz", x=feeds["x"], mask=np.ones((1, 8), np.float32))
     cfg.write_text(json.dumps({"input_shape": "x:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}))
     r = _cli("run", "transformer_seq_masked", "--config", cfg, "--inputs", tmp_path / "skew.npz", "--out", tmp_path / "k")
-    assert r.returncode == 1 and "'seq' is 16 in input 'x' but 8 in input 'mask'" in _error_line(r)
+    assert r.returncode == 2 and "'seq' is 16 in input 'x' but 8 in input 'mask'" in _error_line(r)
 
 
 # ------------------------------------------------------------------------------ -1 on a static dim (kind)
@@ -260,7 +260,7 @@ def test_lengths_given_in_python_are_usage_errors(bad):
 def test_gears_cli_bad_number_exit_1(tmp_path):
     (tmp_path / "l.txt").write_text("5\n99999999999999999999999\n")
     r = _cli("gears", "--lengths", tmp_path / "l.txt", "-k", "2", "--out", tmp_path / "o")
-    assert r.returncode == 1 and "line 2" in _error_line(r) and not (tmp_path / "o").exists()
+    assert r.returncode == 2 and "line 2" in _error_line(r) and not (tmp_path / "o").exists()
 
 
 # ------------------------------------------------------------------------------ config snippets of `gears` (kind)

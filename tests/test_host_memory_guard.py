@@ -49,7 +49,7 @@ def test_memcheck_with_a_plan_file_gives_a_one_line_error(tmp_path, too_big):
     res = subprocess.run([sys.executable, "-m", "toolkit", "memcheck", str(tmp_path / "m.onnx"), "--plan",
                           str(tmp_path / "c" / "plan.json"), "--out", str(tmp_path / "mc")],
                          capture_output=True, text=True, check=False)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "arena needs" in res.stderr and not (tmp_path / "mc").exists()
 

@@ -184,9 +184,9 @@ def test_cli_parse_log_exit_codes_and_log_lines(tmp_path):
     assert quiet.returncode == 0 and "[INFO]" not in quiet.stdout + quiet.stderr
     assert not (tmp_path / "q" / "profile.html").exists()
     bad = _cli("parse-log", str(tmp_path / "in" / "unknown.txt"), "--out", str(tmp_path / "bad"))
-    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "unknown format" in bad.stderr
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "unknown format" in bad.stderr
     missing = _cli("parse-log", str(tmp_path / "nope.log"))
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
     env_bad = _cli("parse-log", files[0], env={"NPUSCOPE_LOG_LEVEL": "verbose"})
     assert env_bad.returncode == 2 and "NPUSCOPE_LOG_LEVEL" in env_bad.stderr
     no_args = _cli("parse-log")
@@ -205,7 +205,7 @@ def test_folder_without_files_is_a_clear_error(tmp_path, layout, says):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)
     res = _cli("parse-log", str(folder), "--out", str(tmp_path / "o"))
-    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert f"folder '{folder}' holds no files to read ({says})" in res.stderr
     assert "directly inside a folder, not its subfolders" in res.stderr and not (tmp_path / "o").exists()
 

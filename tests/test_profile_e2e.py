@@ -360,7 +360,7 @@ def test_cli_profile_sample_writes_the_profiler_tables(tmp_path):
 
 def test_cli_profile_bad_inputs(tmp_path):
     res = _cli("detector_head", "--pre", str(tmp_path / "nope.py:pre"), "--out", str(tmp_path / "o1"), cwd=ROOT)
-    assert res.returncode == 1 and "--pre file" in res.stderr and "does not exist" in res.stderr
+    assert res.returncode == 2 and "--pre file" in res.stderr and "does not exist" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o1").exists()
     res = _cli("detector_head", "--device", "atlas", "--out", str(tmp_path / "o2"), cwd=ROOT)
     assert res.returncode == 2 and "did you mean" in res.stderr
@@ -376,7 +376,7 @@ def test_cli_user_sys_exit_is_an_error(tmp_path, option, body):
     f = tmp_path / "quits.py"
     f.write_text("import sys\n" + body)
     res = _cli("detector_head", option, str(f), "--no-advise", "--out", str(tmp_path / "o"), cwd=ROOT)
-    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert res.returncode == 2, (res.stdout, res.stderr)
     assert f"{option} raised SystemExit(0) on request 0" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
 

@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent("""
 def test_compile_error_while_the_reference_runs_exits_cleanly(tmp_path, model):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, model, str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=300)
-    assert proc.returncode == 1, (proc.returncode, proc.stderr[-800:])
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-800:])
     assert "planted compile failure" in proc.stderr
     assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()  # no partial report left behind

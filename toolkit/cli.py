@@ -259,8 +259,8 @@ def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_
         cfg = _config(config_path, memory_reuse=memory_reuse, input_shape=input_shape)
     res = memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
                            html=not no_html, progress=_progress)
-    n = len(res["conflicts"])
-    _finish(res, bool(n), f"{n} conflict(s)" if n else "no conflict")
+    n = int(res["conflicts"])  # static conflicts + dynamic events + a failed poisoned run
+    _finish(res, bool(n), f"{n} problem(s) found" if n else "no conflict")
 
 
 DATASET_OPTIONS = [

@@ -32,22 +32,24 @@ def count_change(what: str, delta: int) -> str:
 
 
 def check_output_paths(output: str | None, dump_dir: str | None, out: str | None) -> None:
-    """Refuse, before any work (UsageError, exit 2), an ``--output`` file that exists, is the ``--dump`` folder
+    """Refuse, before any work (UsageError, exit 2), an ``--save-outputs`` file that exists, is the ``--dump`` folder
     or lies inside it, is the ``--out`` folder itself, or whose folder does not exist (and is not ``--out``,
     which the command creates)."""
     if not output:
         return
     o = Path(output).resolve()
     if Path(output).exists():
-        raise UsageError(f"output file '{output}' already exists; choose another --output")
+        raise UsageError(f"output file '{output}' already exists; choose another --save-outputs")
     if dump_dir and (o == Path(dump_dir).resolve() or Path(dump_dir).resolve() in o.parents):
-        raise UsageError(f"--output '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "
+        raise UsageError(f"--save-outputs '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "
                          "must be new or empty); give each its own path")
     if out and o == Path(out).resolve():
-        raise UsageError(f"--output and --out both name '{output}'; --output is a .npz file, --out a folder")
+        raise UsageError(f"--save-outputs and --out both name '{output}'; --save-outputs is a .npz file, --out a "
+                         "folder")
     parent = Path(output).parent
     if not parent.is_dir() and not (out and o.parent == Path(out).resolve()):
-        raise UsageError(f"--output '{output}': folder '{parent}' does not exist; create it or choose another path")
+        raise UsageError(f"--save-outputs '{output}': folder '{parent}' does not exist; create it or choose another "
+                         "path")
 
 
 def check_out_for(out: str | None, inputs: str | None) -> None:

@@ -213,15 +213,15 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     ``<U``, ml_dtypes arrays in their exact standard dtype (docs/array-files.md). Raises UsageError (the path),
     ModelError (a value with no array form)."""
     if path.exists():
-        raise UsageError(f"output file '{path}' already exists; choose another --output")
+        raise UsageError(f"output file '{path}' already exists; choose another --save-outputs")
     if not path.parent.is_dir():
-        raise UsageError(f"--output '{path}': folder '{path.parent}' does not exist; create it or choose another path")
+        raise UsageError(f"--save-outputs '{path}': folder '{path.parent}' does not exist; create it or choose another path")
     tmp = path.with_name(path.name + ".tmp.npz")
     try:
         save_npz(tmp, arrays)
         os.replace(tmp, path)
     except OSError as exc:
-        raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --output") from None
+        raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --save-outputs") from None
     finally:
         tmp.unlink(missing_ok=True)
     return path
