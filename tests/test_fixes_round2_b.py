@@ -313,7 +313,7 @@ def test_cli_compare_dumps_mapping_node_not_in_model(tmp_path):
     _npuscope_dump(tmp_path / "t", {"x": x})
     (tmp_path / "m.json").write_bytes(BOM + b'{"fused": ["stem_cnv", "stem_relu"]}')
     line = one_line_error(cli("compare-dumps", "g", "t", "--mapping", "m.json", "--model", "resnet_small",
-                              "--out", "o", "--no-html", cwd=tmp_path), 1)
+                              "--out", "o", "--no-html", cwd=tmp_path), 2)
     assert "mapping file 'm.json'" in line and "'stem_cnv'" in line and "did you mean 'stem_conv'" in line
     assert not (tmp_path / "o").exists()
 

@@ -251,7 +251,7 @@ def test_new_folder_held_by_another_run_is_not_removed(tmp_path):
     with open(out / LOCK, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         r = cli("compare", "transformer_block", "--inputs", ds, "--out", out)
-        assert r.returncode == 1 and "in use by another dataset run" in one_line_error(r)
+        assert r.returncode == 2 and "in use by another dataset run" in one_line_error(r)
         assert (out / LOCK).exists() and os.listdir(out) == [LOCK]
 
 

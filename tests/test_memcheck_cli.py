@@ -80,7 +80,7 @@ def test_plan_for_another_model_is_refused(model_and_plan, tmp_path):
     d["kernels"][0]["name"] = "other"
     bad = tmp_path / "other.json"
     bad.write_text(json.dumps(d))
-    assert _exit(["-q", "memcheck", str(path), "--plan", str(bad), "--out", str(tmp_path / "x")]) == 1
+    assert _exit(["-q", "memcheck", str(path), "--plan", str(bad), "--out", str(tmp_path / "x")]) == 2  # bad input, not a finding
 
 
 def test_capacity_error_names_peak_and_options(tmp_path):

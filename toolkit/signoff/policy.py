@@ -12,8 +12,8 @@ Example::
     [policy]
     name = "resnet_small mixed precision"   # free text, shown in the report
 
-    [outputs]                              # conditions as a string (toolkit.compare.metrics.grammar), the same
-    "*" = "CosineSimilarity>=0.999, logits:MaxAbsoluteError<=1e-2"   # strings as --thresholds / tune --target;
+    # [outputs]                            # conditions may be strings (toolkit.compare.metrics.grammar), as
+    # "*" = "CosineSimilarity>=0.999, logits:MaxAbsoluteError<=1e-2"   # --thresholds / tune --target write them;
                                            # OUTPUT: before an item bounds that output; the keys may also be
                                            # output names; or, equivalently, tables as below:
     [outputs."*"]                          # every graph output ("*"), or one table per output name
@@ -68,7 +68,7 @@ from pathlib import Path
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
-from toolkit.compare.metrics.grammar import SHORT_FORMS, good_op, parse_conditions
+from toolkit.compare.metrics.grammar import SHORT_FORMS, closest_metric, good_op, parse_conditions
 from toolkit.compare.metrics.thresholds import parse_thresholds
 from toolkit.compare.tasks import load_task
 from toolkit.config.schema import _check_op_type
@@ -294,7 +294,9 @@ def _check_outputs(body: dict, where: str) -> dict:
         for short, limit in limits.items():
             metric = SHORT_FORMS.get(short, short)
             if metric not in BOUNDABLE:
-                raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{suggest(metric, BOUNDABLE)}")
+                close = closest_metric(metric, BOUNDABLE)  # as the condition grammar suggests (short forms too)
+                hint = f" (did you mean '{close}'?)" if close else suggest(metric, BOUNDABLE)
+                raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{hint}")
             if isinstance(limit, bool) or not isinstance(limit, (int, float)):
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r}; expected a number")
             lo, hi = METRIC_RANGES[metric]
