@@ -375,16 +375,16 @@ def doctor_cmd(model, as_json):
 @click.option("--max-inputs", "max_inputs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Most input sets --inputs may give (all are kept in memory and run in every trial).")
 @_with(GENERATED)
-@_with(_threshold_options("")[1:])
 @click.option("--target", help='Conditions every final output must meet on every input, [OUTPUT:]METRIC<op>VALUE '
               'items as --thresholds writes them, e.g. "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2" (the '
               'default; --atol / --rtol add to it).')
+@_with(_threshold_options("")[1:])
 @click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function that must pass "
               "too (repeatable).")
 @click.option("--no-html", is_flag=True, help="Skip tune.html.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-tune-<time>/.")
 def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, max_inputs, seed, val_range,
-             atol, rtol, target, task_metrics, no_html, out):
+             target, atol, rtol, task_metrics, no_html, out):
     """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
     keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)

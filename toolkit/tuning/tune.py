@@ -312,8 +312,10 @@ class Tuner:
 
     def _report(self, t: Trial) -> None:
         """Progress after a try: ``trial k: N node(s) in FP32, target met/not met (...); best so far: ...``."""
-        if self.best is None or (t.met, -len(t.keep), -t.error) > (self.best.met, -len(self.best.keep),
-                                                                     -self.best.error):
+        def rank(x: Trial) -> tuple:  # a met try with fewer nodes, else an unmet one with a lower error
+            return (True, -len(x.keep)) if x.met else (False, -x.error)
+
+        if self.best is None or rank(t) > rank(self.best):
             self.best = t
         b = self.best
         best = (f"{len(b.keep)} node(s) in FP32 meet the target" if b.met else
