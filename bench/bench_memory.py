@@ -1,7 +1,7 @@
 """Arena size of each memory-reuse policy against the lower bound, per model.
 
 Models: the sample models (toolkit.samples), the three PP-OCRv4 models (toolkit.zoo, at their default input
-shapes) and onnx's "light" model zoo (onnx/backend/test/data/light, as tests/conformance.py locates it). Each
+shapes) and onnx's "light" model zoo (onnx/backend/test/data/light, as tests/conformance/cases.py locates it). Each
 model is compiled once (default config: allow_mix_precision, fusion level 2); the plan's tensors are then
 re-placed under every policy (toolkit.compiler.passes.plan_memory.place), and the plan of each policy is checked
 by the static checker (0 conflicts expected).

@@ -10,10 +10,13 @@ Generates in a temporary folder (deleted afterwards):
 Timed (best of R runs each, interleaved):
   - toolkit.logs.parsers.plog_lines.parse(log)  vs  pandas.read_csv(csv of the same records)
     (and pandas.read_csv of the log itself as one text column, a lower bound on just splitting lines);
-  - toolkit.logs.parsers.ort_profile.parse(json) vs json.load(json) (the load alone, no table).
+  - toolkit.logs.parsers.ort_profile.parse(json) vs json.load(json) (the load alone, no table);
+  - toolkit.logs.parsers.op_summary_csv.parse(wide csv) vs pandas.read_csv(same file, dtype=str): an op_summary
+    CSV of 4 rows and W extra columns (default 200,000), which used to take minutes (per-column assignment,
+    quadratic in the columns).
 Prints MB/s of each and the ratio ours / peer in throughput (> 1: ours is faster).
 
-Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--runs 3]
+Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--wide 200000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -91,6 +94,21 @@ def write_profile(folder: Path, mb: int) -> Path:
     return path
 
 
+def write_wide_csv(folder: Path, extra: int) -> Path:
+    """An op_summary CSV (the profiler's columns) with ``extra`` more columns and 4 rows of formula-like text."""
+    from toolkit.profile.optable import OP_SUMMARY_COLUMNS
+
+    path = folder / "op_summary_wide.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(list(OP_SUMMARY_COLUMNS) + [f"extra_{i}" for i in range(extra)])
+        for k in range(4):
+            base = {"Op Name": f"conv{k}", "OP Type": "Conv2D", "Task Type": "AI_CORE", "Task Duration(us)": "12.5",
+                    "Task Start Time(us)": str(100 * k), "Task Wait Time(us)": "0"}
+            w.writerow([base.get(c, "1") for c in OP_SUMMARY_COLUMNS] + ["=1"] * extra)
+    return path
+
+
 def duel(ours, peer, runs: int) -> tuple[float, object, float, object]:
     """Best-of-``runs`` seconds of ``ours`` and ``peer``, runs interleaved (ours, peer, ours, ...); the previous
     result is freed before each timed call, so neither pays for the other's deallocation."""
@@ -111,11 +129,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--mb", type=int, default=200)
+    ap.add_argument("--wide", type=int, default=200_000, help="extra columns of the wide CSV (0: skip it)")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     import pandas as pd
 
-    from toolkit.logs.parsers import ort_profile, plog_lines
+    from toolkit.logs.parsers import op_summary_csv, ort_profile, plog_lines
 
     with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
         folder = Path(tmp)
@@ -145,6 +164,13 @@ def main() -> None:
         del events
         rows.append(("onnxruntime profile", prof, ours, "json.load(same file)", prof, peer))
         print(f"ort profile: {len(res.op_summary):,} node events, {res.malformed} malformed")
+        if args.wide:
+            wide = write_wide_csv(folder, args.wide)
+            ours, res, peer, df = duel(lambda: op_summary_csv.parse(wide), lambda: pd.read_csv(wide, dtype=str),
+                                       args.runs)
+            assert len(res.op_summary) == len(df) == 4, (len(res.op_summary), len(df))
+            rows.append((f"csv, {df.shape[1]:,} cols", wide, ours, "pandas.read_csv(same file, dtype=str)", wide, peer))
+            del df
         print(f"\n{'input':<22}{'ours s':>8}{'ours MB/s':>11}  {'peer':<40}{'peer s':>8}{'peer MB/s':>11}{'ratio':>8}")
         for name, f_ours, t_ours, peer_name, f_peer, t_peer in rows:
             mb_ours, mb_peer = f_ours.stat().st_size / 1e6 / t_ours, f_peer.stat().st_size / 1e6 / t_peer

@@ -1,6 +1,6 @@
 """Suite-wide settings. The compile cache (toolkit.cache) is off for the suite: tests that compile one model
-several times with monkeypatched passes must not see each other's entries. tests/test_cache.py turns it on
-per test with its own folder; any other use lands in a temporary folder, never in the home directory."""
+several times with monkeypatched passes must not see each other's entries. The tests in tests/cache/ turn it on
+per test with their own folder; any other use lands in a temporary folder, never in the home directory."""
 
 import atexit
 import os

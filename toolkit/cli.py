@@ -463,16 +463,30 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, atol, rtol, go
 @click.option("--advise/--no-advise", default=True, show_default=True, help="Run the placement advisor.")
 @_inputs_option("the requests take its sets in turn (instead of --pre)")
 @_with(GENERATED)
+@click.option("--device-profile", type=click.Path(), help="A real device's profile: msprof op_summary_*.csv or "
+              "torch_npu kernel_details.csv. Attributes its rows to the plan, calibrates --device to them "
+              "(calibrated_device.json) and predicts the what-ifs on the calibrated profile.")
+@click.option("--fusion-ops", type=click.Path(), help="msprof fusion_op_*.csv: the original ops behind each fused "
+              "device op (with --device-profile).")
+@click.option("--holdout", default=0.25, show_default=True, type=float,
+              help="Share of matched device rows held out of the calibration (0..0.9).")
+@click.option("--whatif-keep-dtype", multiple=True, help="keep_dtype entry (node name or OpType::X) for the "
+              "precision what-if; repeat for a set (with --device-profile).")
+@click.option("--whatif-gears", type=click.Path(), help="Config file whose input_shape (-1 dims) and "
+              "dynamic_batch_size / dynamic_dims give the gears to predict (with --device-profile).")
 @click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-profile-<time>/.")
 def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, device, pre, post, requests, advise,
-                inputs, seed, val_range, no_html, out):
+                inputs, seed, val_range, device_profile, fusion_ops, holdout, whatif_keep_dtype, whatif_gears,
+                no_html, out):
     """Where the time of one inference goes: simulated device time (cost model on a device profile) next to
     measured host time, real pre/post-processing, serial vs pipelined latency and throughput, which short ops
     to move to the CPU. Writes profile.html, op_summary.csv, op_statistic.csv, trace.json (Perfetto) and more."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
                           inputs=inputs, seed=seed, val_range=val_range, out=out, html=not no_html,
+                          device_profile=device_profile, fusion_ops=fusion_ops, holdout=holdout,
+                          whatif_keep_dtype=list(whatif_keep_dtype) or None, whatif_gears=whatif_gears,
                           progress=_progress)
     _finish(res, False, "profiled")
 

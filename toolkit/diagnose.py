@@ -236,12 +236,13 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
 
 
-def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list[str]]:
+def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | None = None) -> tuple[str, list[str]]:
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
     the reasons then print them, each value next to its line (toolkit.core.text.show_vs: the line exactly,
     the value with the digits it takes to read on its side of the line). A PASS/WARN says in one reason how many
     tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
-    docs/thresholds.md)."""
+    docs/thresholds.md). ``kernels``: how many kernels the plan runs; 0 (the whole graph computed at compile
+    time) is a WARN that says nothing of the device was simulated."""
     def metric_text(m, v, crossed):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             return f"{m} {v}"
@@ -284,6 +285,9 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None) -> tuple[str, list
                        f"{int(r['GoldenInf'])} Inf): the model computes it in FP32; compared where finite")
     if any(f.kind == "fp16_constant" for f in findings):
         reasons.append("constants not representable in FP16 (see findings)")
+    if kernels == 0:
+        reasons.append("no kernel ran: the whole graph was computed at compile time (every output is a constant), "
+                       "so nothing of the NPU was simulated; feed the model an input to check it")
     explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if n_ab else set())
     errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
     if errors:
@@ -419,7 +423,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
 
     lines = resolve_thresholds(thresholds)
-    verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=lines)
+    verdict, reasons = _verdict(df, outputs, tasks, stage, findings, lines=lines, kernels=len(sess.plan.kernels))
     origin = fp32_first if stage == "compile" else first
     k_by_name = {k.name: k for k in sess.plan.kernels}
     origin_nodes = []

@@ -18,7 +18,7 @@ from toolkit.cache.compile_cache import compile_model
 from toolkit.cache.kernel_entries import session_source
 from toolkit.compiler.context import CompileResult
 from toolkit.config.schema import Config
-from toolkit.ir.load import load_model
+from toolkit.ir.load import check_model_proto, load_model
 from toolkit.runtime.host_memory import check_host_memory, host_memory_bytes
 from toolkit.runtime.npu import NpuRuntime, RunResult
 
@@ -27,9 +27,11 @@ __all__ = ["Session", "as_model", "check_host_memory", "compile_model", "host_me
 
 
 def as_model(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """(checked ModelProto, path string) from a path or an already-loaded model."""
+    """(checked ModelProto, path string) from a path or an already-loaded model (the field checks of
+    toolkit.ir.load.check_model_proto: non-UTF-8 strings, unknown dtypes, tensor sizes; sparse initializers
+    made dense). Raises ModelError."""
     if isinstance(model, onnx.ModelProto):
-        return model, ""
+        return check_model_proto(model), ""
     return load_model(model), str(model)
 
 

@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
-from layout_refs import ref_fractal_nz, ref_fractal_z, ref_nc1hwc0, ref_ndc1hwc0, ref_nhwc, values
+from tests.dumps.layout_refs import ref_fractal_nz, ref_fractal_z, ref_nc1hwc0, ref_ndc1hwc0, ref_nhwc, values
 
 from toolkit.dumps.layouts import LAYOUTS, LayoutError, convert
 

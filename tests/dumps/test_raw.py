@@ -14,7 +14,7 @@ import struct
 import numpy as np
 import pytest
 
-from layout_refs import ref_fractal_nz, ref_fractal_z, ref_nc1hwc0, ref_ndc1hwc0, ref_nhwc, values
+from tests.dumps.layout_refs import ref_fractal_nz, ref_fractal_z, ref_nc1hwc0, ref_ndc1hwc0, ref_nhwc, values
 
 from toolkit.dumps.entry import DumpReadError
 from toolkit.dumps.raw import RawDumpError, read_header, read_raw_dump, read_tensor

@@ -1,7 +1,4 @@
-"""What several commands share: the default reports folder, output-path checks, a plan given with --plan.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""What several commands share: the default reports folder, output-path checks, a plan given with --plan."""
 
 from __future__ import annotations
 
@@ -91,7 +88,18 @@ def load_config(path: str | None, **overrides) -> Config:
     ``overrides`` (options that are not None), checked in full: the schema (toolkit.config.schema), the fusion
     switch file's pass names (toolkit.compiler.fusion_switch.check_config) and the gear options
     (toolkit.gears.spec.validate_gears). Raises ConfigError."""
-    config = Config.load(path).with_overrides(**overrides)
+    return checked(Config.load(path).with_overrides(**overrides))
+
+
+def config_from_dict(data: dict, **kwargs) -> Config:
+    """:meth:`Config.from_dict` (same arguments) followed by :func:`checked`. Raises ConfigError."""
+    return checked(Config.from_dict(data, **kwargs))
+
+
+def checked(config: Config) -> Config:
+    """``config`` after the checks that need another package's vocabulary: the fusion switch file's pass names
+    (toolkit.compiler.fusion_switch.check_config) and the gear options (toolkit.gears.spec.validate_gears).
+    Returns ``config``; raises ConfigError naming where the option came from."""
     check_config(config)
     validate_gears(config, config.origin("dynamic_batch_size", "dynamic_dims"))
     return config

@@ -1,7 +1,4 @@
-"""``npuscope compile``: compile MODEL and write plan.json, compile.log and fusion_result.json.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope compile``: compile MODEL and write plan.json, compile.log and fusion_result.json."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``npuscope diagnose`` / ``compare``: FP32 reference vs simulated NPU, every tensor compared, report.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope diagnose`` / ``compare``: FP32 reference vs simulated NPU, every tensor compared, report."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``npuscope doctor``: the environment baseline checked against the supported versions.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope doctor``: the environment baseline checked against the supported versions."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``npuscope memcheck``: static and dynamic checks of the memory plan.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope memcheck``: static and dynamic checks of the memory plan."""
 
 from __future__ import annotations
 

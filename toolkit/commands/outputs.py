@@ -1,7 +1,4 @@
-"""The files of one diagnosis or signoff run in its folder, and the lines the terminal shows for it.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""The files of one diagnosis or signoff run in its folder, and the lines the terminal shows for it."""
 
 from __future__ import annotations
 

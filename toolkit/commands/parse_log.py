@@ -38,6 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.artifacts import check_out, output_dir
+from toolkit.core.boundedjson import json_loads
 from toolkit.core.csvjson import _dumps, atomic_write_text, to_csv_safe
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.records import Finding
@@ -96,7 +97,6 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
     """{trace.json path: why it is skipped} for every ``npuscope profile`` folder of which both trace.json and
     op_summary.csv are among ``paths``: the folder's profile.json lists them under "files" (as
     toolkit.commands.profile writes it), and the two describe the same tasks."""
-    import json
 
     by_dir: dict[Path, dict[str, Path]] = {}
     for p in paths:
@@ -105,8 +105,8 @@ def profile_twins(paths: list[Path]) -> dict[Path, str]:
     for folder, names in by_dir.items():
         try:
             with open_regular_text(folder / "profile.json", errors="strict") as fh:  # never a FIFO
-                files = json.loads(fh.read(PROFILE_JSON_MAX_CHARS)).get("files", {})
-        except (OSError, ValueError, AttributeError):
+                files = json_loads(fh.read(PROFILE_JSON_MAX_CHARS), "profile.json", ValueError).get("files", {})
+        except (OSError, ValueError, AttributeError):  # json_loads: ValueError also when nested too deep
             continue
         trace, summary = files.get("trace") if isinstance(files, dict) else None, \
             files.get("op_summary") if isinstance(files, dict) else None

@@ -28,7 +28,14 @@ writes the result:
   p50/p90/p99(ms), Throughput(req/s)), ``placement.csv`` (the advisor's steps);
 - ``findings.json``, ``profile.json`` (summary), ``trace.json`` (Chrome trace of the pipelined schedule plus
   the measured kernel times), ``recommended_config.json`` (the config with the advisor's op_placement, when it
-  moved something), ``profile.html``.
+  moved something), ``profile.html``;
+- with ``--device-profile`` (toolkit.profile.device_fit): ``attribution.csv`` (one row per kernel:
+  toolkit.profile.attribution.KERNEL_COLUMNS), ``attribution_unmatched.csv`` (device rows no kernel matched,
+  with the reason), ``calibration.csv`` / ``calibration_errors.csv`` / ``calibration_units.csv``
+  (toolkit.profile.calibrate), ``calibrated_device.json`` (a device file for ``--device`` and a policy's
+  ``[latency] device``), ``whatif.csv`` (toolkit.profile.whatif.WHATIF_COLUMNS) and
+  ``calibrated_recommended_config.json`` (the advisor's op_placement on the calibrated profile, when it moves
+  something).
 """
 
 from __future__ import annotations
@@ -40,17 +47,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toolkit.commands.common import load_config
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import UsageError
 from toolkit.core.records import Finding
+from toolkit.gears.spec import label as gear_label
+from toolkit.gears.spec import parse_gears
 from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
 from toolkit.profile.budget import DEFAULT_REQUESTS
+from toolkit.profile.calibrate import device_json
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
+from toolkit.profile.device_fit import DeviceFit, fit_device
 from toolkit.profile.findings import ProfileData, run_rules
 from toolkit.profile.optable import integer_columns
 from toolkit.profile.requests import PlanRun, Requests, run_requests
@@ -95,6 +107,8 @@ class ProfileResult:
     plans: list = field(default_factory=list)
     #: one row per request (REQUEST_COLUMNS: which feed shape / plan it ran, its times)
     requests: pd.DataFrame | None = None
+    #: attribution, calibration and what-ifs of ``--device-profile`` (toolkit.profile.device_fit), or None
+    fit: DeviceFit | None = None
 
     @property
     def device_ms(self) -> float:
@@ -237,7 +251,9 @@ def _shapes_meta(runs: Requests) -> list[dict]:
 def profile_model(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
                   post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
                   inputs: str | None = None, seed: int = 0, val_range: str | None = None,
-                  progress=_noop) -> ProfileResult:
+                  device_profile: str | None = None, fusion_ops: str | None = None,
+                  holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                  whatif_gears: str | None = None, progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
     Every request runs the plan compiled for its own feed shapes (one plan per distinct shape, at most
@@ -245,18 +261,33 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     ``kernel_ms``, the advisor) are those of the main plan: the one most requests ran (the first seen on a tie);
     ``plans`` holds every plan and ``requests`` says which plan each request ran.
 
+    With ``device_profile`` (a real device's op_summary_*.csv or kernel_details.csv; ``fusion_ops`` its
+    fusion_op_*.csv) the main plan is attributed, the device profile calibrated (``holdout`` share held out,
+    ``seed``) and the what-ifs predicted on the calibrated profile (toolkit.profile.device_fit): the advisor's
+    recommendation (when ``advise``), ``whatif_keep_dtype`` entries, and every gear of ``whatif_gears`` (a config
+    file whose input_shape has -1 dims and whose dynamic_batch_size / dynamic_dims give the gears, docs/gears.md).
+
     Raises:
         UsageError: ``requests`` outside 1..MAX_REQUESTS, or an empty ``pre``/``post``; ConfigError: bad device
         profile; InputError: bad --pre/--post file or a callable that raises (SystemExit included) / returns the
         wrong thing, or more than MAX_PLANS distinct feed shapes;
-        ModelError: the model cannot be loaded or compiled.
+        ModelError: the model cannot be loaded or compiled. InputError too for an unreadable device profile or
+        too few matched rows to calibrate; UsageError for ``holdout`` outside [0, 0.9].
     """
+    if not 0 <= holdout <= 0.9:
+        raise UsageError(f"--holdout {holdout} is out of range; give 0..0.9 (the share of matched rows held out)")
+    if fusion_ops and not device_profile:
+        raise UsageError("--fusion-ops needs --device-profile (the profile whose fused ops it resolves)")
+    if (whatif_keep_dtype or whatif_gears) and not device_profile:
+        raise UsageError("--whatif-keep-dtype and --whatif-gears need --device-profile (what-ifs are predicted on the "
+                         "calibrated profile)")
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
     if pre is not None and inputs is not None:
         raise UsageError("--pre and --inputs both say what the requests are fed; give --pre (timed "
                          "pre-processing) or --inputs (an .npz, a folder of them or a loader file.py:function)")
     dev = load_device(device)
+    gears = _gears(whatif_gears) if whatif_gears else None
     pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre is not None else None
     post_fn = e2e.load_callable(post, "--post", "post") if post is not None else None
     src = resolve_model(model)
@@ -283,10 +314,28 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     meta = {"model": str(src.path), "model_name": src.name, "device": dev.name, "requests": requests,
             "pre": pre or "", "post": post or "", "notes": notes, "main_feed_shapes": main.label,
             "feed_shapes": _shapes_meta(runs)}
+    fit = None
+    if device_profile:
+        fit = fit_device(device_profile, main.costs, main.sess.compiled, config, m, dev, fusion_ops=fusion_ops,
+                         holdout=holdout, seed=seed, advise=advise, keep_dtype=whatif_keep_dtype,
+                         gears=gears, fixed_us=fixed_us, progress=progress)
+        meta["calibrated_device"] = fit.calibration.device.name
     return ProfileResult(src.name, dev, main.sess.compiled, main.costs, main.events, events, latency,
                          _breakdown(runs, main, events["serial"], requests), summary, statistic, findings,
                          main.kernel_ms, pre_ms, post_ms, advice, notes, meta, list(runs.plans.values()),
-                         requests_table(runs, order, events))
+                         requests_table(runs, order, events), fit)
+
+
+def _gears(path: str) -> dict:
+    """{gear label: {input: shape}} of the gears in config file ``path`` (toolkit.gears.spec).
+
+    Raises:
+        ConfigError: an unreadable config or bad gears; UsageError: the file sets no gears."""
+    spec = parse_gears(load_config(path), where=f"--whatif-gears '{path}'")
+    if spec is None:
+        raise UsageError(f"--whatif-gears '{path}' sets no gears; give input_shape with -1 dims and "
+                         "dynamic_batch_size or dynamic_dims (docs/gears.md)")
+    return {gear_label(g): spec.shapes(g) for g in spec.gears}
 
 
 # ---------------------------------------------------------------- output
@@ -309,6 +358,7 @@ def summary_lines(r: ProfileResult) -> list[str]:
                      f"what-if {a.predicted_us / 1e3:.3f} ms, {ver}")
         lines += [f"placement advisor: {n}" for n in a.notes]
     lines += [f"note: {n}" for n in r.notes]
+    lines += r.fit.summary_lines() if r.fit is not None else []
     warn = [f for f in r.findings if f.severity in ("warning", "error")]
     lines += [f"finding [{f.kind}] {f.subject}: {f.recommendation}" for f in warn[:8]]
     return lines
@@ -390,16 +440,32 @@ def write_outputs(r: ProfileResult, folder: Path, config: Config, html: bool = T
                                                         title=f"{r.model_name} on {r.device.name}", costs=costs,
                                                         stages=stages))
     files["trace"] = "trace.json"
+    if r.fit is not None:
+        files.update(_fit_files(r.fit, folder, config))
     files["summary"] = _json(folder, "profile.json", _summary_json(r, files))
     if html:
         files["report"] = _render(r, folder)
     return files
 
 
+def _fit_files(fit: DeviceFit, folder: Path, config: Config) -> dict[str, str]:
+    """The --device-profile files (module docstring)."""
+    atomic_write_text(folder / "calibrated_device.json", device_json(fit.calibration.device))
+    files = {name.removesuffix(".csv"): _csv(folder, name, df) for name, df in fit.tables().items()}
+    files["calibrated_device"] = "calibrated_device.json"
+    placement = fit.placement()
+    if placement and adv.supports_placement(config):
+        merged = {**(config.op_placement or {}), **placement}
+        files["calibrated_recommended_config"] = _json(folder, "calibrated_recommended_config.json",
+                                                       dataclasses.replace(config, op_placement=merged).to_dict())
+    return files
+
+
 def _summary_json(r: ProfileResult, files: dict) -> dict:
     return {**r.meta, "device_profile": r.device.to_dict(), "simulated_device_ms": r.device_ms,
             "measured_host_ms": r.measured_ms, "latency": r.latency, "breakdown": r.breakdown,
-            "advice": r.advice.to_dict() if r.advice is not None else None, "files": dict(files)}
+            "advice": r.advice.to_dict() if r.advice is not None else None, "files": dict(files),
+            "device_fit": r.fit.to_dict() if r.fit is not None else None}
 
 
 def _render(r: ProfileResult, folder: Path) -> str:
@@ -408,14 +474,17 @@ def _render(r: ProfileResult, folder: Path) -> str:
             "advice": r.advice.to_dict() if r.advice is not None else None}
     path = render_profile(folder, title=f"{r.model_name} on {r.device.name}", op_summary=r.op_summary,
                           findings=r.findings, meta=meta, breakdown=r.breakdown, latency=r.latency,
-                          placement=r.advice.steps if r.advice is not None else None)
+                          placement=r.advice.steps if r.advice is not None else None,
+                          calibration=r.fit.report_tables() if r.fit is not None else None)
     return Path(path).name
 
 
 def profile_command(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
                     post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
                     inputs: str | None = None, seed: int = 0, out: str | None = None, html: bool = True,
-                    val_range: str | None = None, progress=_noop) -> dict:
+                    val_range: str | None = None, device_profile: str | None = None,
+                    fusion_ops: str | None = None, holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                    whatif_gears: str | None = None, progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
 
     Returns:
@@ -425,7 +494,9 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
-                          inputs=inputs, seed=seed, val_range=val_range, progress=progress)
+                          inputs=inputs, seed=seed, val_range=val_range, device_profile=device_profile,
+                          fusion_ops=fusion_ops, holdout=holdout, whatif_keep_dtype=whatif_keep_dtype,
+                          whatif_gears=whatif_gears, progress=progress)
         progress("writing the profile")
         files = write_outputs(r, folder, config, html)
     lines = summary_lines(r)

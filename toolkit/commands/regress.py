@@ -1,7 +1,4 @@
-"""``npuscope regress``: what changed between two report folders.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope regress``: what changed between two report folders."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``npuscope run``: run MODEL in simulated NPU mode and write its outputs (and dumps).
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope run``: run MODEL in simulated NPU mode and write its outputs (and dumps)."""
 
 from __future__ import annotations
 

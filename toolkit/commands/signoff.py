@@ -1,7 +1,4 @@
-"""``npuscope signoff``: every criterion of a written policy PASS/FAIL with evidence.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope signoff``: every criterion of a written policy PASS/FAIL with evidence."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""``npuscope tune``: the smallest set of nodes to keep in FP32 so every input meets the target.
-
-Each command function returns a dict with ``summary`` (lines for the terminal), ``out`` (the output folder)
-and the files written, and raises toolkit.core.errors.UserError subclasses for user mistakes."""
+"""``npuscope tune``: the smallest set of nodes to keep in FP32 so every input meets the target."""
 
 from __future__ import annotations
 

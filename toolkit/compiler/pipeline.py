@@ -24,6 +24,7 @@ from toolkit.config.schema import Config
 from toolkit.core.records import PassLog
 from toolkit.ir.graph import Graph
 from toolkit.ir.load import normalise_node_names
+from toolkit.ir.proto_checks import densify_sparse_initializers
 
 
 class PipelineError(RuntimeError):
@@ -69,6 +70,7 @@ def bind(model: onnx.ModelProto, config: Config, input_shapes=None) -> Bound:
     # kernels look nodes up by name: a ModelProto built in memory (not through load_model) may have empty or
     # repeated node names, which would make different nodes collide; give them the loader's unique names
     normalise_node_names(work)
+    densify_sparse_initializers(work, "model")  # as load_model does (onnxruntime runs sparse initializers dense)
     shapes = dict(config.input_shapes())
     shapes.update(input_shapes or {})
     declared = bind_input_shapes(work, shapes, check=False, where=config.where("input_shape"))

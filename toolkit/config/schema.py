@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 
 from toolkit.config.cache_mode import default_mode
 from toolkit.config.keep_dtype import normalise_keep_dtype, parse_keep_entry
+from toolkit.core.boundedjson import json_loads, read_limited, toml_loads
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import suggest
-from toolkit.core.textfile import read_user_text
+from toolkit.core.textfile import not_regular_reason
 
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 IMPL_MODES = ("high_precision", "high_performance")
@@ -136,8 +137,10 @@ class Config:
         if p.suffix.lower() not in (".json", ".toml"):
             raise ConfigError(f"config file '{p}' has suffix '{p.suffix}'; configs are .json or .toml")
         text = _read_text(p, "config", None)
+        where = f"config file '{p}'"
         try:
-            data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+            data = (toml_loads(text, where, ConfigError) if p.suffix.lower() == ".toml"
+                    else json_loads(text, where, ConfigError))
         except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"config file '{p}' is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
         if not isinstance(data, dict):
@@ -149,12 +152,13 @@ class Config:
     @classmethod
     def _load_stream(cls, p: Path) -> "Config":
         """A config read from a pipe or device (no suffix to go by): JSON if it parses as JSON, else TOML."""
-        text = read_user_text(p, "config", ConfigError, "pass a .json or .toml file")
+        # a pipe is read (at most LIMITS["config"]); a device such as /dev/zero is refused before any byte is read
+        text = read_limited(p, "config", ConfigError, "pass a .json or .toml file", pipes=True)
         try:
-            data = json.loads(text)
+            data = json_loads(text, f"config '{p}'", ConfigError)
         except json.JSONDecodeError:
             try:
-                data = tomllib.loads(text)
+                data = toml_loads(text, f"config '{p}'", ConfigError)
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"config '{p}' is neither valid JSON nor valid TOML ({exc})") from None
         if not isinstance(data, dict):
@@ -362,21 +366,28 @@ def _check_op_type(op: str, where: str) -> None:
 
 
 def _read_text(p: Path, what: str, where: str | None) -> str:
-    """The text of a user's file (UTF-8, a BOM is skipped: toolkit.core.textfile). Raises ConfigError."""
-    return read_user_text(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
+    """The text of a user's file (UTF-8, a BOM is skipped), a regular file of at most
+    toolkit.core.boundedjson.LIMITS["config"] (a FIFO or device is refused unread). Raises ConfigError."""
+    return read_limited(p, f"{where + ': ' if where else ''}{what} file", ConfigError)
+
+
+def _not_a_file(p: Path) -> str:
+    """'does not exist', or what ``p`` is instead of a regular file ('is not a regular file but a character
+    device', 'is a broken symbolic link ...')."""
+    return f"is {not_regular_reason(p)}" if p.exists() or p.is_symlink() else "does not exist"
 
 
 def _read_lines(p: Path, what: str, where: str) -> list[str]:
     if not p.is_file():
-        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+        raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     return [ln.strip() for ln in _read_text(p, what, where).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def _read_json(p: Path, what: str, where: str) -> dict:
     if not p.is_file():
-        raise ConfigError(f"{where}: {what} file '{p}' does not exist")
+        raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     try:
-        data = json.loads(_read_text(p, what, where))
+        data = json_loads(_read_text(p, what, where), f"{where}: {what} file '{p}'", ConfigError)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: {what} file '{p}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

@@ -8,10 +8,8 @@ so the memory of a run does not depend on how many files the folder holds.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import stat
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed
 from toolkit.inputs.loader import load_sets, split_spec
 from toolkit.inputs.npz import restore_declared
+from toolkit.inputs.npzread import npz_headers, read_npz
 from toolkit.inputs.validate import conform_feed
 
 
@@ -95,29 +94,18 @@ def load_feed(name: str, data: bytes, specs) -> dict[str, np.ndarray]:
     :func:`toolkit.inputs.load_npz` does for a path: no pickle (object arrays refused), then
     :func:`toolkit.inputs.check_feed` against the model's input specs.
 
+    Reading is bounded (:func:`toolkit.inputs.npzread.read_npz`): a zip bomb, a member compressed otherwise
+    than stored/deflate, a malformed .npy header or a declared size larger than memory is an InputError (an
+    error row of the dataset run), never a MemoryError.
+
     Raises:
-        InputError: not an npz archive, a corrupt or pickled member, or a feed that does not fit the model.
+        InputError: not an npz archive, a corrupt, pickled or oversized member, or a feed that does not fit.
     """
     source = f"input '{name}'"
     if not data.startswith(b"PK"):
         raise InputError(f"{source} is not an .npz (zip) archive ({len(data)} bytes, no zip signature); "
                          "write it with np.savez(path, name=array)")
-    try:
-        archive = np.load(io.BytesIO(data), allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{source} cannot be read as .npz ({_first_line(exc)}); re-save it with np.savez") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputError(f"{source} holds a single array, not an .npz archive; save with np.savez(path, name=array)")
-    feed = {}
-    with archive:
-        for key in archive.files:
-            try:
-                feed[key] = archive[key]
-            except ValueError as exc:
-                why = "an object (pickled) array, refused for safety" if "pickle" in str(exc) else _first_line(exc)
-                raise InputError(f"{source}: array {key!r} is {why}; re-save plain numeric arrays with np.savez") from None
-            except (OSError, EOFError, zipfile.BadZipFile) as exc:
-                raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None
+    feed = read_npz(data, source)  # bounded: members checked before any data is inflated (zip bombs refused)
 
     feed = conform_feed(restore_declared(feed, specs), specs)  # ml_dtypes, big-endian, str arrays (as load_npz)
     check_feed(feed, specs, source)
@@ -128,33 +116,19 @@ def header_feed(ref: InputRef) -> dict[str, np.ndarray] | None:
     """Stand-ins for the arrays of an ``.npz`` input, read from the ``.npy`` headers only (no data): for each
     member a read-only zero-strided view with the member's shape and dtype (no memory), enough for
     :func:`toolkit.inputs.check_feed` and for compiling the plan of its shapes. None when the file is not a
-    readable regular .npz of format 1.0/2.0 members (the evaluation then reports it)."""
+    readable regular .npz or fails any check of :func:`toolkit.inputs.npzread.npz_headers` (a zip bomb, a
+    header declaring more than memory, ...): the evaluation then reports it as an error row."""
     if unreadable_reason(ref):
         return None
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    feed = {}
     try:
-        with zipfile.ZipFile(ref.path) as zf:
-            for info in zf.infolist():
-                if not info.filename.endswith(".npy"):
-                    continue
-                with zf.open(info) as fh:
-                    read = readers.get(np.lib.format.read_magic(fh))
-                    if read is None:
-                        return None
-                    shape, _, dtype = read(fh)
-                if dtype.hasobject:
-                    return None
-                native = dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype  # as load_feed
-                feed[info.filename[:-4]] = np.broadcast_to(np.zeros((), native), shape)
-    except Exception:  # noqa: BLE001 (whatever is wrong with the file, its evaluation reports it)
+        headers = npz_headers(ref.path, f"input '{ref.name}'")  # the checks of load_feed, before any data
+    except InputError:  # its evaluation reports it, as an error row
         return None
+    feed = {}
+    for key, h in headers.items():
+        native = h.dtype.newbyteorder("=") if h.dtype.byteorder not in ("=", "|") else h.dtype  # as load_feed
+        feed[key] = np.broadcast_to(np.zeros((), native), h.shape)
     return feed
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 #: Most sets a loader may give to a dataset run (they are held in memory once, then written as files).

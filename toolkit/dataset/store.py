@@ -47,10 +47,12 @@ except ImportError:  # not POSIX: no lock (documented in docs/datasets.md)
 import numpy as np
 
 from toolkit.core.artifacts import new_run_dir, safe_filename, save_npz
+from toolkit.core.boundedjson import json_loads, read_limited
 from toolkit.core.csvjson import _dumps, atomic_write_text, json_safe
 from toolkit.core.errors import UsageError, UserError
 from toolkit.dataset.source import InputRef, sha256_file
 from toolkit.dataset.worker import COLUMNS, Record
+from toolkit.inputs.npzread import read_npz
 
 MANIFEST = "manifest.json"
 RESULTS = "results"
@@ -130,12 +132,9 @@ class Store:
         if not path.is_file():
             return None, "not a regular file"
         try:
-            z = np.load(path, allow_pickle=False)
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                return None, "a single array, not an .npz archive"
-            with z:
-                meta = json.loads(str(z["meta"]))
-                rows, values = z["rows"], z["values"]
+            z = read_npz(path, f"stored result '{path.name}'")  # bounded: a planted zip bomb is refused
+            meta = json.loads(str(z["meta"]))
+            rows, values = z["rows"], z["values"]
         except Exception as exc:  # noqa: BLE001 (any failure to read it means: evaluate the input again)
             lines = str(exc).strip().splitlines()
             return None, f"unreadable ({type(exc).__name__}{': ' + lines[0][:160] if lines else ''})"
@@ -156,9 +155,8 @@ class Store:
         """True when some stored result is the record of an input that was evaluated (status "ok")."""
         for path in self.results.glob("*.npz"):
             try:
-                with np.load(path, allow_pickle=False) as z:
-                    if json.loads(str(z["meta"])).get("status") == "ok":
-                        return True
+                if json.loads(str(read_npz(path, f"stored result '{path.name}'")["meta"])).get("status") == "ok":
+                    return True
             except Exception:  # noqa: BLE001, S112 (not a valid result: does not count)
                 continue
         return False
@@ -212,7 +210,7 @@ class Store:
         out = []
         for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
-                entry = json.loads(line)
+                entry = json_loads(line, "log line", ValueError)  # ValueError also when nested too deep
             except ValueError:  # a line cut short by a kill
                 continue
             if isinstance(entry, dict):
@@ -283,9 +281,9 @@ def _resume_or_restart(path: Path, manifest: dict) -> bool:
     if not mpath.is_file():
         raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
                          "to resume); choose a new --out")
-    try:
-        old = json.loads(mpath.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # bounded (toolkit.core.boundedjson): a regular file, at most nested at most MAX_DEPTH
+        old = json_loads(read_limited(mpath, MANIFEST, ValueError, limit="artifact"), MANIFEST, ValueError)
+    except ValueError:  # also json.JSONDecodeError: unreadable, as a manifest of other settings
         old = {}
     diff = _differences(old if isinstance(old, dict) else {}, manifest)
     if not diff:

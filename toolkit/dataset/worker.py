@@ -207,7 +207,8 @@ class Worker:
         df = layer_analysis(self.model, sess.runtime, golden, device_tensors(dumped, feeds), self.spec.thresholds)
         tasks = run_tasks(self.spec.zoo_name, list(self.spec.task_metrics),
                           {o: golden[o] for o in self.outputs if o in golden}, timed.outputs, self.model)
-        verdict, reasons = _verdict(df, self.outputs, tasks, "none", sess.compiled.findings)
+        verdict, reasons = _verdict(df, self.outputs, tasks, "none", sess.compiled.findings,
+                                    kernels=len(sess.compiled.plan.kernels))
         first = first_divergence(df)
         outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds, o)
                    for o in self.outputs if o in golden and o in timed.outputs}

@@ -6,7 +6,6 @@ Arrays are loaded lazily, one pair at a time, so a comparison never holds more t
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from toolkit.core.textfile import NotRegularFile, open_regular
+from toolkit.inputs.npyheader import (
+    NpyFormatError,
+    array_from_reader,
+    check_fits_memory,
+    read_npy_header,
+)
 
 NODE, TENSOR = "node", "tensor"
 
@@ -76,43 +81,36 @@ class DumpSet:
     detail: str = ""
 
 
-def _declared_bytes(fh) -> int | None:
-    """Bytes of data the .npy header declares (None for format versions without a public header reader)."""
-    version = np.lib.format.read_magic(fh)
-    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
-    if version not in readers:
-        return None
-    shape, _fortran, dtype = readers[version](fh)
-    if dtype.hasobject:
-        raise DumpReadError("object (pickled) arrays are not read; save numeric arrays")
-    return math.prod(shape) * dtype.itemsize
-
-
 def read_npy(path: Path) -> np.ndarray:
     """Load one ``.npy`` file (NumPy format v1–v3, no pickles) and return its array.
 
     Only a regular file is read (toolkit.core.textfile.open_regular: a FIFO, socket, device or a link to one such as
-    ``/dev/zero`` is refused without blocking: "not a regular file but a FIFO (named pipe)"). The header's
-    declared size is checked against the file size first, so a truncated file is reported without allocating
-    the declared array, and no more than the declared bytes are read. Raises :class:`DumpReadError` with a
-    short reason.
+    ``/dev/zero`` is refused without blocking: "not a regular file but a FIFO (named pipe)"). The header alone is
+    read and checked first (bounded: toolkit.inputs.npyheader.read_npy_header), then its declared size against
+    the file size and this machine's memory, so a truncated file, a malformed header or one declaring terabytes
+    is reported without allocating the declared array; no more than the declared bytes are read. Raises
+    :class:`DumpReadError` with a short reason ("truncated: ...", "object (pickled) arrays ...", "not a
+    readable .npy file (...)").
     """
     try:
         with open_regular(path) as fh:
-            declared = _declared_bytes(fh)
-            if declared is not None:
-                held = os.fstat(fh.fileno()).st_size - fh.tell()
-                if held < declared:
-                    raise DumpReadError(f"truncated: header declares {declared} data bytes, file holds {held}")
-            fh.seek(0)
-            arr = np.lib.format.read_array(fh, allow_pickle=False)
-    except DumpReadError:
-        raise
+            header = read_npy_header(fh.read)
+            held = os.fstat(fh.fileno()).st_size - header.data_offset
+            if held < header.nbytes:
+                raise DumpReadError(f"truncated: header declares {header.nbytes} data bytes, file holds {held}")
+            check_fits_memory(header.nbytes)
+            return array_from_reader(header, fh.readinto)
+    except NpyFormatError as exc:
+        why = str(exc)
+        if "pickled" in why:
+            raise DumpReadError("object (pickled) arrays are not read; save numeric arrays") from None
+        if why.startswith("is truncated: "):
+            raise DumpReadError(f"truncated: {why[len('is truncated: '):]}") from None
+        raise DumpReadError(f"not a readable .npy file (it {why})") from None
     except NotRegularFile as exc:
         raise DumpReadError(str(exc)) from None
-    except (OSError, ValueError, EOFError, MemoryError, SyntaxError) as exc:
+    except OSError as exc:
         raise DumpReadError(f"not a readable .npy file ({type(exc).__name__}: {_one_line(exc)})") from None
-    return arr
 
 
 def _one_line(exc: BaseException) -> str:

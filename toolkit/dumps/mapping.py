@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from toolkit.core.boundedjson import json_loads, read_limited
 from toolkit.core.errors import InputError
 from toolkit.core.text import suggest
-from toolkit.core.textfile import read_user_text
 
 _SHAPE = 'expected {"device_op": ["orig_node", ...], ...}'
 
@@ -34,10 +34,10 @@ def load_mapping(path: str | Path) -> dict[str, list[str]]:
     where = f"mapping file '{p}'"
     if not p.exists() or p.is_dir():
         raise InputError(f"{where} {'is a folder' if p.is_dir() else 'does not exist'}; give a JSON file {_SHAPE}")
-    text = read_user_text(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}",  # a BOM is fine
-                          regular_only=True)  # a FIFO or a link to /dev/zero is refused, never read
+    text = read_limited(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}",  # a BOM is fine
+                        limit="artifact")  # a FIFO or a link to /dev/zero is refused, never read
     try:
-        data = json.loads(text)
+        data = json_loads(text, where, InputError)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                          f"{_SHAPE}") from None

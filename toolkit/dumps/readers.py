@@ -41,9 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.boundedjson import check_depth, json_loads, read_limited
 from toolkit.core.dtypes import dtype_named, is_ml_dtype
 from toolkit.core.errors import InputError, UsageError, UserError
-from toolkit.core.textfile import not_regular_reason, open_regular, read_user_text
+from toolkit.core.textfile import not_regular_reason, open_regular
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, dump_like, name_problem
@@ -217,10 +218,10 @@ def restore_dtype(arr: np.ndarray, dtype_name) -> np.ndarray:
 
 def _load_index(path: Path, spec: SideSpec) -> dict:
     where = f"{spec.label}/{INDEX_FILE}"
-    text = read_user_text(path, f"{spec.role} index file", InputError, "re-run npuscope run --dump",
-                          regular_only=True)
+    text = read_limited(path, f"{spec.role} index file", InputError, "re-run npuscope run --dump",
+                        limit="artifact")  # a regular file only, nested at most MAX_DEPTH
     try:
-        index = json.loads(text)
+        index = json_loads(text, where, InputError)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where} is not valid JSON ({exc.msg} at line {exc.lineno}); re-run npuscope run --dump") from None
     if not isinstance(index, dict):
@@ -250,6 +251,8 @@ def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     except ImportError:
         raise UserError(f"{spec.label} is a Polygraphy RunResults JSON; reading it needs polygraphy: "
                         "pip install 'npuscope[dumps]' (or pip install polygraphy)") from None
+    with open_regular(path) as fh:  # json nested 100,000 deep would stop polygraphy's parser with RecursionError
+        check_depth(fh.read(), spec.label, InputError)
     try:
         with G_LOGGER.verbosity(G_LOGGER.CRITICAL + 1):  # polygraphy logs loading progress to stdout
             results = RunResults.load(str(path))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from toolkit.core.dtypes import is_ml_dtype, value_kind
 from toolkit.core.errors import InputError
+from toolkit.inputs.npzread import read_npz
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed
 
@@ -18,7 +18,10 @@ from toolkit.inputs.validate import check_feed, conform_feed
 def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     """Read ``path`` (``np.savez`` / ``np.savez_compressed`` output) and return input name -> array.
 
-    Loading uses ``allow_pickle=False``: object arrays (which need pickle and can run code) are refused.
+    Reading is bounded (:func:`toolkit.inputs.npzread.read_npz`): each member's name, compression method,
+    .npy header and sizes are checked before any data is inflated, so a zip bomb or a header declaring more
+    than this machine's memory is one InputError, never a MemoryError. Object arrays (which need pickle and can
+    run code) are refused.
     Arrays are conformed (:func:`toolkit.inputs.validate.conform_array`: a big-endian array such as ``>f4``
     becomes native, a str/bytes array for an ONNX STRING input an object array of str), then checked with :func:`toolkit.inputs.validate.check_feed`: keys equal the model's
     input names, dtypes equal, ranks and static dims equal (dynamic dims accept any size).
@@ -32,7 +35,9 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
 
     Raises:
         InputError: file missing, not a regular file (a folder, /dev/null, a pipe), empty (0 bytes) or not an
-            npz (zip) archive, a member that is not a .npy array, an array needs pickle, or the feed does not fit.
+            npz (zip) archive, a member that is not a .npy array, an array needs pickle, a member compressed
+            otherwise than stored/deflate, a malformed .npy header, declared sizes that disagree or exceed
+            memory, a stream that inflates past its declared size, or the feed does not fit.
     """
     path = Path(path)
     source = f"npz file {str(path)!r}"
@@ -42,21 +47,7 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
                              ".npz file written by np.savez")
         raise InputError(f"{source} does not exist; pass an existing .npz written by np.savez")
     _check_magic(path, source)
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(
-            f"{source} cannot be read as .npz ({_first_line(exc)}); write it with np.savez(path, name=array)"
-        ) from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise InputError(
-            f"{source} holds a single {type(archive).__name__}, not an .npz archive; "
-            "save with np.savez(path, name=array)"
-        )
-    feed: dict[str, np.ndarray] = {}
-    with archive:
-        for key in archive.files:
-            feed[key] = _read_member(archive, key, source)
+    feed = read_npz(path, source)  # every member checked before any data is inflated (zip bombs refused)
     feed = conform_feed(restore_declared(feed, model_inputs), model_inputs)
     check_feed(feed, model_inputs, source)
     return {spec.name: feed[spec.name] for spec in model_inputs}
@@ -122,32 +113,3 @@ def _file_kind(path: Path) -> str:
         if test(mode):
             return kind
     return "not a regular file"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def _read_member(archive: np.lib.npyio.NpzFile, key: str, source: str) -> np.ndarray:
-    """One array of the archive. numpy returns the raw bytes of a member that is not a .npy file (no
-    ``\\x93NUMPY`` magic, numpy.lib.format); that is refused here, naming the member. Raises InputError."""
-    member = key if key in archive.zip.namelist() else f"{key}.npy"
-    try:
-        value = archive[key]
-        if not isinstance(value, np.ndarray):
-            raise InputError(f"{source}: member {member!r} is not a valid .npy array (it does not start with the "
-                             ".npy header); re-save the inputs with np.savez(path, name=array)")
-        return value
-    except ValueError as exc:
-        if "pickle" in str(exc):
-            raise InputError(
-                f"{source}: array {key!r} is an object (pickled) array, which is refused for safety; "
-                "save plain numeric arrays (e.g. arr.astype(np.float32)), or str arrays for string inputs, "
-                "with np.savez"
-            ) from None
-        raise InputError(
-            f"{source}: array {key!r} cannot be read ({_first_line(exc)}); re-save it with np.savez"
-        ) from None
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputError(f"{source}: array {key!r} is corrupt ({_first_line(exc)}); re-save it with np.savez") from None

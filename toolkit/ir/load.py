@@ -23,6 +23,15 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from toolkit.core.errors import ModelError
+from toolkit.ir.proto_checks import (
+    check_dtypes,
+    check_strings,
+    check_tensor_data,
+    dedupe_opsets,
+    densify_sparse_initializers,
+    normalise_ir_version,
+    raw_bytes_needed,
+)
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7
@@ -99,11 +108,13 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         model = onnx.load_model_from_string(data)
     except DecodeError as exc:
         raise ModelError(f"'{p}' is not a valid ONNX protobuf (truncated or not ONNX: {exc}); re-export or re-download it") from None
-    except Exception as exc:  # onnx raises assorted types for garbage
+    except (ValueError, TypeError, RuntimeError) as exc:  # what else protobuf raises for garbage
         raise ModelError(f"'{p}' could not be parsed as ONNX ({type(exc).__name__}: {exc}); re-export or re-download it") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"'{p}' parsed but holds no graph (not an ONNX model, or truncated); re-export it")
+    check_proto(model, str(p))
     _load_external_data(model, p.parent.resolve(), p)
+    densify_sparse_initializers(model, str(p))
     check_opsets(model, str(p))
     check_known_ops(model, str(p))
     try:
@@ -112,6 +123,32 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
     normalise_node_names(model)
     return model
+
+
+def check_model_proto(model: onnx.ModelProto, where: str = "model") -> onnx.ModelProto:
+    """The in-memory checks and repairs of :func:`load_model` for a model given as a ModelProto (the Python
+    API: toolkit.engine.as_model): :func:`check_proto`, then sparse initializers made dense. The caller's proto
+    is left as it was: a copy is repaired when something needs it (sparse initializers, duplicate opsets, an
+    IR version under 4). Raises ModelError naming the field."""
+    domains = ["" if o.domain == "ai.onnx" else o.domain for o in model.opset_import]
+    if model.graph.sparse_initializer or model.ir_version < 4 or len(set(domains)) != len(domains):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
+    check_proto(model, where)
+    densify_sparse_initializers(model, where)
+    return model
+
+
+def check_proto(model: onnx.ModelProto, where: str) -> None:
+    """The field-level checks and repairs of toolkit.ir.proto_checks, in the order they depend on each other:
+    strings (every later message reads names), element types (sizes need them), embedded tensor sizes,
+    duplicate opset entries, old IR versions. Raises ModelError naming the field."""
+    check_strings(model, where)
+    check_dtypes(model, where)
+    check_tensor_data(model, where)
+    dedupe_opsets(model)
+    normalise_ir_version(model)
 
 
 def _tensors_with_external_data(model: onnx.ModelProto):
@@ -125,42 +162,66 @@ def _tensors_with_external_data(model: onnx.ModelProto):
 
 
 def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> None:
-    from onnx.external_data_helper import ExternalDataInfo
-
+    """Check every external-data reference before reading any (location inside ``base``, no NUL byte, integer
+    offset/length, extent inside the file and exactly the tensor's size), then read them; a tensor without a
+    length whose file holds more than it needs gets only the bytes it needs (as onnxruntime reads it).
+    Raises ModelError naming the tensor and the field."""
     ext = list(_tensors_with_external_data(model))
+    trim = []  # (tensor, bytes it needs) for tensors without a length: read to the end of the file by onnx
     for t in ext:
-        info = ExternalDataInfo(t)
-        loc = info.location or ""
+        fields = {e.key: e.value for e in t.external_data}
+        where = f"tensor '{t.name}' in '{src}'"
+        loc = fields.get("location", "")
         if not loc:
-            raise ModelError(f"tensor '{t.name}' in '{src}' is marked as external data but names no file; "
-                             "re-save the model's external data")
+            raise ModelError(f"{where} is marked as external data but names no file; re-save the model's external data")
+        if "\x00" in loc:
+            raise ModelError(f"{where}: external data location {loc!r} contains a NUL byte; re-save the model's "
+                             "external data")
         if os.path.isabs(loc) or loc.startswith(("/", "\\")):
-            raise ModelError(f"tensor '{t.name}' in '{src}' points to external data '{loc}', an absolute path; "
+            raise ModelError(f"{where} points to external data '{loc}', an absolute path; "
                              "external data must be a relative path inside the model's folder")
-        target = (base / loc).resolve()
+        try:
+            target = (base / loc).resolve()
+        except (OSError, RuntimeError) as exc:  # a symbolic-link loop
+            raise ModelError(f"{where}: external data '{loc}' cannot be resolved ({exc}); copy the data file next "
+                             "to the model") from None
         if os.path.commonpath([str(target), str(base)]) != str(base):
-            raise ModelError(f"tensor '{t.name}' in '{src}' points to external data '{loc}' outside the model's "
+            raise ModelError(f"{where} points to external data '{loc}' outside the model's "
                              f"folder '{base}'; move the data file next to the model")
         if not target.is_file():
-            raise ModelError(f"tensor '{t.name}' in '{src}': external data file '{loc}' is missing; copy it next to the model")
+            raise ModelError(f"{where}: external data file '{loc}' is missing; copy it next to the model")
         fsize = target.stat().st_size
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize if t.data_type != onnx.TensorProto.STRING else 1
-        numel = 1
-        for d in t.dims:
-            numel *= d
-        need = numel * itemsize
-        try:
-            offset = int(info.offset or 0)
-            length = int(info.length) if info.length is not None else None
-        except (TypeError, ValueError):
-            raise ModelError(f"tensor '{t.name}' in '{src}': external data offset/length are not integers; "
-                             "re-save the model's external data") from None
-        problem = _extent_problem(offset, length, need if t.data_type != onnx.TensorProto.STRING else 0, fsize)
+        offset, length = _extent_field(fields, "offset", where), _extent_field(fields, "length", where)
+        need = raw_bytes_needed(t) or 0  # STRING tensors: unknown (0)
+        problem = _extent_problem(offset or 0, length, need, fsize)
         if problem:
-            raise ModelError(f"tensor '{t.name}' in '{src}': external data '{loc}' {problem}; the data file is "
+            raise ModelError(f"{where}: external data '{loc}' {problem}; the data file is "
                              "truncated or does not belong to this model (re-save the model's external data)")
-    if ext:
+        if length is None and need:
+            trim.append((t, need))
+    if not ext:
+        return
+    try:
         onnx.load_external_data_for_model(model, str(base))
+    except OSError as exc:
+        raise ModelError(f"external data of '{src}' cannot be read ({exc.strerror or exc}); check the data files "
+                         "next to the model") from None
+    for t, need in trim:  # the same messages, now holding their data in raw_data
+        if len(t.raw_data) > need:
+            t.raw_data = t.raw_data[:need]
+
+
+def _extent_field(fields: dict[str, str], key: str, where: str) -> int | None:
+    """External data ``offset`` / ``length`` as an int (None when absent). Raises ModelError naming the field
+    when it is not an integer."""
+    raw = fields.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ModelError(f"{where}: external data {key} {raw!r} is not an integer; re-save the model's external "
+                         "data") from None
 
 
 def check_opsets(model: onnx.ModelProto, where: str) -> None:
@@ -255,6 +316,8 @@ def _extent_problem(offset: int, length: int | None, need: int, fsize: int) -> s
                 f"the data file ({fsize} bytes)")
     if length < need:
         return f"declares length {length} bytes, fewer than the {need} bytes the tensor needs"
+    if need and length > need:
+        return f"declares length {length} bytes, more than the {need} bytes the tensor's dims need"
     return ""
 
 

@@ -11,6 +11,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from toolkit.core.csvjson import undo_formula_safe
@@ -93,9 +94,10 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = ()) -> CsvRows:
         raise ValueError("no header row")
     names, notes = _unique_header(head, used)
     keep = sorted(names.values())
-    frame = pd.DataFrame([[r[i] for i in keep] for r in rows], columns=[head[i] for i in keep], dtype=object)
-    if frame.empty:
-        frame = pd.DataFrame({head[i]: pd.Series([], dtype=object) for i in keep})
+    cells = np.empty((len(rows), len(keep)), dtype=object)  # one 2-D block: linear in the number of columns
+    for j, r in enumerate(rows):
+        cells[j] = r if len(keep) == width else [r[i] for i in keep]
+    frame = pd.DataFrame(cells, columns=[head[i] for i in keep], dtype=object)
     frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.core.csvjson)
     frame.columns = [str(c).strip() for c in frame.columns]
     if bad:

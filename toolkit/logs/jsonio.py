@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolkit.core.textfile import open_regular_text
+from toolkit.core.boundedjson import MAX_DEPTH, nesting_depth, read_limited_bytes
 from toolkit.logs.numbers import sane
 
 _SKIP = re.compile(r"[\s,]*")
@@ -33,10 +33,16 @@ class Events:
 
 
 def read_text(path: Path) -> str:
-    """The file as text (UTF-8, invalid bytes replaced, BOM removed). Only a regular file is read
-    (toolkit.core.textfile.open_regular; NotRegularFile otherwise)."""
-    with open_regular_text(path) as fh:
-        return fh.read()
+    """The file as text (UTF-8, invalid bytes replaced, BOM removed). Only a regular file within
+    toolkit.core.boundedjson.LIMITS["artifact"] is read (OSError naming the file otherwise)."""
+    return read_limited_bytes(path, "JSON file", OSError, limit="artifact").decode("utf-8-sig", "replace")
+
+
+def too_deep(text: str) -> str:
+    """A note when ``text`` nests deeper than toolkit.core.boundedjson.MAX_DEPTH (json would raise RecursionError),
+    else ''."""
+    depth = nesting_depth(text)
+    return f"nested {depth} levels deep, more than the {MAX_DEPTH} read; nothing read" if depth > MAX_DEPTH else ""
 
 
 def recover_array(text: str, start: int) -> tuple[list, int]:
@@ -68,6 +74,9 @@ def _from_object(obj: dict) -> Events:
 def load_events(path: Path) -> Events:
     """Events of a JSON trace file (module docstring); never raises for bad content."""
     text = read_text(path)
+    deep = too_deep(text)
+    if deep:
+        return Events([], 1, notes=[deep])
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError):

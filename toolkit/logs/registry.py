@@ -78,8 +78,8 @@ def register_parser(parser: Parser) -> Parser:
 #: The detection order of the built-in formats (modules of toolkit.logs.parsers, which imports them): onnxruntime
 #: profiles are Chrome traces too, so ort_profile comes before chrome_trace; fusion_result before the CSVs;
 #: op_summary CSVs before op_statistic and kernel_times; compile.log before plog lines.
-ORDER = ("ort_profile", "chrome_trace", "fusion_result", "op_summary_csv", "op_statistic_csv", "kernel_times_csv",
-         "compile_log", "plog_lines")
+ORDER = ("ort_profile", "chrome_trace", "fusion_result", "op_summary_csv", "kernel_details_csv", "fusion_op_csv",
+         "op_statistic_csv", "kernel_times_csv", "compile_log", "plog_lines")
 
 
 def parsers() -> list[Parser]:

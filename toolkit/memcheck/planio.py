@@ -16,9 +16,9 @@ from pathlib import Path
 
 from toolkit.compiler.plan import Plan
 from toolkit.config.schema import Config
+from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.errors import InputError, UsageError, UserError
 from toolkit.core.text import suggest
-from toolkit.core.textfile import NotRegularFile, open_regular
 from toolkit.memory.planner import align
 from toolkit.source import resolve_model
 
@@ -135,15 +135,11 @@ def load_plan(path) -> Plan:
         raise InputError(f"plan file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; write one with "
                          "`npuscope compile` (plan.json)")
 
+    # a regular file of at most LIMITS["artifact"]: a FIFO, device or a link to /dev/zero is refused, never read
+    raw = read_limited_bytes(p, "plan file", InputError, "give the plan.json written by `npuscope compile`",
+                             limit="artifact")
     try:
-        with open_regular(p) as fh:  # a FIFO, device or a link to /dev/zero is refused, never read
-            raw = fh.read()
-        data = json.loads(raw.decode("utf-8"))
-    except NotRegularFile as exc:
-        raise InputError(f"plan file '{p}' is {exc}; give the plan.json written by `npuscope compile`") from None
-    except OSError as exc:
-        raise InputError(f"plan file '{p}' cannot be read ({exc.strerror or type(exc).__name__}); check the "
-                         "file") from None
+        data = json_loads(raw.decode("utf-8"), f"plan file '{p}'", InputError)
     except json.JSONDecodeError as exc:
         raise InputError(f"plan file '{p}' is not valid JSON: {exc}") from None
     except UnicodeDecodeError:

@@ -28,9 +28,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolkit.core.boundedjson import json_loads, read_limited
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import suggest
-from toolkit.core.textfile import read_user_text
+from toolkit.core.textfile import not_regular_reason
 
 DEVICES_DIR = Path(__file__).with_name("devices")
 DEFAULT_DEVICE = "atlas300i_pro"
@@ -118,7 +119,8 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
         raise ConfigError(f"--device '{spec}' is neither a built-in device{suggest(spec, builtin_devices())} "
                           "nor a .json file")
     if not p.is_file():
-        raise ConfigError(f"device file '{p}' does not exist; give a built-in name ({', '.join(builtin_devices())}) "
+        why = f"is {not_regular_reason(p)}" if p.exists() or p.is_symlink() else "does not exist"
+        raise ConfigError(f"device file '{p}' {why}; give a built-in name ({', '.join(builtin_devices())}) "
                           "or an existing .json file")
     return _from_file(p)
 
@@ -131,8 +133,9 @@ def file_label(path: Path, name: str) -> str:
 
 def _from_file(path: Path) -> DeviceProfile:
     try:
-        data = json.loads(read_user_text(path, "device file", ConfigError, "save it as UTF-8 JSON"),
-                          object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
+        # a regular file within LIMITS["config"], nested at most MAX_DEPTH (toolkit.core.boundedjson): /dev/zero is refused
+        data = json_loads(read_limited(path, "device file", ConfigError, "save it as UTF-8 JSON"),
+                          f"device file '{path}'", ConfigError, object_pairs_hook=lambda pairs: _unique_keys(pairs, path))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"device file '{path}' is not valid JSON: {exc}") from None
     if not isinstance(data, dict):

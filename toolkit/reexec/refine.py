@@ -6,24 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from toolkit.compare.metrics import ROW_KEYS, compare_tensors
+from toolkit.compare.layerwise import (
+    RESULT_COLUMNS,
+    _mark_storage_origin,
+    kernel_inputs,
+)
+from toolkit.compare.metrics import compare_tensors
 from toolkit.precision.contract import expected_noise
-from toolkit.reexec.isolate import fp16_stored_inputs, isolate
-
-INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
-                "KernelOpType", "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape"]
-RANGE_COLUMNS = ["GoldenMin", "GoldenMax", "GoldenAbsMax"]
-LOCAL_COLUMNS = ["LocalCosineSimilarity", "LocalRelativeEuclideanDistance", "LocalAbnormal"]
-#: The columns of the layer table (result.csv), in this order, whatever the model: :data:`INFO_COLUMNS`,
-#: :data:`RANGE_COLUMNS`, the metric row of :func:`toolkit.compare.metrics.compare_tensors`
-#: (:data:`~toolkit.compare.metrics.ROW_KEYS`: CompareFailReason, OverFlow, ..., metrics, ..., Abnormal,
-#: AbnormalMetrics), Role, then :data:`LOCAL_COLUMNS` (filled by :func:`refine_origins`). A value that does not
-#: apply to a row is empty ("" in text columns, NaN elsewhere).
-RESULT_COLUMNS = INFO_COLUMNS + RANGE_COLUMNS + list(ROW_KEYS) + ["Role"] + LOCAL_COLUMNS
-#: Text columns: "" where not applicable.
-TEXT_COLUMNS = [c for c in INFO_COLUMNS if c not in ("Index", "TensorIndex", "KernelIndex")] + \
-    ["CompareFailReason", "Role"]
-from toolkit.compare.layerwise import _mark_storage_origin, kernel_inputs
 from toolkit.reexec.isolate import fp16_stored_inputs, isolate
 
 

@@ -6,7 +6,8 @@ jinja2 with autoescape (toolkit.report.html.environment); model-derived names es
 Sections: meta facts; the Time Kind of the numbers (simulated / measured / device, or mixed); findings; top ops;
 per-op-type breakdown (op_statistic table + bar chart); timeline (one row per Source / Stream ID / Task Type,
 at most :data:`MAX_TIMELINE_BARS` bars); and, when given, the end-to-end breakdown, latency per schedule,
-placement advisor steps and extra tables.
+placement advisor steps, the calibration to a real device's profile (toolkit.report.profile_calibration) and
+extra tables.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from toolkit.profile.optable import TIME_KINDS, op_statistic, op_summary_frame
 from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
 from toolkit.report.figures import esc
 from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.profile_calibration import calibration_section
 
 TEMPLATE = "profile.html.j2"
 MAX_TIMELINE_BARS = 5000
@@ -227,7 +229,7 @@ def _tables(tables: dict[str, pd.DataFrame] | None) -> list[dict]:
 
 
 def build_context(*, title: str, op_summary: pd.DataFrame, findings: list[Finding], meta: dict,
-                  breakdown=None, latency=None, placement=None, tables=None) -> dict:
+                  breakdown=None, latency=None, placement=None, tables=None, calibration=None) -> dict:
     """Plain data for profile.html.j2 (arguments as :func:`render_profile`)."""
     summary = op_summary_frame(op_summary)
     stat = op_statistic(summary)  # per Time Kind, Ratio(%) within the kind (toolkit.profile.optable)
@@ -248,13 +250,14 @@ def build_context(*, title: str, op_summary: pd.DataFrame, findings: list[Findin
         "latency": _optional(latency, LATENCY_COLUMNS, "latency", latency_figure),
         "placement": _optional(placement, PLACEMENT_COLUMNS, "placement", placement_figure),
         "tables": _tables(tables),
+        "calibration": calibration_section(calibration),
     }
 
 
 def render_profile(folder: Path, *, title: str, op_summary: pd.DataFrame, findings: list[Finding], meta: dict,
                    breakdown: pd.DataFrame | None = None, latency: pd.DataFrame | None = None,
                    placement: pd.DataFrame | None = None, filename: str = "profile.html",
-                   tables: dict[str, pd.DataFrame] | None = None) -> Path:
+                   tables: dict[str, pd.DataFrame] | None = None, calibration: dict | None = None) -> Path:
     """Write ``folder/filename`` (atomically; folder created if missing) and return its path.
 
     Args:
@@ -274,6 +277,8 @@ def render_profile(folder: Path, *, title: str, op_summary: pd.DataFrame, findin
             LatencyAfter(ms), Kept (bool).
         filename: the file name inside ``folder``.
         tables: optional extra tables {title: DataFrame}, shown at the end (first MAX_TABLE_ROWS rows each).
+        calibration: optional; the calibration section's tables (toolkit.report.profile_calibration:
+            units, errors, params, whatif, unmatched DataFrames, device and source names).
 
     Sections whose optional table is None or empty are omitted.
 
@@ -282,7 +287,7 @@ def render_profile(folder: Path, *, title: str, op_summary: pd.DataFrame, findin
             lacks Op Name / Task Duration(us).
     """
     ctx = build_context(title=title, op_summary=op_summary, findings=findings, meta=meta, breakdown=breakdown,
-                        latency=latency, placement=placement, tables=tables)
+                        latency=latency, placement=placement, tables=tables, calibration=calibration)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / filename

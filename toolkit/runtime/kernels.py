@@ -229,12 +229,43 @@ def _native_fp16_model(spec, nodes, plan, graph_model, consts, cast_src, overflo
     return model, feeds, [(t, t) for t in spec.outputs]
 
 
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _without_subgraph_hints(node: onnx.NodeProto) -> onnx.NodeProto:
+    """``node`` with the ``value_info`` of its subgraphs (at any depth) removed: a copy, or ``node`` itself when
+    it has no subgraph (output shapes of subgraphs are removed too, their element types kept). Compile-time
+    shape inference writes inferred shapes into If/Loop/Scan bodies; where it
+    merged two branches of different ranks (an If whose branches give [N, 128] and [1, 128, 2]) the hint
+    contradicts what a branch computes and onnxruntime refuses the kernel. onnxruntime infers them itself."""
+    if not _has_subgraph(node):
+        return node
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+
+    def clear(g: onnx.GraphProto) -> None:
+        del g.value_info[:]
+        for o in g.output:  # the element type stays: a subgraph output must be typed
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
+        for n in g.node:
+            for a in n.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    clear(sub)
+
+    for a in new.attribute:
+        for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            clear(sub)
+    return new
+
+
 def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProto, by_name: dict,
                        consts: dict, types: dict, cast_src: dict, overflow_mode: str):
     """(ModelProto, feeds, fetches) for one kernel; see module docstring."""
     if spec.fusion == "cast":
         return _cast_kernel(spec, plan, overflow_mode)
-    nodes = [fp32_node(by_name[n]) for n in spec.exec_nodes]
+    nodes = [_without_subgraph_hints(fp32_node(by_name[n])) for n in spec.exec_nodes]
     fp16 = spec.precision == "fp16"
     g_inputs, pre, post, feeds, fetches, inits = [], [], [], [], [], []
     for t in spec.inputs:
@@ -299,6 +330,13 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
     if overflow_mode == "saturation" and any(n.op_type == "Clip" and "__sat_lo" in n.input for n in post):
         inits += [numpy_helper.from_array(np.array(-FP16_MAX, np.float32), "__sat_lo"),
                   numpy_helper.from_array(np.array(FP16_MAX, np.float32), "__sat_hi")]
+    if any(_has_subgraph(n) for n in nodes):
+        # control flow: onnxruntime infers the types of every branch from the declared inputs, also of branches
+        # that never run for these shapes (silero-vad's 8 kHz path cannot take a 16 kHz frame); declared
+        # without shapes, as an exporter's dynamic inputs are, each branch is checked only when it runs
+        for vi in g_inputs:
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
     graph = helper.make_graph(pre + list(nodes) + post, spec.name, g_inputs, g_outputs, inits)
     model = helper.make_model(graph, opset_imports=list(graph_model.opset_import),
                               ir_version=graph_model.ir_version)

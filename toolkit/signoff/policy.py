@@ -72,9 +72,9 @@ from toolkit.compare.metrics.grammar import SHORT_FORMS, closest_metric, good_op
 from toolkit.compare.metrics.thresholds import parse_thresholds
 from toolkit.compare.tasks import load_task
 from toolkit.config.schema import _check_op_type
+from toolkit.core.boundedjson import read_limited_bytes, toml_loads
 from toolkit.core.errors import ConfigError, UsageError
 from toolkit.core.text import suggest
-from toolkit.core.textfile import open_regular, read_user_text
 from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
 from toolkit.signoff.criteria import CRITERIA
 
@@ -149,16 +149,15 @@ def load_policy(path: str | Path) -> Policy:
         raise ConfigError(f"policy file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; check the "
                           "--policy path")
 
-    # only a regular file: a FIFO, device or a link to /dev/zero is refused, never read (toolkit.core.textfile)
-    text = read_user_text(p, "policy file", ConfigError, "give the policy as a regular UTF-8 TOML file",
-                          regular_only=True)
+    # only a regular file within LIMITS["config"]: a FIFO, device or a link to /dev/zero is refused, never read
+    raw = read_limited_bytes(p, "policy file", ConfigError, "give the policy as a regular UTF-8 TOML file")
     try:
-        with open_regular(p) as fh:
-            raw = fh.read()
-    except OSError as exc:
-        raise ConfigError(f"policy file '{p}' changed while it was read ({exc}); run again") from None
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"policy file '{p}' is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "save it as UTF-8 (a byte-order mark is fine)") from None
     try:
-        data = tomllib.loads(text)
+        data = toml_loads(text, f"policy '{p}'", ConfigError)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"policy '{p}' is not valid TOML: {exc}") from None
     pol = policy_from_dict(data, where=f"policy '{p}'", base_dir=p.parent)

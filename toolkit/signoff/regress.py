@@ -34,6 +34,7 @@ import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
 from toolkit.compare.metrics.grammar import in_range, parse_conditions
+from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import show_line, show_pair
@@ -126,16 +127,16 @@ def _read_json(folder: Path, name: str, required: bool = False):
         if required:
             raise InputError(f"'{folder}' has no {name}; pass a report folder written by diagnose, compare or signoff")
         return None
+    fix = f"re-run the diagnose/compare/signoff command that wrote '{folder}'"
+    raw = read_limited_bytes(p, "report file", InputError, fix, limit="artifact")  # regular files only
     try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise _damaged(p, f"cannot be read ({_one_line(exc)})", not required) from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _damaged(p, "is not UTF-8 text", not required) from None
     if not text.strip():
         raise _damaged(p, "is empty", not required)
     try:
-        data = json.loads(text)
+        data = json_loads(text, f"report file '{p}'", InputError)
     except json.JSONDecodeError as exc:
         raise _damaged(p, f"is not valid JSON, truncated or damaged ({exc})", not required) from None
     if not isinstance(data, dict):

@@ -173,7 +173,7 @@ def _untyped(model: onnx.ModelProto) -> set[str]:
         inferred = model
     g = inferred.graph
     typed = {v.name for v in (*g.value_info, *g.input) if v.type.WhichOneof("value") is not None}
-    typed |= {i.name for i in g.initializer} | {i.name for i in g.sparse_initializer}
+    typed |= {i.name for i in g.initializer} | {i.values.name for i in g.sparse_initializer}  # a sparse one's name
     return {o for node in g.node for o in node.output if o and o not in typed}
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.records import Finding
-from toolkit.logs.jsonio import read_text
+from toolkit.logs.jsonio import read_text, too_deep
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 
 NAME = "fusion_result"
@@ -68,8 +68,13 @@ def _rows(obj: dict) -> tuple[list[dict], int]:
 
 def parse(path: Path) -> ParseResult:
     """Read a fusion_result.json (module docstring). Never raises for bad content."""
+    text = read_text(Path(path))
+    deep = too_deep(text)
+    if deep:
+        return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
+                           notes=[deep])
     try:
-        obj = json.loads(read_text(Path(path)))
+        obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
                            notes=[f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}); nothing read"])

@@ -2,7 +2,9 @@
 
 Detected by a header holding ``Op Name`` and ``Task Duration(us)``. Columns of
 :data:`toolkit.profile.optable.OP_SUMMARY_COLUMNS` are read (others, e.g. the real profiler's aicore_time(us),
-are ignored); numbers may carry whitespace. A file without a ``Time Kind`` column is a real device's profile
+are ignored); numbers may carry whitespace. Newer msprof versions call Block Dim ``Block Num`` (msprof's
+profile_data_file_references.md, op_summary; torch_npu's ``_csv_headers.py``): a file with ``Block Num`` and no
+``Block Dim`` is read as Block Dim. A file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
 
 Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
@@ -38,7 +40,9 @@ def detect(path: Path, head: str) -> bool:
 def parse(path: Path) -> ParseResult:
     """Read an op_summary CSV (module docstring)."""
     path = Path(path)
-    read = read_counted(path, OP_SUMMARY_COLUMNS)
+    read = read_counted(path, OP_SUMMARY_COLUMNS + ["Block Num"])
+    if "Block Num" in read.frame.columns and "Block Dim" not in read.frame.columns:
+        read.frame = read.frame.rename(columns={"Block Num": "Block Dim"})
     df = read.frame[[c for c in OP_SUMMARY_COLUMNS if c in read.frame.columns]].copy()
     for col in NUMERIC_COLUMNS:
         if col in df.columns:

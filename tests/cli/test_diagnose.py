@@ -1,0 +1,323 @@
+"""``npuscope diagnose`` in a subprocess: the bundled sample end to end, the one-line error contract, the
+reproducer of an FP16-storage origin, accumulation overflow advice, findings the console does not list, the
+report's environment section, and a compile error while the reference runs on its thread."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.faultkinds import builders as fk
+from tests.graphs import N, make_model
+from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
+from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
+from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
+from tests.diagnose.helpers import rows
+
+
+def test_diagnose_bad_input_same_contract(ws):
+    np.savez(ws / "bad.npz", x=np.zeros((1, 3), np.float32))
+    proc = npuscope("diagnose", "model.onnx", "--inputs", "bad.npz", "--out", "rep", cwd=ws)
+    assert_one_line_error(proc, 2, "bad.npz", "'x'", out=ws / "rep")
+    proc = npuscope("diagnose", "nothere.onnx", "--out", "rep", cwd=ws)
+    assert_one_line_error(proc, 2, "nothere.onnx", out=ws / "rep")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@needs_tables
+def test_diagnose_bundled_sample_end_to_end(tmp_path):
+    if not has_module("toolkit.report.html"):
+        pytest.skip("toolkit.report.html not written yet: `diagnose` renders HTML")
+    proc = npuscope("diagnose", "--out", "rep", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rep = tmp_path / "rep"
+    summary = json.loads((rep / "summary.json").read_text())
+    assert summary["verdict"] in ("PASS", "WARN")
+    assert summary["model_name"] and Path(summary["model"]).is_file()
+    df = check_result_csv(rep / "result.csv")
+    assert (df["CompareFailReason"].fillna("") == "").sum() >= 2  # something was really compared
+    json.loads((rep / "findings.json").read_text())
+    html = rep / "index.html"
+    assert html.is_file() and html.stat().st_size > 0
+    text = html.read_text(encoding="utf-8")
+    assert "<html" in text.lower() and summary["verdict"] in text
+    assert 'src="http' not in text and "src='http" not in text  # opens offline: no CDN scripts
+    assert f"report: {html.resolve()}" in proc.stdout
+    assert proc.stdout.splitlines()[0] == f"verdict: {summary['verdict']}"
+
+
+def softmax_offset(rows=4, dim=64, offset=20000.0, seed=0):
+    """x[rows,dim] -> MatMul 'proj' (W ~ N(0,1)*0.5) -> Add 'offset' (+offset) -> Softmax 'sm' -> p."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((dim, dim)) * 0.5).astype(np.float32)
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["logits"], name="proj"),
+                helper.make_node("Add", ["logits", "off"], ["l2"], name="offset"),
+                helper.make_node("Softmax", ["l2"], ["p"], name="sm", axis=-1)],
+               [("x", [rows, dim])], [("p", [rows, dim])], {"W": w, "off": np.array(offset, np.float32)})
+    x = fk.fp16_exact(rng.random((rows, dim), dtype=np.float32))
+    return m, {"x": x}
+
+
+def scale_chain(rows=4, dim=64, factor=30000.0, seed=0, relu=True):
+    """x -> MatMul 'mm' -> Mul 'scale' (x factor) -> Div 'unscale' (/ factor) -> [Relu 'relu'] -> MatMul 'mm2' -> y."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((dim, dim)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["mm"], name="mm"),
+             helper.make_node("Mul", ["mm", "big"], ["scaled"], name="scale"),
+             helper.make_node("Div", ["scaled", "big2"], ["unscaled"], name="unscale")]
+    last = "unscaled"
+    if relu:
+        nodes.append(helper.make_node("Relu", ["unscaled"], ["r"], name="relu"))
+        last = "r"
+    nodes.append(helper.make_node("MatMul", [last, "W2"], ["y"], name="mm2"))
+    m = _model(nodes, [("x", [rows, dim])], [("y", [rows, dim])],
+               {"W": w, "big": np.array(factor, np.float32), "big2": np.array(factor, np.float32), "W2": w.T.copy()})
+    x = fk.fp16_exact(rng.standard_normal((rows, dim)).astype(np.float32))
+    return m, {"x": x}
+
+
+def _cli_diag(folder: Path, model, feeds, *args):
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, folder / "model.onnx")
+    np.savez(folder / "in.npz", **feeds)
+    proc = npuscope("diagnose", "model.onnx", "--inputs", "in.npz", "--out", "r", *args, cwd=folder)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return folder / "r", json.loads((folder / "r" / "summary.json").read_text())
+
+
+def _run_repro(report: Path):
+    repro = report / "repro"
+    proc = npuscope("diagnose", "model.onnx", "--inputs", "inputs.npz", "--config", "config.json", "--out",
+                    report / "rr", cwd=repro)
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    return json.loads((report / "rr" / "summary.json").read_text())
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("factor, args, cast", [
+    (30000.0, ["--fusion-level", "0"], True),  # gray Mul follows its input: FP16 only if 'mm' enters as FP16
+    (40000.0, ["--fusion-level", "0", "--precision-mode", "force_fp16"], False),  # FP16 anyway: no Cast needed
+])
+def test_repro_keeps_fp16_storage_of_the_origin_inputs(tmp_path, factor, args, cast):
+    model, feeds = scale_chain(factor=factor)
+    ref = fk.reference(model, feeds)
+    assert np.abs(ref["scaled"]).max() > 65504 > np.abs(ref["mm"]).max()  # precondition: 'scale' overflows FP16
+    report, summary = _cli_diag(tmp_path, model, feeds, *args)
+    assert summary["verdict"] == "FAIL" and summary["first_divergence"]["node"] == "scale"
+    ins = np.load(report / "repro" / "inputs.npz")
+    (name,) = ins.files
+    sub = onnx.load(report / "repro" / "model.onnx")
+    if cast:  # 'mm' enters as FP16, as the full plan stores it
+        assert ins[name].dtype == np.float16
+        np.testing.assert_array_equal(ins[name], ref["mm"].astype(np.float16))
+        assert [n.op_type for n in sub.graph.node] == ["Cast", "Mul"] and sub.graph.node[0].output[0] == "mm"
+    else:
+        assert name == "mm" and ins[name].dtype == np.float32
+        np.testing.assert_array_equal(ins[name], ref["mm"])
+        assert [n.op_type for n in sub.graph.node] == ["Mul"]
+    again = _run_repro(report)
+    assert again["verdict"] == "FAIL"
+    assert again["first_divergence"]["node"] == "scale" and again["first_divergence"]["kind"] == "fp16_overflow"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_repro_of_a_storage_origin_keeps_the_consumer(tmp_path):
+    model, feeds = softmax_offset()
+    report, summary = _cli_diag(tmp_path, model, feeds)
+    assert summary["first_divergence"]["node"] == "offset"
+    sub = onnx.load(report / "repro" / "model.onnx")
+    assert [n.name for n in sub.graph.node] == ["proj", "offset", "sm"]
+    again = _run_repro(report)
+    assert again["verdict"] == "FAIL" and again["first_divergence"]["node"] == "offset"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_repro_of_an_origin_reading_the_graph_input(tmp_path):
+    """The plain case: the origin reads a graph input (FP32 as declared): no Cast is added."""
+    rng = np.random.default_rng(3)
+    model = _model([helper.make_node("Mul", ["x", "big"], ["scaled"], name="scale"),
+                    helper.make_node("Relu", ["scaled"], ["y"], name="relu")],
+                   [("x", [4, 16])], [("y", [4, 16])], {"big": np.array(5e4, np.float32)})
+    feeds = {"x": fk.fp16_exact(rng.uniform(0.5, 3.0, (4, 16)).astype(np.float32))}
+    assert np.abs(fk.reference(model, feeds)["scaled"]).max() > 65504
+    report, summary = _cli_diag(tmp_path, model, feeds, "--precision-mode", "force_fp16")
+    assert summary["first_divergence"]["node"] == "scale"
+    ins = np.load(report / "repro" / "inputs.npz")
+    assert ins.files == ["x"] and ins["x"].dtype == np.float32
+    np.testing.assert_array_equal(ins["x"], feeds["x"])
+    assert [n.op_type for n in onnx.load(report / "repro" / "model.onnx").graph.node] == ["Mul"]
+    again = _run_repro(report)
+    assert again["verdict"] == "FAIL" and again["first_divergence"]["node"] == "scale"
+
+
+ROWS, COLS = 4, 4096
+
+
+def _reducemean(tmp_path: Path):
+    x = np.random.default_rng(0).uniform(0, 100, (ROWS, COLS)).astype(np.float32)
+    m = _model([helper.make_node("ReduceMean", ["x"], ["y"], name="rm", axes=[1], keepdims=1)],
+               [("x", [ROWS, COLS])], [("y", [ROWS, 1])])
+    onnx.save(m, tmp_path / "rm.onnx")
+    np.savez(tmp_path / "rm.npz", x=x)
+    return x
+
+
+def test_diagnose_names_the_accumulation_and_recommends_high_precision(tmp_path):
+    x = _reducemean(tmp_path)
+    r = _cli("diagnose", str(tmp_path / "rm.onnx"), "--inputs", str(tmp_path / "rm.npz"),
+             "--precision-mode", "force_fp16", "--out", str(tmp_path / "d"))
+    assert r.returncode == 1, r.stderr
+    assert "RuntimeWarning" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    x64 = x.astype(np.float64)
+    assert np.abs(x64.mean(1)).max() < FP16_MAX < x64.sum(1).max()  # the mean fits, the sum does not
+    f = next(f for f in json.loads((tmp_path / "d" / "findings.json").read_text()) if f["kind"] == "fp16_overflow")
+    acc = f["evidence"]["accumulation"]
+    assert acc["op_type"] == "ReduceMean" and acc["implmode"] == "high_performance"
+    assert acc["partial_sum_absmax"] == pytest.approx(x64.sum(1).max(), rel=1e-9)
+    rec = f["recommendation"]
+    assert "accumulation" in rec and 'op_select_implmode="high_precision"' in rec
+    assert 'optypelist_for_implmode=["ReduceMean"]' in rec
+    assert rec.index("high_precision") < rec.index("keep_dtype")
+    assert "FP16 accumulation overflows" in r.stdout
+    # the advice works: high_precision keeps the kernel FP16 (FP32 accumulation, output rounded to FP16)
+    cfg = tmp_path / "hp.json"
+    cfg.write_text(json.dumps({"precision_mode": "force_fp16", "op_select_implmode": "high_precision",
+                               "optypelist_for_implmode": ["ReduceMean"]}))
+    r = _cli("run", str(tmp_path / "rm.onnx"), "--inputs", str(tmp_path / "rm.npz"), "--config", str(cfg),
+             "--output", str(tmp_path / "y.npz"), "--out", str(tmp_path / "r"))
+    assert r.returncode == 0, r.stderr
+    y = np.load(tmp_path / "y.npz")["y"].ravel()
+    want = x.astype(np.float16).astype(np.float64).mean(1)  # FP16 inputs, exact sum, one rounding
+    np.testing.assert_allclose(y, want.astype(np.float16).astype(np.float64), rtol=0, atol=0)
+
+
+def test_overflow_of_the_value_itself_keeps_the_keep_dtype_advice(tmp_path):
+    """A Mul whose product passes 65504 is not an accumulation overflow: no implmode advice."""
+    x = np.random.default_rng(4).uniform(1, 2, (2, 8)).astype(np.float32)
+    assert (x.astype(np.float64) * 5e4).max() > FP16_MAX
+    m = _model([helper.make_node("Mul", ["x", "s"], ["y"], name="mul")], [("x", [2, 8])], [("y", [2, 8])], {"s": 5e4})
+    onnx.save(m, tmp_path / "mul.onnx")
+    np.savez(tmp_path / "mul.npz", x=x)
+    r = _cli("diagnose", str(tmp_path / "mul.onnx"), "--inputs", str(tmp_path / "mul.npz"), "--precision-mode",
+             "force_fp16", "--out", str(tmp_path / "d"))
+    assert r.returncode == 1 and "RuntimeWarning" not in r.stderr, r.stderr
+    f = next(f for f in json.loads((tmp_path / "d" / "findings.json").read_text()) if f["kind"] == "fp16_overflow")
+    assert "accumulation" not in f["evidence"] and "high_precision" not in f["recommendation"]
+    assert "keep 'mul' in FP32 (keep_dtype)" in f["recommendation"]
+
+
+def _f16(v) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(v, np.float32).astype(np.float16).astype(np.float64)
+
+
+def test_console_says_how_many_findings_it_did_not_list(tmp_path):
+    nodes, inits, prev = [], {}, "x"
+    for i in range(7):  # seven constants that overflow FP16: seven error findings
+        nodes.append(helper.make_node("Mul", [prev, f"c{i}"], [f"t{i}"], name=f"mul{i}"))
+        nodes.append(helper.make_node("Mul", [f"t{i}", f"r{i}"], [f"u{i}"], name=f"back{i}"))
+        inits[f"c{i}"], inits[f"r{i}"], prev = 1e5, 1e-5, f"u{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    onnx.save(_model(nodes, [("x", [2, 8])], [("y", [2, 8])], inits), tmp_path / "c.onnx")
+    r = _cli("diagnose", str(tmp_path / "c.onnx"), "--precision-mode", "force_fp16", "--out", str(tmp_path / "d"))
+    n = len(json.loads((tmp_path / "d" / "findings.json").read_text()))
+    assert n > 5
+    assert f"({n - 5} more findings in findings.json)" in r.stdout, r.stdout
+
+
+@pytest.mark.slow
+def test_ppocr_rec_verdict_has_no_constants_reason_for_a_few_denormals(tmp_path):
+    from toolkit.zoo import fetch
+
+    path = fetch("ppocr_rec")
+    m = onnx.load(str(path))
+    flushed = []
+    tensors = list(m.graph.initializer) + [a.t for n in m.graph.node if n.op_type == "Constant"
+                                           for a in n.attribute if a.name == "value"]  # weights are Constants
+    for t in tensors:
+        a = numpy_helper.to_array(t)
+        if a.dtype == np.float32 and a.size > 16:
+            part = int(((a != 0) & (_f16(a) == 0)).sum())
+            if 0 < part < np.count_nonzero(a):
+                flushed.append((t.name, part, a.size))
+    assert any(part <= 2 and size > 10000 for _, part, size in flushed)  # e.g. 1 of 57600 values
+    assert flushed  # the premise: some weights hold a few values FP16 flushes to zero
+    r = _cli("diagnose", "ppocr_rec", "--out", str(tmp_path / "d"))
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert not any("constants" in reason for reason in summary["reasons"]), summary["reasons"]
+    kinds = [f["kind"] for f in json.loads((tmp_path / "d" / "findings.json").read_text())]
+    assert "fp16_constant" not in kinds
+    assert r.returncode in (0, 1)
+
+
+def _text(path: Path) -> str:
+    s = re.sub(r"<script.*?</script>", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", s)))
+
+
+@pytest.mark.slow
+def test_diagnose_report_environment_cache_and_artifacts(tmp_path):
+    model, inputs = _elt_model(tmp_path)
+    cache = tmp_path / "cache"
+    env = {"NPUSCOPE_COMPILE_CACHE": str(cache), "NPUSCOPE_COMPILE_CACHE_MAX_BYTES": "100000000",
+           "NPUSCOPE_COMPILE_CACHE_MODE": "enable"}
+    p = cli_with_env_extra("diagnose", str(model), "--inputs", str(inputs), "--precision-mode", "force_fp16", "--out", "d",
+            cwd=tmp_path, env_extra=env)
+    assert p.returncode == 1 and "verdict: FAIL" in p.stdout, p.stderr[-2000:]  # FP16 storage ruins 's
+    folder = tmp_path / "d"
+    check_artifacts_agree_with_disk(folder)
+    text = _text(folder / "index.html")
+    envsec = text[text.index("Environment variables"):text.index("Configuration")]
+    assert f"NPUSCOPE_COMPILE_CACHE {cache}" in envsec and "NPUSCOPE_COMPILE_CACHE_MAX_BYTES 100000000" in envsec
+    assert "none of the relevant variables set" not in text
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["config"]["op_compiler_cache_dir"] == ""  # the config as given ...
+    assert summary["compile_cache"]["dir"] == str(cache)  # ... and the folder used, next to it
+    assert summary["compile_cache"]["max_bytes"] == 100000000
+    assert summary["environment"]["env"]["NPUSCOPE_COMPILE_CACHE"] == str(cache)
+    assert cache.is_dir() and any(cache.rglob("*"))  # the folder named is the one that was written
+    assert f"Compile cache used mode enable dir {cache}" in text
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    import toolkit.diagnose as D
+    from toolkit.core.errors import ModelError
+    from toolkit.ort import reference
+
+    slow_run = reference.ReferenceRunner.run
+    def run(self, feeds):
+        time.sleep(1.0)  # still running when the compile fails
+        return slow_run(self, feeds)
+    reference.ReferenceRunner.run = run
+
+    def failing_compile(*a, **k):
+        raise ModelError("planted compile failure for the test; nothing to fix")
+    D.Session = lambda *a, **k: failing_compile()
+    from toolkit.cli import main
+    sys.argv = ["npuscope", "diagnose", sys.argv[1], "--out", sys.argv[2]]
+    main()
+""")
+
+
+@pytest.mark.parametrize("model", ["resnet_small", "transformer_block"])
+def test_compile_error_while_the_reference_runs_exits_cleanly(tmp_path, model):
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, model, str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-800:])
+    assert "planted compile failure" in proc.stderr
+    assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()  # no partial report left behind

@@ -1,0 +1,194 @@
+"""The parse-log command (toolkit/commands/parse_log.py), in process: merged outputs, skipped and unparseable
+files, profile folders and files read once, and op statistics kept apart per time kind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.logs.helpers import COMPILE_LOG, chrome_events, ort_events, plog_line, write_csv, write_events_per_line
+from toolkit.core.errors import InputError
+from toolkit.commands.parse_log import parse_log_command
+from toolkit.profile.optable import OP_STATISTIC_COLUMNS, OP_SUMMARY_COLUMNS, PROFILER_STATISTIC_COLUMNS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _inputs(tmp_path: Path) -> list[Path]:
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "compile.log").write_text(COMPILE_LOG)
+    write_events_per_line(d / "ort.json", ort_events())
+    (d / "trace.json").write_text(json.dumps(chrome_events()))
+    lines = [plog_line("ERROR" if i == 3 else "INFO", "GE", 1, "p", 1.7e9 + i, "a.cc", i, f"m{i}") for i in range(10)]
+    (d / "plog.log").write_text("\n".join(lines[:5] + ["garbage", "more garbage"] + lines[5:]) + "\n")
+    (d / "unknown.txt").write_text("hello\n")
+    (d / "empty.csv").write_text("")
+    return sorted(d.iterdir())
+
+
+def test_workflow_merges_files_and_reports_skipped_and_malformed(tmp_path):
+    _inputs(tmp_path)
+    res = parse_log_command([str(tmp_path / "in")], out=str(tmp_path / "out"))   # a folder: its files
+    out = res["out"]
+    assert res["parsed"] == 4 and res["skipped"] == 2
+    summary = json.loads((out / "parse_summary.json").read_text())
+    by_name = {Path(f["path"]).name: f for f in summary["files"]}
+    assert by_name["unknown.txt"]["status"] == "skipped" and by_name["empty.csv"]["reason"] == "empty"
+    assert by_name["plog.log"]["malformed"] == 2 and by_name["plog.log"]["records"] == 10
+    assert by_name["ort.json"]["malformed"] == 2 and by_name["trace.json"]["malformed"] == 4
+    assert by_name["compile.log"]["malformed"] == 2
+    assert summary["malformed"] == 10 and summary["rows"] == 3 + 3
+    assert sorted(summary["formats"]) == ["chrome_trace", "compile_log", "ort_profile", "plog"]
+    ops = pd.read_csv(out / "op_summary.csv", keep_default_na=False)
+    assert list(ops.columns) == OP_SUMMARY_COLUMNS
+    assert sorted(ops["Op Name"]) == sorted(["conv", "relu", "copy", "conv1", "h2d", "relu"])
+    stat = pd.read_csv(out / "op_statistic.csv")
+    assert list(stat.columns) == OP_STATISTIC_COLUMNS
+    assert stat["Total Time(us)"].sum() == pytest.approx(30 + 4 + 6 + 5 + 7.5 + 2)
+    levels = pd.read_csv(out / "log_levels.csv")
+    assert list(levels.columns[:1]) == ["File"] and levels["Count"].sum() == 10
+    html = (out / "profile.html").read_text()
+    assert "unknown.txt: unknown format" in html and "plog.log: 2" in html
+    kinds = {f["kind"] for f in json.loads((out / "findings.json").read_text())}
+    assert {"malformed_input", "file_skipped", "log_errors", "compile_pass_failed"} <= kinds
+
+
+def test_op_summary_csv_round_trips(tmp_path):
+    first = parse_log_command([str(p) for p in _inputs(tmp_path) if p.name in ("ort.json", "trace.json")],
+                              out=str(tmp_path / "a"), html=False)
+    assert not (first["out"] / "profile.html").exists()
+    again = parse_log_command([str(first["out"] / "op_summary.csv")], out=str(tmp_path / "b"), html=False)
+    a = pd.read_csv(first["out"] / "op_summary.csv", keep_default_na=False)
+    b = pd.read_csv(again["out"] / "op_summary.csv", keep_default_na=False)
+    pd.testing.assert_frame_equal(a, b)
+    assert set(b["Time Kind"]) == {"measured", "simulated"}
+
+
+def test_op_statistic_only_input_is_kept(tmp_path):
+    path = tmp_path / "op_statistic_0_1.csv"
+    write_csv(path, PROFILER_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80], ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
+    res = parse_log_command([str(path)], out=str(tmp_path / "o"))
+    stat = pd.read_csv(res["out"] / "op_statistic.csv")
+    assert stat["OP Type"].tolist() == ["Conv2D", "Cast"] and stat["Ratio(%)"].tolist() == [80.0, 20.0]
+
+
+@pytest.mark.parametrize("content,reason", [(b"", "empty"), (b"\x00\x01\x02binary", "binary"), (b"just text\n", "unknown format")])
+def test_nothing_parsed_is_a_one_line_input_error(tmp_path, content, reason):
+    path = tmp_path / "f.dat"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as exc:
+        parse_log_command([str(path)], out=str(tmp_path / "o"))
+    msg = str(exc.value)
+    assert "\n" not in msg and f"'{path}': {reason}" in msg and "ort_profile" in msg and "plog" in msg
+    assert not (tmp_path / "o").exists()
+
+
+def test_recognised_file_with_no_readable_record_counts_as_not_parsed(tmp_path):
+    path = tmp_path / "op_summary.csv"
+    write_csv(path, ["Op Name", "Task Duration(us)"], [["a", "x"], ["", "1"]])
+    with pytest.raises(InputError, match="no readable record, 2 malformed"):
+        parse_log_command([str(path)], out=str(tmp_path / "o"))
+
+
+def _cli_in_repo(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "toolkit", *args], capture_output=True, text=True, cwd=ROOT, check=False,
+                          env={**os.environ, **(env or {})}, timeout=300)
+
+
+# ---------------------------------------------------------------- nothing counted twice
+def _profile(tmp_path: Path, name: str = "pf") -> Path:
+    out = tmp_path / name
+    r = _cli_in_repo("profile", "transformer_block", "--requests", "3", "--no-advise", "--no-html", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def _statistic_by_hand(summary: pd.DataFrame) -> dict:
+    """{(Time Kind, OP Type, Core Type): (count, total, ratio within the kind)} with plain Python."""
+    totals, cells = {}, {}
+    for r in summary.to_dict("records"):
+        kind = r["Time Kind"] or "device"
+        key = (kind, r["OP Type"], r["Task Type"])
+        n, t = cells.get(key, (0, 0.0))
+        cells[key] = (n + 1, t + r["Task Duration(us)"])
+        totals[kind] = totals.get(kind, 0.0) + r["Task Duration(us)"]
+    return {k: (n, t, 100.0 * t / totals[k[0]]) for k, (n, t) in cells.items()}
+
+
+def _stat_dict(stat: pd.DataFrame) -> dict:
+    return {(r["Time Kind"], r["OP Type"], r["Core Type"]): (r["Count"], r["Total Time(us)"], r["Ratio(%)"])
+            for r in stat.to_dict("records")}
+
+
+def test_profile_folder_is_counted_once_and_its_statistic_is_per_time_kind(tmp_path):
+    """The defect: parse-log on profile's folder read op_summary.csv *and* trace.json (each task twice or more),
+    and op_statistic.csv mixed measured and simulated time in one Ratio(%)."""
+    pf = _profile(tmp_path)
+    own = pd.read_csv(pf / "op_summary.csv", keep_default_na=False)
+    assert set(own["Time Kind"]) == {"simulated", "measured"}
+    res = parse_log_command([str(pf)], out=str(tmp_path / "p"))
+    summary = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert summary["rows"] == len(own)
+    skipped = {Path(s["path"]).name: s["reason"] for s in summary["skipped"]}
+    assert "same tasks as op_summary.csv" in skipped["trace.json"]
+    assert "same tasks as op_summary.csv" in (res["out"] / "profile.html").read_text()
+    # op_statistic per Time Kind, by hand, equals both profile's file and parse-log's
+    want = _statistic_by_hand(own)
+    for stat in (pd.read_csv(pf / "op_statistic.csv", keep_default_na=False),
+                 pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False)):
+        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
+        got = _stat_dict(stat)
+        assert got.keys() == want.keys()
+        for k, (n, t, ratio) in want.items():
+            assert got[k][0] == n and got[k][1] == pytest.approx(t) and got[k][2] == pytest.approx(ratio), k
+        for kind, rows in stat.groupby("Time Kind"):
+            assert rows["Ratio(%)"].sum() == pytest.approx(100.0)
+
+
+def test_profile_trace_and_summary_given_as_files_are_not_both_read(tmp_path):
+    pf = _profile(tmp_path)
+    res = parse_log_command([str(pf / "trace.json"), str(pf / "op_summary.csv")], out=str(tmp_path / "p"), html=False)
+    s = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert s["rows"] == len(pd.read_csv(pf / "op_summary.csv")) and res["skipped"] == 1
+    # trace.json alone (or outside its profile folder) is still read
+    alone = parse_log_command([str(pf / "trace.json")], out=str(tmp_path / "t"), html=False)
+    assert alone["parsed"] == 1 and alone["skipped"] == 0
+
+
+@pytest.mark.parametrize("how", ["file_twice", "folder_and_file", "other_spelling"])
+def test_the_same_file_given_twice_is_read_once(tmp_path, how, monkeypatch):
+    path = tmp_path / "in" / "op_summary_0_1.csv"
+    path.parent.mkdir()
+    write_csv(path, ["Op Name", "OP Type", "Task Type", "Task Duration(us)"],
+              [["conv", "Conv2D", "AI_CORE", 10.0], ["relu", "Relu", "AI_VECTOR_CORE", 5.0]])
+    monkeypatch.chdir(tmp_path)
+    args = {"file_twice": [str(path), str(path)], "folder_and_file": [str(path.parent), str(path)],
+            "other_spelling": [str(path), "in/../in/op_summary_0_1.csv"]}[how]
+    res = parse_log_command(args, out=str(tmp_path / "o"))
+    s = json.loads((res["out"] / "parse_summary.json").read_text())
+    assert s["rows"] == 2 and len(s["duplicates"]) == 1 and res["parsed"] == 1
+    stat = pd.read_csv(res["out"] / "op_statistic.csv")
+    assert stat["Total Time(us)"].sum() == pytest.approx(15.0) and stat["Count"].sum() == 2
+    assert any("given twice, read once" in line for line in res["summary"])
+    assert "read once" in (res["out"] / "profile.html").read_text()
+
+
+def test_merged_op_statistic_files_keep_time_kinds_apart(tmp_path):
+    dev = tmp_path / "op_statistic_0_1.csv"
+    write_csv(dev, PROFILER_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80],
+                                                ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
+    ours = tmp_path / "op_statistic.csv"
+    write_csv(ours, OP_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 1, 30, 30, 30, 30, 100, "simulated"],
+                                           ["Conv2D", "HOST_CPU", 1, 900, 900, 900, 900, 100, "measured"]])
+    res = parse_log_command([str(dev), str(ours)], out=str(tmp_path / "o"), html=False)
+    got = _stat_dict(pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False))
+    assert got == {("device", "Conv2D", "AI_CORE"): (4, 40.0, 80.0), ("device", "Cast", "AI_CORE"): (2, 10.0, 20.0),
+                   ("simulated", "Conv2D", "AI_CORE"): (1, 30.0, 100.0),
+                   ("measured", "Conv2D", "HOST_CPU"): (1, 900.0, 100.0)}

@@ -1,0 +1,77 @@
+"""Metric thresholds (toolkit/compare/metrics/thresholds.py): the default lines, parsing overrides, which lines
+the expected-noise allowance covers, where each line came from, and the docs explaining the allowance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit.compare.metrics import DEFAULT_THRESHOLDS, Thresholds, line_origins, noise_covers, parse_thresholds
+from toolkit.core.errors import UsageError
+from toolkit.core.text import show_line
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_line_origins_tell_user_lines_from_defaults():
+    assert set(line_origins(None).values()) == {"default"}
+    lines = parse_thresholds("CosineSimilarity<0.99,MaxAbsoluteError>1e-3,RootMeanSquareError=off")
+    origins = line_origins(lines)
+    assert origins["CosineSimilarity"] == "user"  # named, even at the default value
+    assert origins["MaxAbsoluteError"] == "user" and origins["RootMeanSquareError"] == "removed"
+    assert origins["RelativeEuclideanDistance"] == "default" and origins["ExactMatchRate"] == "default"
+    assert line_origins({"CosineSimilarity": 0.999})["CosineSimilarity"] == "user"  # another value
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_which_lines_the_allowance_covers():
+    assert all(noise_covers(m, DEFAULT_THRESHOLDS) for m in DEFAULT_THRESHOLDS)
+    t = parse_thresholds("KullbackLeiblerDivergence>0.005,MaxAbsoluteError>1,CosineSimilarity<0.9")
+    assert isinstance(t, Thresholds) and t.explicit == {"KullbackLeiblerDivergence", "MaxAbsoluteError",
+                                                        "CosineSimilarity"}
+    assert [m for m in t if noise_covers(m, t)] == [m for m in DEFAULT_THRESHOLDS if m not in t.explicit]
+    off = parse_thresholds("RootMeanSquareError=off")
+    assert "RootMeanSquareError" not in off and not noise_covers("RootMeanSquareError", off)
+
+
+def test_docs_explain_the_allowance_where_thresholds_are_explained():
+    text = (REPO / "docs" / "thresholds.md").read_text(encoding="utf-8")
+    assert "--thresholds" in text and "default lines only" in text.lower() and "applied as given" in text
+    for m, v in DEFAULT_THRESHOLDS.items():
+        assert m in text and (show_line(v) in text or f"{v:.1f}" in text), m
+    dumps = (REPO / "docs" / "compare-dumps.md").read_text(encoding="utf-8")
+    assert "thresholds.md" in dumps
+
+
+# ----------------------------------------------------------------------------- thresholds
+def test_default_thresholds_are_the_tools_lines():
+    assert DEFAULT_THRESHOLDS == {"CosineSimilarity": 0.99, "RelativeEuclideanDistance": 0.05,
+                                  "KullbackLeiblerDivergence": 0.005, "RootMeanSquareError": 1.0,
+                                  "MeanRelativeError": 1.0, "ExactMatchRate": 1.0}
+
+
+def test_parse_thresholds_overrides_and_keeps_the_rest():
+    lines = parse_thresholds("CosineSimilarity<0.999, MaxAbsoluteError>1e-2,RootMeanSquareError=off")
+    assert lines["CosineSimilarity"] == 0.999 and lines["MaxAbsoluteError"] == 0.01
+    assert "RootMeanSquareError" not in lines
+    assert lines["RelativeEuclideanDistance"] == 0.05
+    assert DEFAULT_THRESHOLDS["CosineSimilarity"] == 0.99  # defaults untouched
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("CosineSimilarty<0.99", "did you mean 'CosineSimilarity'"),
+    ("cosinesimilarity<0.99", "did you mean 'CosineSimilarity'"),
+    ("RelativeEuclidianDistance>0.1", "did you mean 'RelativeEuclideanDistance'"),
+    ("CosineSimilarity<off", "'CosineSimilarity=off'"),  # the operator spellings are all accepted now
+    ("MaxAbsoluteError>=nan", "NaN cannot be a line"),      # (tests/compare/test_grammar.py)
+    ("CosineSimilarity<high", "not a number"),
+    ("CosineSimilarity", "expected NAME<VALUE"),
+    ("GoldenStd>1", "informational"),
+    ("CosineSimilarity=high", "not a number"),
+])
+def test_parse_thresholds_errors(text, fragment):
+    with pytest.raises(UsageError) as info:
+        parse_thresholds(text)
+    assert fragment in str(info.value)

@@ -1,0 +1,70 @@
+"""Test builders shared by test_tasks.py, test_compare.py."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from toolkit.compare.tasks import RESULT_KEYS, run_check, run_tasks
+
+CHECKS = '''
+import numpy as np
+
+def ok(g, n, m): return {"name": "ok", "passed": True, "value": 1.0, "detail": "fine"}
+def np_true(g, n, m): return {"name": "np_true", "passed": np.bool_(True), "value": 1, "detail": "numpy bool"}
+def str_false(g, n, m): return {"name": "acc", "passed": "false", "value": 0.1, "detail": "accuracy dropped"}
+def int_one(g, n, m): return {"name": "acc", "passed": 1, "value": 0.1, "detail": "x"}
+def none_passed(g, n, m): return {"name": "acc", "passed": None, "value": 0.1, "detail": "x"}
+def array_passed(g, n, m): return {"name": "acc", "passed": np.array([True, False]), "value": 0.1, "detail": "x"}
+def list_passed(g, n, m): return {"name": "acc", "passed": [True], "value": 0.1, "detail": "x"}
+def missing_key(g, n, m): return {"value": 1}
+def returns_int(g, n, m): return 5
+def returns_none(g, n, m): return None
+def returns_list(g, n, m): return [("name", "x"), ("passed", True), ("value", 1), ("detail", "")]
+def raises(g, n, m): raise KeyError("nope")
+'''
+
+#: function -> text the failing detail must hold (besides the function's label)
+BAD = {
+    "str_false": "'passed' = 'false' (str)",
+    "int_one": "'passed' = 1 (int)",
+    "none_passed": "'passed' = None (NoneType)",
+    "array_passed": "'passed' = array([ True, False]) (numpy.ndarray of shape (2,))",
+    "list_passed": "'passed' = [True] (list)",
+    "missing_key": "without key(s) 'name', 'passed', 'detail'",
+    "returns_int": "returned 5 (int), not a dict",
+    "returns_none": "returned None (NoneType), not a dict",
+    "returns_list": "(list), not a dict",
+}
+
+GOOD = {"ok": True, "np_true": True}
+
+@pytest.fixture()
+def checks_module(tmp_path, monkeypatch):
+    """A user module ``r3checks`` on sys.path (and its folder for subprocesses)."""
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    (folder / "r3checks.py").write_text(CHECKS)
+    monkeypatch.syspath_prepend(str(folder))
+    sys.modules.pop("r3checks", None)
+    yield folder
+    sys.modules.pop("r3checks", None)
+
+def _assert_task_results(tasks: list[dict]) -> None:
+    by_label = {}
+    for t in tasks:
+        assert set(RESULT_KEYS) <= set(t)
+        assert type(t["passed"]) is bool  # a Python bool, whatever the check returned
+        by_label[t["name"]] = t
+    for fn, what in BAD.items():
+        t = by_label[f"r3checks:{fn}"]
+        assert t["passed"] is False
+        assert t["detail"].startswith(f"task check r3checks:{fn} returned ")
+        assert what in t["detail"] and "raised" not in t["detail"]
+    raised = by_label["r3checks:raises"]
+    assert raised["passed"] is False and raised["detail"] == "task check r3checks:raises raised KeyError: 'nope'"
+    for name, passed in GOOD.items():
+        assert by_label[name]["passed"] is passed

@@ -1,0 +1,149 @@
+"""The advisor (toolkit/compare/advisor.py): overflow rows need a finite reference, golden non-finite rows,
+accumulation overflow, and overflow sites inside fused kernels."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pandas as pd
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from toolkit.compare.advisor import advise, golden_nonfinite_rows, overflow_rows
+from toolkit.compare.layerwise import golden_range
+from toolkit.compare.metrics import compare_tensors
+
+
+def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
+    """``inputs`` / ``outputs``: [(name, shape)] of float tensors; ``inits``: {name: array}."""
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (inits or {}).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+ROWS, COLS = 4, 4096
+
+
+def test_accumulation_overflow_needs_an_fp16_accumulating_kernel_and_a_sum_past_65504():
+    from types import SimpleNamespace
+
+    from toolkit.compare.advisor import accumulation_overflow
+
+    k = SimpleNamespace(name="rm", precision="fp16", implmode="high_performance", fusion="none", exec_nodes=["rm"],
+                        nodes=["rm"])
+    row = {"Kernel": "rm", "OpType": "ReduceMean", "NodeName": "rm", "GoldenAbsMax": 50.0}
+    # without the reference inputs (compare-dumps) the kernel kind alone is the evidence
+    assert accumulation_overflow(row, {"rm": k}) == {"op_type": "ReduceMean", "implmode": "high_performance",
+                                                     "partial_sum_absmax": None}
+    hp = SimpleNamespace(**{**vars(k), "implmode": "high_precision"})
+    assert accumulation_overflow(row, {"rm": hp}) is None
+    assert accumulation_overflow({**row, "GoldenAbsMax": 7e4}, {"rm": k}) is None  # the value itself overflows
+    m = _model([helper.make_node("ReduceMean", ["x"], ["y"], name="rm", axes=[1], keepdims=1)],
+               [("x", [ROWS, COLS])], [("y", [ROWS, 1])])
+    small = np.full((ROWS, COLS), 0.01, np.float32)  # sum 40.96: no FP16 accumulation overflow
+    assert accumulation_overflow(row, {"rm": k}, m, {"x": small}) is None
+    big = np.random.default_rng(8).uniform(0, 100, (ROWS, COLS)).astype(np.float32)
+    got = accumulation_overflow(row, {"rm": k}, m, {"x": big})
+    assert got["partial_sum_absmax"] == pytest.approx(big.astype(np.float64).sum(1).max(), rel=1e-9)
+
+
+def fp16(a):
+    return np.asarray(a, np.float32).astype(np.float16).astype(np.float32)
+
+
+def shown(v: float) -> str:
+    """How a |x| past 65504 reads in a message: the whole number rounded up."""
+    return str(math.ceil(v))
+
+
+def _fake(kernels, tensors, graph_inputs=()):
+    return SimpleNamespace(kernels=kernels, tensors={n: SimpleNamespace(name=n, dtype=d) for n, d in tensors.items()},
+                           graph_inputs=list(graph_inputs))
+
+
+def _k(name, nodes, inputs, outputs, internal=(), precision="fp16"):
+    return SimpleNamespace(name=name, nodes=list(nodes), inputs=list(inputs), outputs=list(outputs),
+                           internal=list(internal), precision=precision, cast_of=None, op_class="elementwise",
+                           implmode="high_precision", fusion="ub", exec_nodes=None, rule="SomeFusion")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_overflow_site_inside_a_fused_kernel_and_inside_the_computation():
+    from toolkit.compare.advisor import overflow_finding as finding
+    from toolkit.compare.advisor import overflow_site
+
+    x = np.array([[2.0, 3.0]], np.float32)
+    up = x * np.float32(4e4)  # on chip, past 65504
+    y = up * np.float32(1e-4)
+    values = {"x": x, "up": up, "y": y}
+    fused = _k("k", ["mul_up", "mul_down"], ["x"], ["y"], internal=["up"])
+    plan = _fake([fused], {"x": "float32", "y": "float16"}, ["x"])
+    df = pd.DataFrame([{"TensorName": "up", "NodeName": "mul_up", "OpType": "Mul", "Kernel": "k", "GoldenAbsMax": float(up.max())},
+                       {"TensorName": "y", "NodeName": "mul_down", "OpType": "Mul", "Kernel": "k", "GoldenAbsMax": float(y.max()),
+                        "OverFlow": True}])
+    r = df.iloc[1]
+    site = overflow_site(r, plan, df, values)
+    assert (site["where"], site["tensor"], site["producer"]) == ("intermediate", "up", "mul_up")
+    assert site["golden_absmax"] == pytest.approx(float(np.abs(up).max()))
+    f = finding(r, {"k": fused}, plan=plan, df=df, values=values)
+    assert "intermediate 'up'" in f.recommendation and shown(float(up.max())) in f.recommendation
+    assert f.evidence["keep_dtype"] == ["mul_up"]  # a keep_dtype node keeps its whole kernel in FP32
+    # nothing past 65504 anywhere: the overflow is inside the computation, and the text does not claim a value
+    small = {"x": x, "up": x * np.float32(2), "y": x}
+    site = overflow_site(r, plan, df.assign(GoldenAbsMax=[6.0, 3.0]), small)
+    assert site["where"] == "computation" and site["golden_absmax"] == pytest.approx(3.0)
+    f = finding(r, {"k": fused}, plan=plan, df=df.assign(GoldenAbsMax=[6.0, 3.0]), values=small)
+    assert "no reference value it reads or writes passes FP16 max" in f.recommendation
+
+
+FP16_MAX = 65504.0
+
+
+def _row(tensor: str, device, golden, npu_dump: str) -> dict:
+    row = {"Index": 0, "OpType": "Relu", "NodeName": tensor, "TensorName": tensor, "Kernel": "k",
+           "NPUDump": npu_dump, **golden_range(golden)}
+    row.update(compare_tensors(device, golden))
+    return row
+
+
+@pytest.mark.parametrize("golden, device, overflow", [
+    # the reference's own NaN/Inf, mirrored on the device: not overflow
+    ([np.nan, np.inf, -np.inf, 1.0], [np.nan, np.inf, -np.inf, 1.0], False),
+    ([np.inf, 2.0, 3.0, 4.0], [np.inf, 2.0, 3.0, 4.0], False),
+    # device non-finite where the reference is finite: overflow
+    ([np.nan, 7e4, 1.0, 2.0], [np.nan, np.inf, 1.0, 2.0], True),
+    ([1.0, 2.0, 3.0, 4.0], [1.0, np.nan, 3.0, 4.0], True),
+    # a finite reference value beyond 65504 in an FP16 tensor (saturated on the device): overflow
+    ([np.inf, 7e4, 1.0, 2.0], [np.inf, 65504.0, 1.0, 2.0], True),
+])
+def test_overflow_rows_need_a_finite_reference(golden, device, overflow):
+    """Kind, table level: overflow = device non-finite where the golden is finite, or a finite golden
+    beyond the FP16 range; the golden's own NaN/Inf never counts (checked against numpy masks)."""
+    g = np.array(golden, np.float32)
+    d = np.array(device, np.float16)
+    expected = bool(np.any(np.isfinite(g) & ~np.isfinite(d.astype(np.float32)))
+                    or np.any(np.isfinite(g) & (np.abs(g) > FP16_MAX)))
+    assert expected == overflow
+    df = pd.DataFrame([{"Index": -1, "OpType": "Input", "NodeName": "x", "TensorName": "x", "Kernel": "",
+                        **compare_tensors(np.ones(2, np.float32), np.ones(2, np.float32))},
+                       _row("y", d, g, "float16")])
+    df["Role"] = ""
+    assert len(overflow_rows(df)) == int(overflow)
+    gn = golden_nonfinite_rows(df, ["y"])
+    assert len(gn) == int(not np.isfinite(g).all())
+
+
+def test_advise_lists_golden_nonfinite_only_with_outputs():
+    g = np.array([np.nan, 1.0, 2.0, 3.0], np.float32)
+    df = pd.DataFrame([_row("y", g.astype(np.float16), g, "float16")])
+    df["Role"] = ""
+    plan = type("P", (), {"kernels": []})()
+    assert [f.kind for f in advise(df, plan)] == []
+    assert [f.kind for f in advise(df, plan, outputs=["y"])] == ["golden_nonfinite"]

@@ -1,0 +1,178 @@
+"""The layer table (toolkit/compare/layerwise.py): golden ranges, user lines and excused default lines, tensors
+of CPU-placed ops, folded outputs compared, and the columns of an empty table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper, numpy_helper
+
+from tests.faultkinds import builders as fk
+from tests.graphs import N, make_model
+from toolkit.compare.layerwise import layer_table
+from toolkit.compare.metrics import resolve_thresholds
+from toolkit.config.schema import Config
+from toolkit.diagnose import _verdict, diagnose, prepare
+from toolkit.engine import Session
+from toolkit.ort.reference import ReferenceRunner
+
+
+def _scale_model(low: float, high: float):
+    """x[4,8] -> t = 3x (Mul 'mul') -> y = t + 1 (Add 'add'); z = |x| (Abs 'abs'). Values ``low``..``high``."""
+    from tests.graphs import affine_and
+
+    m = affine_and("Abs", name="g")
+    onnx.checker.check_model(m)
+    x = np.random.default_rng(7).uniform(low, high, (4, 8)).astype(np.float32)
+    return m, {"x": x}
+
+
+def _diagnose(tmp_path: Path, model, feeds, thresholds):
+    from toolkit.config.schema import Config
+    from toolkit.diagnose import diagnose, prepare
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    mp, ip = tmp_path / "m.onnx", tmp_path / "in.npz"
+    onnx.save(model, mp)
+    np.savez(ip, **feeds)
+    lines = resolve_thresholds(thresholds) if thresholds else None  # as toolkit.api.diagnose_command does
+    diag, extra = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=0),
+                           thresholds=lines)
+    return diag, extra, mp
+
+
+def test_layer_table_applies_user_lines_and_lists_excused_default_lines(tmp_path):
+    model, feeds = _scale_model(5000.0, 10000.0)  # y up to 3e4: FP16 spacing 16, RMSE of the rounding > 1
+    diag, extra, _ = _diagnose(tmp_path / "default", model, feeds, None)
+    ref = fk.reference(model, feeds)
+    d = extra["device"]["y"].astype(np.float64) - ref["y"].astype(np.float64)
+    assert np.sqrt(np.mean(d * d)) > 1.0  # precondition: the default RMSE line is crossed, by FP16 rounding
+    t = diag.table.set_index("TensorName")
+    assert t.loc["y", "WithinExpectedNoise"] is True and not t.loc["y", "Abnormal"]
+    assert "RootMeanSquareError" in t.loc["y", "AbnormalMetrics"]  # listed although excused
+    assert diag.summary["verdict"] == "PASS"
+    strict, _, _ = _diagnose(tmp_path / "strict", model, feeds, "RootMeanSquareError>1")
+    s = strict.table.set_index("TensorName")
+    assert s.loc["y", "Abnormal"] and "RootMeanSquareError" in s.loc["y", "AbnormalMetrics"]
+    assert strict.summary["verdict"] == "FAIL"
+
+
+#: result.csv's documented column order (toolkit/compare/diagnosis.py docstring), written out by hand
+DOCUMENTED_COLUMNS = [
+    "Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex", "KernelOpType",
+    "FusedNodes", "Rule", "Precision", "ImplMode", "NPUDump", "DataType", "Shape",
+    "GoldenMin", "GoldenMax", "GoldenAbsMax",
+    "CompareFailReason", "OverFlow", "DeviceNaN", "DeviceInf", "GoldenNaN", "GoldenInf", "NonFiniteMasked",
+    "ComparedCount", "GoldenFP16OverflowRatio",
+    "CosineSimilarity", "MaxAbsoluteError", "AccumulatedRelativeError", "RelativeEuclideanDistance",
+    "KullbackLeiblerDivergence", "GoldenStd", "DeviceStd", "MeanAbsoluteError", "RootMeanSquareError",
+    "MaxRelativeError", "MeanRelativeError", "ExactMatchRate",
+    "WithinExpectedNoise", "Abnormal", "AbnormalMetrics", "Role",
+    "LocalCosineSimilarity", "LocalRelativeEuclideanDistance", "LocalAbnormal"]
+
+
+def save_checked_model(path: Path, nodes, inputs, outputs, inits=()) -> Path:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def vi(name, shape, elem=T.FLOAT):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+CONST = np.array([[-1.5, 0.0, 2.0, 3.25]], np.float32)
+
+
+def const_model(path: Path, extra_input: bool) -> Path:
+    """y = Relu(Neg(c)) on an initializer c: folded at compile time. With ``extra_input``, a second output
+    z = x + 1 that the device does compute."""
+    nodes = [helper.make_node("Neg", ["c"], ["n"], name="neg"), helper.make_node("Relu", ["n"], ["y"], name="relu")]
+    ins, outs = [], [vi("y", [1, 4])]
+    if extra_input:
+        nodes.append(helper.make_node("Add", ["x", "one"], ["z"], name="add"))
+        ins, outs = [vi("x", [1, 4])], outs + [vi("z", [1, 4])]
+    inits = [numpy_helper.from_array(CONST, "c"), numpy_helper.from_array(np.ones((1, 4), np.float32), "one")]
+    return save_checked_model(path, nodes, ins, outs, inits)
+
+
+def test_a_wrong_folded_constant_is_abnormal(tmp_path):
+    """The folded output is really compared: a wrong constant in its place is an abnormal row."""
+    model = onnx.load(const_model(tmp_path / "m.onnx", False))
+    sess = Session(model, Config(), input_shapes={})
+    assert "y" in sess.plan.folded
+    golden = {"y": np.maximum(-CONST, 0), "n": -CONST}
+    wrong = golden["y"] + np.array([[0, 0, 1, 0]], np.float32)
+    df = layer_table(model, sess.plan, golden, {"y": wrong})
+    y = df[df["TensorName"] == "y"].iloc[0]
+    assert y["CompareFailReason"] == "" and bool(y["Abnormal"])
+    assert y["MaxAbsoluteError"] == pytest.approx(float(np.abs(wrong - golden["y"]).max()))
+    assert _verdict(df, ["y"], [], "none", [])[0] == "FAIL"
+
+
+def test_in_process_table_has_the_columns_even_when_empty(tmp_path):
+    model = onnx.load(const_model(tmp_path / "m.onnx", False))
+    sess = Session(model, Config(), input_shapes={})
+    assert list(layer_table(model, sess.plan, {}, {}).columns) == DOCUMENTED_COLUMNS
+    prep = prepare(str(tmp_path / "m.onnx"))
+    diag, _ = diagnose(prep, Config())
+    assert list(diag.table.columns) == DOCUMENTED_COLUMNS
+
+
+def golden_range_reference(y) -> dict:
+    a = np.asarray(y)
+    if a.size == 0 or a.dtype.kind not in "fiub":
+        return {}
+    f = a.astype(np.float64)
+    fin = f[np.isfinite(f)]
+    if fin.size == 0:
+        return {}
+    return {"GoldenMin": float(fin.min()), "GoldenMax": float(fin.max()), "GoldenAbsMax": float(np.abs(fin).max())}
+
+
+@pytest.mark.parametrize("y", [np.array([np.nan, 1.0]), np.array([np.inf, -2.0], np.float32), np.array([True, False]),
+                               np.array([2**62, -3], np.int64), np.array([], np.float32), np.array([np.nan]),
+                               np.array([-0.0, 0.0]), np.array([1, 2], np.uint8), np.array([-5.5], np.float16),
+                               np.array(["a"]), np.random.default_rng(1).standard_normal((3, 7)).astype(np.float32)])
+def test_golden_range_fast_path_equals_the_finite_range(y):
+    """layerwise.golden_range skips the float64 copy when there is no NaN/inf; the result must not change."""
+    from toolkit.compare.layerwise import golden_range
+
+    assert golden_range(y) == golden_range_reference(y)
+
+
+R = np.random.default_rng(11)
+W = (R.standard_normal((16, 16)) * 0.3).astype(np.float32)
+X = R.standard_normal((4, 16)).astype(np.float32)
+
+
+def mlp():
+    """mm (MatMul, FP16) -> tanh -> mm2 (MatMul, FP16) -> tanh2 -> y."""
+    return make_model([N("MatMul", ["x", "W"], ["a"], "mm"), N("Tanh", ["a"], ["t"], "tanh"),
+                       N("MatMul", ["t", "W"], ["b"], "mm2"), N("Tanh", ["b"], ["y"], "tanh2")],
+                      [("x", [4, 16])], ["y"], {"W": W})
+
+
+# ------------------------------------------------------------------------------------- comparison
+def test_layer_comparison_finds_every_tensor_with_cpu_ops():
+    model = mlp()
+    golden = ReferenceRunner(model).run({"x": X})
+    tables = {}
+    for name, cfg in (("npu", Config()), ("cpu", Config(op_placement={"Tanh": "CPU", "mm2": "CPU"}))):
+        sess = Session(model, cfg)
+        dumps = sess.run({"x": X}, dump=True).dumps
+        df = layer_table(model, sess.plan, golden, dumps)
+        tables[name] = df
+        assert not any("::" in t for t in df["TensorName"])  # copies are no rows of their own
+    compared = {n: set(df.loc[df["CompareFailReason"] == "", "TensorName"]) for n, df in tables.items()}
+    assert compared["cpu"] >= compared["npu"]
+    assert {"a", "t", "b", "y"} <= compared["cpu"]
+    cpu = tables["cpu"].set_index("TensorName")
+    assert cpu.loc["t", "Kernel"] == "tanh" and cpu.loc["b", "Kernel"] == "mm2" and cpu.loc["b", "Precision"] == "fp32"

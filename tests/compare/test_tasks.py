@@ -1,0 +1,42 @@
+"""Task checks (toolkit/compare/tasks.py): every kind of return value is judged, bools keep their value, name and
+detail types are checked."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from toolkit.compare.tasks import RESULT_KEYS, run_check, run_tasks
+from tests.compare.task_fixtures import CHECKS, BAD, GOOD, checks_module, _assert_task_results
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+def test_run_tasks_judges_every_kind_of_return_value(checks_module):
+    specs = [f"r3checks:{f}" for f in [*BAD, *GOOD, "raises"]]
+    tasks = run_tasks(None, specs, {"y": np.zeros(2)}, {"y": np.zeros(2)}, onnx.ModelProto())
+    assert len(tasks) == len(specs)
+    _assert_task_results(tasks)
+
+
+@pytest.mark.parametrize("passed, expected", [(True, True), (False, False), (np.True_, True), (np.False_, False)])
+def test_bools_keep_their_value(passed, expected):
+    def check(g, n, m):
+        return {"name": "c", "passed": passed, "value": None, "detail": ""}
+    res = run_check(check, {}, {}, onnx.ModelProto())
+    assert res["passed"] is expected
+
+
+@pytest.mark.parametrize("bad, what", [({"name": "", "passed": True, "value": 1, "detail": ""}, "'name' = ''"),
+                                       ({"name": 3, "passed": True, "value": 1, "detail": ""}, "'name' = 3 (int)"),
+                                       ({"name": "c", "passed": True, "value": 1, "detail": None},
+                                        "'detail' = None (NoneType)")])
+def test_name_and_detail_types_are_checked(bad, what):
+    def check(g, n, m):
+        return bad
+    res = run_check(check, {}, {}, onnx.ModelProto())
+    assert res["passed"] is False and what in res["detail"] and check.__qualname__ in res["detail"]

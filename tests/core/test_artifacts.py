@@ -1,0 +1,59 @@
+"""Artifacts (toolkit/core/artifacts.py): arrays of every dtype read back without pickle, values without an
+array form refused, and safe file names."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import pytest
+
+from tests.dtype_models import CPU_TYPES, _expected_stored, _reference_output
+from toolkit.core.artifacts import safe_filename, save_npz, storable
+from toolkit.core.errors import ModelError
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", CPU_TYPES)
+def test_npz_and_npy_of_every_cpu_dtype_read_back_without_pickle(name, tmp_path):
+    from toolkit.core.artifacts import save_npy
+
+    arr = _reference_output(name)
+    want = _expected_stored(arr)
+    save_npz(tmp_path / "a.npz", {"y": arr, "file": arr, "allow_pickle": arr})  # np.savez's own argument names
+    with np.load(tmp_path / "a.npz", allow_pickle=False) as z:
+        assert sorted(z.files) == ["allow_pickle", "file", "y"]
+        for key in z.files:
+            assert z[key].dtype == want.dtype and z[key].dtype.kind in "biufU"
+            np.testing.assert_array_equal(z[key], want)
+    save_npy(tmp_path / "a.npy", arr)
+    back = np.load(tmp_path / "a.npy", allow_pickle=False)
+    np.testing.assert_array_equal(back, want)
+    if arr.dtype.type.__module__.startswith("ml_dtypes"):  # exact: converting back gives the same bits
+        assert back.astype(arr.dtype).tobytes() == arr.tobytes()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_values_without_an_array_form_are_refused_in_one_line():
+    with pytest.raises(ModelError, match="'seq' is a sequence of 2 tensors"):
+        storable([np.zeros(2), np.zeros(3)], "seq")
+    with pytest.raises(ModelError, match="empty optional"):
+        storable(None, "opt")
+    with pytest.raises(ModelError, match="dict"):
+        storable(np.array([{}, {}], dtype=object), "objs")
+
+
+@pytest.mark.parametrize("name,want", [
+    ("模型 #1", "模型_1"), ("模型", "模型"), ("मॉडल", "मॉडल"), ("Straße.v2", "Straße.v2"),
+    ("a/b\\c:d", "a_b_c_d"), ("a b?c", "a_b_c"), ("x\u202egnp.exe", "x_gnp.exe"), ("tab\there\x00", "tab_here"),
+    ("..", "tensor"), ("", "tensor"), ("CON", "_CON"), ("nul.txt", "_nul.txt"), ("CONSOLE", "CONSOLE"),
+])
+def test_safe_filename_keeps_unicode_letters(name, want):
+    assert safe_filename(name) == want
+
+
+def test_safe_filename_normalises_and_caps_bytes():
+    assert safe_filename("e\u0301") == "\u00e9"  # NFD input, NFC name (macOS hands out NFD)
+    long = safe_filename("日本" * 100)
+    assert len(long.encode("utf-8")) <= 120 and long == "日本" * 20  # 3 bytes each: whole characters only
+    assert unicodedata.is_normalized("NFC", long)

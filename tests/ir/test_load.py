@@ -1,0 +1,177 @@
+"""Model loading (toolkit/ir/load.py): external data outside the model folder, checker messages, declared
+extents, and the sha256 of the bytes parsed."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import io
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.faultkinds import builders as fk
+from toolkit.core.errors import ModelError
+from toolkit.ir import load as ld
+from toolkit.samples import SAMPLES
+
+
+@pytest.fixture()
+def ws(tmp_path):
+    """A working folder with a valid model (softplus) and a valid feed."""
+    b = fk.softplus(width=16, xmax=5.0)
+    b.save(tmp_path, "model")
+    return tmp_path
+
+
+# ------------------------------------------------------------------ external data
+def _external_model(folder: Path, location: str, name: str = "ext.onnx") -> Path:
+    """The softplus model with its constant 'one' stored as external data at ``location``."""
+    m = fk.softplus(width=16, xmax=5.0).model
+    t = numpy_helper.from_array(np.ones((), np.float32), "one")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", "4")):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    del m.graph.initializer[:]
+    m.graph.initializer.append(t)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(m.SerializeToString())
+    return path
+
+
+@pytest.fixture()
+def ext_ws(ws):
+    """ws/model/ holds the models; ws/outside.bin is a real (readable) data file outside that folder."""
+    (ws / "outside.bin").write_bytes(np.ones((), np.float32).tobytes())
+    (ws / "model").mkdir()
+    return ws
+
+
+def _spy_reads(monkeypatch, target: Path) -> list:
+    """Record every attempt to open ``target``: Python opens, os.open and onnx's external-data reader (which
+    opens files in C++)."""
+    import onnx.external_data_helper as edh
+
+    target = target.resolve()
+    opened: list = []
+
+    def hits(base, loc=None) -> bool:
+        try:
+            p = Path(os.fsdecode(base)) if loc is None else Path(os.fsdecode(base)) / os.fsdecode(loc)
+            return p.resolve() == target
+        except (TypeError, ValueError, OSError):
+            return False
+
+    def wrap_path(real):
+        def wrapper(file, *a, **kw):
+            if hits(file):
+                opened.append(("open", file))
+            return real(file, *a, **kw)
+        return wrapper
+
+    real_fd = edh._open_external_data_fd
+
+    def open_fd(base_dir, location, tensor_name, read_only):
+        if hits(base_dir, location):
+            opened.append(("onnx", location))
+        return real_fd(base_dir, location, tensor_name, read_only)
+
+    monkeypatch.setattr(builtins, "open", wrap_path(builtins.open))
+    monkeypatch.setattr(io, "open", wrap_path(io.open))
+    monkeypatch.setattr(os, "open", wrap_path(os.open))
+    monkeypatch.setattr(edh, "_open_external_data_fd", open_fd)
+    return opened
+
+
+def test_read_spy_sees_an_inside_read(ext_ws, monkeypatch):
+    """The spy below is not vacuous: it records the read of an accepted (inside) data file."""
+    from toolkit.ir.load import load_model
+
+    inside = ext_ws / "model" / "inside.bin"
+    inside.write_bytes(np.ones((), np.float32).tobytes())
+    path = _external_model(ext_ws / "model", "inside.bin")
+    opened = _spy_reads(monkeypatch, inside)
+    load_model(path)
+    assert opened
+
+
+@pytest.mark.parametrize("loc_kind", ["dotdot", "absolute", "symlink"])
+def test_external_data_outside_is_refused_before_reading(ext_ws, monkeypatch, loc_kind):
+    """In process: the loader refuses the path without opening the outside file."""
+    from toolkit.core.errors import ModelError
+    from toolkit.ir.load import load_model
+
+    outside = (ext_ws / "outside.bin").resolve()
+    if loc_kind == "symlink":
+        (ext_ws / "model" / "link.bin").symlink_to(outside)
+    loc = {"dotdot": "../outside.bin", "absolute": str(outside), "symlink": "link.bin"}[loc_kind]
+    path = _external_model(ext_ws / "model", loc)
+    opened = _spy_reads(monkeypatch, outside)
+    with pytest.raises(ModelError, match="'one'"):
+        load_model(path)
+    assert not opened, f"the outside file was opened: {opened}"
+
+
+def test_checker_message_keeps_the_node_name(tmp_path):
+    from toolkit.ir.load import load_model
+
+    graph = helper.make_graph(  # n1 reads 'b' before n2 produces it: not topologically sorted
+        [helper.make_node("Add", ["a", "b"], ["c"], name="n1_node"), helper.make_node("Relu", ["a"], ["b"], name="n2")],
+        "cycle", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "cycle.onnx")
+    with pytest.raises(ModelError) as info:
+        load_model(tmp_path / "cycle.onnx")
+    assert "n1_node" in str(info.value) and "Add" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("offset, length, expected", [
+    (10**15, None, "declares offset 1000000000000000, beyond the end of the data file (64 bytes)"),
+    (0, 10**15, "declares 1000000000000000 bytes at offset 0, ending at byte 1000000000000000, beyond the end of "
+                "the data file (64 bytes)"),
+    (8, None, "the 56 bytes from there to the end of the file (64 bytes) are fewer than the 64 bytes"),
+    (0, 32, "declares length 32 bytes, fewer than the 64 bytes the tensor needs"),
+])
+def test_external_data_extent_is_reported_as_declared(tmp_path, offset, length, expected):
+    from toolkit.ir.load import load_model
+
+    w = np.ones((4, 4), np.float32)  # 64 bytes
+    (tmp_path / "w.bin").write_bytes(w.tobytes())
+    init = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[4, 4],
+                            data_location=TensorProto.EXTERNAL)
+    for key, val in (("location", "w.bin"), ("offset", offset), ("length", length)):
+        if val is not None:
+            init.external_data.add(key=key, value=str(val))
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "ext",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError) as info:
+        load_model(tmp_path / "m.onnx")
+    assert expected in str(info.value) and "-99" not in str(info.value)
+
+
+def test_loaded_sha256_names_the_bytes_parsed_even_after_the_file_changes(tmp_path):
+    a, b = SAMPLES["resnet_small"].path, SAMPLES["transformer_block"].path
+    live = tmp_path / "live.onnx"
+    shutil.copyfile(a, live)
+    model = ld.load_model(live)
+    want = hashlib.sha256(a.read_bytes()).hexdigest()
+    shutil.copyfile(b, live)  # replaced after loading
+    os.utime(live, ns=(1, 1))
+    assert ld.loaded_sha256(live) == want
+    assert ld.file_sha256(live) == hashlib.sha256(b.read_bytes()).hexdigest()  # the file as it is now
+    assert model.graph.name == onnx.load(a).graph.name
+    assert ld.loaded_sha256(tmp_path / "never-loaded.onnx") is None

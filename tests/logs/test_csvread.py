@@ -1,0 +1,65 @@
+"""CSV reading shared by the parsers (toolkit/logs/csvread.py): rows wider or narrower than the header, and
+columns named twice."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _parse(path: Path, module: str):
+    import importlib
+
+    return importlib.import_module(f"toolkit.logs.parsers.{module}").parse(path)
+
+
+WIDTH_CASES = {
+    "op_summary_csv": ("Op Name,OP Type,Task Duration(us)\n", "good,Conv,5\n", ["x,Relu,7,2\n", "y,Relu\n"]),
+    "op_statistic_csv": ("OP Type,Count,Total Time(us)\n", "Conv,2,10\n", ["Relu,1,3,4\n", "Add,1\n"]),
+    "kernel_times_csv": ("Kernel,OpType,Precision,Nodes,HostMs\n", "k1,Conv,fp16,c,0.5\n",
+                         ["k2,Relu,fp16,r,0.25,9\n", "k3,Relu,fp16,0.25\n"]),
+}
+
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes (POSIX)")
+
+
+@pytest.mark.parametrize("module", list(WIDTH_CASES))
+def test_rows_wider_or_narrower_than_the_header_are_malformed_never_shifted(tmp_path, module):
+    head, good, bad = WIDTH_CASES[module]
+    p = tmp_path / "t.csv"
+    p.write_text(head + bad[0] + good + bad[1] + "\n" + bad[0])
+    res = _parse(p, module)
+    assert (res.records, res.malformed) == (1, 3)
+    assert any("3 row(s) with a number of fields other than the header's" in n for n in res.notes), res.notes
+    if module == "op_statistic_csv":
+        row = res.tables["op_statistic"].iloc[0]
+        assert (row["OP Type"], row["Count"], row["Total Time(us)"]) == ("Conv", 2.0, 10.0)
+    elif module == "op_summary_csv":
+        row = res.op_summary.iloc[0]
+        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("good", "Conv", 5.0)
+    else:
+        row = res.op_summary.iloc[0]
+        assert (row["Op Name"], row["OP Type"], row["Task Duration(us)"]) == ("k1", "Conv", 500.0)
+
+
+@pytest.mark.parametrize("module, head, row", [
+    ("op_summary_csv", "Op Name,OP Type,Task Duration(us),Task Duration(us)", "conv,Conv,5,7"),
+    ("op_statistic_csv", "OP Type,Count,Count,Total Time(us)", "Conv,1,2,5"),
+    ("kernel_times_csv", "Kernel,OpType,HostMs,HostMs", "k,Conv,1,2"),
+])
+def test_a_read_column_named_twice_is_refused(tmp_path, module, head, row):
+    p = tmp_path / "d.csv"
+    p.write_text(f"{head}\n{row}\n")
+    with pytest.raises(ValueError, match="names column .* 2 times .*ambiguous"):
+        _parse(p, module)
+
+
+def test_an_unread_column_named_twice_is_noted(tmp_path):
+    p = tmp_path / "d.csv"
+    p.write_text("Op Name,OP Type,Task Duration(us),extra,extra\nconv,Conv,5,1,2\n")
+    res = _parse(p, "op_summary_csv")
+    assert res.records == 1 and res.op_summary["Task Duration(us)"].tolist() == [5.0]
+    assert any("'extra' 2 times" in n for n in res.notes)

@@ -1,0 +1,448 @@
+"""`tune` (toolkit/tuning/tune.py): the FP32-fallback search, targets, and the peer's FP32 set checked on the
+simulated NPU (bench/bench_tune.py).
+
+Every accuracy claim is re-checked independently of the toolkit's comparison code: the tuned config is compiled
+from scratch with toolkit.engine.Session and its outputs compared, with numpy, to plain onnxruntime outputs
+computed here."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.faultkinds import builders as fk
+from toolkit.config.schema import Config
+from toolkit.engine import Session, shapes_of
+from toolkit.core.errors import UsageError
+from toolkit.inputs import input_specs, load_npz
+from toolkit.tuning.tune import keep_config, parse_target, search, tune
+
+
+def _fake_tuner(trials: dict):
+    return SimpleNamespace(cache={k: SimpleNamespace(met=met, rows=rows) for k, (met, rows) in trials.items()})
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_without_it_is_not_claimed_when_the_set_fails_too():
+    from toolkit.tuning.tune import NOT_MET_WITH_IT, _without_it
+
+    fail = [{"Failed": "CosineSimilarity>=1.0"}]
+    tuner = _fake_tuner({("a", "b"): (False, fail), ("b",): (False, fail)})
+    assert _without_it(["a", "b"], "a", tuner) == NOT_MET_WITH_IT
+    tuner = _fake_tuner({("a", "b"): (True, []), ("b",): (False, fail), ("a",): (True, [])})
+    assert _without_it(["a", "b"], "a", tuner) == "fails CosineSimilarity>=1.0"
+    assert _without_it(["a", "b"], "b", tuner) == "met"
+    assert _without_it(["a", "b", "c"], "c", _fake_tuner({})) == "not tried"
+
+
+FP16_MAX = 65504.0  # largest finite IEEE binary16 value, by hand
+
+
+def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
+    """``inputs`` / ``outputs``: [(name, shape)] of float tensors; ``inits``: {name: array}."""
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in (inits or {}).items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def _smoff(w_scale: float = 1.0, seed: int = 0):
+    """x -> MatMul 'proj' -> Add 'offset' (+20000) -> Softmax 'sm' -> MatMul 'ctx' (as the tester's smoff)."""
+    rng = np.random.default_rng(seed)
+    W = (rng.normal(0, 0.5, (64, 64)) * w_scale).astype(np.float32)
+    V = rng.normal(0, 0.5, (64, 64)).astype(np.float32)
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["logits"], name="proj"),
+                helper.make_node("Add", ["logits", "off"], ["l2"], name="offset"),
+                helper.make_node("Softmax", ["l2"], ["p"], name="sm", axis=-1),
+                helper.make_node("MatMul", ["p", "V"], ["y"], name="ctx")],
+               [("x", [4, 64])], [("y", [4, 64])], {"W": W, "off": 20000.0, "V": V})
+    x = rng.uniform(0, 1, (4, 64)).astype(np.float32)
+    return m, {"x": x}, W
+
+
+def _target_met(model, feed, cfg):
+    """Compile ``cfg`` from scratch and check CosineSimilarity>=0.9999, MaxAbsoluteError<=1e-2 with numpy
+    against plain onnxruntime."""
+    import onnxruntime as ort
+
+    from toolkit.engine import Session, shapes_of
+    from toolkit.ort.ort_env import session_options
+
+    got = Session(model, cfg, input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64).ravel()
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
+                                providers=["CPUExecutionProvider"])
+    ref = sess.run(None, feed)[0].astype(np.float64).ravel()
+    if not np.isfinite(got).all():
+        return False
+    cos = got @ ref / (np.linalg.norm(got) * np.linalg.norm(ref))
+    return bool(cos >= 0.9999 and np.abs(got - ref).max() <= 1e-2)
+
+
+TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tune_keeps_the_add_not_the_matmul():
+    from toolkit.tuning.tune import tune
+
+    model, feed, _ = _smoff()
+    cfg = Config(fusion_level=0)
+    assert not _target_met(model, feed, cfg)
+    # both single-node sets meet the target; only the Add leaves every MatMul FLOP in FP16
+    assert _target_met(model, feed, Config(fusion_level=0, keep_dtype=["offset"]))
+    assert _target_met(model, feed, Config(fusion_level=0, keep_dtype=["proj"]))
+    res = tune(model, [("x", feed)], cfg, TARGET)
+    assert res.met and res.chosen == ["offset"], res.log
+    assert res.coverage_after["flops_fp16_share"] == 1.0
+    assert _target_met(model, feed, res.config)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tune_keeps_the_matmul_when_its_own_output_overflows():
+    from toolkit.tuning.tune import tune
+
+    model, feed, W = _smoff(w_scale=20000.0, seed=1)
+    logits = feed["x"].astype(np.float64) @ W.astype(np.float64)
+    assert np.abs(logits).max() > FP16_MAX  # the product itself does not fit FP16: only FP32 'proj' helps
+    assert not _target_met(model, feed, Config(fusion_level=0, keep_dtype=["offset"]))
+    res = tune(model, [("x", feed)], Config(fusion_level=0), TARGET)
+    assert res.met and "proj" in res.chosen and "offset" not in res.chosen, res.log
+    assert _target_met(model, feed, res.config)
+
+
+def test_search_cheapest_prefers_zero_cube_flops_then_replaces_a_cube_node():
+    from toolkit.tuning.tune import search_cheapest
+
+    cost = {"mm": 1e6, "add": 0.0, "mm2": 1e6, "mul": 0.0}
+    # the MatMul alone or the two vector ops together meet the target: the vector pair costs no cube FLOPs
+    meets = lambda k: "mm" in k or {"add", "mul"} <= set(k)  # noqa: E731
+    chosen, ok = search_cheapest(["mm", "add", "mul"], meets, [], cost)
+    assert ok and sorted(chosen) == ["add", "mul"]
+    # 'mm2' is needed; 'mm' can be replaced by its neighbour 'add' (0 cube FLOPs) once 'mm2' is there
+    meets = lambda k: "mm2" in k and ("mm" in k or "add" in k)  # noqa: E731
+    log: list[str] = []
+    chosen, ok = search_cheapest(["mm", "mm2", "add"], meets, log, cost, {"mm": ["add"], "mm2": []})
+    assert ok and sorted(chosen) == ["add", "mm2"], log
+    assert search_cheapest(["mm", "add"], lambda k: False, [], cost)[1] is False
+
+
+X_4_8 = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+
+
+def _m1(path: Path) -> Path:
+    """y = 3x + 1, z = exp(x) on x float32[4, 8] (two float outputs)."""
+    from tests.graphs import affine_and
+
+    m = affine_and("Exp")
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    return path
+
+
+def test_tune_checks_exact_match_rate_on_integer_outputs():
+    """check_outputs: an integer output with one of four positions differing has ExactMatchRate 3/4."""
+    from toolkit.tuning.tune import check_outputs, parse_target
+
+    golden = {"am": np.array([0, 1, 1, 0], np.int64), "y": np.ones(3, np.float32)}
+    npu = {"am": np.array([0, 1, 0, 0], np.int64), "y": np.ones(3, np.float32)}
+    met, rows, _ = check_outputs(npu, golden, parse_target("ExactMatchRate>=1,CosineSimilarity>=0.99"))
+    by = {r["Output"]: r for r in rows}
+    assert not met and by["am"]["ExactMatchRate"] == 0.75 and not by["am"]["Met"]
+    assert by["am"]["Failed"] == "ExactMatchRate>=1.0"  # the float condition does not apply to it
+    assert by["y"]["Met"] and by["y"]["Failed"] == ""
+    met, _, _ = check_outputs(npu, golden, parse_target("ExactMatchRate>=0.75"))
+    assert met
+
+
+def test_tune_library_refuses_inapplicable_target_before_running(tmp_path):
+    from toolkit.tuning.tune import tune
+
+    m = onnx.load(_m1(tmp_path / "m.onnx"))
+    with pytest.raises(UsageError, match="ExactMatchRate applies to integer/bool outputs only"):
+        tune(m, [("a", {"x": X_4_8})], target="ExactMatchRate>=1")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_format_target_keeps_every_digit():
+    from toolkit.tuning.tune import format_target, parse_target
+
+    for text in ("CosineSimilarity>=0.9999999", "MaxAbsoluteError<=1.2345678901e-07", "CosineSimilarity>0.123456789"):
+        (m, o, v), = parse_target(text)
+        shown = format_target([(m, o, v)])[0]
+        assert float(shown.split(o, 1)[1]) == float(text.split(o, 1)[1])
+        assert shown.startswith(m + o)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_host_time_skips_the_warm_up_and_takes_the_median():
+    from types import SimpleNamespace
+
+    from toolkit.tuning.tune import host_time_ms
+
+    class Fake:
+        def __init__(self, times):
+            self.times = list(times)
+
+        def run(self, feed):
+            return SimpleNamespace(total_ms=self.times.pop(0))
+
+    times = [1000.0, 5.0, 1.0, 4.0, 2.0, 3.0]  # first run: session creation
+    assert host_time_ms(Fake(times), {}, runs=5) == float(np.median(times[1:]))
+
+
+CASES = Path("/work/shared/cases/fp16")
+FOLDERS = sorted(p for p in CASES.glob("c*") if p.is_dir()) if CASES.is_dir() else []
+
+
+#: each shared case's "condition" text as a config (see its expected.json)
+CONDITIONS = {
+    "c01": dict(precision_mode="force_fp16", fusion_level=0),
+    "c02": dict(precision_mode="force_fp16", fusion_level=0),
+    "c03": dict(precision_mode="force_fp16", op_select_implmode="high_performance"),
+    "c04": dict(precision_mode="force_fp16"),
+    "c05": dict(precision_mode="force_fp16", fusion_level=0),
+    "c06": dict(precision_mode="force_fp16"),
+    "c07": dict(precision_mode="force_fp32"),
+    "c08": dict(precision_mode="force_fp16"),
+    "c09": dict(precision_mode="force_fp16", fusion_level=0),
+    "c10": dict(precision_mode="force_fp16", memory_alignment=1),
+}
+
+
+def ort_outputs(model: onnx.ModelProto, feed: dict) -> dict:
+    """Plain onnxruntime, no graph optimisation (options compatible with a process-wide global thread pool,
+    which an in-process CLI test of the same worker may have switched on)."""
+    from toolkit.ort.ort_env import session_options
+
+    sess = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
+                                providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+
+
+def assert_meets(model, feed, cfg: Config, cos_min=0.9999, mae_max=1e-2):
+    """Compile ``cfg`` from scratch, run, and check the target against plain onnxruntime with numpy."""
+    got = Session(model, cfg, input_shapes=shapes_of(feed)).run(feed).outputs
+    for name, ref in ort_outputs(model, feed).items():
+        x, y = np.asarray(got[name], np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+        assert np.isfinite(x).all() == np.isfinite(y).all(), name
+        cos = float(x @ y / (np.linalg.norm(x) * np.linalg.norm(y))) if np.any(y) else 1.0 - float(np.abs(x).max())
+        assert cos >= cos_min, (name, cos)
+        assert float(np.abs(x - y).max()) <= mae_max, (name, float(np.abs(x - y).max()))
+
+
+# ------------------------------------------------------------------ the shared cases under their conditions
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("folder", FOLDERS, ids=[p.name[:3] for p in FOLDERS])
+def test_shared_case_tunes_to_a_culprit_and_meets_the_target(folder):
+    expected = json.loads((folder / "expected.json").read_text())
+    model = onnx.load(folder / "model.onnx")
+    feed = load_npz(folder / "inputs.npz", input_specs(model))
+    cfg = Config(**CONDITIONS[folder.name[:3]])
+    res = tune(model, [("in", feed)], cfg, TARGET)
+    assert res.met, res.log
+    if expected["culprits"]:
+        assert set(res.chosen) & set(expected["culprits"]), (res.chosen, expected["culprits"])
+    else:
+        assert res.chosen == []
+    assert res.config.keep_dtype == list(cfg.keep_dtype) + res.chosen
+    assert_meets(model, feed, res.config)
+
+
+# ------------------------------------------------------------------ each fault kind, generated variants
+KINDS = [
+    ("rmsnorm_mul", lambda: fk.rmsnorm(hidden=128, rows=4, peak=600.0, square="mul", seed=3), dict(fusion_level=0)),
+    ("layernorm", lambda: fk.layernorm(hidden=96, rows=8, peak=400.0, affine=False, seed=5), dict(fusion_level=0)),
+    ("se_reducemean", lambda: fk.se_block(channels=16, hw=64, level=25.0, seed=1),
+     dict(op_select_implmode="high_performance")),
+    ("mask", lambda: fk.attention_mask(heads=2, seq=8, big_neg=-1e10, seed=2), {}),
+    ("scores_div", lambda: fk.attention_scores(heads=1, seq=64, dim=32, level=50.0, scale_op="div", seed=4),
+     dict(fusion_level=0)),
+    ("eps", lambda: fk.normalize_eps(rows=3, dim=64, eps=1e-10, zero_row=2, seed=6), {}),
+    ("softplus", lambda: fk.softplus(width=48, xmax=25.0, seed=7), {}),
+    ("bn_var", lambda: fk.bn_variance(channels=3, hw=8, big_var=3e5, seed=8), dict(fusion_level=0)),
+]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("make,extra", [(m, e) for _, m, e in KINDS], ids=[k for k, _, _ in KINDS])
+def test_fault_kind_variant(make, extra):
+    try:
+        b = make()
+    except TypeError as exc:  # a builder parameter this variant assumes is not there
+        pytest.skip(f"builder signature: {exc}")
+    ref = ort_outputs(b.model, b.feeds)
+    cfg = Config(precision_mode="force_fp16", **extra)
+    res = tune(b.model, [("gen", b.feeds)], cfg, TARGET)
+    assert res.met and set(res.chosen) & set(b.culprits), (res.chosen, b.culprits, res.log)
+    assert all(np.isfinite(v).all() for v in ref.values())
+    assert_meets(b.model, b.feeds, res.config)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_worst_input_decides_and_every_input_is_verified():
+    """Two inputs: only the second overflows; the set must fix it and hold on both."""
+    calm = fk.rmsnorm(hidden=64, rows=2, peak=2.0, seed=1)
+    hot = fk.rmsnorm(hidden=64, rows=2, peak=500.0, seed=1)
+    feeds = [("calm", calm.feeds), ("hot", hot.feeds)]
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    res = tune(calm.model, feeds, cfg, TARGET)
+    assert res.met and "pow_sq" in res.chosen
+    assert set(res.after["Input"]) == {"calm", "hot"} and res.after["Met"].all()
+    for _, f in feeds:
+        assert_meets(calm.model, f, res.config)
+
+
+# ------------------------------------------------------------------ search, target, ranges, inputs
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_search_finds_the_needed_set_with_fewer_runs_than_linear():
+    ranked = [f"n{i}" for i in range(40)]
+    need = {"n3", "n17", "n30"}
+    calls = []
+
+    def meets(keep):
+        calls.append(tuple(keep))
+        return need <= set(keep)
+
+    chosen, ok = search(ranked, meets, [])
+    assert ok and set(chosen) == need
+    assert len({c for c in calls}) < 40 + 31  # doubling+bisection then one drop per member of the prefix
+    assert search(ranked, lambda k: False, [])[1] is False
+    assert search(ranked, lambda k: True, []) == ([], True)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("text,err", [("CosineSimilarity<=off", "'CosineSimilarity=off'"),  # every operator is
+                                      ("MaxAbsoluteError>=-1", "takes values in"),          # accepted now (the
+                                      ("Cosin>=0.9", "unknown metric"), ("CosineSimilarity 0.9", "expected"),
+                                      ("", "no condition")])                                # grammar's tests)
+def test_parse_target_refuses_with_a_reason(text, err):
+    with pytest.raises(UsageError, match=err):
+        parse_target(text)
+    assert parse_target(TARGET) == [("CosineSimilarity", ">=", 0.9999), ("MaxAbsoluteError", "<=", 0.01)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("passed", ["false", "yes", 1, None, np.array([True, False])])
+def test_task_check_passed_must_be_a_real_bool(passed):
+    """A task check whose ``passed`` is not a bool (a string "false" is truthy) never counts as met: tune
+    validates results as diagnose does (toolkit.compare.tasks.run_check)."""
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+    def check(golden, npu, m):
+        return {"name": "acc", "passed": passed, "value": 0.1, "detail": "accuracy dropped"}
+
+    def good(golden, npu, m):
+        return {"name": "acc", "passed": bool(np.array_equal(npu["y"], np.maximum(x, 0))), "value": 1.0, "detail": ""}
+
+    cfg = Config(precision_mode="force_fp32")
+    assert tune(model, [("x", {"x": x})], cfg, tasks=[good]).met  # Relu in FP32 is exact: the target holds
+    res = tune(model, [("x", {"x": x})], cfg, tasks=[check])
+    assert not res.met
+    assert res.tasks_after and not any(t["passed"] for t in res.tasks_after)
+
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_tune.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_tune_under_test", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _ort(model, feed) -> dict:
+    from toolkit.ort.ort_env import session_options
+
+    s = ort.InferenceSession(model.SerializeToString(), session_options(optimize=False),
+                             providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feed)))
+
+
+def _cos_mae(x, y) -> tuple[float, float]:
+    """Cosine (zero-norm convention of the metric's docs: both zero → 1, one zero → 0) and max |x − y|."""
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    nx, ny = np.linalg.norm(x), np.linalg.norm(y)
+    cos = float(x @ y / (nx * ny)) if nx and ny else float(nx == ny == 0)
+    return cos, float(np.abs(x - y).max())
+
+
+# ------------------------------------------------------------------ the peer's set on the simulated NPU
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_keep_config_adds_each_name_once_after_the_configs_own():
+    cfg = Config(precision_mode="force_fp16", keep_dtype=["a"])
+    got = keep_config(cfg, ["b", "a", "c"])
+    assert got.keep_dtype == ["a", "b", "c"] and cfg.keep_dtype == ["a"]
+    assert got.precision_mode == "force_fp16"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_peer_set_checked_on_device_fails_where_the_npu_shows_the_fault():
+    """RMSNorm whose square overflows FP16: keeping nothing (what CPU onnxruntime lets the peer get away with)
+    fails on the simulated NPU; keeping the culprit chain passes. The bench's verdict and numbers agree with
+    numpy over our NPU outputs vs plain onnxruntime."""
+    b = fk.rmsnorm(hidden=64, rows=2, peak=500.0, seed=1)
+    bench = _bench()
+    cond = {"fusion_level": 0}
+    ref = _ort(b.model, b.feeds)
+    for keep, want in (([], False), (tune(b.model, [("x", b.feeds)], bench.start_config(cond), TARGET).chosen, True)):
+        got = bench.check_on_device(b.model, b.feeds, cond, list(keep))
+        cfg = Config(precision_mode="force_fp16", fusion_level=0, keep_dtype=list(keep))
+        with np.errstate(all="ignore"):
+            npu = Session(b.model, cfg, input_shapes=shapes_of(b.feeds)).run(b.feeds).outputs
+        name = b.model.graph.output[0].name
+        finite = bool(np.isfinite(npu[name]).all())
+        cos, mae = _cos_mae(npu[name], ref[name]) if finite else (float("nan"), float("nan"))
+        assert got["met"] is want, (keep, got)
+        assert got["met"] == (finite and cos >= 0.9999 and mae <= 1e-2)
+        if finite:
+            assert got["cos"] == pytest.approx(cos, abs=1e-9) and got["mae"] == pytest.approx(mae, rel=1e-6)
+        else:
+            assert "finite outputs" in "; ".join(got["failed"])
+
+
+# ------------------------------------------------------------------ one reference run per input
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_reference_runs_once_per_input_even_when_searching(monkeypatch):
+    from toolkit.ort import reference
+
+    calls = []
+    real = reference.ReferenceRunner.run
+    monkeypatch.setattr(reference.ReferenceRunner, "run", lambda self, f: calls.append(1) or real(self, f))
+    calm = fk.rmsnorm(hidden=64, rows=2, peak=2.0, seed=1)
+    hot = fk.rmsnorm(hidden=64, rows=2, peak=500.0, seed=1)
+    res = tune(calm.model, [("calm", calm.feeds), ("hot", hot.feeds)],
+               Config(precision_mode="force_fp16", fusion_level=0), TARGET)
+    assert res.met and res.chosen and len(calls) == 2
+    # the sensitivity table was measured on the worst input ("hot"): its overflow shows in the ranking
+    assert res.ranking["LocalOverflow"].any() or res.ranking["RangeOverflow"].any()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_coverage_flops_come_from_the_reference_shapes():
+    """MatMul (2, 3, 8) x (8, 5): 2·|Y|·K = 2·(2·3·5)·8 FLOPs, all FP16 under force_fp16."""
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")], "m", [a], [y], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feed = {"a": np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)}
+    res = tune(model, [("x", feed)], Config(precision_mode="force_fp16"), "CosineSimilarity>=0.99")
+    assert res.coverage_before["flops_total"] == 2 * (2 * 3 * 5) * 8
