@@ -49,6 +49,7 @@ from toolkit.core.text import show, show_crossed, show_vs
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs.digest import input_digests
 from toolkit.ir.load import load_model, loaded_sha256
+from toolkit.ir.neighbourhood import neighbourhood
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
@@ -452,6 +453,6 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         kernel_times=_kernel_times(plan, npu.kernel_ms), tasks=tasks,
         triage={"stage": stage, "fp32_first_divergence": fp32_first,
                 "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
-        environment=environment())
+        environment=environment(), neighbourhood=neighbourhood(prep.model, origin_nodes))
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
                   "npu_outputs": npu.outputs}

@@ -21,7 +21,7 @@ from toolkit.report.html import (
     TEMPLATE,
     build_figures,
     environment,
-    plotly_js,
+    plotly_src,
     script_json,
 )
 
@@ -87,5 +87,5 @@ def render_dataset_report(diag, out_dir: Path, layers: pd.DataFrame, inputs: pd.
     ctx = context.build_context(diag, Path(out_dir), figs)
     ctx["dataset"] = dataset_section(layers, inputs, facts, dfig)
     path = Path(out_dir) / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(out_dir)))
     return path

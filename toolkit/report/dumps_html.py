@@ -15,7 +15,7 @@ from toolkit.report.html import (
     TEMPLATE,
     build_figures,
     environment,
-    plotly_js,
+    plotly_src,
     script_json,
 )
 
@@ -50,5 +50,5 @@ def render_dump_report(diag: Diagnosis, out_dir: Path, filename: str = "index.ht
     ctx["title"] = f"npuscope compare-dumps: {g['path']} vs {t['path']}"
     ctx["triage"] = divergence_section(diag)
     path = out_dir / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(out_dir)))
     return path

@@ -25,7 +25,7 @@ from toolkit.core.records import Finding
 from toolkit.profile.optable import TIME_KINDS, op_statistic, op_summary_frame
 from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
 from toolkit.report.figures import esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 from toolkit.report.profile_calibration import calibration_section
 
 TEMPLATE = "profile.html.j2"
@@ -291,5 +291,5 @@ def render_profile(folder: Path, *, title: str, op_summary: pd.DataFrame, findin
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(folder)))
     return path

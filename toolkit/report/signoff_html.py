@@ -16,7 +16,7 @@ import pandas as pd
 from toolkit.core.csvjson import atomic_write_text, json_safe
 from toolkit.core.text import show_pair
 from toolkit.report import context, figures
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 
 STATUS_CSS = {"PASS": "pass", "FAIL": "fail"}
 
@@ -65,7 +65,7 @@ def signoff_context(summary: dict, table: pd.DataFrame | None) -> dict:
 def render_signoff(summary: dict, table: pd.DataFrame | None, out_dir: Path, filename: str = "signoff.html") -> Path:
     path = Path(out_dir) / filename
     html = environment().get_template("signoff.html.j2").render(**signoff_context(summary, table),
-                                                                 plotly_js=plotly_js())
+                                                                 plotly_src=plotly_src(out_dir))
     atomic_write_text(path, html)
     return path
 

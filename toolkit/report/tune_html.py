@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from toolkit.core.csvjson import atomic_write_text
 from toolkit.report.context import facts, fmt, grid
 from toolkit.report.figures import LOG_FLOOR, esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 from toolkit.tuning.tune import format_target
 
 TEMPLATE = "tune.html.j2"
@@ -92,7 +92,7 @@ def render_tune_report(res, out_dir: Path, model_name: str, artifacts: dict | No
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     html = environment().get_template(TEMPLATE).render(**build_context(res, model_name, artifacts),
-                                                       plotly_js=plotly_js())
+                                                       plotly_src=plotly_src(out_dir))
     path = out_dir / filename
     atomic_write_text(path, html)
     return path
