@@ -68,6 +68,12 @@ from tests.cli.helpers import (
 from tests.dtype_models import _sequence_model
 from tests.graphs import N, make_model
 from toolkit.cache import store
+from tests.cli.helpers import TIMEOUT_S, npuscope, run_cli, REPO, TITLE, OSC52, OSC8, REST, BIDI, N_MUL, T_MUL, N_DIV, T_DIV, N_RELU, OUT, BIDI_CHARS, FORMULA, _cli_bytes, _bad_chars, _assert_clean, _evil_model, X_EVIL, evil, _csv_cells, _is_number, _assert_no_formula, V, IR, cli_with_warnings, write_model, _cli_user_path, _error_line  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import error_line, tiny_model  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import X_4_8, _m1, m1  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings  # noqa: F401,F811 (fixtures are imported by name)
 from toolkit.compare.metrics.grammar import parse_conditions
 from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE
 
