@@ -151,7 +151,9 @@ def test_gears_cli(tmp_path):
     assert set(table["Strategy"]) >= {"optimal", "power_of_two"}
     html = (out / "gears.html").read_text()
     assert "Padding waste vs plans compiled" in html
-    assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.I), "opens offline: no script files"
+    # opens offline: the one script file is the plotly.js bundle written beside the page
+    assert re.findall(r"<script[^>]*\bsrc\s*=\s*\"([^\"]*)\"", html, re.I) == ["plotly.min.js"]
+    assert (out / "plotly.min.js").is_file()
     bad = subprocess.run([sys.executable, "-m", "toolkit", "gears", "--lengths", str(tmp_path / "nope.txt"), "-k", "2"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -37,6 +37,7 @@ from toolkit.dumps.match import Pairing, pair_with_model, pair_without_model
 from toolkit.dumps.readers import SideSpec, read_side
 from toolkit.dumps.table import compare_pairs, reason_kind
 from toolkit.ir.load import load_model, loaded_sha256
+from toolkit.report.assets import PLOTLY_FILE
 from toolkit.report.dumps_html import render_dump_report
 from toolkit.report.tables import write_tables
 from toolkit.source import resolve_model
@@ -161,6 +162,7 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
         diag.artifacts = {"result": "result.csv", "summary": "summary.json", "findings": "findings.json"}
         if html:
             diag.artifacts["report"] = "index.html"
+            diag.artifacts["plotly.js"] = PLOTLY_FILE  # written beside the page by the render
         files = write_tables(diag, folder)
         if html:
             files["report"] = render_dump_report(diag, folder).name

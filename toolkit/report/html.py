@@ -116,9 +116,10 @@ def figure_blocks(figs: dict) -> dict[str, dict]:
 def render_html(diag: Diagnosis, out_dir: Path | None = None, page: str = "index.html") -> str:
     """The report as an HTML string (``out_dir`` is used to show artifact sizes; ``page``: the report's own file
     name there, listed as "this page")."""
+    src = plotly_src(out_dir)  # first: the artifacts table shows the bundle's size
     figs = figure_blocks(build_figures(diag))
     ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs, page)
-    return environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(out_dir))
+    return environment().get_template(TEMPLATE).render(**ctx, plotly_src=src)
 
 
 def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") -> Path:
