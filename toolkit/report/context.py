@@ -300,7 +300,8 @@ def compared_mask(t: pd.DataFrame) -> pd.Series:
 
 
 def table_section(diag: Diagnosis) -> dict:
-    """The per-tensor table: {"columns", "rows_html" (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
+    """The per-tensor table: {"columns" ([{"name", "num"}]: num for the columns sorted as numbers), "rows_html"
+    (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
     "n_rows", "n_abnormal", "n_origin", "n_compared", "n_uncompared"}. Columns: LEADING_COLUMNS first, then the
     rest in table order. Rows: the compared tensors in execution order, then those without metrics (folded
     constants, fused away: css ``uncompared``, hidden until the page's toggle shows them)."""
@@ -322,16 +323,33 @@ def table_section(diag: Diagnosis) -> dict:
     nodes = t["NodeName"].astype(str).tolist() if "NodeName" in t.columns else [""] * len(t)
     counts = {"n_rows": len(t), "n_abnormal": int(sum(abnormal)), "n_origin": int(sum(origin)),
               "n_compared": int(sum(done)), "n_uncompared": len(t) - int(sum(done))}
-    return {"columns": [str(c) for c in cols], "rows_html": rows_html(t[cols], css, mark, nodes), **counts}
+    return {"columns": [{"name": str(c), "num": is_numeric(t[c]) and t[c].dtype.kind != "b"} for c in cols],
+            "rows_html": rows_html(t[cols], css, mark, nodes), **counts}
+
+
+def is_numeric(col: pd.Series) -> bool:
+    """A numpy float, int or bool column (its cells need no escaping; the page sorts them as numbers)."""
+    return isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiub"
 
 
 def _column_html(col: pd.Series) -> list[str]:
-    """``<td>`` cells of one column: ``data-v`` holds the sort key of numbers; text escaped with
-    markupsafe.escape unless the column is numeric (digits, signs, '.', 'e', 'inf' need no escaping)."""
+    """``<td>`` cells of one column, end tags omitted (HTML allows it before the next cell or the row's end; it
+    halves a large table). Text escaped with markupsafe.escape unless the column is numeric (digits, signs,
+    '.', 'e', 'inf' need no escaping). The page sorts a numeric column by its text (``data-num`` on its
+    header); ``data-v`` holds the number only where the text does not read as a finite one (inf, nan), and in
+    other columns for the numbers among their values."""
     texts, sorts = column_cells(col)
-    if not (isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiub"):
-        texts = escape_all(texts)
-    return [f'<td data-v="{sort}">{text}</td>' if sort else f"<td>{text}</td>" for text, sort in zip(texts, sorts)]
+    if not is_numeric(col):  # numbers among other values keep their sort key
+        return [f'<td data-v="{sort}">{text}' if sort else f"<td>{text}" for text, sort in zip(escape_all(texts), sorts)]
+    if col.dtype.kind == "b":
+        return [f"<td>{text}" for text in texts]
+    out = []
+    for text, sort in zip(texts, sorts):
+        if sort and text in ("inf", "-inf", "nan"):
+            out.append(f'<td data-v="{sort}">{text}')
+        else:
+            out.append(f"<td>{text}")
+    return out
 
 
 def escape_all(texts: list[str]) -> list[str]:
@@ -351,7 +369,7 @@ def rows_html(df: pd.DataFrame, row_css: list[str], row_mark: list[str], nodes: 
     cells = [_column_html(df.iloc[:, j]) for j in range(df.shape[1])]
     nodes = nodes if nodes is not None else [""] * len(row_css)
     heads = [(f'<tr class="{escape(c)}"' if c else "<tr") + (f' data-node="{escape(n)}"' if n else "")
-             + f"><td>{escape(m)}</td>" for c, m, n in zip(row_css, row_mark, nodes)]
+             + f"><td>{escape(m)}" for c, m, n in zip(row_css, row_mark, nodes)]
     return [Markup(head + "".join(row) + "</tr>") for head, row in zip(heads, zip(*cells))]
 
 
