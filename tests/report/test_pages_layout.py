@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.layout import HEIGHT, WIDTH, measure, open_page
+from tests.report.layout import WIDTH, measure, open_page
 from toolkit import zoo
 
 ROOT = Path(__file__).resolve().parents[2]
