@@ -65,6 +65,12 @@ def test_page_fits_the_window(browser, pages, kind):
     got = check_page(browser, pages / COMMANDS[kind][1], kind.startswith("diagnose"))
     if kind == "diagnose":
         assert got["findings"] >= 1  # detector_head has findings: the recommendation check ran
+        # a click on the origin's table row rings its node in the graph view
+        ringed = browser.js(
+            "document.querySelector('#layer-table tr[data-node=\"head_relu\"]').click();"
+            "var h = document.getElementById('fig-graph').data.filter(function (t) { return t.meta === 'highlight'; });"
+            "return h[0].x.length;")
+        assert ringed == 1
     # the report folder holds the plotly bundle its pages load, once
     folder = (pages / COMMANDS[kind][1]).parent
     assert len(list(folder.glob("plotly*.js"))) <= 1
