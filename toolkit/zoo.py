@@ -10,6 +10,11 @@ Cache location (:func:`cache_dir`): ``$NPUSCOPE_MODEL_CACHE`` if set, else the p
 directory + ``npuscope/models`` (Linux ``$XDG_CACHE_HOME`` or ``~/.cache``; macOS ``~/Library/Caches``;
 Windows ``%LOCALAPPDATA%``).
 
+Offline (:data:`WHEEL_ENV`): ``NPUSCOPE_ZOO_WHEEL=/path/to/rapidocr_onnxruntime-1.4.4-py3-none-any.whl`` makes
+every command take the models from that local copy of the wheel instead of downloading it (still sha256-checked,
+wheel and models); the variable may also name a folder holding that wheel, or holding the ``.onnx`` files
+themselves (e.g. the wheel's ``rapidocr_onnxruntime/models/`` extracted), each checked against its pinned sha256.
+
 Errors: every failure (unknown name, pip failure, checksum mismatch, missing member) raises
 :class:`toolkit.core.errors.UserError` with a one-line message.
 """
@@ -38,6 +43,11 @@ WHEEL_SHA256 = "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf
 WHEEL_MODELS_DIR = "rapidocr_onnxruntime/models/"
 #: Environment variable that overrides :func:`cache_dir`.
 CACHE_ENV = "NPUSCOPE_MODEL_CACHE"
+#: Environment variable naming a local copy of the wheel (or a folder holding it or the .onnx files): no download.
+WHEEL_ENV = "NPUSCOPE_ZOO_WHEEL"
+#: What the download errors suggest.
+OFFLINE_HINT = (f"or work offline: set {WHEEL_ENV}=/path/to/{WHEEL_FILENAME} (a local copy of the wheel, e.g. "
+                f"from 'pip download --no-deps {WHEEL_REQUIREMENT}' on a machine with network access)")
 #: Seconds we wait for ``pip download`` before giving up.
 PIP_TIMEOUT_S = 600
 
@@ -195,7 +205,10 @@ def fetch(name: str, *, wheel: Path | None = None) -> Path:
         return cached_path(name)
     _prepare_cache_dir()  # before any download: a cache we cannot write would waste it
     others = [n for n in MODELS if n != name and not is_cached(n)]
-    if wheel is not None:
+    local = wheel is None and os.environ.get(WHEEL_ENV, "").strip()
+    if local:
+        _install_from_env(Path(local).expanduser(), name, others)
+    elif wheel is not None:
         _install_from_wheel(Path(wheel), name, others)
     else:
         with tempfile.TemporaryDirectory(prefix="npuscope-zoo-") as tmp:
@@ -237,7 +250,7 @@ def _pip_download(dest: Path) -> Path:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UserError(
             f"could not download {WHEEL_REQUIREMENT} with pip ({type(exc).__name__}: {exc}); "
-            "check network access or pass a local copy of the wheel"
+            f"check network access, {OFFLINE_HINT}"
         ) from None
     wheel = dest / WHEEL_FILENAME
     if proc.returncode != 0 or not wheel.is_file():
@@ -245,9 +258,46 @@ def _pip_download(dest: Path) -> Path:
         reason = lines[-1] if lines else f"exit code {proc.returncode}, no {WHEEL_FILENAME} written"
         raise UserError(
             f"pip could not download {WHEEL_REQUIREMENT}: {reason}; "
-            "check network access / pip index settings or pass a local copy of the wheel"
+            f"check network access / pip index settings, {OFFLINE_HINT}"
         )
     return wheel
+
+
+def _install_from_env(path: Path, name: str, others: list[str]) -> None:
+    """Install from ``$NPUSCOPE_ZOO_WHEEL``: a wheel file, a folder holding the wheel, or a folder holding the
+    .onnx files (each verified by sha256 and copied into the cache). Raises UserError naming the variable."""
+    where = f"{WHEEL_ENV}={path}"
+    if path.is_dir():
+        if (path / WHEEL_FILENAME).is_file():
+            path = path / WHEEL_FILENAME
+        elif (path / MODELS[name].filename).is_file():
+            _install_from_folder(path, name, others, where)
+            return
+        else:
+            raise UserError(f"{where} is a folder holding neither {WHEEL_FILENAME} nor {MODELS[name].filename}; set "
+                            f"{WHEEL_ENV} to the wheel file, or to a folder holding it or the .onnx models")
+    if not path.is_file():
+        raise UserError(f"{where} does not exist; set {WHEEL_ENV} to a local copy of {WHEEL_FILENAME}, or unset it "
+                        "to download the wheel")
+    try:
+        _install_from_wheel(path, name, others)
+    except UserError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
+def _install_from_folder(folder: Path, name: str, others: list[str], where: str) -> None:
+    """Copy model ``name`` (then the ``others`` present, best effort) from ``folder`` into the cache, verified."""
+    target_dir = _prepare_cache_dir()
+    for model in [name] + others:
+        src = folder / MODELS[model].filename
+        if not src.is_file():
+            continue
+        try:
+            with open(src, "rb") as fh:
+                _copy_verified(fh, MODELS[model], target_dir)
+        except UserError as exc:
+            if model == name:
+                raise UserError(f"{where}: {exc}") from None
 
 
 def _install_from_wheel(wheel: Path, name: str, others: list[str]) -> None:
@@ -283,6 +333,12 @@ def _extract_verified(zf: zipfile.ZipFile, info: ZooModel, target_dir: Path) -> 
         raise UserError(
             f"{member} is missing from the {WHEEL_REQUIREMENT} wheel; the wheel is not the expected release"
         ) from None
+    return _copy_verified(src, info, target_dir)
+
+
+def _copy_verified(src, info: ZooModel, target_dir: Path) -> Path:
+    """Stream the binary file object ``src`` (closed here) into ``target_dir`` as model ``info``: a temp file,
+    sha256 checked, then ``os.replace`` into place. Raises UserError on a sha256 mismatch."""
     final = target_dir / info.filename
     fd, tmp_name = tempfile.mkstemp(prefix=info.filename + ".", suffix=".part", dir=target_dir)
     digest = hashlib.sha256()
@@ -294,7 +350,7 @@ def _extract_verified(zf: zipfile.ZipFile, info: ZooModel, target_dir: Path) -> 
         if digest.hexdigest() != info.sha256:
             raise UserError(
                 f"model {info.filename} from the wheel has sha256 {digest.hexdigest()}, expected {info.sha256}; "
-                "the wheel content differs from the pinned release: report this, do not use the file"
+                "the content differs from the pinned release: report this, do not use the file"
             )
         os.chmod(tmp_name, 0o644)  # mkstemp creates 0600; the cache is a plain shared read-only file
         os.replace(tmp_name, final)

@@ -8,12 +8,9 @@ import importlib.util
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +22,9 @@ from onnx import TensorProto as T
 from onnx import helper as h
 
 from tests.dataset.helpers import FP16
-from tests.dtype_models import _sequence_model
 from tests.faultkinds import builders as fk
-from tests.graphs import N, make_model
+from tests.graphs import N, affine_and, make_model
 from toolkit import samples
-from toolkit.cache import store
 from toolkit.config.schema import Config
 
 TIMEOUT_S = 600
@@ -607,3 +602,77 @@ def cli_unblocked(*args, cwd: Path) -> subprocess.CompletedProcess:
 def npuscope_errors_only(*args, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=TIMEOUT_S, env=dict(os.environ, NPUSCOPE_LOG_LEVEL="3"))
+
+
+# ---- the command line in a fresh process with its one strict error line, and two tiny models
+ROOT = REPO  # the repository root
+
+
+def npuscope_run(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """``python -m toolkit ARGS`` (stdout/stderr captured as text, no terminal)."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env=full, timeout=300)
+
+
+def strict_error_line(proc) -> str:
+    """The single ``npuscope: error:`` line of a failed run (no traceback, nothing else on stderr)."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("npuscope: error: "), proc.stderr
+    return lines[0]
+
+
+def save_m1(folder: Path) -> Path:
+    """y = 3x + 1, z = exp(x), x float32[4, 8] (tests.graphs.affine_and) saved as folder/m1.onnx, with
+    folder/x.npz (seeded x in [0, 1))."""
+    onnx.save(affine_and(), folder / "m1.onnx")
+    np.savez(folder / "x.npz", x=np.random.default_rng(0).random((4, 8), dtype=np.float32))
+    return folder / "m1.onnx"
+
+
+#: the scale of :func:`overflow`: x in [1, 2) times it is above FP16's largest finite value (65504)
+BIG = 1e5
+
+
+def overflow(folder: Path) -> Path:
+    """y = x * 1e5, x float32[2, 4] in [1, 2) (folder/big.npz): in FP16 every y overflows to inf, a FAIL verdict
+    in force_fp16; exact in force_fp32."""
+    graph = helper.make_graph([N("Mul", ["x", "s"], ["y"], "mul")], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                              [numpy_helper.from_array(np.array(BIG, np.float32), "s")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), folder / "big.onnx")
+    np.savez(folder / "big.npz", x=(1 + np.random.default_rng(1).random((2, 4))).astype(np.float32))
+    return folder / "big.onnx"
+
+
+LOADER = '''import numpy as np
+
+
+def make():
+    """Two seeded input sets."""
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        yield {"x": rng.random((4, 8), dtype=np.float32)}
+
+
+def one():
+    return [{"x": np.full((4, 8), 0.5, np.float32)}]
+
+
+def broken():
+    raise ValueError("no data today")
+'''
+
+
+def write_loader(folder: Path) -> Path:
+    """folder/loader.py with make() (2 sets), one() (1 set of 0.5s) and broken() (raises) for m1's x."""
+    (folder / "loader.py").write_text(LOADER)
+    return folder / "loader.py"
+
+
+def loader_sets() -> list[np.ndarray]:
+    """The x arrays make() yields, computed here the same way."""
+    rng = np.random.default_rng(0)
+    return [rng.random((4, 8), dtype=np.float32) for _ in range(2)]

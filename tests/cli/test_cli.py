@@ -8,8 +8,6 @@ inputs and the artifacts a report lists."""
 
 from __future__ import annotations
 
-import csv
-import html
 import json
 import os
 import re
@@ -22,20 +20,62 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx import TensorProto as T
 from onnx import helper as h
 
+from tests.cli.helpers import (
+    ENV_WITH_WARNINGS,
+    FORMULA,
+    FP32_UNFUSED,
+    N_DIV,
+    N_MUL,
+    OUT,
+    REPO,
+    ROOT,
+    T_DIV,
+    T_MUL,
+    TIMEOUT_S,
+    X_4_8,
+    X_EVIL,
+    V,
+    _assert_clean,
+    _assert_no_formula,
+    _cli_bytes,
+    _cli_user_path,
+    _csv_cells,
+    _elt_model,
+    _error_line,
+    check_artifacts_agree_with_disk,
+    cli_with_env_extra,
+    cli_with_warnings,
+    error_line,
+    feeds,
+    loader_sets,
+    m1_model,
+    npuscope,
+    npuscope_run,
+    overflow,
+    quiet_cli_with_warnings,
+    run_cli,
+    save_m1,
+    strict_error_line,
+    write_loader,
+    write_model,
+)
 from tests.dtype_models import _sequence_model
 from tests.graphs import N, make_model
 from toolkit.cache import store
-from tests.cli.helpers import TIMEOUT_S, npuscope, run_cli, REPO, TITLE, OSC52, OSC8, REST, BIDI, N_MUL, T_MUL, N_DIV, T_DIV, N_RELU, OUT, BIDI_CHARS, FORMULA, _cli_bytes, _bad_chars, _assert_clean, _evil_model, X_EVIL, evil, _csv_cells, _is_number, _assert_no_formula, V, IR, cli_with_warnings, write_model, _cli_user_path, _error_line
-from tests.cli.helpers import error_line, tiny_model
-from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
-from tests.cli.helpers import X_4_8, _m1, m1
-from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds
-from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings
+from tests.cli.helpers import TIMEOUT_S, npuscope, run_cli, REPO, TITLE, OSC52, OSC8, REST, BIDI, N_MUL, T_MUL, N_DIV, T_DIV, N_RELU, OUT, BIDI_CHARS, FORMULA, _cli_bytes, _bad_chars, _assert_clean, _evil_model, X_EVIL, evil, _csv_cells, _is_number, _assert_no_formula, V, IR, cli_with_warnings, write_model, _cli_user_path, _error_line  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import error_line, tiny_model  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import X_4_8, _m1, m1  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds  # noqa: F401,F811 (fixtures are imported by name)
+from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings  # noqa: F401,F811 (fixtures are imported by name)
+from toolkit.compare.metrics.grammar import parse_conditions
+from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE
 
 
 # ------------------------------------------------------------------ help
@@ -118,7 +158,7 @@ def test_cold_run_leaves_every_cache_entry_whole_and_the_next_run_hits(tmp_path,
 
 
 @pytest.mark.parametrize("args, code", [(["compile", "resnet_small"], 0),
-                                        (["diagnose", "no-such-model.onnx"], 1),
+                                        (["diagnose", "no-such-model.onnx"], 2),
                                         (["compile", "resnet_small", "--precision-mode", "no_such_mode"], 2)])
 def test_exit_code_and_output_are_delivered(tmp_path, args, code):
     proc = _cli_slow_cache_writes(*args, "--out", str(tmp_path / "o"), cache=tmp_path / "cache")
@@ -155,7 +195,7 @@ def _bad_npz_files(tmp_path):
 def test_bad_npz_is_one_line_exit_1_in_every_command(tmp_path, tiny_model, command):
     for i, (expected, path) in enumerate(_bad_npz_files(tmp_path).items()):
         proc = run_cli(command, str(tiny_model), "--inputs", str(path), "--out", str(tmp_path / f"o{i}"))
-        assert proc.returncode == 1, proc.stderr
+        assert proc.returncode == 2, proc.stderr
         line = error_line(proc)
         assert expected.strip() in line and "aborted" not in proc.stderr and "allow_pickle" not in proc.stderr
         assert not (tmp_path / f"o{i}").exists()
@@ -280,7 +320,7 @@ def _options_in_help(cmd: str) -> set[str]:
 def test_unbound_dims_message_is_one_format_and_suggests_own_options(tmp_path, cmd):
     model = dyn_model(tmp_path / "dyn.onnx")
     extra = ["--no-html"] if cmd in ("memcheck", "profile", "tune") else []
-    line = one_line_error_without_warning(quiet_cli_with_warnings(cmd, model, *extra, "--out", tmp_path / "o"), 1)
+    line = one_line_error_without_warning(quiet_cli_with_warnings(cmd, model, *extra, "--out", tmp_path / "o"), 2)
     assert "input 'x' has dynamic dims: declared shape (?, seq, 8) (? = unnamed)" in line, line
     assert '"x:N,N,8"' in line, line
     suggested = set(re.findall(r"--[a-z][a-z-]*", line))
@@ -288,8 +328,8 @@ def test_unbound_dims_message_is_one_format_and_suggests_own_options(tmp_path, c
     assert suggested <= _options_in_help(cmd), (cmd, suggested)
     if cmd == "compile":
         assert "--inputs" not in line and "pass inputs" not in line
-    if cmd == "memcheck":
-        assert "--input-shape" not in line and "input_shape" in line and "--config" in line
+    if cmd == "memcheck":  # memcheck takes --input-shape too now
+        assert "--input-shape" in line and "--inputs" in line
 
 
 def _diagnose(out: Path, *flags) -> subprocess.Popen:
@@ -401,7 +441,7 @@ def test_every_csv_of_a_diagnose_or_compare_run_is_formula_safe(evil_runs):
 @pytest.mark.parametrize("ragged", [False, True])
 @pytest.mark.parametrize("command", ["run", "diagnose", "compare"])
 def test_sequence_outputs_never_crash_a_command(tmp_path, command, ragged):
-    """A sequence graph output: each command ends with exit 0 or a one-line error (exit 1), never an internal
+    """A sequence graph output: each command ends with exit 0 or a one-line error (exit 2), never an internal
     error; run --dump writes the tensor outputs and skips what has no array form."""
     import subprocess
     import sys
@@ -410,7 +450,7 @@ def test_sequence_outputs_never_crash_a_command(tmp_path, command, ragged):
     extra = ["--dump", str(tmp_path / "dump")] if command == "run" else []
     proc = subprocess.run([sys.executable, "-m", "toolkit", command, str(model), *extra, "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert proc.returncode in (0, 2), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
     if command != "run":  # the sequence is compared value by value (ragged: its tensors concatenated)
         import pandas as pd
@@ -418,7 +458,7 @@ def test_sequence_outputs_never_crash_a_command(tmp_path, command, ragged):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         rows = pd.read_csv(tmp_path / "o" / "result.csv", keep_default_na=False).set_index("TensorName")
         assert rows.loc["s", "CompareFailReason"] == "" and float(rows.loc["s", "CosineSimilarity"]) > 0.999
-    elif proc.returncode == 1:
+    elif proc.returncode == 2:
         assert proc.stderr.startswith("npuscope: error:") and proc.stderr.count("\n") == 1, proc.stderr
     else:
         x = np.load(tmp_path / "o" / "outputs.npz")
@@ -515,17 +555,17 @@ def test_cli_sys_exit_in_any_user_hook_is_a_one_line_error_exit_1(m1, hook):
     _write_hooks(m1)
     args, expect = CLI_HOOKS[hook]
     res = _cli_user_path(args[0], "m1.onnx", *args[1:], "--out", "o", cwd=m1, env_path=m1)
-    line = _error_line(res, 1)
+    line = _error_line(res, 2)
     assert expect in line and "sys.exit() would end npuscope" in line, line
     assert not (m1 / "o").exists()  # no partial report
 
 
-@pytest.mark.parametrize("cmd", [["run"], ["memcheck", "--no-html"], ["profile", "--no-html"]])
+@pytest.mark.parametrize("cmd", [["run"], ["memcheck", "--no-html"]])  # profile takes every set now (in turn)
 def test_cli_single_run_commands_refuse_a_folder_of_several_sets(m1, cmd):
     (m1 / "ds").mkdir()
     for i in range(3):
         np.savez(m1 / "ds" / f"a{i}.npz", x=X_4_8)
-    line = _error_line(_cli_user_path(cmd[0], "m1.onnx", *cmd[1:], "--inputs", "ds", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli_user_path(cmd[0], "m1.onnx", *cmd[1:], "--inputs", "ds", "--out", "o", cwd=m1), 2)
     assert "holds 3 .npz files" in line and "one input set" in line
 
 
@@ -674,9 +714,9 @@ CASES = [
     ("run-out-inside-dump", "run", "--dump", ["run", "bad.onnx", "--dump", "d", "--out", "d/o"],
      "--out 'd/o' lies inside --dump 'd' (the dump folder must be new or empty); give each its own folder"),
     ("run-output-exists", "run", "--output", ["run", "bad.onnx", "--output", "taken/keep.txt", "--out", "o"],
-     "output file 'taken/keep.txt' already exists; choose another --output"),
+     "output file 'taken/keep.txt' already exists; choose another --save-outputs"),
     ("run-output-no-folder", "run", "--output", ["run", "bad.onnx", "--output", "nofolder/y.npz", "--out", "o"],
-     "--output 'nofolder/y.npz': folder 'nofolder' does not exist; create it or choose another path"),
+     "--save-outputs 'nofolder/y.npz': folder 'nofolder' does not exist; create it or choose another path"),
     ("memcheck", "memcheck", "--out", ["memcheck", "bad.onnx", "--out", "taken"], TAKEN),
     ("memcheck-plan", "memcheck", "--out", ["memcheck", "--plan", "bad.json", "--out", "taken"], TAKEN),
     ("diagnose", "diagnose", "--out", ["diagnose", "bad.onnx", "--inputs", "bad.npz", "--out", "taken"], TAKEN),
@@ -741,3 +781,354 @@ def test_a_dataset_run_still_resumes_in_its_own_out(tiny):
     again = _cli_cached(argv, tiny, tiny / "cache")  # 'o' is not empty: it holds this run's store, so it is resumed
     assert again.returncode == 0, again.stderr
     assert "(0 evaluated now, 2 reused)" in again.stdout, again.stdout
+
+
+# ---- Exit codes CI can use (toolkit.core.errors): 1 the check failed (verdict FAIL, regression, target not met),
+CLOSING = re.compile(r"^\[npuscope \d\d:\d\d:\d\d\] (?P<cmd>[\w-]+): (?P<status>.+) in \d+\.\d s \(exit (?P<code>\d)\)$")
+
+
+@pytest.fixture(scope="module")
+def exit_codes_work(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("codes")
+    save_m1(folder)
+    overflow(folder)
+    return folder
+
+
+def test_the_codes_are_distinct():
+    assert (EXIT_FAIL, EXIT_USAGE, EXIT_INTERNAL) == (1, 2, 3)
+
+
+def test_a_fail_verdict_a_bad_input_and_a_usage_error_differ(exit_codes_work):
+    fail = npuscope_run("compare", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp16", "--out", "f",
+                    cwd=exit_codes_work)
+    assert fail.returncode == 1, fail.stdout + fail.stderr
+    assert fail.stdout.startswith("verdict: FAIL") and (exit_codes_work / "f" / "summary.json").is_file()
+    ok = npuscope_run("compare", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp32", "--out", "ok",
+                  cwd=exit_codes_work)
+    assert ok.returncode == 0 and ok.stdout.startswith("verdict: PASS"), ok.stdout + ok.stderr
+    bad_input = npuscope_run("compare", "big.onnx", "--inputs", "missing.npz", "--out", "b", cwd=exit_codes_work)
+    assert bad_input.returncode == 2 and "missing.npz" in strict_error_line(bad_input) and not (exit_codes_work / "b").exists()
+    bad_model = npuscope_run("compare", "nothere.onnx", "--out", "b", cwd=exit_codes_work)
+    assert bad_model.returncode == 2 and "nothere.onnx" in strict_error_line(bad_model)
+    usage = npuscope_run("compare", "big.onnx", "--no-such-option", cwd=exit_codes_work)
+    assert usage.returncode == 2 and "No such option" in strict_error_line(usage)
+
+
+def test_regress_and_tune_fail_with_1_and_refuse_bad_input_with_2(exit_codes_work):
+    assert npuscope_run("compare", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp32", "--out", "base",
+                    cwd=exit_codes_work).returncode == 0
+    assert npuscope_run("compare", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp16", "--out", "worse",
+                    cwd=exit_codes_work).returncode == 1
+    regressed = npuscope_run("regress", "base", "worse", "--no-html", "--out", "g1", cwd=exit_codes_work)
+    assert regressed.returncode == 1 and "regress: REGRESSION" in regressed.stdout, regressed.stderr
+    not_a_run = npuscope_run("regress", "base", "nowhere", "--no-html", "--out", "g2", cwd=exit_codes_work)
+    assert not_a_run.returncode == 2 and "nowhere" in strict_error_line(not_a_run)
+    unmet = npuscope_run("tune", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp16", "--target",
+                     "CosineSimilarity>1", "--no-html", "--out", "t1", cwd=exit_codes_work)  # no cosine is above 1
+    assert unmet.returncode == 1 and "NOT MET" in unmet.stdout, unmet.stderr
+    bad_target = npuscope_run("tune", "big.onnx", "--target", "Cosin>=0.9", "--out", "t2", cwd=exit_codes_work)
+    assert bad_target.returncode == 2 and "CosineSimilarity" in strict_error_line(bad_target)
+
+
+def test_an_internal_error_exits_3_with_a_traceback(tmp_path):
+    script = ("import sys\nimport toolkit.cli as cli\n"
+              "def boom(*a, **k):\n    raise RuntimeError('planted bug')\n"
+              "cli.compile_command = boom\ncli.main(['compile', 'resnet_small', '--out', sys.argv[1]])\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "o")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" in proc.stderr and "internal error (RuntimeError: planted bug)" in proc.stderr
+
+
+@pytest.mark.parametrize("flags, progress", [(["-v"], True), (["-q"], False)])
+def test_global_options_work_after_the_command(exit_codes_work, flags, progress):
+    after = npuscope_run("compare", "m1.onnx", "--inputs", "x.npz", *flags, "--out", f"after{flags[0]}", cwd=exit_codes_work)
+    before = npuscope_run(*flags, "compare", "m1.onnx", "--inputs", "x.npz", "--out", f"before{flags[0]}", cwd=exit_codes_work)
+    for proc in (after, before):
+        assert proc.returncode == 0, proc.stderr
+        assert ("loading m1.onnx" in proc.stderr) is progress  # a progress line (not a terminal: only with -v)
+        assert (proc.stderr == "") is (not progress)  # -q: neither progress nor the closing line
+
+
+def test_diagnose_verbose_after_the_command_and_contradictions(exit_codes_work):
+    proc = npuscope_run("diagnose", "-v", "m1.onnx", "--inputs", "x.npz", "--out", "dv", cwd=exit_codes_work)
+    assert proc.returncode == 0 and "loading m1.onnx" in proc.stderr, proc.stderr  # was "No such option: -v"
+    for args in (["-q", "compare", "-v"], ["compare", "-v", "-q"]):
+        both = npuscope_run(*args, "m1.onnx", "--out", "x", cwd=exit_codes_work)
+        assert both.returncode == 2 and "contradict" in strict_error_line(both)
+
+
+def test_a_run_without_a_terminal_ends_with_one_summary_line(exit_codes_work):
+    fail = npuscope_run("compare", "big.onnx", "--inputs", "big.npz", "--precision-mode", "force_fp16", "--out", "s1",
+                    cwd=exit_codes_work)
+    ok = npuscope_run("tune", "m1.onnx", "--inputs", "x.npz", "--no-html", "--out", "s2", cwd=exit_codes_work)
+    for proc, cmd, status, code in ((fail, "compare", "verdict FAIL", 1), (ok, "tune", "target MET", 0)):
+        lines = proc.stderr.splitlines()
+        assert proc.returncode == code and len(lines) == 1, proc.stderr  # no progress without a terminal
+        m = CLOSING.match(lines[0])
+        assert m and m["cmd"] == cmd and m["status"].startswith(status) and int(m["code"]) == code, lines[0]
+
+
+def test_the_codes_are_documented_in_help_and_readme():
+    help_text = " ".join(npuscope_run("--help").stdout.split())
+    assert " ".join(EXIT_CODES_TEXT.split()) in help_text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert EXIT_CODES_TEXT in readme
+    for code, meaning in (("1", "the check failed"), ("2", "usage error or bad input"), ("3", "internal error")):
+        assert f"{code} {meaning}" in EXIT_CODES_TEXT
+
+
+# ---- One condition grammar on the command line: every command that takes accuracy conditions (compare/diagnose and
+SAME = "CosineSimilarity>=0.999,MaxAbsErr<=0.5"
+
+
+@pytest.fixture(scope="module")
+def thresholds_work(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("thresholds")
+    save_m1(folder)
+    (folder / "policy.toml").write_text(f'[outputs]\n"*" = "{SAME}"\n')
+    return folder
+
+
+def test_the_string_of_the_report_is_accepted(thresholds_work):
+    """--thresholds "CosineSimilarity>=0.999" was refused with a suggestion (CosineSimilarity<=0.999) that was
+    refused too."""
+    proc = npuscope_run("compare", "m1.onnx", "--inputs", "x.npz", "--thresholds", "CosineSimilarity>=0.999",
+                    "--out", "reported", cwd=thresholds_work)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((thresholds_work / "reported" / "summary.json").read_text())
+    assert summary["thresholds"]["CosineSimilarity"] == 0.999
+    assert summary["threshold_origins"]["CosineSimilarity"] == "user"
+
+
+def test_every_command_accepts_the_same_string(thresholds_work):
+    runs = {
+        "compare": ["compare", "m1.onnx", "--inputs", "x.npz", "--thresholds", SAME, "--out", "c"],
+        "tune": ["tune", "m1.onnx", "--inputs", "x.npz", "--target", SAME, "--no-html", "--out", "t"],
+        "signoff": ["signoff", "m1.onnx", "--policy", "policy.toml", "--inputs", "x.npz", "--thresholds", SAME,
+                    "--no-html", "--out", "s"],
+        "run": ["run", "m1.onnx", "--inputs", "x.npz", "--dump", "d", "--out", "r"],
+    }
+    for name, args in runs.items():
+        proc = npuscope_run(*args, cwd=thresholds_work)
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    after = {
+        "regress": ["regress", "c", "c", "--tolerance", SAME, "--no-html", "--out", "g"],
+        "compare-dumps": ["compare-dumps", "d", "d", "--thresholds", SAME, "--no-html", "--out", "cd"],
+    }
+    for name, args in after.items():
+        proc = npuscope_run(*args, cwd=thresholds_work)
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+
+    compare = json.loads((thresholds_work / "c" / "summary.json").read_text())["thresholds"]
+    assert (compare["CosineSimilarity"], compare["MaxAbsoluteError"]) == (0.999, 0.5)
+    dumps = json.loads((thresholds_work / "cd" / "summary.json").read_text())["thresholds"]
+    assert (dumps["CosineSimilarity"], dumps["MaxAbsoluteError"]) == (0.999, 0.5)
+    assert json.loads((thresholds_work / "t" / "summary.json").read_text())["target"] == ["CosineSimilarity>=0.999",
+                                                                               "MaxAbsoluteError<=0.5"]
+    criteria = {c["name"]: c for c in json.loads((thresholds_work / "s" / "summary.json").read_text())["criteria"]}
+    assert {n: c["evidence"]["limit"] for n, c in criteria.items()} == {
+        "outputs.y.CosineSimilarity": 0.999, "outputs.y.MaxAbsoluteError": 0.5,
+        "outputs.z.CosineSimilarity": 0.999, "outputs.z.MaxAbsoluteError": 0.5}
+    tolerance = json.loads((thresholds_work / "g" / "regress.json").read_text())["tolerance"]
+    assert tolerance["bounds"] == ["CosineSimilarity>=0.999", "MaxAbsoluteError<=0.5"]
+
+
+def _fixes(line: str) -> list[str]:
+    return [q for q in re.findall(r"'([^']+)'", line) if re.match(r"^(.*:)?[A-Za-z_]\w*(<=|>=|<|>|=)\S+$", q)]
+
+
+@pytest.mark.parametrize("bad", ["Cosin>=0.999", "CosineSimilarity 0.999", "CosineSimilarity>=1.5"])
+def test_a_bad_string_is_a_usage_error_whose_fix_is_accepted(thresholds_work, bad):
+    (thresholds_work / "bad.toml").write_text(f'[outputs]\n"*" = "{bad}"\n')
+    commands = {
+        "compare": ["compare", "m1.onnx", "--thresholds", bad, "--out", "x1"],
+        "tune": ["tune", "m1.onnx", "--target", bad, "--out", "x2"],
+        "signoff --thresholds": ["signoff", "m1.onnx", "--policy", "policy.toml", "--thresholds", bad, "--out", "x3"],
+        "signoff policy": ["signoff", "m1.onnx", "--policy", "bad.toml", "--out", "x4"],
+        "regress": ["regress", "nowhere", "nowhere", "--tolerance", bad, "--out", "x5"],
+        "compare-dumps": ["compare-dumps", "nowhere", "nowhere", "--thresholds", bad, "--out", "x6"],
+    }
+    for name, args in commands.items():
+        proc = npuscope_run(*args, cwd=thresholds_work)
+        assert proc.returncode == 2, (name, proc.stderr)
+        line = strict_error_line(proc)
+        fixes = [f for f in _fixes(line) if f != bad]
+        assert fixes, (name, line)
+        for fix in fixes:
+            parse_conditions(fix)
+        assert not any((thresholds_work / f"x{i}").exists() for i in range(1, 7))
+
+
+def test_per_output_lines_and_atol_outside_a_policy(thresholds_work):
+    x = np.load(thresholds_work / "x.npz")["x"]
+    y = 3 * x.astype(np.float64) + 1
+    assert np.max(np.abs(y.astype(np.float16).astype(np.float64) - y)) > 0  # FP16 storage moves y: --atol y:0 fails
+    proc = npuscope_run("compare", "m1.onnx", "--inputs", "x.npz", "--precision-mode", "force_fp16", "--atol", "y:0",
+                    "--out", "pa", cwd=thresholds_work)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the graph output y is abnormal: FAIL
+    rows = pd.read_csv(thresholds_work / "pa" / "result.csv", keep_default_na=False).set_index("TensorName")
+    assert "MaxAbsoluteError" in rows.loc["y", "AbnormalMetrics"] and str(rows.loc["y", "Abnormal"]) == "True"
+    assert "MaxAbsoluteError" not in rows.loc["z", "AbnormalMetrics"]  # no line on z's MaxAbsoluteError
+    summary = json.loads((thresholds_work / "pa" / "summary.json").read_text())
+    assert summary["thresholds_per_tensor"]["y"]["MaxAbsoluteError"] == 0 and "MaxAbsoluteError" not in \
+        summary["thresholds"]
+
+
+def test_tune_target_per_output_with_a_shorthand(thresholds_work):
+    proc = npuscope_run("tune", "m1.onnx", "--inputs", "x.npz", "--target", "y:CosineSimilarity>=0.99", "--atol", "z:1",
+                    "--no-html", "--out", "tp", cwd=thresholds_work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((thresholds_work / "tp" / "summary.json").read_text())["target"] == ["y:CosineSimilarity>=0.99",
+                                                                                "z:MaxAbsoluteError<=1.0"]
+
+
+@pytest.mark.parametrize("args, named", [
+    (["tune", "m1.onnx", "--target", "w:CosineSimilarity>=0.9", "--out", "n1"], "no output 'w'"),
+    (["compare", "m1.onnx", "--thresholds", "q:RMSE=off", "--out", "n2"], "'q'"),
+])
+def test_a_name_that_is_not_in_the_model_is_refused(thresholds_work, args, named):
+    proc = npuscope_run(*args, cwd=thresholds_work)
+    assert proc.returncode == 2 and named in strict_error_line(proc), proc.stderr
+
+
+# ---- One --inputs grammar: an .npz, a folder of .npz or a loader script ``file.py[:function]`` on every command that
+@pytest.fixture(scope="module")
+def inputs_work(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inputs")
+    save_m1(folder)
+    write_loader(folder)
+    (folder / "policy.toml").write_text('[outputs]\n"*" = "CosineSimilarity>=0.99"\n[layers]\nmax_abnormal = 0\n')
+    return folder
+
+
+def test_run_and_memcheck_take_a_loader_of_one_set(inputs_work):
+    proc = npuscope_run("run", "m1.onnx", "--inputs", "loader.py:one", "--precision-mode", "force_fp32",
+                    "--save-outputs", "one.npz", "--out", "r", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stderr
+    y = np.load(inputs_work / "one.npz")["y"]
+    np.testing.assert_allclose(y, np.full((4, 8), 3 * 0.5 + 1, np.float32), rtol=1e-6)  # y = 3x + 1 of x = 0.5
+    proc = npuscope_run("memcheck", "m1.onnx", "--inputs", "loader.py:one", "--no-html", "--out", "mc", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stderr
+    assert "loader loader.py:one" in json.loads((inputs_work / "mc" / "memcheck.json").read_text())["inputs"]
+
+
+def test_a_single_run_command_refuses_a_loader_of_two_sets(inputs_work):
+    proc = npuscope_run("run", "m1.onnx", "--inputs", "loader.py:make", "--out", "r2", cwd=inputs_work)
+    assert proc.returncode == 2
+    line = strict_error_line(proc)
+    assert "loader.py" in line and "make()" in line and "more than 1 input sets" in line and "compare" in line
+    assert not (inputs_work / "r2").exists()
+
+
+def test_compare_runs_a_loader_as_a_dataset_and_resumes_it(inputs_work):
+    proc = npuscope_run("compare", "m1.onnx", "--inputs", "loader.py:make", "--out", "ds", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = pd.read_csv(inputs_work / "ds" / "inputs.csv")
+    assert table["Input"].tolist() == ["loader-00000.npz", "loader-00001.npz"]
+    facts = json.loads((inputs_work / "ds" / "summary.json").read_text())["dataset"]
+    assert facts["inputs"] == 2 and facts["inputs_dir"] == "loader.py:make" and facts["evaluated_this_run"] == 2
+    again = npuscope_run("compare", "m1.onnx", "--inputs", "loader.py:make", "--out", "ds", cwd=inputs_work)
+    assert again.returncode == 0, again.stderr
+    facts = json.loads((inputs_work / "ds" / "summary.json").read_text())["dataset"]
+    assert facts["evaluated_this_run"] == 0 and facts["resumed"]  # the same sets give the same files
+
+
+def test_signoff_and_tune_take_every_set_of_a_loader(inputs_work):
+    proc = npuscope_run("signoff", "m1.onnx", "--policy", "policy.toml", "--inputs", "loader.py:make", "--no-html",
+                    "--out", "s", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((inputs_work / "s" / "summary.json").read_text())["dataset"]["inputs"] == 2
+    proc = npuscope_run("tune", "m1.onnx", "--inputs", "loader.py:make", "--no-html", "--out", "t", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((inputs_work / "t" / "summary.json").read_text())["inputs"] == ["loader.py[0]", "loader.py[1]"]
+
+
+def test_diagnose_names_a_broken_loader_in_one_line(inputs_work):
+    proc = npuscope_run("diagnose", "m1.onnx", "--inputs", "loader.py:broken", "--out", "b", cwd=inputs_work)
+    assert proc.returncode == 2
+    line = strict_error_line(proc)
+    assert "loader.py" in line and "broken()" in line and "no data today" in line and not (inputs_work / "b").exists()
+
+
+def test_profile_takes_inputs_in_turn_and_keeps_pre(inputs_work):
+    proc = npuscope_run("profile", "m1.onnx", "--inputs", "loader.py:make", "--requests", "4", "--no-advise",
+                    "--no-html", "-v", "--out", "p", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stderr
+    assert "inputs: 2 sets from loader.py:make, taken in turn" in proc.stderr
+    assert len(pd.read_csv(inputs_work / "p" / "requests.csv")) == 4
+    (inputs_work / "pre.py").write_text("import numpy as np\n\ndef pre(i):\n    return np.full((4, 8), i, np.float32)\n")
+    proc = npuscope_run("profile", "m1.onnx", "--pre", "pre.py:pre", "--requests", "3", "--no-advise", "--no-html",
+                    "--out", "p2", cwd=inputs_work)
+    assert proc.returncode == 0, proc.stderr
+    assert pd.read_csv(inputs_work / "p2" / "requests.csv")["Pre(ms)"].notna().all()
+    both = npuscope_run("profile", "m1.onnx", "--pre", "pre.py:pre", "--inputs", "x.npz", "--out", "p3", cwd=inputs_work)
+    assert both.returncode == 2 and "--pre and --inputs" in strict_error_line(both)
+
+
+def _dyn_model(node, inits=()):
+    """x float32[n, 4] -> node -> y float32[n, 4] (n dynamic)."""
+    ins, outs = ([helper.make_tensor_value_info(t, TensorProto.FLOAT, ["n", 4])] for t in ("x", "y"))
+    graph = helper.make_graph([node], "dyn", ins, outs, [numpy_helper.from_array(np.asarray(v), k)
+                                                         for k, v in dict(inits).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_profile_cycles_the_files_of_a_folder_and_their_shapes(tmp_path):
+    onnx.save(_dyn_model(N("Relu", ["x"], ["y"], "relu")), tmp_path / "relu.onnx")
+    (tmp_path / "in").mkdir()
+    for i, n in enumerate((1, 2, 1)):
+        np.savez(tmp_path / "in" / f"{i}.npz", x=np.ones((n, 4), np.float32))
+    proc = npuscope_run("profile", "relu.onnx", "--inputs", "in", "--requests", "5", "--no-advise", "--no-html",
+                    "--out", "p", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shapes = pd.read_csv(tmp_path / "p" / "requests.csv")["FeedShapes"].tolist()
+    assert shapes == ["x:1,4", "x:2,4", "x:1,4", "x:1,4", "x:2,4"]  # request i takes file i mod 3
+
+
+def _dynamic(folder):
+    onnx.save(_dyn_model(N("Mul", ["x", "two"], ["y"], "mul"), {"two": np.float32(2)}), folder / "dyn.onnx")
+    return folder / "dyn.onnx"
+
+
+@pytest.mark.parametrize("command", ["tune", "signoff", "profile", "memcheck"])
+def test_generated_inputs_take_seed_val_range_and_input_shape(tmp_path, command):
+    _dynamic(tmp_path)
+    (tmp_path / "policy.toml").write_text('[outputs]\n"*" = "CosineSimilarity>=0.99"\n')
+    extra = {"tune": ["--no-html"], "signoff": ["--policy", "policy.toml", "--no-html"],
+             "profile": ["--requests", "1", "--no-advise", "--no-html"], "memcheck": ["--no-html"]}[command]
+    proc = npuscope_run(command, "dyn.onnx", *extra, "--seed", "7", "--val-range", "x:[2,3]", "--input-shape", "x:3,4",
+                    "-v", "--out", "o", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "random seed=7 range=x:[2,3]" in proc.stderr + proc.stdout + "".join(
+        p.read_text() for p in (tmp_path / "o").glob("*.json"))
+    bad = npuscope_run(command, "dyn.onnx", *extra, "--val-range", "w:[0,1]", "--input-shape", "x:3,4", "--out", "o2",
+                   cwd=tmp_path)
+    assert bad.returncode == 2 and "--val-range names 'w'" in strict_error_line(bad)
+
+
+def test_run_keeps_output_as_a_hidden_alias(inputs_work):
+    help_text = npuscope_run("run", "--help").stdout
+    assert "--save-outputs" in help_text and "--output " not in help_text
+    proc = npuscope_run("run", "m1.onnx", "--inputs", "x.npz", "--output", "old.npz", "--out", "ro", cwd=inputs_work)
+    assert proc.returncode == 0 and (inputs_work / "old.npz").is_file(), proc.stderr
+    both = npuscope_run("run", "m1.onnx", "--output", "a.npz", "--save-outputs", "b.npz", "--out", "rb", cwd=inputs_work)
+    assert both.returncode == 2 and "--save-outputs" in strict_error_line(both)
+
+
+def test_loader_sets_are_written_exactly_and_alike_each_time(inputs_work, tmp_path):
+    """A loader's sets become .npz files holding its arrays exactly, byte-identical from one call to the next
+    (what lets a dataset run over a loader resume)."""
+    from toolkit.dataset.source import write_loader_sets
+    from toolkit.inputs import input_specs
+
+    specs = input_specs(onnx.load(inputs_work / "m1.onnx"))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        assert write_loader_sets(str(inputs_work / "loader.py") + ":make", specs, tmp_path / name) == \
+            ["loader-00000.npz", "loader-00001.npz"]
+    for i, x in enumerate(loader_sets()):
+        f = f"loader-{i:05d}.npz"
+        np.testing.assert_array_equal(np.load(tmp_path / "a" / f)["x"], x)
+        assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()

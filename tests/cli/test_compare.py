@@ -151,7 +151,7 @@ def test_dataset_options_that_cannot_apply_are_usage_errors(case, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     proc = npuscope("compare", case["model"], "--inputs", empty, cwd=tmp_path)
-    assert proc.returncode == 1 and "holds no .npz files" in proc.stderr
+    assert proc.returncode == 2 and "holds no .npz files" in proc.stderr
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -235,7 +235,7 @@ def test_run_without_a_successful_result_leaves_no_folder(case, tmp_path):
     for i in range(3):
         (inputs / f"bad{i}.npz").write_bytes(b"not a zip")
     proc = npuscope("compare", case["model"], "--inputs", inputs, "--out", tmp_path / "out", cwd=tmp_path)
-    assert proc.returncode == 1 and "none of the 3 input(s)" in proc.stderr and not (tmp_path / "out").exists()
+    assert proc.returncode == 2 and "none of the 3 input(s)" in proc.stderr and not (tmp_path / "out").exists()
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -964,7 +964,7 @@ def test_origin_isolation_reruns_a_kernel_reading_bfloat16(tmp_path):
 def test_cli_string_input_of_wrong_kind_gets_working_advice(tmp_path):
     _string_model(tmp_path / "s.onnx")
     np.savez(tmp_path / "n.npz", x=np.array([1.0, 2.0]))
-    line = _error_line(_cli_user_path("compare", "s.onnx", "--inputs", "n.npz", "--out", "o", cwd=tmp_path), 1)
+    line = _error_line(_cli_user_path("compare", "s.onnx", "--inputs", "n.npz", "--out", "o", cwd=tmp_path), 2)
     assert "np.object" not in line and "str array" in line
 
 
@@ -1120,7 +1120,7 @@ def test_dataset_run_refused_while_another_holds_the_folder(tmp_path):
         held.write("4242\n")
         held.flush()
         r = cli_no_warnings("compare", "transformer_block", "--inputs", ds, "--out", out)
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = refusal_line(r)
         assert f"'{out}'" in line and "pid 4242" in line
         assert (out / "log.jsonl").read_text() == log_before
@@ -1139,7 +1139,7 @@ def test_new_folder_held_by_another_run_is_not_removed(tmp_path):
     with open(out / LOCK, "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         r = cli_no_warnings("compare", "transformer_block", "--inputs", ds, "--out", out)
-        assert r.returncode == 1 and "in use by another dataset run" in refusal_line(r)
+        assert r.returncode == 2 and "in use by another dataset run" in refusal_line(r)
         assert (out / LOCK).exists() and os.listdir(out) == [LOCK]
 
 
@@ -1270,7 +1270,7 @@ def test_model_without_outputs_is_a_one_line_model_error(tmp_path):
     for cmd in ("compare", "diagnose"):
         out = tmp_path / f"r_{cmd}"
         proc = npuscope_errors_only(cmd, model, "--out", out, cwd=tmp_path)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "has no graph outputs" in lines[0] and "Traceback" not in proc.stderr
         assert not out.exists()

@@ -86,15 +86,15 @@ def test_polygraphy_json_on_either_side_through_the_cli(tmp_path):
     assert proc.returncode == 0 and "verdict: PASS" in proc.stdout, proc.stdout + proc.stderr
 
     proc = npuscope("compare-dumps", pg, "device", "--golden-runner", "trt", "--model", model, cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "matches no runner" in proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "matches no runner" in proc.stderr
     proc = npuscope("compare-dumps", pg, "device", "--golden-iteration", "3", "--model", model, cwd=tmp_path)
-    assert proc.returncode == 1 and "1 iteration(s)" in proc.stderr
+    assert proc.returncode == 2 and "1 iteration(s)" in proc.stderr
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_cli_bad_folder_is_one_line_exit_1(tmp_path):
     proc = npuscope("compare-dumps", "missing", "also_missing", cwd=tmp_path)
-    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "GOLDEN 'missing' does not exist" in proc.stderr and not any(tmp_path.iterdir())
 
 
@@ -176,7 +176,7 @@ def test_cli_compare_dumps_mapping_node_not_in_model(tmp_path):
     _npuscope_dump(tmp_path / "t", {"x": x})
     (tmp_path / "m.json").write_bytes(BOM + b'{"fused": ["stem_cnv", "stem_relu"]}')
     line = one_line_error(cli("compare-dumps", "g", "t", "--mapping", "m.json", "--model", "resnet_small",
-                              "--out", "o", "--no-html", cwd=tmp_path), 1)
+                              "--out", "o", "--no-html", cwd=tmp_path), 2)
     assert "mapping file 'm.json'" in line and "'stem_cnv'" in line and "did you mean 'stem_conv'" in line
     assert not (tmp_path / "o").exists()
 
@@ -336,7 +336,7 @@ def test_side_path_or_index_json_that_is_a_fifo_is_a_one_line_error(tmp_path, wh
         (tmp_path / "T" / "index.json").unlink()
         os.mkfifo(tmp_path / "T" / "index.json")
     proc = cli_unblocked("compare-dumps", "G", "T", "--out", "cd", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "not a regular file but a FIFO" in error_line(proc)
     assert not (tmp_path / "cd").exists()
 

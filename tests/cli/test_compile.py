@@ -219,12 +219,12 @@ def _model_path_cases(tmp_path: Path) -> list[tuple[str, str]]:
 
 def test_cli_model_path_kinds(tmp_path):
     for arg, text in _model_path_cases(tmp_path):
-        line = one_line_error_without_warning(quiet_cli_with_warnings("compile", arg, "--out", tmp_path / "o"), 1)
+        line = one_line_error_without_warning(quiet_cli_with_warnings("compile", arg, "--out", tmp_path / "o"), 2)
         assert text in line, (arg, line)
         assert "neither a zoo name" not in line
     # an empty regular file is still reported as empty
     (tmp_path / "empty.onnx").write_bytes(b"")
-    assert "is empty" in one_line_error_without_warning(quiet_cli_with_warnings("compile", tmp_path / "empty.onnx", "--out", tmp_path / "o"), 1)
+    assert "is empty" in one_line_error_without_warning(quiet_cli_with_warnings("compile", tmp_path / "empty.onnx", "--out", tmp_path / "o"), 2)
 
 
 TB = "transformer_block"

@@ -32,9 +32,9 @@ from tests.diagnose.helpers import rows
 def test_diagnose_bad_input_same_contract(ws):
     np.savez(ws / "bad.npz", x=np.zeros((1, 3), np.float32))
     proc = npuscope("diagnose", "model.onnx", "--inputs", "bad.npz", "--out", "rep", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "'x'", out=ws / "rep")
+    assert_one_line_error(proc, 2, "bad.npz", "'x'", out=ws / "rep")
     proc = npuscope("diagnose", "nothere.onnx", "--out", "rep", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.onnx", out=ws / "rep")
+    assert_one_line_error(proc, 2, "nothere.onnx", out=ws / "rep")
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -318,7 +318,7 @@ SCRIPT = textwrap.dedent("""
 def test_compile_error_while_the_reference_runs_exits_cleanly(tmp_path, model):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, model, str(tmp_path / "out")], capture_output=True,
                           text=True, timeout=300)
-    assert proc.returncode == 1, (proc.returncode, proc.stderr[-800:])
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-800:])
     assert "planted compile failure" in proc.stderr
     assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists()  # no partial report left behind

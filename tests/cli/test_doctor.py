@@ -142,7 +142,7 @@ def bad_models(tmp_path_factory):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("arg,code", [("missing.onnx", 1), ("garbage.onnx", 1), ("folder.onnx", 1),
+@pytest.mark.parametrize("arg,code", [("missing.onnx", 2), ("garbage.onnx", 2), ("folder.onnx", 2),
                                       ("opset99.onnx", 1), ("resnet_small", 0)])
 def test_doctor_json_for_every_outcome(bad_models, arg, code):
     target = arg if arg == "resnet_small" else bad_models / arg

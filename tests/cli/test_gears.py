@@ -36,7 +36,7 @@ def test_empty_csv_cell_is_refused_with_its_line(tmp_path):
     f = tmp_path / "e.csv"
     f.write_text("id,len\n1,10\n2,20\n3,\n4,30\n")
     r = _cli_with_env("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     err = _one_error_line(r)
     assert "line 4" in err and "'len'" in err and "empty" in err
 
@@ -45,7 +45,7 @@ def test_ambiguous_column_is_refused_and_unique_column_is_read(tmp_path):
     f = tmp_path / "d.csv"
     f.write_text("id,len,len\n1,10,11\n")
     r = _cli_with_env("gears", "--lengths", f, "--column", "len", "-k", "2", "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "'len'" in _one_error_line(r) and "2 columns" in r.stderr
     g = tmp_path / "g.csv"
     g.write_text("len,id,id\n3,1,2\n5,7,8\n")  # the duplicated column is not the one asked for
@@ -114,7 +114,7 @@ def error_line(proc) -> str:
 def test_gears_cli_form_feed_line_is_one_line_error(tmp_path):
     (tmp_path / "ln.txt").write_bytes(b"5\n6\x0c7\nabc\n")
     proc = cli_unblocked("gears", "--lengths", "ln.txt", "-k", "2", "--out", "g", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1 and "line 2:" in error_line(proc)
+    assert proc.returncode == 2 and "line 2:" in error_line(proc)
 
 
 def _brute_force(lengths, k, cost):
@@ -151,10 +151,12 @@ def test_gears_cli(tmp_path):
     assert set(table["Strategy"]) >= {"optimal", "power_of_two"}
     html = (out / "gears.html").read_text()
     assert "Padding waste vs plans compiled" in html
-    assert not re.search(r"<script[^>]*\bsrc\s*=", html, re.I), "opens offline: no script files"
+    # opens offline: the one script file is the plotly.js bundle written beside the page
+    assert re.findall(r"<script[^>]*\bsrc\s*=\s*\"([^\"]*)\"", html, re.I) == ["plotly.min.js"]
+    assert (out / "plotly.min.js").is_file()
     bad = subprocess.run([sys.executable, "-m", "toolkit", "gears", "--lengths", str(tmp_path / "nope.txt"), "-k", "2"],
                          capture_output=True, text=True)
-    assert bad.returncode == 1 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     usage = subprocess.run([sys.executable, "-m", "toolkit", "gears", "--lengths", str(f), "-k", "0"],
                            capture_output=True, text=True)
     assert usage.returncode == 2
@@ -175,7 +177,7 @@ def _error_line(r) -> str:
 def test_gears_cli_bad_number_exit_1(tmp_path):
     (tmp_path / "l.txt").write_text("5\n99999999999999999999999\n")
     r = _cli("gears", "--lengths", tmp_path / "l.txt", "-k", "2", "--out", tmp_path / "o")
-    assert r.returncode == 1 and "line 2" in _error_line(r) and not (tmp_path / "o").exists()
+    assert r.returncode == 2 and "line 2" in _error_line(r) and not (tmp_path / "o").exists()
 
 
 def test_gears_cli_single_length_and_too_many_gears(tmp_path):

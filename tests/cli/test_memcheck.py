@@ -95,7 +95,7 @@ def test_cli_memcheck_refuses_alias_to_missing_tensor(plan_json, tmp_path):
     p = tmp_path / "alias.json"
     p.write_text(json.dumps(d))
     r = _cli_with_env("memcheck", "resnet_small", "--plan", p, "--no-html", "--out", tmp_path / "o")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert "'nope'" in _one_error_line(r) and not (tmp_path / "o").exists()
 
 
@@ -183,7 +183,7 @@ def test_plan_without_model_argument_or_record_is_usage_error(plans, command):
 @pytest.mark.parametrize("command", ["memcheck", "run"])
 def test_plan_of_another_model_names_the_file_not_the_repr(plans, command):
     r = cli_no_warnings(command, "resnet_small", "--plan", plans["no_model"], "--out", plans["tmp"] / f"{command}-other")
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == 2, r.stdout + r.stderr
     line = refusal_line(r)
     assert f"plan file '{plans['no_model']}'" in line
     assert f"kernel #0 is '{plans['first_kernel']}'" in line
@@ -229,7 +229,7 @@ def test_memcheck_with_a_plan_file_gives_a_one_line_error(tmp_path, too_big):
     res = subprocess.run([sys.executable, "-m", "toolkit", "memcheck", str(tmp_path / "m.onnx"), "--plan",
                           str(tmp_path / "c" / "plan.json"), "--out", str(tmp_path / "mc")],
                          capture_output=True, text=True, check=False)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr
     assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
     assert "arena needs" in res.stderr and not (tmp_path / "mc").exists()
 
@@ -300,7 +300,7 @@ def test_plan_for_another_model_is_refused(model_and_plan, tmp_path):
     d["kernels"][0]["name"] = "other"
     bad = tmp_path / "other.json"
     bad.write_text(json.dumps(d))
-    assert _exit(["-q", "memcheck", str(path), "--plan", str(bad), "--out", str(tmp_path / "x")]) == 1
+    assert _exit(["-q", "memcheck", str(path), "--plan", str(bad), "--out", str(tmp_path / "x")]) == 2  # bad input, not a finding
 
 
 def cli(*args):

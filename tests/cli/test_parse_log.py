@@ -45,7 +45,7 @@ def test_parse_log_folder_lists_special_entries_as_skipped(tmp_path, kind):
 def test_parse_log_of_a_special_file_alone_is_an_error_naming_why(tmp_path, kind):
     make_special(tmp_path / "x.csv", kind)
     proc = cli_unblocked("parse-log", "x.csv", "--out", "o", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert SAID[kind] in error_line(proc)
 
 
@@ -62,7 +62,7 @@ def test_parse_log_profile_json_that_is_a_fifo_does_not_block(tmp_path):
 def test_all_rows_shifted_is_an_error_not_a_shifted_report(tmp_path):
     (tmp_path / "shift.csv").write_text("Op Name,OP Type,Task Duration(us)\nconv1,Conv,5,1\nrelu1,Relu,7,2\n")
     proc = cli_unblocked("parse-log", "shift.csv", "--out", "o", "--no-html", cwd=tmp_path)
-    assert proc.returncode == 1 and "2 malformed" in error_line(proc)
+    assert proc.returncode == 2 and "2 malformed" in error_line(proc)
     assert not (tmp_path / "o").exists()
 
 
@@ -111,7 +111,7 @@ def test_parse_log_of_nothing_exits_1_without_a_report(tmp_path, name):
     for arg in (f, folder):
         out = tmp_path / "r"
         proc = npuscope_errors_only("parse-log", arg, "--out", out, cwd=tmp_path)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.returncode == 2, proc.stdout + proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "nothing could be parsed" in lines[0] and name in lines[0]
         assert not out.exists() and "report:" not in proc.stdout
@@ -159,9 +159,9 @@ def test_cli_parse_log_exit_codes_and_log_lines(tmp_path):
     assert quiet.returncode == 0 and "[INFO]" not in quiet.stdout + quiet.stderr
     assert not (tmp_path / "q" / "profile.html").exists()
     bad = _cli_in_repo("parse-log", str(tmp_path / "in" / "unknown.txt"), "--out", str(tmp_path / "bad"))
-    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1 and "unknown format" in bad.stderr
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "unknown format" in bad.stderr
     missing = _cli_in_repo("parse-log", str(tmp_path / "nope.log"))
-    assert missing.returncode == 1 and "does not exist" in missing.stderr
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
     env_bad = _cli_in_repo("parse-log", files[0], env={"NPUSCOPE_LOG_LEVEL": "verbose"})
     assert env_bad.returncode == 2 and "NPUSCOPE_LOG_LEVEL" in env_bad.stderr
     no_args = _cli_in_repo("parse-log")
@@ -180,7 +180,7 @@ def test_folder_without_files_is_a_clear_error(tmp_path, layout, says):
         (folder / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / rel).write_text(text)
     res = _cli_in_repo("parse-log", str(folder), "--out", str(tmp_path / "o"))
-    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert f"folder '{folder}' holds no files to read ({says})" in res.stderr
     assert "directly inside a folder, not its subfolders" in res.stderr and not (tmp_path / "o").exists()
 

@@ -128,7 +128,7 @@ def test_too_many_distinct_shapes_is_a_one_line_error(tmp_path):
     pp = _prepost(tmp_path, list(range(1, 11)))  # batch 1..10: a 9th distinct shape on request 8
     res = _cli(str(model), "--pre", f"{pp}:pre", "--requests", "10", "--no-html", "--no-advise",
                "--out", str(tmp_path / "out"))
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     assert "x:9,3,8,8" in res.stderr and "request 8" in res.stderr and "at most 8" in res.stderr
     assert not (tmp_path / "out").exists()
@@ -249,8 +249,8 @@ def test_cli_pre_result_is_refused_as_the_same_npz_is(m1, kind):
            "f64": {"x": X_4_8.astype(np.float64)}, "shape": {"x": X_4_8[:2]}}[kind]
     np.savez(m1 / "bad.npz", **bad)
     pre = _error_line(_cli_user_path("profile", "m1.onnx", "--pre", f"pp.py:{kind}", "--requests", "2", "--out", "o",
-                           cwd=m1), 1)
-    npz = _error_line(_cli_user_path("compare", "m1.onnx", "--inputs", "bad.npz", "--out", "o2", cwd=m1), 1)
+                           cwd=m1), 2)
+    npz = _error_line(_cli_user_path("compare", "m1.onnx", "--inputs", "bad.npz", "--out", "o2", cwd=m1), 2)
     assert pre.startswith("npuscope: error: --pre result of request 0: ")
     assert npz.startswith("npuscope: error: npz file 'bad.npz': ")
     assert pre.split(": ", 3)[3] == npz.split(": ", 3)[3]  # same message after the source
@@ -285,7 +285,7 @@ def test_cli_profile_sample_writes_the_profiler_tables(tmp_path):
 
 def test_cli_profile_bad_inputs(tmp_path):
     res = _cli("detector_head", "--pre", str(tmp_path / "nope.py:pre"), "--out", str(tmp_path / "o1"), cwd=ROOT)
-    assert res.returncode == 1 and "--pre file" in res.stderr and "does not exist" in res.stderr
+    assert res.returncode == 2 and "--pre file" in res.stderr and "does not exist" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o1").exists()
     res = _cli("detector_head", "--device", "atlas", "--out", str(tmp_path / "o2"), cwd=ROOT)
     assert res.returncode == 2 and "did you mean" in res.stderr
@@ -301,7 +301,7 @@ def test_cli_user_sys_exit_is_an_error(tmp_path, option, body):
     f = tmp_path / "quits.py"
     f.write_text("import sys\n" + body)
     res = _cli("detector_head", option, str(f), "--no-advise", "--out", str(tmp_path / "o"), cwd=ROOT)
-    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert res.returncode == 2, (res.stdout, res.stderr)
     assert f"{option} raised SystemExit(0) on request 0" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
 

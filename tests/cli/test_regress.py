@@ -160,7 +160,7 @@ def test_regress_same_model_still_works(folders):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_regress_refuses_different_models_unless_allowed(folders):
     r = cli_no_warnings("regress", folders / "rs", folders / "tb", "--no-html", "--out", folders / "r-diff")
-    assert r.returncode == 1
+    assert r.returncode == 2
     line = refusal_line(r)
     assert "different models" in line and "--allow-different-models" in line
     assert str(folders / "rs") in line and str(folders / "tb") in line
@@ -178,7 +178,7 @@ def test_regress_refuses_different_models_unless_allowed(folders):
 def test_regress_refuses_folders_of_other_commands(folders, other, what):
     for a, b in ((folders / "tb", folders / other), (folders / other, folders / "tb")):
         r = cli_no_warnings("regress", a, b, "--no-html", "--out", folders / f"r-{other}")
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = refusal_line(r)
         assert f"'{folders / other}'" in line and what in line
         assert not (folders / f"r-{other}").exists()
@@ -188,7 +188,7 @@ def test_regress_refuses_folders_of_other_commands(folders, other, what):
 def test_regress_refuses_dataset_against_single_input(folders):
     for a, b in ((folders / "ds", folders / "tb"), (folders / "tb", folders / "ds")):
         r = cli_no_warnings("regress", a, b, "--no-html", "--out", folders / "r-ds")
-        assert r.returncode == 1
+        assert r.returncode == 2
         line = refusal_line(r)
         assert f"'{folders / 'ds'}' is a dataset run" in line and str(folders / "tb") in line
 

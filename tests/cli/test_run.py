@@ -92,7 +92,7 @@ def test_unusable_dump_folder_is_refused_before_any_work(ws, case):
 # ------------------------------------------------------------------ model files
 def test_missing_model_file(ws):
     proc = npuscope("run", "nothere.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "nothere.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("content", [b"hello, this is not an ONNX model\n", b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
@@ -100,7 +100,7 @@ def test_missing_model_file(ws):
 def test_not_onnx(ws, content):
     (ws / "bogus.onnx").write_bytes(content)
     proc = npuscope("run", "bogus.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bogus.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "bogus.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.9, 0.99])
@@ -108,7 +108,7 @@ def test_truncated_protobuf(ws, fraction):
     data = (ws / "model.onnx").read_bytes()
     (ws / "cut.onnx").write_bytes(data[: int(len(data) * fraction)])
     proc = npuscope("run", "cut.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "cut.onnx", out=ws / "out")
+    assert_one_line_error(proc, 2, "cut.onnx", out=ws / "out")
 
 
 @pytest.mark.parametrize("version", [99, 3])
@@ -117,7 +117,7 @@ def test_unsupported_opset(ws, version):
     m.opset_import[0].version = version
     onnx.save(m, ws / "opset.onnx")
     proc = npuscope("run", "opset.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "opset.onnx", f"opset {version}", out=ws / "out")
+    assert_one_line_error(proc, 2, "opset.onnx", f"opset {version}", out=ws / "out")
 
 
 @pytest.mark.parametrize("domain", ["", "com.example.nothere"])
@@ -129,25 +129,25 @@ def test_unknown_op(ws, domain):
         m.opset_import.append(helper.make_opsetid(domain, 1))
     onnx.save(m, ws / "unknown.onnx")
     proc = npuscope("run", "unknown.onnx", "--inputs", "model.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "FrobnicateAdd", "add_one", out=ws / "out")
+    assert_one_line_error(proc, 2, "FrobnicateAdd", "add_one", out=ws / "out")
 
 
 # ------------------------------------------------------------------ npz feeds
 def test_missing_npz(ws):
     proc = npuscope("run", "model.onnx", "--inputs", "nothere.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "nothere.npz", out=ws / "out")
+    assert_one_line_error(proc, 2, "nothere.npz", out=ws / "out")
 
 
 def test_npz_that_is_not_an_npz(ws):
     (ws / "junk.npz").write_text("not a zip archive")
     proc = npuscope("run", "model.onnx", "--inputs", "junk.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "junk.npz", out=ws / "out")
+    assert_one_line_error(proc, 2, "junk.npz", out=ws / "out")
 
 
 def test_npz_wrong_input_name(ws):
     np.savez(ws / "bad.npz", not_x=np.zeros((1, 16), np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "not_x", "'x'", out=ws / "out")
+    assert_one_line_error(proc, 2, "bad.npz", "not_x", "'x'", out=ws / "out")
 
 
 def test_npz_missing_one_of_two_inputs(tmp_path):
@@ -155,14 +155,14 @@ def test_npz_missing_one_of_two_inputs(tmp_path):
     b.save(tmp_path, "m")
     np.savez(tmp_path / "half.npz", scores=b.feeds["scores"])
     proc = npuscope("run", "m.onnx", "--inputs", "half.npz", "--out", "out", cwd=tmp_path)
-    assert_one_line_error(proc, 1, "half.npz", "mask", out=tmp_path / "out")
+    assert_one_line_error(proc, 2, "half.npz", "mask", out=tmp_path / "out")
 
 
 @pytest.mark.parametrize("shape", [(1, 8), (16,), (2, 16), (1, 16, 1)])
 def test_npz_wrong_shape(ws, shape):
     np.savez(ws / "bad.npz", x=np.zeros(shape, np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    line = assert_one_line_error(proc, 1, "bad.npz", "'x'", out=ws / "out")
+    line = assert_one_line_error(proc, 2, "bad.npz", "'x'", out=ws / "out")
     assert "shape" in line
 
 
@@ -170,7 +170,7 @@ def test_npz_wrong_shape(ws, shape):
 def test_npz_wrong_dtype(ws, dtype):
     np.savez(ws / "bad.npz", x=np.zeros((1, 16), dtype))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert_one_line_error(proc, 1, "bad.npz", "'x'", dtype, out=ws / "out")
+    assert_one_line_error(proc, 2, "bad.npz", "'x'", dtype, out=ws / "out")
 
 
 def test_pickled_npz_is_refused_without_unpickling(ws):
@@ -182,7 +182,7 @@ def test_pickled_npz_is_refused_without_unpickling(ws):
 
     np.savez(ws / "pickled.npz", x=np.array([Boom(), None], dtype=object))
     proc = npuscope("run", "model.onnx", "--inputs", "pickled.npz", "--out", "out", cwd=ws)
-    line = assert_one_line_error(proc, 1, "pickled.npz", "'x'", out=ws / "out")
+    line = assert_one_line_error(proc, 2, "pickled.npz", "'x'", out=ws / "out")
     assert "pickle" in line
     assert not marker.exists(), "the npz was unpickled"
 
@@ -274,7 +274,7 @@ def test_external_data_outside_the_model_folder_is_refused(ext_ws, kind):
         loc = "link.bin"
     _external_model(ext_ws / "model", loc)
     proc = npuscope("run", "model/ext.onnx", "--inputs", "model.npz", "--out", "out", cwd=ext_ws)
-    line = assert_one_line_error(proc, 1, "'one'", loc, out=ext_ws / "out")
+    line = assert_one_line_error(proc, 2, "'one'", loc, out=ext_ws / "out")
     assert "outside" in line or "absolute" in line
 
 
@@ -291,7 +291,7 @@ def test_external_data_outside_is_refused_without_touching_a_fifo(ws):
                               env=dict(os.environ, PYTHONWARNINGS="ignore"))
     except subprocess.TimeoutExpired:
         pytest.fail("npuscope blocked on the outside named pipe: it opened the file before refusing the path")
-    assert_one_line_error(proc, 1, "'one'", "../outside.bin", out=ws / "out")
+    assert_one_line_error(proc, 2, "'one'", "../outside.bin", out=ws / "out")
 
 
 # ------------------------------------------------------------------ output folders
@@ -322,7 +322,7 @@ def test_bad_input_prints_nothing_but_the_error_line(ws):
     """Strictly, stderr on bad input is exactly the one error line (no progress chatter before it)."""
     np.savez(ws / "bad.npz", x=np.zeros((1, 3), np.float32))
     proc = npuscope("run", "model.onnx", "--inputs", "bad.npz", "--out", "out", cwd=ws)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.splitlines() == error_lines(proc.stderr), proc.stderr
 
 
@@ -342,7 +342,7 @@ def test_output_paths_that_collide_are_a_usage_error_before_anything_is_written(
         argv += ["--dump", dump]
     proc = _cli_argv(argv, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert "--output" in _one_error_line(proc)
+    assert "--save-outputs" in _one_error_line(proc)  # --output is its older (hidden) name
     assert list(tmp_path.iterdir()) == []  # nothing written: not the npz, not the dumps, not --out
 
 
@@ -403,7 +403,7 @@ def test_bad_plan_field_is_exit_1_naming_file_and_field(tiny_compiled, tmp_path,
     bad = tmp_path / "edited_plan.json"
     bad.write_text(json.dumps(d))
     proc = _cli_argv(["-q", command, str(tiny_compiled / "m.onnx"), "--plan", str(bad), "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc)
     assert "edited_plan.json" in line and named in line, line
     assert not (tmp_path / "o").exists()
@@ -449,7 +449,7 @@ def test_run_plan_with_explicit_config_uses_that_config(tiny_compiled, tmp_path)
     # --precision-mode given: the plan is checked against that compile (mixed precision differs from the plan)
     proc = _cli_argv(["-q", "run", str(tiny_compiled / "m.onnx"), "--plan", str(tiny_compiled / "c" / "plan.json"), "--precision-mode",
                  "force_fp16", "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1 and "plan.json" in _one_error_line(proc)
+    assert proc.returncode == 2 and "plan.json" in _one_error_line(proc)
 
 
 def test_npz_member_that_is_not_npy_is_named(tiny_compiled, tmp_path):
@@ -457,19 +457,19 @@ def test_npz_member_that_is_not_npy_is_named(tiny_compiled, tmp_path):
     with zipfile.ZipFile(bad, "w") as zf:
         zf.writestr("x.npy", b"garbage bytes!!")
     proc = _cli_argv(["-q", "run", str(tiny_compiled / "m.onnx"), "--inputs", str(bad), "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "'x.npy' is not a valid .npy array" in line and "dtype" not in line
 
 
 def test_npz_path_that_is_not_a_regular_file(tiny_compiled, tmp_path):
     proc = _cli_argv(["-q", "run", str(tiny_compiled / "m.onnx"), "--inputs", os.devnull, "--out", str(tmp_path / "o")])
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     line = _one_error_line(proc)
     assert "not a regular file" in line and "character device" in line and "does not exist" not in line
     missing = _cli_argv(["-q", "run", str(tiny_compiled / "m.onnx"), "--inputs", str(tmp_path / "nope.npz"), "--out",
                     str(tmp_path / "o")])
-    assert missing.returncode == 1 and "does not exist" in _one_error_line(missing)
+    assert missing.returncode == 2 and "does not exist" in _one_error_line(missing)
 
 
 @pytest.mark.parametrize("elem, dtype, op, rng, limits", [
@@ -505,7 +505,7 @@ def test_cli_run_plan_with_edited_nbytes_names_the_field(tmp_path):
     t = next(t for t in d["tensors"] if t["name"] == "stem_relu")
     old, t["nbytes"] = t["nbytes"], t["nbytes"] - 1
     (tmp_path / "p.json").write_text(json.dumps(d))
-    line = one_line_error_without_warning(quiet_cli_with_warnings("run", "resnet_small", "--plan", tmp_path / "p.json", "--out", tmp_path / "o"), 1)
+    line = one_line_error_without_warning(quiet_cli_with_warnings("run", "resnet_small", "--plan", tmp_path / "p.json", "--out", tmp_path / "o"), 2)
     assert f"nbytes {old - 1} but the compiled model has {old}" in line, line
 
 
@@ -708,7 +708,7 @@ def test_compile_and_run_cli_with_gears(tmp_path):
     big = samples.transformer_seq_masked_inputs(2, 70)
     np.savez(tmp_path / "big.npz", **big)
     r = _cli("run", "transformer_seq_masked", "--config", cfg, "--inputs", tmp_path / "big.npz", "--out", tmp_path / "b")
-    assert r.returncode == 1 and 'gears are dynamic_dims "16,16;32,32;64,64"' in r.stderr
+    assert r.returncode == 2 and 'gears are dynamic_dims "16,16;32,32;64,64"' in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
 
 
@@ -759,7 +759,7 @@ def test_shared_dim_cli_paths(tmp_path):
     np.savez(tmp_path / "skew.npz", x=feeds["x"], mask=np.ones((1, 8), np.float32))
     cfg.write_text(json.dumps({"input_shape": "x:1,-1,64;mask:1,-1", "dynamic_dims": "16,16;32,32"}))
     r = _cli("run", "transformer_seq_masked", "--config", cfg, "--inputs", tmp_path / "skew.npz", "--out", tmp_path / "k")
-    assert r.returncode == 1 and "'seq' is 16 in input 'x' but 8 in input 'mask'" in _error_line(r)
+    assert r.returncode == 2 and "'seq' is 16 in input 'x' but 8 in input 'mask'" in _error_line(r)
 
 
 def test_compile_and_run_agree_on_a_static_batch(tmp_path):

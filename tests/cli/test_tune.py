@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.cli.helpers import (
+    BIG,
+    npuscope_run,
+    quiet_cli_with_warnings,
+)
 from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import input_specs, load_npz
-from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings
 
 TIMEOUT_S = 600
 
@@ -58,7 +63,7 @@ def test_cli_tune_loader_failures_exit_1(tmp_path, name):
     text, fn, expect = LOADERS[name]
     (tmp_path / name).write_text(text)
     spec = name + (f":{fn}" if fn != "inputs" else "")
-    line = one_line_error(cli("tune", "resnet_small", "--inputs", spec, "--out", "o", "--no-html", cwd=tmp_path), 1)
+    line = one_line_error(cli("tune", "resnet_small", "--inputs", spec, "--out", "o", "--no-html", cwd=tmp_path), 2)
     assert f"--inputs loader script '{name}'" in line and f"{fn}()" in line and expect in line
 
 
@@ -176,7 +181,7 @@ def test_cli_tune_uses_every_file_of_a_folder(m1):
 
 def test_cli_tune_more_sets_than_max_inputs_is_refused_naming_count_and_option(m1):
     _folder_with_late_overflow(m1)
-    line = _error_line(_cli_user_path("tune", "m1.onnx", "--inputs", "ds", "--max-inputs", "10", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli_user_path("tune", "m1.onnx", "--inputs", "ds", "--max-inputs", "10", "--out", "o", cwd=m1), 2)
     assert f"holds {N_SETS} .npz files" in line and "--max-inputs 10" in line and f"--max-inputs {N_SETS}" in line
     assert not (m1 / "o").exists()
 
@@ -184,7 +189,7 @@ def test_cli_tune_more_sets_than_max_inputs_is_refused_naming_count_and_option(m
 def test_cli_tune_never_ending_loader_is_refused_not_cut(m1):
     (m1 / "inf.py").write_text("import itertools\nimport numpy as np\ndef inputs():\n"
                                "    for i in itertools.count():\n        yield {'x': np.full((4, 8), i, np.float32)}\n")
-    line = _error_line(_cli_user_path("tune", "m1.onnx", "--inputs", "inf.py", "--max-inputs", "5", "--out", "o", cwd=m1), 1)
+    line = _error_line(_cli_user_path("tune", "m1.onnx", "--inputs", "inf.py", "--max-inputs", "5", "--out", "o", cwd=m1), 2)
     assert "gives more than 5 input sets" in line and "--max-inputs" in line
 
 
@@ -297,7 +302,7 @@ def test_cli_writes_artifacts_and_the_tuned_config_is_accepted(tmp_path):
     r = npuscope("tune", folder / "model.onnx", "--inputs", folder / "inputs.npz", "--precision-mode", "force_fp16",
                  "--target", "CosineSimilarity>1", "--no-html", "--out", tmp_path / "u")  # clipped to [-1, 1]: never met
     assert r.returncode == 1 and "NOT MET" in r.stdout
-    r = npuscope("tune", folder / "model.onnx", "--target", "Cosine>=0.9", "--out", tmp_path / "v")
+    r = npuscope("tune", folder / "model.onnx", "--target", "Cosin>=0.9", "--out", tmp_path / "v")
     assert r.returncode == 2 and "CosineSimilarity" in r.stderr
 
 
@@ -305,3 +310,33 @@ def npuscope(*args):
     """The CLI in a fresh process (it switches onnxruntime to a global thread pool)."""
     return subprocess.run([sys.executable, "-m", "toolkit", *map(str, args)], capture_output=True, text=True,
                           timeout=120)
+
+
+# ---- Long searches show their progress: tune prints each trial with the best set so far (with -v, or on a
+TRIAL = re.compile(r"trial (\d+): (\d+) node\(s\) in FP32, target (met|not met) .*; best so far: (.+)$")
+
+
+def _two_overflows(folder):
+    """y = x * 1e5 (node mul1), z = x * 1e5 (mul2): in FP16 both overflow, so both must stay in FP32."""
+    nodes = [helper.make_node("Mul", ["x", "s"], [o], name=n) for o, n in (("y", "mul1"), ("z", "mul2"))]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 4]) for o in ("y", "z")],
+                              [numpy_helper.from_array(np.array(BIG, np.float32), "s")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), folder / "two.onnx")
+    np.savez(folder / "x.npz", x=(1 + np.random.default_rng(2).random((2, 4))).astype(np.float32))
+    assert float(np.max(np.load(folder / "x.npz")["x"])) * BIG > 65504  # every output overflows FP16
+
+
+def test_tune_shows_each_trial_and_the_best_so_far(tmp_path):
+    _two_overflows(tmp_path)
+    proc = npuscope_run("tune", "two.onnx", "--inputs", "x.npz", "--precision-mode", "force_fp16", "--no-html", "-v",
+                    "--out", "t", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    trials = [m.groups() for m in map(TRIAL.search, proc.stderr.splitlines()) if m]
+    assert [int(t[0]) for t in trials] == list(range(1, len(trials) + 1)) and len(trials) >= 2
+    met = [t for t in trials if t[2] == "met"]
+    assert met and all(int(t[1]) == 2 for t in met)  # one node in FP32 leaves the other output overflowing
+    first_met = trials.index(met[0])
+    assert all(t[3].startswith("target not met yet") for t in trials[:first_met])
+    assert all(t[3] == "2 node(s) in FP32 meet the target" for t in trials[first_met:])
+    assert "2 node(s) kept in FP32" in proc.stdout

@@ -86,7 +86,7 @@ def test_parse_val_range():
 def test_parse_val_range_errors(text):
     with pytest.raises(InputError) as err:
         parse_val_range(text)
-    assert err.value.exit_code == 1 and _one_line(err)
+    assert err.value.exit_code == 2 and _one_line(err)
 
 
 def test_random_inputs_seeded_ranges_and_dims():

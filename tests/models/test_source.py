@@ -52,7 +52,7 @@ def test_model_path_kinds_in_process(tmp_path):
         with pytest.raises(UserError) as err:
             resolve_model(arg)
         assert text in str(err.value) and arg in str(err.value), (arg, str(err.value))
-        assert err.value.exit_code == 1
+        assert err.value.exit_code == 2
     with pytest.raises(ModelError, match="is not an ONNX model"):
         resolve_model("/proc/self/status")
 

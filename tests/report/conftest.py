@@ -23,7 +23,7 @@ CHROMIUM = Path(os.environ.get("NPUSCOPE_CHROMIUM", "/usr/bin/chromium"))
 CHROMEDRIVER = Path(os.environ.get("NPUSCOPE_CHROMEDRIVER", "/usr/bin/chromedriver"))
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1400,1000"]
+         "--disable-dev-shm-usage", "--window-size=1400,900"]
 STARTUP_S, DRAW_S, CALL_S = 30, 60, 60
 
 

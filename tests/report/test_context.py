@@ -4,12 +4,17 @@ markupsafe.escape per string."""
 
 from __future__ import annotations
 
+import html
+import re
+import tomllib
+
 import numpy as np
 import pandas as pd
 import pytest
 from markupsafe import escape
 
-from tests.report.helpers import EVIL
+from tests.report.helpers import EVIL, synthetic_diagnosis
+from toolkit.core.records import Finding
 from toolkit.report import context
 
 
@@ -49,6 +54,68 @@ def test_escape_all_equals_markupsafe_escape(texts):
 def test_rows_html_marks_escapes_and_keeps_sort_keys():
     df = pd.DataFrame({"NodeName": [EVIL, "ok"], "CosineSimilarity": [0.5, np.nan]})
     rows = context.rows_html(df, ["abnormal origin", ""], ["origin", ""])
-    assert str(rows[0]) == ('<tr class="abnormal origin"><td>origin</td>'
-                            '<td>&lt;img src=x onerror=alert(1)&gt;</td><td data-v="0.5">0.5</td></tr>')
-    assert str(rows[1]) == "<tr><td></td><td>ok</td><td></td></tr>"
+    # cell end tags are left out (HTML closes a cell at the next one); a finite number sorts by its text
+    assert str(rows[0]) == ('<tr class="abnormal origin"><td>origin'
+                            '<td>&lt;img src=x onerror=alert(1)&gt;<td>0.5</tr>')
+    assert str(rows[1]) == "<tr><td><td>ok<td></tr>"
+    inf = context.rows_html(pd.DataFrame({"MaxAbsoluteError": [np.inf, 2.0]}), ["", ""], ["", ""])
+    assert [str(r) for r in inf] == ['<tr><td><td data-v="inf">inf</tr>', "<tr><td><td>2</tr>"]
+
+
+# ---------------------------------------------------------------------------------------- the first screen
+def _storage_diag(verdict: str, reasons: list[str]):
+    keep = ["conv_1", 'we"ird\\name']
+    sr = {"consumer_node": "topk", "consumer_op_type": "TopK", "metric": "ExactMatchRate", "exact_value": 1.0,
+          "stored_value": 0.92}
+    first = {"node": "relu_1", "op_type": "Relu", "tensor": "t2", "kernel": "conv_1", "precision": "fp16",
+             "kind": "abnormal", "evidence": {"abnormal_metrics": ["FP16StorageRounding"], "storage_rounding": sr}}
+    diag = synthetic_diagnosis()
+    diag.summary.update(verdict=verdict, reasons=reasons, first_divergence=first)
+    diag.findings = [Finding("warning", "cpu_fallback", "nms", {}, "keep it on the CPU"),
+                     Finding("error", "first_divergence", "relu_1", {"keep_dtype": keep}, "keep conv_1 in FP32")]
+    return diag, keep
+
+
+@pytest.mark.parametrize("verdict, words", [("PASS", "Can ship"), ("WARN", "Can ship with care"),
+                                            ("FAIL", "Do not ship")])
+def test_the_answer_says_whether_to_ship_where_why_and_the_fix(verdict, words):
+    diag, keep = _storage_diag(verdict, ["2 intermediate tensor(s) abnormal"])
+    a = context.answer_section(diag)
+    assert a["label"] == verdict and a["ship"].startswith(words)
+    assert verdict == "PASS" or "2 intermediate tensor(s) abnormal" in a["ship"]
+    assert {w["key"]: w["value"] for w in a["where"]} == {"node": "relu_1", "op_type": "Relu", "kernel": "conv_1",
+                                                          "precision": "fp16", "tensor": "t2"}
+    assert "ExactMatchRate 1" in a["why"] and "0.92" in a["why"] and "topk" in a["why"]
+    assert tomllib.loads(a["fix"]["text"]) == {"keep_dtype": keep}  # the fix is a config line that parses
+    assert "--config" in a["fix"]["how"] and "back to 1" in a["restores"]
+    assert a["recommendation"] == "keep conv_1 in FP32"  # the first-divergence finding, not the first one listed
+
+
+def test_the_answer_without_an_origin_has_no_fix():
+    diag = synthetic_diagnosis()
+    diag.summary.update(verdict="PASS", reasons=[], first_divergence=None, stage="none")
+    diag.triage = {"stage": "none", "fp32_first_divergence": None}
+    diag.findings = []
+    a = context.answer_section(diag)
+    assert not a["found"] and a["fix"] is None and a["ship"].startswith("Can ship")
+
+
+def test_findings_errors_first_in_the_advisors_order_otherwise():
+    diag, _ = _storage_diag("WARN", ["x"])
+    diag.findings.append(Finding("error", "later_error", "s", {}, "r"))
+    assert [r["kind"] for r in context.findings_section(diag)["rows"]] == ["first_divergence", "later_error",
+                                                                          "cpu_fallback"]
+
+
+def test_the_tensor_table_starts_with_the_compared_tensors():
+    diag = synthetic_diagnosis()
+    diag.table["CompareFailReason"] = ["folded into a constant", ""] * 5
+    sec = context.table_section(diag)
+    compared = [i for i in range(10) if i % 2]
+    order = compared + [i for i in range(10) if not i % 2]
+    shown = [re.search(r'data-node="([^"]*)"', str(r)) for r in sec["rows_html"]]
+    names = [html.unescape(m.group(1)) if m else "" for m in shown]
+    assert names == [diag.table["NodeName"][i] for i in order]
+    assert sec["n_compared"] == 5 and sec["n_uncompared"] == 5
+    assert all("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][5:])
+    assert not any("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][:5])

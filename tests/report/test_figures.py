@@ -23,10 +23,10 @@ def test_layer_figure_log_axes_floor_and_hover():
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
     main = [t for t in fig.data if t.name == "1 − cosine"][0]
     y = np.asarray(main.y, dtype=float)
-    assert len(y) == 9  # the fused-away row has no metrics
-    assert y.min() == pytest.approx(figures.LOG_FLOOR)  # exact cosine 1 → 1 − cos = 0 → floor
+    assert np.isfinite(y).sum() == 9 and np.isnan(y).sum() == 1  # the fused-away row: a gap, not a point
+    assert np.nanmin(y) == pytest.approx(figures.LOG_FLOOR)  # exact cosine 1 → 1 − cos = 0 → floor
     hover = np.asarray(main.customdata)
-    assert EVIL_ESCAPED in hover[:, 0] and EVIL not in hover[:, 0]
+    assert hover.shape[0] == len(y) and EVIL_ESCAPED in hover[:, 0] and EVIL not in hover[:, 0]
     assert {t.name for t in fig.data} >= {"Abnormal", "origin", "abnormal line"}
     origin = [t for t in fig.data if t.name == "origin"][0]
     assert list(origin.x) == [5]
@@ -102,3 +102,23 @@ def test_typed_arrays_decode_to_the_same_numbers():
     assert np.frombuffer(base64.b64decode(small["bdata"]), dtype="<i2").tolist() == [0, 300, -2]
     assert figures._typed_array(np.array([2**40], dtype=np.int64)) == [2**40]  # no 64-bit ints in plotly.js
     assert figures._typed_array(np.array(["a", "b"], dtype=object)) == ["a", "b"]
+
+
+@pytest.mark.parametrize("emr", [[1.0, 0.92], [0.5, 0.0], [0.999, 1.0]])
+def test_integer_tensors_are_on_the_chart_and_skipped_tensors_leave_gaps(emr):
+    table = pd.DataFrame({"Index": [0, 1, 2, 3, 4, 5], "NodeName": ["a", "b", "c", "topk", "sq", "d"],
+                          "OpType": ["Conv", "Relu", "Constant", "TopK", "Squeeze", "Add"],
+                          "CosineSimilarity": [1.0, 0.999, np.nan, np.nan, np.nan, 0.99],
+                          "RelativeEuclideanDistance": [0.0, 1e-3, np.nan, np.nan, np.nan, 0.02],
+                          "ExactMatchRate": [np.nan, np.nan, np.nan, emr[0], emr[1], np.nan],
+                          "Abnormal": [False, False, False, emr[0] < 1, emr[1] < 1, False]})
+    spec = figures.layer_error_spec(table)
+    ints = [t for t in spec["data"] if t["name"] == "1 − ExactMatchRate"][0]
+    assert list(ints["x"]) == [3, 4]
+    expected = np.maximum(1.0 - np.array(emr), figures.LOG_FLOOR)
+    assert np.allclose(np.asarray(ints["y"], dtype=float), expected)
+    main = [t for t in spec["data"] if t["name"] == "1 − cosine"][0]
+    y = np.asarray(main["y"], dtype=float)
+    assert np.isnan(y).sum() == 1 and list(np.asarray(main["x"])[np.isfinite(y)]) == [0, 1, 5]  # a gap at 2..4
+    crosses = [t for t in spec["data"] if t["name"] == "Abnormal"]
+    assert (sorted(crosses[0]["x"]) == [i for i, e in zip((3, 4), emr) if e < 1]) if crosses else all(e == 1 for e in emr)

@@ -171,7 +171,7 @@ def write(tmp: Path, name: str, text: str) -> Path:
     ("[layer]\nmax_abnormal = 1\n", ["unknown section [layer]", "did you mean 'layers'"]),
     ("[layers]\nmax_abnormals = 1\n", ["unknown key 'max_abnormals'", "did you mean 'max_abnormal'"]),
     ("[layers]\nmin_cosine = 2\n", ["min_cosine = 2", "0..1"]),
-    ("[outputs.y]\nCosine = 0.9\n", ["unknown metric 'Cosine'", "did you mean 'CosineSimilarity'"]),
+    ("[outputs.y]\nCosin = 0.9\n", ["unknown metric 'Cosin'", "did you mean 'CosineSimilarity'"]),  # Cosine: a short form
     ("[latency]\nstatistic = 'p50'\n", ["needs max_ms"]),
     ("[latency]\nmax_ms = 5\nstatistic = 'p5'\n", ["statistic = 'p5'"]),
     ("[latency]\nmax_ms = 5\nsource = 'device'\n", ["source = 'device'"]),

@@ -13,6 +13,7 @@ from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
 from toolkit.gears.spec import validate_gears
 from toolkit.memcheck.planio import attach_plan, plan_where
 from toolkit.memcheck.planio import plan_config as _plan_config
+from toolkit.source import several_sets
 
 REPORTS_DIR = Path("reports")
 
@@ -28,29 +29,31 @@ def count_change(what: str, delta: int) -> str:
 
 
 def check_output_paths(output: str | None, dump_dir: str | None, out: str | None) -> None:
-    """Refuse, before any work (UsageError, exit 2), an ``--output`` file that exists, is the ``--dump`` folder
+    """Refuse, before any work (UsageError, exit 2), an ``--save-outputs`` file that exists, is the ``--dump`` folder
     or lies inside it, is the ``--out`` folder itself, or whose folder does not exist (and is not ``--out``,
     which the command creates)."""
     if not output:
         return
     o = Path(output).resolve()
     if Path(output).exists():
-        raise UsageError(f"output file '{output}' already exists; choose another --output")
+        raise UsageError(f"output file '{output}' already exists; choose another --save-outputs")
     if dump_dir and (o == Path(dump_dir).resolve() or Path(dump_dir).resolve() in o.parents):
-        raise UsageError(f"--output '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "
+        raise UsageError(f"--save-outputs '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "
                          "must be new or empty); give each its own path")
     if out and o == Path(out).resolve():
-        raise UsageError(f"--output and --out both name '{output}'; --output is a .npz file, --out a folder")
+        raise UsageError(f"--save-outputs and --out both name '{output}'; --save-outputs is a .npz file, --out a "
+                         "folder")
     parent = Path(output).parent
     if not parent.is_dir() and not (out and o.parent == Path(out).resolve()):
-        raise UsageError(f"--output '{output}': folder '{parent}' does not exist; create it or choose another path")
+        raise UsageError(f"--save-outputs '{output}': folder '{parent}' does not exist; create it or choose another "
+                         "path")
 
 
 def check_out_for(out: str | None, inputs: str | None) -> None:
     """The early ``--out`` check of a command taking ``--inputs``: a folder of inputs is a dataset run, whose
-    ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), else
+    ``--out`` may hold a run to resume (toolkit.dataset.store.check_store_out), and so is a loader script, else
     toolkit.core.artifacts.check_out. Raises UsageError (exit 2)."""
-    if inputs and Path(inputs).is_dir():
+    if several_sets(inputs):
         check_store_out(out)
     else:
         check_out(out)
@@ -59,7 +62,8 @@ def check_out_for(out: str | None, inputs: str | None) -> None:
 def _single_input_only(jobs: int, ray: str | None, percentiles: str | None) -> None:
     given = [o for o, on in (("--jobs", jobs != 1), ("--ray", bool(ray)), ("--percentiles", percentiles is not None)) if on]
     if given:
-        raise UsageError(f"{', '.join(given)} apply to dataset runs only; pass --inputs FOLDER (a folder of .npz files)")
+        raise UsageError(f"{', '.join(given)} apply to dataset runs only; pass --inputs FOLDER (a folder of .npz "
+                         "files) or --inputs loader.py:function")
 
 
 def plan_config(plan, where) -> Config:

@@ -23,7 +23,8 @@ import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
-from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics import resolve_thresholds, with_shorthands
+from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.metrics.registry import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.core.artifacts import check_out, output_dir
@@ -36,6 +37,7 @@ from toolkit.dumps.match import Pairing, pair_with_model, pair_without_model
 from toolkit.dumps.readers import SideSpec, read_side
 from toolkit.dumps.table import compare_pairs, reason_kind
 from toolkit.ir.load import load_model, loaded_sha256
+from toolkit.report.assets import PLOTLY_FILE
 from toolkit.report.dumps_html import render_dump_report
 from toolkit.report.tables import write_tables
 from toolkit.source import resolve_model
@@ -120,6 +122,7 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     progress(f"reading target {target.path}")
     t = read_side(target)
     pairing = pair_with_model(onnx_model, g, t, maps) if onnx_model is not None else pair_without_model(g, t, maps)
+    check_tensors(lines, [p.tensor for p in pairing.pairs], "compared tensor")
     read_ms = (time.perf_counter() - t0) * 1e3
     progress(f"comparing {len(pairing.pairs)} tensor(s)")
     ts = time.perf_counter()
@@ -142,11 +145,14 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
                           thresholds: str | None = None, out: str | None = None, html: bool = True,
                           golden_format: str = "auto", target_format: str = "auto", golden_runner: str | None = None,
                           golden_iteration: int = 0, target_runner: str | None = None, target_iteration: int = 0,
-                          progress=_noop) -> dict:
+                          atol=(), rtol=(), progress=_noop) -> dict:
     """Run :func:`compare_dumps` and write the report folder (default ``reports/compare-dumps-<time>/``).
+    ``atol`` / ``rtol``: the ``--atol`` / ``--rtol`` shorthands, appended to ``thresholds``.
 
     Returns {"summary": [lines], "out": folder, "files": {label: file}, "diagnosis", "verdict"}.
     """
+    thresholds = with_shorthands(thresholds, atol, rtol)
+    resolve_thresholds(thresholds)  # a bad line is a usage error before any work
     check_out(out)  # a taken --out is refused before the dumps or the model are read
     diag = compare_dumps(SideSpec(golden, "golden", golden_format, golden_runner, golden_iteration),
                          SideSpec(target, "target", target_format, target_runner, target_iteration),
@@ -156,6 +162,7 @@ def compare_dumps_command(golden: str, target: str, *, mapping: str | None = Non
         diag.artifacts = {"result": "result.csv", "summary": "summary.json", "findings": "findings.json"}
         if html:
             diag.artifacts["report"] = "index.html"
+            diag.artifacts["plotly.js"] = PLOTLY_FILE  # written beside the page by the render
         files = write_tables(diag, folder)
         if html:
             files["report"] = render_dump_report(diag, folder).name

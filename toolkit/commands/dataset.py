@@ -16,6 +16,9 @@ The dataset verdict is FAIL when any input fails or could not be evaluated, WARN
 from __future__ import annotations
 
 import math
+import shutil
+import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from toolkit.commands.outputs import (
     write_signoff,
 )
 from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.tasks import load_task
 from toolkit.config.schema import Config
 from toolkit.core.csvjson import _csv_text, atomic_write_text
@@ -42,12 +46,14 @@ from toolkit.dataset.source import (
     load_feed,
     read_bytes,
     sha256_file,
+    write_loader_sets,
 )
 from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
 from toolkit.diagnose import Prepared, device_tensors, diagnose, layer_analysis
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import input_specs
+from toolkit.inputs.loader import is_loader
 from toolkit.ir.load import load_model
 from toolkit.ort.ort_env import intra_op_threads
 from toolkit.ort.reference import ReferenceRunner
@@ -79,6 +85,8 @@ class Job:
     percentiles: tuple[float, ...]
     inputs_dir: str
     worker: Worker | None = None
+    #: the temporary folder a loader's sets were written to (removed with the Job, or at exit), else None
+    loader_dir: str | None = None
 
 
 #: How many inputs (in name order) the pre-run check looks at for one whose headers fit the model.
@@ -95,7 +103,7 @@ def prepare_job(command: str, model_arg: str | None, config: Config, inputs: str
     is reused by the serial backend).
 
     Raises:
-        UsageError / ConfigError (exit 2), ModelError / InputError (exit 1): one line, before any file is written.
+        UsageError / ConfigError / ModelError / InputError (exit 2): one line, before any file is written.
     """
     qs = parse_percentiles(percentiles)
     intra_op_threads()
@@ -105,16 +113,29 @@ def prepare_job(command: str, model_arg: str | None, config: Config, inputs: str
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
-    refs = list_inputs(inputs)
     lines = resolve_thresholds(thresholds) if thresholds else None
-    zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tensors = tensor_order(model)
+    check_tensors(lines, tensors)
+    loader_dir = None
+    if is_loader(inputs):  # a loader's sets become files of a temporary folder, a dataset like any other
+        progress(f"calling the loader {inputs}")
+        loader_dir = tempfile.mkdtemp(prefix="npuscope-loader-")
+        try:
+            write_loader_sets(str(inputs), input_specs(model), loader_dir)
+        except BaseException:
+            shutil.rmtree(loader_dir, ignore_errors=True)
+            raise
+    refs = list_inputs(loader_dir or inputs)
+    zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     sha = sha256_file(src.path)
     spec = JobSpec(model_path=str(Path(src.path).resolve()), model_sha256=sha, config=config, thresholds=lines,
                    tensors=tensors, task_metrics=tuple(task_metrics), zoo_name=zname)
     manifest = make_manifest(command, model_path=str(src.path), model_sha256=sha, config=config.to_dict(),
-                             thresholds=lines, task_metrics=task_metrics, tensors=tensors, inputs=inputs)
-    job = Job(src, model, refs, spec, manifest, lines, qs, str(inputs))
+                             thresholds=lines.to_json() if lines is not None else None, task_metrics=task_metrics,
+                             tensors=tensors, inputs=inputs)
+    job = Job(src, model, refs, spec, manifest, lines, qs, str(inputs), loader_dir=loader_dir)
+    if loader_dir:  # removed when the job is dropped, or at exit (the CLI runs the atexit functions)
+        weakref.finalize(job, shutil.rmtree, loader_dir, True)
     job.worker = preflight(job, progress)
     return job
 
@@ -287,7 +308,7 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         progress(f"full diagnosis of the worst input: {worst}")
         ref = next(r for r in job.refs if r.name == worst)
         prep = Prepared(job.model, job.src.name, job.src.path, job.spec.zoo_name, _feeds_of(job, worst),
-                        f"file {ref.path}", None)
+                        f"loader {job.inputs_dir} ({ref.name})" if job.loader_dir else f"file {ref.path}", None)
         diag, extra = diagnose(prep, config, thresholds=job.thresholds, task_metrics=task_metrics, progress=progress)
         layers = dataset_layers(diag.table, agg)
         facts = dataset_facts(job, store, table, names, n_new, worst, verdict, reasons, jobs, ray)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from toolkit.commands.common import (
     REPORTS_DIR,
     _noop,
@@ -12,16 +10,19 @@ from toolkit.commands.common import (
 )
 from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
-from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics import resolve_thresholds, with_shorthands
+from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.subset import Subset
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
 from toolkit.core.errors import ConfigError, UsageError
+from toolkit.dataset.worker import tensor_order
 from toolkit.diagnose import diagnose, prepare
 from toolkit.dumps.audit import audit_findings
 from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
+from toolkit.source import several_sets
 from toolkit.tuning.advice import fix_config, verify_advice
 
 
@@ -30,22 +31,26 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                      out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
                      percentiles: str | None = None, device_dumps: str | None = None,
                      device_profile: str | None = None, mapping: str | None = None, verify: bool = True,
-                     progress=_noop, subset: Subset | None = None) -> dict:
+                     atol=(), rtol=(), progress=_noop, subset: Subset | None = None) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
     fusion_result.json, plan.json, compile_findings.json and repro/ (when an origin was found).
-    ``inputs`` a folder of .npz: a dataset run (toolkit.commands.dataset.diagnose_dataset; ``jobs``, ``ray``,
-    ``percentiles`` apply only there). ``verify`` (default True): apply and re-run every advised keep_dtype
-    set and search the verified fix as tune does (toolkit.tuning.advice.verify_advice); with a fix, the folder
-    also holds keep_dtype.txt and fixed_config.json (accepted by compile / diagnose ``--config``).
+    ``inputs`` a folder of .npz or a loader script ``file.py[:function]``: a dataset run
+    (toolkit.commands.dataset.diagnose_dataset; ``jobs``, ``ray``, ``percentiles`` apply only there).
+    ``thresholds``: abnormal lines (toolkit.compare.metrics.grammar); ``atol`` / ``rtol``: the ``--atol`` /
+    ``--rtol`` shorthands, appended to them. ``verify`` (default True): apply and re-run every advised
+    keep_dtype set and search the verified fix as tune does (toolkit.tuning.advice.verify_advice); with a fix,
+    the folder also holds keep_dtype.txt and fixed_config.json (accepted by compile / diagnose ``--config``).
     ``device_dumps``: a real device's dump folder compared instead of the simulated run
     (:func:`device_diagnose_command`); ``device_profile`` alone: the precision audit of its data types
     (:func:`profile_audit_command`). ``subset``: compare and keep only those tensors (toolkit.compare.subset;
     a single input only, else ConfigError; the advice is not verified then).
     """
+    thresholds = with_shorthands(thresholds, atol, rtol)
+    lines = resolve_thresholds(thresholds) if thresholds else None  # a bad line is a usage error before any work
     if device_dumps or device_profile or mapping:
-        if inputs and Path(inputs).is_dir():
+        if several_sets(inputs):
             raise UsageError("--device-dumps / --device-profile compare one device run: give the one .npz it ran "
                              "on as --inputs, not a folder")
         _single_input_only(jobs, ray, percentiles)
@@ -57,14 +62,14 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                                            task_metrics=task_metrics, out=out, html=html, progress=progress)
         return profile_audit_command(model, config, device_profile, out=out, progress=progress)
     check_out_for(out, inputs)  # before the model is read (a dataset --out may be resumed)
-    if inputs and Path(inputs).is_dir():
+    if several_sets(inputs):
         if subset is not None and subset.active:
             raise ConfigError(f"{subset.describe()} applies to one input; pass one .npz with --inputs, not a folder")
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
                                 out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
     _single_input_only(jobs, ray, percentiles)
-    lines = resolve_thresholds(thresholds) if thresholds else None
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
+    check_tensors(lines, tensor_order(prep.model))
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress,
                            subset=subset)
     fix = None

@@ -392,8 +392,8 @@ def run_gears_command(model: str | None, config, *, inputs: str | None = None, s
                       out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
     """Run once through the smallest fitting gear (module docstring). Generated random data takes the largest
     gear's shape. Raises UsageError with ``plan`` (one plan.json cannot serve several gears), or a taken
-    ``--out`` / ``--dump`` / ``--output`` (before the model is read)."""
-    check_out(out)  # --out, --dump and --output are refused before the model is read
+    ``--out`` / ``--dump`` / ``--save-outputs`` (before the model is read)."""
+    check_out(out)  # --out, --dump and --save-outputs are refused before the model is read
     check_dump_dir(dump_dir, out)
     check_output_paths(output, dump_dir, out)
     if plan:

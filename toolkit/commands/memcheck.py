@@ -12,7 +12,7 @@ from toolkit.ir.load import load_model
 from toolkit.memcheck.memcheck import memcheck, policy_totals
 from toolkit.memcheck.planio import open_plan, relocate
 from toolkit.report.memory_html import render_memory_report
-from toolkit.source import CONFIG_BIND_FIX, prepare_inputs, resolve_model
+from toolkit.source import prepare_inputs, resolve_model
 
 
 def memcheck_command(model: str | None, config: Config | None, *, plan: str | None = None,
@@ -35,7 +35,7 @@ def memcheck_command(model: str | None, config: Config | None, *, plan: str | No
     progress(f"loading {src.path}")
     m = load_model(src.path)
 
-    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes(), bind_fix=CONFIG_BIND_FIX)
+    feed = prepare_inputs(m, src, inputs, seed, val_range, config.input_shapes())
     progress("compiling")
     if loaded is not None:
         sess = _session_with_plan(m, loaded, plan, config, feed.arrays)

@@ -8,6 +8,7 @@ from toolkit.config.schema import Config
 from toolkit.core.artifacts import write_compile_artifacts
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text, json_safe
 from toolkit.reexec.repro import fp16_tensors_of, write_repro
+from toolkit.report.assets import PLOTLY_FILE
 from toolkit.report.html import render_report
 from toolkit.report.signoff_html import render_signoff
 from toolkit.report.tables import write_tables
@@ -32,6 +33,7 @@ def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html
                            "kernel_times": "kernel_times.csv"})
     if html:
         diag.artifacts["report"] = "index.html"
+        diag.artifacts["plotly.js"] = PLOTLY_FILE  # written beside the page by the render
     files.update(write_tables(diag, folder))
     if html:
         if render is None:

@@ -25,7 +25,7 @@ is truncated with a marker giving its original length (toolkit.logs.textcap); nu
 beyond 1e18 make their record malformed (toolkit.logs.numbers). A file no parser recognises (empty, binary, unknown format) or whose parser fails is
 *skipped* — listed in parse_summary.json, the HTML meta and the summary lines — as long as another file was
 parsed; when no file could be parsed, an InputError names each file, why, and the formats supported (exit
-code 1). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed, and
+code 2, bad input). A recognised file of which nothing could be read (0 records, some malformed) counts as not parsed, and
 so does one that holds no record at all (0 records, no op row, every table empty: e.g. an onnxruntime profile
 with no kernel event): a report of nothing is never written.
 """

@@ -58,6 +58,7 @@ from toolkit.gears.spec import parse_gears
 from toolkit.ir.load import load_model
 from toolkit.profile import advisor as adv
 from toolkit.profile import e2e
+from toolkit.profile.budget import DEFAULT_REQUESTS
 from toolkit.profile.calibrate import device_json
 from toolkit.profile.cost import kernel_costs
 from toolkit.profile.device import DeviceProfile, load_device
@@ -248,8 +249,9 @@ def _shapes_meta(runs: Requests) -> list[dict]:
 
 # ---------------------------------------------------------------- the analysis
 def profile_model(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
-                  post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                  seed: int = 0, device_profile: str | None = None, fusion_ops: str | None = None,
+                  post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
+                  inputs: str | None = None, seed: int = 0, val_range: str | None = None,
+                  device_profile: str | None = None, fusion_ops: str | None = None,
                   holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
                   whatif_gears: str | None = None, progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
@@ -281,6 +283,9 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
                          "calibrated profile)")
     if not 1 <= int(requests) <= MAX_REQUESTS:
         raise UsageError(f"--requests {requests} is out of range; give 1..{MAX_REQUESTS}")
+    if pre is not None and inputs is not None:
+        raise UsageError("--pre and --inputs both say what the requests are fed; give --pre (timed "
+                         "pre-processing) or --inputs (an .npz, a folder of them or a loader file.py:function)")
     dev = load_device(device)
     gears = _gears(whatif_gears) if whatif_gears else None
     pre_fn = e2e.load_callable(pre, "--pre", "pre") if pre is not None else None
@@ -289,7 +294,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
     progress(f"loading {src.path}")
     m = load_model(src.path)
     user_config, config = config, device_config(m, config, dev)
-    runs = run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress)
+    runs = run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress, val_range)
     pre_ms, post_ms = runs.pre_ms, runs.post_ms
     progress(f"cost model and schedule on device {dev.name}")
     _price(runs.plans, dev)
@@ -475,8 +480,9 @@ def _render(r: ProfileResult, folder: Path) -> str:
 
 
 def profile_command(model: str | None, config: Config, *, device: str | None = None, pre: str | None = None,
-                    post: str | None = None, requests: int = 20, advise: bool = True, inputs: str | None = None,
-                    seed: int = 0, out: str | None = None, html: bool = True, device_profile: str | None = None,
+                    post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
+                    inputs: str | None = None, seed: int = 0, out: str | None = None, html: bool = True,
+                    val_range: str | None = None, device_profile: str | None = None,
                     fusion_ops: str | None = None, holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
                     whatif_gears: str | None = None, progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
@@ -488,9 +494,9 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
     stem = Path(str(model)).stem if model else "sample"
     with output_dir(out, REPORTS_DIR, f"{stem}-profile") as folder:
         r = profile_model(model, config, device=device, pre=pre, post=post, requests=requests, advise=advise,
-                          inputs=inputs, seed=seed, device_profile=device_profile, fusion_ops=fusion_ops,
-                          holdout=holdout, whatif_keep_dtype=whatif_keep_dtype, whatif_gears=whatif_gears,
-                          progress=progress)
+                          inputs=inputs, seed=seed, val_range=val_range, device_profile=device_profile,
+                          fusion_ops=fusion_ops, holdout=holdout, whatif_keep_dtype=whatif_keep_dtype,
+                          whatif_gears=whatif_gears, progress=progress)
         progress("writing the profile")
         files = write_outputs(r, folder, config, html)
     lines = summary_lines(r)

@@ -43,7 +43,7 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
     output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
     symbolic dim given two sizes), InputError for inputs that do not fit the model or input_shape."""
-    check_out(out)  # --out, --dump and --output are refused before the model is read
+    check_out(out)  # --out, --dump and --save-outputs are refused before the model is read
     check_dump_dir(dump_dir, out)
     check_output_paths(output, dump_dir, out)
     loaded = None

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from toolkit.commands.common import (
     REPORTS_DIR,
     _noop,
@@ -12,31 +10,38 @@ from toolkit.commands.common import (
 )
 from toolkit.commands.dataset import signoff_dataset
 from toolkit.commands.outputs import signoff_lines, write_signoff
-from toolkit.compare.metrics import resolve_thresholds
+from toolkit.compare.metrics import resolve_thresholds, with_shorthands
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import output_dir
 from toolkit.signoff.policy import load_policy
 from toolkit.signoff.run import run_signoff
+from toolkit.source import several_sets
 
 
 def signoff_command(model: str | None, policy_path: str, config: Config, *, config_path: str | None = None,
                     inputs: str | None = None, thresholds: str | None = None, out: str | None = None,
                     html: bool = True, jobs: int = 1, ray: str | None = None, percentiles: str | None = None,
-                    progress=_noop) -> dict:
+                    seed: int = 0, val_range: str | None = None, atol=(), rtol=(), progress=_noop) -> dict:
     """Evaluate a signoff policy (toolkit.signoff) and write the folder: signoff.html (``html``), summary.json
     (policy, model/config sha256, environment, every criterion with evidence), junit.xml (one testcase per
     criterion), criteria.csv, result.csv (first input set), plan.json, compile.log, fusion_result.json.
     ``inputs`` a folder of .npz: a dataset run (toolkit.commands.dataset.signoff_dataset: streamed, ``jobs``
-    processes or a Ray cluster, resumable; adds dataset.csv and inputs.csv)."""
+    processes or a Ray cluster, resumable; adds dataset.csv and inputs.csv); so is a loader script
+    ``file.py[:function]``. Abnormal lines: the policy's ``[layers] thresholds``, then ``thresholds``, then the
+    ``atol`` / ``rtol`` shorthands (later items win). ``seed`` / ``val_range``: generated inputs (no ``inputs``)."""
+    lines_text = with_shorthands(thresholds, atol, rtol)
+    if lines_text:
+        resolve_thresholds(lines_text)  # a bad line is a usage error before any work
     check_out_for(out, inputs)  # before the policy, the model or the inputs are read
     policy = load_policy(policy_path)
-    if inputs and Path(inputs).is_dir():
+    thresholds = ",".join(filter(None, [policy.thresholds(), lines_text])) or None
+    if several_sets(inputs):
         return signoff_dataset(model, policy, config, config_path=config_path, inputs=inputs, thresholds=thresholds,
                                out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
     _single_input_only(jobs, ray, percentiles)
     lines = resolve_thresholds(thresholds) if thresholds else None
-    run = run_signoff(model, policy, config, inputs=inputs, config_path=config_path, thresholds=lines,
-                      progress=progress)
+    run = run_signoff(model, policy, config, inputs=inputs, config_path=config_path, thresholds=lines, seed=seed,
+                      val_range=val_range, progress=progress)
     with output_dir(out, REPORTS_DIR, f"{run.summary['model_name']}-signoff") as folder:
         progress("writing the signoff")
         files = write_signoff(run, folder, html)

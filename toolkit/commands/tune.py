@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolkit.commands.common import REPORTS_DIR, _noop, count_change
+from toolkit.compare.metrics import with_shorthands
 from toolkit.compare.tasks import TASKS, load_task
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
@@ -23,21 +24,24 @@ from toolkit.tuning.tune import (
 
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                  target: str | None = None, task_metrics=(), out: str | None = None, html: bool = True,
-                 progress=_noop, max_inputs: int | None = None) -> dict:
+                 progress=_noop, max_inputs: int | None = None, val_range: str | None = None, atol=(),
+                 rtol=()) -> dict:
     """Run :func:`toolkit.tuning.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
     line), tuned_config.json (accepted by compile/diagnose --config), summary.json, ranking.csv, ranges.csv and
     tune.html. ``met`` in the result says whether the target holds on every input. ``max_inputs``: most input
     sets ``inputs`` may give (default toolkit.tuning.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
-    condition no output's dtype admits is a UsageError before the inputs are read."""
+    condition no output's dtype admits is a UsageError before the inputs are read. ``atol`` / ``rtol``: the
+    ``--atol`` / ``--rtol`` shorthands, appended to the target (to the default target when none is given), where
+    they replace a condition on the same metric. ``val_range``: the range of generated inputs (no ``inputs``)."""
     import dataclasses
 
     check_out(out)  # a taken --out and a bad target are usage errors before any work
-    parsed_target = parse_target(target or DEFAULT_TARGET)
+    parsed_target = parse_target(with_shorthands(target or DEFAULT_TARGET, atol, rtol))
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    check_target_outputs(m, parsed_target, "--target" if target else "the default target")
-    feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes(), max_inputs or DEFAULT_MAX_SETS)
+    check_target_outputs(m, parsed_target, "--target" if target or atol or rtol else "the default target")
+    feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes(), max_inputs or DEFAULT_MAX_SETS, val_range)
     progress(f"{len(feeds)} input set(s)")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]

@@ -54,6 +54,8 @@ class Diagnosis:
         triage: {"stage", "fp32_first_divergence", "evidence"} of the force_fp32 re-run.
         environment: package versions, CPU, threads, relevant environment variables.
         artifacts: {label: relative file name} of every file written next to the report.
+        neighbourhood: DataFrame (Src, Dst, Tensor) of the edges around the origin nodes and on to the graph
+            outputs (toolkit.ir.neighbourhood); empty when no origin was found. Drawn by the report's graph view.
     """
 
     summary: dict
@@ -68,3 +70,4 @@ class Diagnosis:
     triage: dict = field(default_factory=dict)
     environment: dict = field(default_factory=dict)
     artifacts: dict = field(default_factory=dict)
+    neighbourhood: pd.DataFrame = field(default_factory=pd.DataFrame)

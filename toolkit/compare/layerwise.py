@@ -113,7 +113,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                "Kernel": "", "KernelIndex": -1, "GroundTruth": name,
                "Precision": "fp16" if stored is not None and stored.dtype == "float16" else "fp32"}
         if name in golden and name in device:
-            row.update(compare_tensors(device[name], golden[name], thresholds=thresholds))
+            row.update(compare_tensors(device[name], golden[name], thresholds=thresholds, tensor=name))
         rows.append(row)
         idx += 1
     for node in model.graph.node:
@@ -158,7 +158,7 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
                 noise = None
                 if use_noise and k is not None and k.name in reads16:
                     noise = allowed[t] = noise_allowance(k, t, ins.get(k.name, []), allowed, absmax)
-                row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise))
+                row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise, tensor=t))
             rows.append(row)
     df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
     df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")
@@ -194,7 +194,8 @@ STORAGE_ROUNDING = "FP16StorageRounding"
 def _mark_storage_origin(df: pd.DataFrame, i, thresholds) -> None:
     """Row ``i`` (a tensor whose FP16 storage destroys a consumer's result) becomes an abnormal origin; its
     ``AbnormalMetrics`` are the lines its metrics cross once the noise allowance no longer excuses them."""
-    crossed = [m for m, line in resolve_thresholds(thresholds).items()
+    lines = resolve_thresholds(thresholds).for_tensor(df.at[i, "TensorName"])
+    crossed = [m for m, line in lines.items()
                if m in df.columns and METRICS[m].is_abnormal(df.at[i, m], line)]
     df.at[i, "AbnormalMetrics"] = crossed or [STORAGE_ROUNDING]
     df.at[i, "Abnormal"] = True

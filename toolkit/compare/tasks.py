@@ -11,7 +11,7 @@ A check whose return value breaks these rules (not a dict, a key missing, a wron
 *failing* task check whose detail names the function and what was wrong (:func:`validate_result`); a check that
 raises is a failing task check "raised <Exception>: ...". Neither ends the run; a check (or its module's
 import) that calls ``sys.exit()`` or raises another BaseException but KeyboardInterrupt is a one-line error
-(exit 1, :mod:`toolkit.core.usercode`). Built-ins (selected by zoo name):
+(exit 2, :mod:`toolkit.core.usercode`). Built-ins (selected by zoo name):
 
 - ``ppocr_det``: IoU of the binarised probability maps (threshold 0.3), passes at >= 0.95;
 - ``ppocr_rec``: CTC greedy decoding with the dictionary in the model's ``character`` metadata: texts equal;
@@ -141,7 +141,7 @@ def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> 
 
     Raises:
         UserError: the check raised SystemExit (sys.exit(), any code) or another BaseException that is not
-            KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 1.
+            KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 2.
     """
     label = check_label(fn)
     res, exc = usercode.capture(fn, golden, npu, model, what=f"task check {label}")

@@ -185,16 +185,18 @@ def storable(value, name: str = "array") -> np.ndarray:
                      "model return a tensor there (e.g. ConcatFromSequence)")
 
 
-def save_npz(file, arrays) -> None:
+def save_npz(file, arrays, fixed_time: bool = False) -> None:
     """Write ``arrays`` ({key: value}) as an .npz (a zip of .npy members named ``<key>.npy``, uncompressed, as
     ``np.savez`` writes it: numpy.lib.format) into ``file`` (a path or a binary file object), every value through
     :func:`storable` and without pickle, so ``np.load(file, allow_pickle=False)`` reads every key back. Keys are
     written as given, also ``file`` or ``allow_pickle`` (which ``np.savez(**arrays)`` would take as its own
-    arguments). Raises ModelError (:func:`storable`)."""
+    arguments). ``fixed_time``: every member dated 1980-01-01, so the same arrays give the same bytes (a file
+    whose sha256 identifies its data). Raises ModelError (:func:`storable`)."""
     members = {str(key): storable(value, str(key)) for key, value in arrays.items()}
     with zipfile.ZipFile(file, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
         for key, arr in members.items():
-            with zf.open(f"{key}.npy", "w", force_zip64=True) as fh:
+            name = zipfile.ZipInfo(f"{key}.npy", date_time=(1980, 1, 1, 0, 0, 0)) if fixed_time else f"{key}.npy"
+            with zf.open(name, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
 
 
@@ -211,15 +213,15 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     ``<U``, ml_dtypes arrays in their exact standard dtype (docs/array-files.md). Raises UsageError (the path),
     ModelError (a value with no array form)."""
     if path.exists():
-        raise UsageError(f"output file '{path}' already exists; choose another --output")
+        raise UsageError(f"output file '{path}' already exists; choose another --save-outputs")
     if not path.parent.is_dir():
-        raise UsageError(f"--output '{path}': folder '{path.parent}' does not exist; create it or choose another path")
+        raise UsageError(f"--save-outputs '{path}': folder '{path.parent}' does not exist; create it or choose another path")
     tmp = path.with_name(path.name + ".tmp.npz")
     try:
         save_npz(tmp, arrays)
         os.replace(tmp, path)
     except OSError as exc:
-        raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --output") from None
+        raise UsageError(f"cannot write '{path}' ({exc.strerror}); choose a writable --save-outputs") from None
     finally:
         tmp.unlink(missing_ok=True)
     return path

@@ -10,7 +10,7 @@ Exception`` around user code lets it through and the command ends with the user'
 :func:`import_file`), which turns ``SystemExit`` (any code) and every other
 ``BaseException`` that is not :class:`KeyboardInterrupt` (GeneratorExit, a custom BaseException subclass,
 an exception group of them) into one line naming the hook: ``<what> raised SystemExit(0): sys.exit() would
-end npuscope; ...`` (a :class:`toolkit.core.errors.UserError`, exit 1, or the subclass the caller names).
+end npuscope; ...`` (a :class:`toolkit.core.errors.UserError`, exit 2, or the subclass the caller names).
 KeyboardInterrupt (Ctrl-C) keeps its meaning. Ordinary exceptions are the caller's business: each hook has
 its own contract for them (a task check that raises is a failing check; a loader that raises is an error),
 unless the caller passes ``exceptions=True``.
@@ -50,7 +50,7 @@ def call(fn: Callable, *args, what: str, error: type[UserError] = UserError, exc
 
     Args:
         what: how the message names the hook, e.g. ``"task check mod:fn"`` or ``"--pre"``.
-        error: the UserError subclass raised (default UserError, exit 1).
+        error: the UserError subclass raised (default UserError, exit 2).
         exceptions: also turn an ordinary Exception into ``error`` (default False: it propagates unchanged).
         when: placed after the exception's name, e.g. ``"on request 3"``.
 

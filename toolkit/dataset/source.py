@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.artifacts import save_npz
 from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed
+from toolkit.inputs.loader import load_sets, split_spec
 from toolkit.inputs.npz import restore_declared
 from toolkit.inputs.npzread import npz_headers, read_npz
 from toolkit.inputs.validate import conform_feed
@@ -127,3 +129,28 @@ def header_feed(ref: InputRef) -> dict[str, np.ndarray] | None:
         native = h.dtype.newbyteorder("=") if h.dtype.byteorder not in ("=", "|") else h.dtype  # as load_feed
         feed[key] = np.broadcast_to(np.zeros((), native), h.shape)
     return feed
+
+
+#: Most sets a loader may give to a dataset run (they are held in memory once, then written as files).
+MAX_LOADER_SETS = 1000
+
+
+def write_loader_sets(spec: str, specs, folder: str | Path, max_sets: int = MAX_LOADER_SETS) -> list[str]:
+    """Write every set the loader script ``spec`` gives (toolkit.inputs.loader: called once, each set checked
+    against the model's ``specs``) into ``folder`` as ``<script>-00000.npz``, ``<script>-00001.npz``, ... with
+    fixed timestamps (toolkit.core.artifacts.save_npz): the same sets give the same bytes, so a dataset run over
+    them resumes as a run over a folder does. Returns the file names.
+
+    Raises:
+        InputError: as toolkit.inputs.loader.load_sets, or more than ``max_sets`` sets.
+    """
+    too_many = (f"the limit for a loader in a dataset run ({max_sets}; its sets are held in memory once); write "
+                "them as .npz files into a folder and pass the folder, which is streamed whatever its size")
+    stem = split_spec(spec)[0].stem
+    names = []
+    for i, (_, feed) in enumerate(load_sets(spec, specs, max_sets, too_many)):
+        name = f"{stem}-{i:05d}.npz"
+        with open(Path(folder) / name, "wb") as fh:
+            save_npz(fh, feed, fixed_time=True)
+        names.append(name)
+    return names

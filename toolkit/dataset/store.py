@@ -24,7 +24,7 @@ Report files are (re)written at the end.
 One run at a time: a run holds an exclusive lock on ``.npuscope-run.lock`` in the folder (``fcntl.flock``,
 taken before the folder's contents are inspected, released and removed at exit; the kernel releases it when
 the process dies, so a crashed run leaves no stale lock and can be resumed). A second run on the same folder is
-refused with a one-line UserError (exit 1) naming the holder's pid.
+refused with a one-line UserError (exit 2) naming the holder's pid.
 """
 
 from __future__ import annotations

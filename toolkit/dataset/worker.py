@@ -210,7 +210,7 @@ class Worker:
         verdict, reasons = _verdict(df, self.outputs, tasks, "none", sess.compiled.findings,
                                     kernels=len(sess.compiled.plan.kernels))
         first = first_divergence(df)
-        outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds)
+        outputs = {o: _output_row(timed.outputs[o], golden[o], self.spec.thresholds, o)
                    for o in self.outputs if o in golden and o in timed.outputs}
         rows, values = self._values(df)
         meta = {"input": name, "sha256": sha, "status": "ok", "error": "", "verdict": verdict, "reasons": reasons,
@@ -236,8 +236,8 @@ class Worker:
         return pos[keep].astype(np.int32), np.ascontiguousarray(values[keep])
 
 
-def _output_row(device, golden, thresholds) -> dict:
-    row = compare_tensors(device, golden, thresholds=thresholds)
+def _output_row(device, golden, thresholds, name: str | None = None) -> dict:
+    row = compare_tensors(device, golden, thresholds=thresholds, tensor=name)
     out = {}
     for k in OUTPUT_KEYS:
         v = row.get(k)

@@ -64,7 +64,7 @@ def compare_pair(i: int, p: Pair, thresholds: dict[str, float] | None) -> dict:
         missing = p.reason or ("no golden dump" if p.golden is None else "no target dump" if p.target is None else "")
         row["CompareFailReason"] = "; ".join(filter(None, [missing] + errors))
         return row
-    row.update(compare_tensors(x, y, thresholds=thresholds))
+    row.update(compare_tensors(x, y, thresholds=thresholds, tensor=p.tensor))
     return row
 
 

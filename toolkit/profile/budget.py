@@ -14,7 +14,7 @@ from toolkit.profile.device import load_device
 from toolkit.profile.e2e import run_e2e, throughput
 from toolkit.profile.schedule import device_graph, makespan_us, simulate
 
-#: requests simulated for the throughput figure when none is given
+#: requests simulated when none is given: a policy's [latency] throughput figure and `npuscope profile --requests`
 DEFAULT_REQUESTS = 32
 
 

@@ -1,8 +1,9 @@
 """The requests of ``npuscope profile``: one compiled plan per distinct feed shape (toolkit.commands.profile's
 module docstring explains the whole run).
 
-Request i: ``pre(i)`` (timed for real) gives its feed, or every request uses the one usual feed (--inputs, the
-model's realistic input or seeded random data); the feed runs on the plan compiled for *its* shapes and ``post``
+Request i: ``pre(i)`` (timed for real) gives its feed, or it takes input set i mod n of --inputs (an .npz, a folder
+of them or a loader script: toolkit.source.input_sets; without --inputs the model's realistic input or seeded
+random data); the feed runs on the plan compiled for *its* shapes and ``post``
 (timed for real) gets *that request's* outputs (a fresh copy). A plan is compiled the first time its shapes are
 seen (one warm-up and one measured run); a feed equal to the previous one of its plan reuses its outputs. More
 than :data:`MAX_PLANS` distinct shapes are refused (InputError).
@@ -21,10 +22,12 @@ from toolkit.inputs import check_feed, input_specs
 from toolkit.inputs.validate import conform_feed
 from toolkit.profile import e2e
 from toolkit.profile.schedule import makespan_us
-from toolkit.source import prepare_inputs
+from toolkit.source import input_sets
 
 #: At most this many distinct feed shapes (one compiled plan each) per run.
 MAX_PLANS = 8
+#: At most this many --inputs sets (all held in memory; the requests take them in turn).
+MAX_INPUT_SETS = 1000
 
 
 def run_measured(m, config, feed, progress, note: str = ""):
@@ -122,10 +125,14 @@ class Requests:
     post_ms: list[float]
 
 
-def _fixed_feed(m, src, config, inputs, seed, progress) -> dict:
-    feed = prepare_inputs(m, src, inputs, seed, None, config.input_shapes())
-    progress(f"inputs: {feed.origin}")
-    return feed.arrays
+def _feed_sets(m, src, config, inputs, seed, val_range, progress) -> list[dict]:
+    """The feeds requests take in turn without --pre: every set of --inputs (an .npz, a folder, a loader:
+    toolkit.source.input_sets), else the usual default feed."""
+    sets = input_sets(m, src, inputs, seed, val_range, config.input_shapes(), MAX_INPUT_SETS,
+                      f"profile's limit ({MAX_INPUT_SETS}); requests take the sets in turn, so a few that cover "
+                      "the shapes to profile are enough")
+    progress(f"inputs: {sets[0][0]}" if len(sets) == 1 else f"inputs: {len(sets)} sets from {inputs}, taken in turn")
+    return [arrays for _, arrays in sets]
 
 
 def _pre_feed(pre_fn, i: int, specs) -> tuple[float, dict]:
@@ -148,7 +155,7 @@ def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, pr
     if label in plans:
         return plans[label]
     if len(plans) >= MAX_PLANS:
-        raise InputError(f"--pre returned a feed of shape {label} on request {i}, the {len(plans) + 1}th distinct "
+        raise InputError(f"--pre / --inputs gave a feed of shape {label} on request {i}, the {len(plans) + 1}th distinct "
                          f"shape; profile compiles one plan per feed shape, at most {MAX_PLANS}: pad the inputs to "
                          "a few fixed shapes in pre-processing, or profile each shape on its own")
     note = f" for feed {label} (request {i})" if plans else ""
@@ -158,12 +165,13 @@ def _plan_for(plans: dict[str, PlanRun], label: str, m, config, feed, i: int, pr
     return plan
 
 
-def run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress) -> Requests:
+def run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progress, val_range=None) -> Requests:
     """Run every request as the module docstring says: pre(i) (timed) gives its feed, the plan of the feed's
-    shapes runs it, post(i) (timed) gets *its* outputs. Without --pre every request uses the one usual feed."""
+    shapes runs it, post(i) (timed) gets *its* outputs. Without --pre request i takes input set i mod n of
+    --inputs (one set: every request uses it)."""
     specs = input_specs(m)
     names = [s.name for s in specs]
-    fixed = None if pre_fn else _fixed_feed(m, src, config, inputs, seed, progress)
+    fixed = None if pre_fn else _feed_sets(m, src, config, inputs, seed, val_range, progress)
     if pre_fn is not None or post_fn is not None:
         progress(f"running {requests} request(s) through the user's "
                  + " and ".join(x for x, f in (("pre", pre_fn), ("post", post_fn)) if f) + "-processing")
@@ -173,7 +181,7 @@ def run_requests(m, src, config, pre_fn, post_fn, requests, inputs, seed, progre
             ms, feed = _pre_feed(pre_fn, i, specs)
             out.pre_ms.append(ms)
         else:
-            feed = fixed
+            feed = fixed[i % len(fixed)]
         label = feed_label(feed, names)
         plan = _plan_for(out.plans, label, m, config, feed, i, progress)
         plan.requests.append(i)

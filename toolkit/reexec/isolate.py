@@ -135,7 +135,7 @@ def _judge_fp32(model, nodes, golden, device, t, stored, thresholds, noise) -> d
         out = run_subgraph(model, nodes, feeds, outputs=[t])
     except Exception:  # a node onnxruntime cannot run alone, a boundary without reference value: no verdict
         return None
-    return compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise) if t in out else None
+    return compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise, tensor=t) if t in out else None
 
 
 def _inherited_noise(kernel, tensor: str, inputs, owner: dict, golden: dict) -> dict[str, float]:

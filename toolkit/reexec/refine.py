@@ -64,7 +64,7 @@ def refine_origins(df: pd.DataFrame, runtime, golden: dict, thresholds=None) -> 
             continue
         k = kernels[kname]
         noise = expected_noise(k.op_class)
-        row = compare_tensors(local[t], golden[t], thresholds=thresholds, expected_noise=noise)
+        row = compare_tensors(local[t], golden[t], thresholds=thresholds, expected_noise=noise, tensor=t)
         df.at[i, "LocalCosineSimilarity"] = row.get("CosineSimilarity")
         df.at[i, "LocalRelativeEuclideanDistance"] = row.get("RelativeEuclideanDistance")
         bad = bool(row["Abnormal"] or row["OverFlow"])
@@ -138,7 +138,7 @@ def _storage_culprits(runtime, k, t: str, golden: dict, thresholds, noise) -> di
         out = isolate(runtime, k.name, golden, stored=set(which))
         if out is None or t not in out:
             return None
-        r = compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise)
+        r = compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise, tensor=t)
         return r if (r["Abnormal"] or r["OverFlow"]) else None
 
     together = probe(stored)

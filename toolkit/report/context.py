@@ -158,6 +158,88 @@ def verdict_section(diag: Diagnosis) -> dict:
                         for k, v in (s.get("timings_ms") or {}).items()]}
 
 
+#: The sentence under the verdict: can the model ship (PASS / WARN / FAIL).
+SHIP_TEXT = {
+    "PASS": "Can ship: every graph output and task check holds within the abnormal lines.",
+    "WARN": ("Can ship with care: {what}. Apply the fix below so that other inputs do not carry the error on to an "
+             "output."),
+    "FAIL": "Do not ship: {what}.",
+}
+
+
+def _first_finding(diag: Diagnosis, kinds=("compile_stage_fault", "first_divergence")):
+    for f in diag.findings:
+        if getattr(f, "kind", None) in kinds:
+            return f
+    return None
+
+
+def _why(first: dict, lines: dict) -> str:
+    """One line of evidence for the origin ``first`` (a first_divergence record)."""
+    ev = first.get("evidence") or {}
+    sr = ev.get("storage_rounding")
+    if isinstance(sr, dict) and sr.get("metric"):
+        return (f"its FP16 storage breaks {sr.get('consumer_node')} ({sr.get('consumer_op_type')}): "
+                f"{sr['metric']} {fmt(sr.get('exact_value'))} on the exact values, {fmt(sr.get('stored_value'))} "
+                "on them rounded to FP16 as the plan stores them")
+    ov = ev.get("overflow")
+    if isinstance(ov, dict):
+        return "FP16 overflow: " + fmt(ov)
+    parts = []
+    for metric in ev.get("abnormal_metrics") or []:
+        if metric in ev and metric in lines:
+            parts.append(f"{metric} {fmt(ev[metric])} (line {fmt(lines[metric])})")
+        else:
+            parts.append(str(metric))
+    return "; ".join(parts) or fmt({k: ev[k] for k in ("CosineSimilarity", "MaxAbsoluteError") if k in ev})
+
+
+def _restores(diag: Diagnosis, first: dict, stage: str) -> str:
+    ev = first.get("evidence") or {}
+    sr = ev.get("storage_rounding")
+    if isinstance(sr, dict) and sr.get("metric"):
+        return (f"{sr.get('consumer_node')}'s {sr['metric']} back to {fmt(sr.get('exact_value'))}: measured by "
+                "re-running it alone on the exact (unrounded) reference inputs")
+    checked = (diag.triage or {}).get("fp32_tensors_checked")
+    if stage == "precision":
+        return ("the reference's values: the same plan re-run in force_fp32 matches the FP32 reference"
+                + (f" at all {checked} tensors checked" if checked else ""))
+    if stage == "compile":
+        return "nothing a precision setting can: the plan diverges even in force_fp32 (a rewrite or fusion)"
+    return ""
+
+
+def answer_section(diag: Diagnosis) -> dict:
+    """The first screen of a diagnose page: {"label", "css", "ship", "where": facts, "why", "fix": {"text",
+    "how"} | None, "restores", "recommendation", "found"} from the summary, the stage's first divergence and its
+    finding (the fix is that finding's evidence keep_dtype, as a config file to pass with --config)."""
+    s = diag.summary
+    verdict = str(s.get("verdict", "UNKNOWN"))
+    reasons = [fmt(r) for r in s.get("reasons") or []]
+    what = "; ".join(reasons) or "see the findings"
+    ship = SHIP_TEXT.get(verdict, "{what}").format(what=what)
+    tri = diag.triage or {}
+    stage = str(s.get("stage") or tri.get("stage") or "none")
+    first = (tri.get("fp32_first_divergence") if stage == "compile" else s.get("first_divergence")) or {}
+    finding = _first_finding(diag)
+    out = {"label": verdict, "css": VERDICT_CSS.get(verdict, "info"), "ship": ship, "found": bool(first),
+           "where": [], "why": "", "fix": None, "restores": "",
+           "recommendation": fmt(finding.recommendation) if finding is not None else ""}
+    if not first:
+        return out
+    lines = s.get("thresholds") if isinstance(s.get("thresholds"), dict) else {}
+    out["where"] = [{"key": k, "value": fmt(first.get(k))} for k in ("node", "op_type", "kernel", "precision", "tensor")
+                    if not is_missing(first.get(k)) and first.get(k) != ""]
+    out["why"] = _why(first, lines)
+    keep = (finding.evidence or {}).get("keep_dtype") if finding is not None else None
+    if keep:
+        items = ", ".join('"' + str(k).replace("\\", "\\\\").replace('"', '\\"') + '"' for k in keep)
+        out["fix"] = {"text": f"keep_dtype = [{items}]",
+                      "how": "save as fix.toml (or add the line to your config) and pass --config fix.toml"}
+    out["restores"] = _restores(diag, first, stage)
+    return out
+
+
 def _divergence_run(title: str, first: dict | None) -> dict:
     if not first:
         return {"title": title, "found": False, "facts": [], "evidence": []}
@@ -182,9 +264,17 @@ def triage_section(diag: Diagnosis) -> dict:
             "facts": facts(extra)}
 
 
+#: Card order of the findings: errors first, then warnings, then the rest (the advisor's order within each).
+SEVERITY_ORDER = {"error": 0, "warning": 1}
+
+
 def findings_section(diag: Diagnosis) -> dict:
+    """{"count", "rows": [{"severity", "css", "kind", "subject", "evidence" (facts), "recommendation"}]}, errors
+    first (:data:`SEVERITY_ORDER`)."""
     out = []
-    for f in diag.findings:
+    ordered = sorted(diag.findings, key=lambda f: SEVERITY_ORDER.get(
+        str(f.get("severity") if isinstance(f, dict) else getattr(f, "severity", "")), 2))
+    for f in ordered:
         d = f.to_dict() if hasattr(f, "to_dict") else dict(f)
         sev = str(d.get("severity", ""))
         ev = d.get("evidence")
@@ -201,29 +291,65 @@ def tasks_section(diag: Diagnosis) -> list[dict]:
              "detail": fmt(t.get("detail"))} for t in diag.tasks]
 
 
+def compared_mask(t: pd.DataFrame) -> pd.Series:
+    """Rows that carry metrics: CompareFailReason empty (folded constants, fused-away and skipped tensors have
+    a reason)."""
+    if "CompareFailReason" not in t.columns:
+        return pd.Series(True, index=t.index)
+    return t["CompareFailReason"].fillna("").astype(str).str.strip() == ""
+
+
 def table_section(diag: Diagnosis) -> dict:
-    """The per-tensor table: {"columns", "rows_html" (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
-    "n_rows", "n_abnormal", "n_origin"}. Columns: LEADING_COLUMNS first, then the rest in table order."""
+    """The per-tensor table: {"columns" ([{"name", "num"}]: num for the columns sorted as numbers), "rows_html"
+    (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
+    "n_rows", "n_abnormal", "n_origin", "n_compared", "n_uncompared"}. Columns: LEADING_COLUMNS first, then the
+    rest in table order. Rows: the compared tensors in execution order, then those without metrics (folded
+    constants, fused away: css ``uncompared``, hidden until the page's toggle shows them)."""
     t = diag.table
+    if t.empty:
+        return {"columns": [], "rows_html": [], "n_rows": 0, "n_abnormal": 0, "n_origin": 0, "n_compared": 0,
+                "n_uncompared": 0}
+    compared = compared_mask(t)
+    order = list(np.flatnonzero(compared.to_numpy())) + list(np.flatnonzero(~compared.to_numpy()))
+    t = t.iloc[order]
     cols = [c for c in LEADING_COLUMNS if c in t.columns] + [c for c in t.columns if c not in LEADING_COLUMNS]
     abnormal = (t["Abnormal"].fillna(False).astype(bool) if "Abnormal" in t.columns
                 else pd.Series(False, index=t.index)).tolist()
-    origin = origin_mask(diag).tolist()
-    css = [" ".join(c for c, on in (("abnormal", a), ("origin", o)) if on) for a, o in zip(abnormal, origin)]
+    origin = origin_mask(diag).iloc[order].tolist()
+    done = compared.iloc[order].tolist()
+    css = [" ".join(c for c, on in (("abnormal", a), ("origin", o), ("uncompared", not d)) if on)
+           for a, o, d in zip(abnormal, origin, done)]
     mark = ["origin" if o else ("abnormal" if a else "") for a, o in zip(abnormal, origin)]
-    counts = {"n_rows": len(t), "n_abnormal": int(sum(abnormal)), "n_origin": int(sum(origin))}
-    if t.empty:
-        return {"columns": [], "rows_html": [], **counts}
-    return {"columns": [str(c) for c in cols], "rows_html": rows_html(t[cols], css, mark), **counts}
+    nodes = t["NodeName"].astype(str).tolist() if "NodeName" in t.columns else [""] * len(t)
+    counts = {"n_rows": len(t), "n_abnormal": int(sum(abnormal)), "n_origin": int(sum(origin)),
+              "n_compared": int(sum(done)), "n_uncompared": len(t) - int(sum(done))}
+    return {"columns": [{"name": str(c), "num": is_numeric(t[c]) and t[c].dtype.kind != "b"} for c in cols],
+            "rows_html": rows_html(t[cols], css, mark, nodes), **counts}
+
+
+def is_numeric(col: pd.Series) -> bool:
+    """A numpy float, int or bool column (its cells need no escaping; the page sorts them as numbers)."""
+    return isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiub"
 
 
 def _column_html(col: pd.Series) -> list[str]:
-    """``<td>`` cells of one column: ``data-v`` holds the sort key of numbers; text escaped with
-    markupsafe.escape unless the column is numeric (digits, signs, '.', 'e', 'inf' need no escaping)."""
+    """``<td>`` cells of one column, end tags omitted (HTML allows it before the next cell or the row's end; it
+    halves a large table). Text escaped with markupsafe.escape unless the column is numeric (digits, signs,
+    '.', 'e', 'inf' need no escaping). The page sorts a numeric column by its text (``data-num`` on its
+    header); ``data-v`` holds the number only where the text does not read as a finite one (inf, nan), and in
+    other columns for the numbers among their values."""
     texts, sorts = column_cells(col)
-    if not (isinstance(col.dtype, np.dtype) and col.dtype.kind in "fiub"):
-        texts = escape_all(texts)
-    return [f'<td data-v="{sort}">{text}</td>' if sort else f"<td>{text}</td>" for text, sort in zip(texts, sorts)]
+    if not is_numeric(col):  # numbers among other values keep their sort key
+        return [f'<td data-v="{sort}">{text}' if sort else f"<td>{text}" for text, sort in zip(escape_all(texts), sorts)]
+    if col.dtype.kind == "b":
+        return [f"<td>{text}" for text in texts]
+    out = []
+    for text, sort in zip(texts, sorts):
+        if sort and text in ("inf", "-inf", "nan"):
+            out.append(f'<td data-v="{sort}">{text}')
+        else:
+            out.append(f"<td>{text}")
+    return out
 
 
 def escape_all(texts: list[str]) -> list[str]:
@@ -235,13 +361,15 @@ def escape_all(texts: list[str]) -> list[str]:
     return str(escape(joined)).split("\x00")
 
 
-def rows_html(df: pd.DataFrame, row_css: list[str], row_mark: list[str]) -> list[Markup]:
-    """One ``<tr>`` per row of ``df``: a mark cell, then a cell per column. Thousands of rows: built a column
-    at a time here (every model-derived string escaped with markupsafe.escape) rather than by a per-cell
-    template loop, which dominated report time on large models."""
+def rows_html(df: pd.DataFrame, row_css: list[str], row_mark: list[str], nodes: list[str] | None = None) -> list[Markup]:
+    """One ``<tr>`` per row of ``df``: a mark cell, then a cell per column; ``nodes`` (the row's NodeName) goes
+    into ``data-node`` for the graph view. Thousands of rows: built a column at a time here (every
+    model-derived string escaped with markupsafe.escape) rather than by a per-cell template loop, which
+    dominated report time on large models."""
     cells = [_column_html(df.iloc[:, j]) for j in range(df.shape[1])]
-    heads = [f'<tr class="{escape(c)}"><td>{escape(m)}</td>' if c else f"<tr><td>{escape(m)}</td>"
-             for c, m in zip(row_css, row_mark)]
+    nodes = nodes if nodes is not None else [""] * len(row_css)
+    heads = [(f'<tr class="{escape(c)}"' if c else "<tr") + (f' data-node="{escape(n)}"' if n else "")
+             + f"><td>{escape(m)}" for c, m, n in zip(row_css, row_mark, nodes)]
     return [Markup(head + "".join(row) + "</tr>") for head, row in zip(heads, zip(*cells))]
 
 
@@ -338,6 +466,7 @@ def build_context(diag: Diagnosis, out_dir=None, figures: dict | None = None, pa
         "title": f"npuscope diagnosis: {fmt(title)}",
         "generated": _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M:%S %Z"),
         "verdict": verdict_section(diag),
+        "answer": answer_section(diag),
         "triage": triage_section(diag),
         "findings": findings_section(diag),
         "tasks": tasks_section(diag),

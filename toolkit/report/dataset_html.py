@@ -21,7 +21,7 @@ from toolkit.report.html import (
     TEMPLATE,
     build_figures,
     environment,
-    plotly_js,
+    plotly_src,
     script_json,
 )
 
@@ -82,10 +82,11 @@ def dataset_section(layers: pd.DataFrame, inputs: pd.DataFrame, facts: dict, fig
 def render_dataset_report(diag, out_dir: Path, layers: pd.DataFrame, inputs: pd.DataFrame, facts: dict,
                           filename: str = "index.html") -> Path:
     """index.html: the worst input's diagnosis report with the dataset section. Returns its path."""
+    src = plotly_src(out_dir)  # first: the artifacts table shows the bundle's size
     figs = {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in build_figures(diag).items()}
     dfig = {"id": "fig-dataset", "json": script_json(cosine_figure(layers, facts.get("percentiles") or []).to_json())}
     ctx = context.build_context(diag, Path(out_dir), figs)
     ctx["dataset"] = dataset_section(layers, inputs, facts, dfig)
     path = Path(out_dir) / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=src))
     return path

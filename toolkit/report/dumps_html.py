@@ -15,7 +15,7 @@ from toolkit.report.html import (
     TEMPLATE,
     build_figures,
     environment,
-    plotly_js,
+    plotly_src,
     script_json,
 )
 
@@ -44,11 +44,12 @@ def divergence_section(diag: Diagnosis) -> dict:
 def render_dump_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") -> Path:
     """Write the report of a compare-dumps Diagnosis to ``out_dir/filename`` (atomically); returns the path."""
     out_dir = Path(out_dir)
+    src = plotly_src(out_dir)  # first: the artifacts table shows the bundle's size
     figs = {key: {"id": f"fig-{key}", "json": script_json(fig.to_json())} for key, fig in build_figures(diag).items()}
     ctx = context.build_context(diag, out_dir, figs)
     g, t = diag.summary["golden"], diag.summary["target"]
     ctx["title"] = f"npuscope compare-dumps: {g['path']} vs {t['path']}"
     ctx["triage"] = divergence_section(diag)
     path = out_dir / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=src))
     return path

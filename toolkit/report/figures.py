@@ -163,16 +163,42 @@ def _two_row_layout(titles: tuple[str, str], spacing: float = 0.08) -> dict:
             "annotations": [{**title, "text": titles[0], "y": top[1]}, {**title, "text": titles[1], "y": bottom[1]}]}
 
 
-def _metric_traces(row: int, name: str, x, drawn, custom, masks, line: float) -> list[dict]:
-    """The traces of one metric row: the line of all tensors, Abnormal crosses and origin stars (when any),
-    and the dashed abnormal line."""
+def _with_breaks(x: np.ndarray, y: np.ndarray, custom: np.ndarray):
+    """``x``, ``y``, ``custom`` with a gap point (y = NaN) wherever ``x`` skips an index: plotly.js breaks the
+    line there (connectgaps off), so tensors left out (folded, fused away) show as gaps, not as a straight line."""
+    if len(x) < 2:
+        return x, y, custom
+    cut = np.flatnonzero(np.diff(x) > 1) + 1
+    if not len(cut):
+        return x, y, custom
+    bx = np.insert(x.astype(np.float64), cut, x[cut - 1] + 0.5)
+    by = np.insert(y.astype(np.float64), cut, np.nan)
+    blank = np.array([[""] * custom.shape[1]], dtype=object) if custom.ndim == 2 and custom.shape[1] else None
+    bc = np.insert(custom, cut, blank, axis=0) if blank is not None else custom
+    return bx, by, bc
+
+
+def _metric_traces(row: int, name: str, x, drawn, custom, masks, line: float, marks=None, extra=()) -> list[dict]:
+    """The traces of one metric row: the line of the compared tensors (broken where tensors are skipped),
+    ``extra`` marker traces (integer tensors), Abnormal crosses and origin stars at ``marks`` (default
+    ``drawn``; when any), and the dashed abnormal line."""
     axes = {"xaxis": "x", "yaxis": "y"} if row == 1 else {"xaxis": f"x{row}", "yaxis": f"y{row}"}
     hover = _HOVER.replace("{metric}", name)
-    traces = [{"type": "scatter", "x": x, "y": drawn, "mode": "lines+markers", "name": name, "customdata": custom,
-               "hovertemplate": hover, "marker": {"size": 4}, "line": {"width": 1}, **axes}]
+    has = np.isfinite(drawn)
+    lx, ly, lc = _with_breaks(x[has], drawn[has], custom[has])
+    traces = [{"type": "scatter", "x": lx, "y": ly, "mode": "lines+markers", "name": name, "customdata": lc,
+               "hovertemplate": hover, "marker": {"size": 4}, "line": {"width": 1}, "connectgaps": False, **axes}]
+    for label, values, marker, extra_hover in extra:
+        ok = np.isfinite(values)
+        if ok.any():
+            traces.append({"type": "scatter", "x": x[ok], "y": values[ok], "mode": "markers", "name": label,
+                           "marker": marker, "customdata": custom[ok],
+                           "hovertemplate": _HOVER.replace("{metric}", extra_hover), **axes})
+    marks = drawn if marks is None else marks
     for mask, label, marker in masks:
+        mask = mask & np.isfinite(marks)
         if mask.any():
-            traces.append({"type": "scatter", "x": x[mask], "y": drawn[mask], "mode": "markers", "name": label,
+            traces.append({"type": "scatter", "x": x[mask], "y": marks[mask], "mode": "markers", "name": label,
                            "marker": marker, "customdata": custom[mask], "hovertemplate": hover,
                            "legendgroup": label, "showlegend": row == 1, **axes})
     ends = [_finite(np.nanmin(x)), _finite(np.nanmax(x))]
@@ -183,20 +209,25 @@ def _metric_traces(row: int, name: str, x, drawn, custom, masks, line: float) ->
 
 def layer_error_spec(table: pd.DataFrame, origin: pd.Series | None = None,
                      lines: dict[str, float] | None = None, floor: float = LOG_FLOOR) -> FigureSpec:
-    """Per-layer error along execution order: (1 − CosineSimilarity) and RelativeEuclideanDistance.
+    """Per-layer error along execution order: (1 − CosineSimilarity) with (1 − ExactMatchRate) of the integer
+    tensors, and RelativeEuclideanDistance.
 
     Args:
         table: Diagnosis.table (Index, NodeName, OpType, Kernel, Precision, TensorName, CosineSimilarity,
-            RelativeEuclideanDistance, Abnormal). Rows without either metric (fused away, folded) are skipped.
+            RelativeEuclideanDistance, ExactMatchRate, Abnormal). Rows without any of the three metrics (fused
+            away, folded) are skipped and leave a gap in the lines.
         origin: boolean mask over ``table`` of the origin row(s), drawn as stars.
         lines: abnormal lines {"CosineSimilarity": 0.99, "RelativeEuclideanDistance": 0.05} drawn dashed.
         floor: values below it (exact 0, or 1 − cos < 0 from rounding) are drawn at ``floor`` (log axes).
 
-    Returns a two-row figure with shared x (row index in execution order), both y axes logarithmic.
+    Returns a two-row figure with shared x (the table's Index: execution order; node names in the hover),
+    both y axes logarithmic.
     """
     lines = {**DEFAULT_LINES, **(lines or {})}
     cos, red = _numeric(table, "CosineSimilarity"), _numeric(table, "RelativeEuclideanDistance")
-    keep = np.isfinite(cos) | np.isfinite(red)
+    emr = _numeric(table, "ExactMatchRate")
+    emr = np.where(np.isfinite(cos), np.nan, emr)  # integer tensors: those with an ExactMatchRate and no cosine
+    keep = np.isfinite(cos) | np.isfinite(red) | np.isfinite(emr)
     if not keep.any():
         return empty_spec("Per-layer error", "no compared tensors")
     df = table[keep]
@@ -206,15 +237,26 @@ def layer_error_spec(table: pd.DataFrame, origin: pd.Series | None = None,
            else np.zeros(len(df), dtype=bool))
     masks = ((abnormal, "Abnormal", {"symbol": "x", "size": 10, "color": "#d62728"}),
              (org, "origin", {"symbol": "star", "size": 16, "color": "#ffbf00", "line": {"width": 1, "color": "#000"}}))
+
+    def floored(values):
+        return np.where(np.isfinite(values), np.maximum(values, floor), np.nan)
+
+    ints = floored(1.0 - emr[keep])
     series = (("1 − cosine", 1.0 - cos[keep], 1.0 - lines["CosineSimilarity"]),
               ("RelativeEuclideanDistance", red[keep], lines["RelativeEuclideanDistance"]))
-    layout = _two_row_layout(("1 − CosineSimilarity", "RelativeEuclideanDistance"))
+    layout = _two_row_layout(("1 − CosineSimilarity · 1 − ExactMatchRate (integer tensors)",
+                              "RelativeEuclideanDistance"))
     data = []
     for row, (name, values, line) in enumerate(series, start=1):
-        drawn = np.where(np.isfinite(values), np.maximum(values, floor), np.nan)
-        data += _metric_traces(row, name, x, drawn, _hover_data(df, values), masks, line)
+        drawn = floored(values)
+        hover_values = np.where(np.isfinite(values), values, 1.0 - emr[keep]) if row == 1 else values
+        custom = _hover_data(df, hover_values)
+        extra = ((("1 − ExactMatchRate", ints, {"symbol": "diamond", "size": 8, "color": "#9467bd"},
+                   "1 − ExactMatchRate"),) if row == 1 else ())
+        marks = np.where(np.isfinite(drawn), drawn, ints) if row == 1 else None
+        data += _metric_traces(row, name, x, drawn, custom, masks, line, marks=marks, extra=extra)
         layout["yaxis" if row == 1 else f"yaxis{row}"].update(type="log", exponentformat="power")
-    layout["xaxis2"]["title"] = {"text": "tensor index (execution order)"}
+    layout["xaxis2"]["title"] = {"text": "tensor # in execution order (hover for the node)"}
     layout.update(height=600, hovermode="closest", margin={"l": 60, "r": 20, "t": 90, "b": 50},
                   legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1.06, "yanchor": "bottom"})
     return FigureSpec(data=data, layout=layout)

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from toolkit.core.csvjson import atomic_write_text
 from toolkit.report.context import facts, grid
 from toolkit.report.figures import esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 
 TEMPLATE = "gears.html.j2"
 
@@ -71,7 +71,7 @@ def build_context(res: dict) -> dict:
 
 def render_gears_report(res: dict, out_dir: Path, filename: str = "gears.html") -> Path:
     """Write gears.html into ``out_dir`` (atomically) and return its path."""
-    html = environment().get_template(TEMPLATE).render(**build_context(res), plotly_js=plotly_js())
+    html = environment().get_template(TEMPLATE).render(**build_context(res), plotly_src=plotly_src(out_dir))
     path = Path(out_dir) / filename
     atomic_write_text(path, html)
     return path

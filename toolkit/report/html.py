@@ -1,9 +1,10 @@
-"""The HTML report: one self-contained file (plotly.js inlined, no CDN, opens offline).
+"""The HTML report: one page beside the report folder's shared plotly.js bundle (toolkit.report.assets: no
+CDN, opens offline from its folder).
 
 ``render_report(diag, out_dir)`` builds the figures (toolkit.report.figures), turns the Diagnosis into plain
 data (toolkit.report.context) and renders the jinja2 templates of the top-level ``templates/`` folder
 (packaged as ``toolkit.templates``). Autoescape is on for every template: model-derived names are always
-escaped. The only strings marked safe are ours: the plotly.js bundle and figure JSON escaped for a
+escaped. The only strings marked safe are ours: figure JSON escaped for a
 ``<script type="application/json">`` element (``<``, ``>`` and ``&`` become ``\\u003c``-style escapes, so no
 ``</script>`` can end the element early).
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import re
 from pathlib import Path
 
 import jinja2
@@ -21,7 +21,8 @@ from markupsafe import Markup
 
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.core.csvjson import atomic_write_text
-from toolkit.report import context, figures
+from toolkit.report import context, figures, graph
+from toolkit.report.assets import PLOTLY_FILE, write_plotly
 
 TEMPLATE = "report.html.j2"
 _JSON_SCRIPT_ESCAPES = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026",
@@ -88,23 +89,22 @@ def script_json(text: str) -> Markup:
     return Markup(text.translate(_JSON_SCRIPT_ESCAPES))
 
 
-@functools.lru_cache(maxsize=1)
-def plotly_js() -> Markup:
-    """The plotly.js bundle of the installed plotly package, for inlining once (about 4.6 MB)."""
-    from plotly.offline import get_plotlyjs
-
-    # "</script" in any letter case would end the inline <script> early (a regex: js.lower() copies 4.6 MB)
-    return Markup(re.sub(r"</(script)", r"<\\/\1", get_plotlyjs(), flags=re.IGNORECASE))
+def plotly_src(out_dir: Path | None) -> str:
+    """The ``src`` of the plotly.js script of a page written into ``out_dir``: the bundle is copied there once
+    (toolkit.report.assets.write_plotly). Without ``out_dir`` (an HTML string for the caller to place) the
+    page still names ``plotly.min.js`` beside itself."""
+    return write_plotly(out_dir) if out_dir is not None else PLOTLY_FILE
 
 
 def build_figures(diag: Diagnosis) -> dict[str, figures.FigureSpec]:
-    """{"layers", "precision", "kernels"} figures of a diagnosis, as plotly figure data (``.to_json()`` for
-    plotly.js, ``.to_figure()`` for a plotly.graph_objects.Figure)."""
+    """{"layers", "precision", "kernels", "graph"} figures of a diagnosis, as plotly figure data (``.to_json()``
+    for plotly.js, ``.to_figure()`` for a plotly.graph_objects.Figure)."""
     lines = diag.summary.get("thresholds") if isinstance(diag.summary.get("thresholds"), dict) else None
     return {
         "layers": figures.layer_error_spec(diag.table, origin=context.origin_mask(diag), lines=lines),
         "precision": figures.precision_spec(diag.precision),
         "kernels": figures.kernel_time_spec(diag.kernel_times, top=context.KERNEL_TOP),
+        "graph": graph.graph_spec(diag.neighbourhood, diag.table, diag.summary.get("origin_nodes") or []),
     }
 
 
@@ -116,9 +116,10 @@ def figure_blocks(figs: dict) -> dict[str, dict]:
 def render_html(diag: Diagnosis, out_dir: Path | None = None, page: str = "index.html") -> str:
     """The report as an HTML string (``out_dir`` is used to show artifact sizes; ``page``: the report's own file
     name there, listed as "this page")."""
+    src = plotly_src(out_dir)  # first: the artifacts table shows the bundle's size
     figs = figure_blocks(build_figures(diag))
     ctx = context.build_context(diag, Path(out_dir) if out_dir is not None else None, figs, page)
-    return environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js())
+    return environment().get_template(TEMPLATE).render(**ctx, plotly_src=src)
 
 
 def render_report(diag: Diagnosis, out_dir: Path, filename: str = "index.html") -> Path:

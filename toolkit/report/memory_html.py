@@ -14,7 +14,7 @@ from toolkit.core.text import human_bytes
 from toolkit.memory.lifetimes import lifetimes
 from toolkit.report.context import grid
 from toolkit.report.figures import esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 
 TEMPLATE = "memory.html.j2"
 OK_COLOUR, BAD_COLOUR = "#1f77b4", "#d62728"
@@ -98,7 +98,7 @@ def build_context(model_name: str, result, totals: list[dict], files: dict) -> d
 def render_memory_report(model_name: str, result, totals: list[dict], out_dir: Path, files: dict) -> Path:
     """Write ``out_dir/memory.html`` and return its path."""
     ctx = build_context(model_name, result, totals, files)
-    html = environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js())
+    html = environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(out_dir))
     path = Path(out_dir) / "memory.html"
     atomic_write_text(path, html)
     return path

@@ -25,7 +25,7 @@ from toolkit.core.records import Finding
 from toolkit.profile.optable import TIME_KINDS, op_statistic, op_summary_frame
 from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
 from toolkit.report.figures import esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 from toolkit.report.profile_calibration import calibration_section
 
 TEMPLATE = "profile.html.j2"
@@ -74,13 +74,18 @@ def _type_bars(fig: go.Figure, s: pd.DataFrame, row: int, colours: dict, legend:
         legend.add(name)
 
 
+#: Plot height of one Time Kind row of :func:`op_type_figure` (px).
+ROW_PX = 320
+
+
 def op_type_figure(stat: pd.DataFrame, top: int = TOP_TYPES) -> go.Figure:
     """Bars of Total Time(us) per OP Type (the ``top`` largest), stacked by Core Type; one subplot per Time
     Kind when ``stat`` has a Time Kind column (times of different clocks are never stacked together)."""
     if stat is None or stat.empty:
         return _empty("no op times")
     kinds = list(dict.fromkeys(stat["Time Kind"])) if "Time Kind" in stat.columns else [None]
-    fig = make_subplots(rows=len(kinds), cols=1, vertical_spacing=0.25 / len(kinds),
+    # room below each row for its 45-degree tick labels (about 160 px), so they never reach the next row's title
+    fig = make_subplots(rows=len(kinds), cols=1, vertical_spacing=min(0.3, 170 / (ROW_PX * len(kinds))),
                         subplot_titles=[f"Time Kind: {k}" for k in kinds] if kinds[0] is not None else None)
     colours, legend = {}, set()
     for row, kind in enumerate(kinds, start=1):
@@ -89,7 +94,8 @@ def op_type_figure(stat: pd.DataFrame, top: int = TOP_TYPES) -> go.Figure:
         order = list(dict.fromkeys(esc(v) or "?" for v in s["OP Type"]))
         fig.update_xaxes(categoryorder="array", categoryarray=order, tickangle=-45, row=row, col=1)
         fig.update_yaxes(title_text="total time (us)", row=row, col=1)
-    fig.update_layout(barmode="stack", height=380 * len(kinds), margin=dict(l=60, r=20, t=40, b=110))
+    fig.update_layout(barmode="stack", height=ROW_PX * len(kinds) + 170 * (len(kinds) - 1) + 150,
+                      margin=dict(l=60, r=20, t=40, b=120))
     return fig
 
 
@@ -291,5 +297,5 @@ def render_profile(folder: Path, *, title: str, op_summary: pd.DataFrame, findin
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / filename
-    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_js=plotly_js()))
+    atomic_write_text(path, environment().get_template(TEMPLATE).render(**ctx, plotly_src=plotly_src(folder)))
     return path

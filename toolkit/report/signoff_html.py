@@ -16,9 +16,12 @@ import pandas as pd
 from toolkit.core.csvjson import atomic_write_text, json_safe
 from toolkit.core.text import show_pair
 from toolkit.report import context, figures
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 
 STATUS_CSS = {"PASS": "pass", "FAIL": "fail"}
+#: The sentence under a signoff verdict.
+SHIP_TEXT = {"PASS": "Can ship under this policy: all {criteria} criteria pass.",
+             "FAIL": "Do not ship under this policy: {failed} of {criteria} criteria fail (the red cards below)."}
 
 
 def _now() -> str:
@@ -42,9 +45,9 @@ def _figure(key: str, fig) -> dict:
 def signoff_context(summary: dict, table: pd.DataFrame | None) -> dict:
     """Template data of signoff.html from the signoff summary (summary.json content) and the first input
     set's per-tensor table."""
-    crit = [{"css": STATUS_CSS[c["status"]], "status": c["status"], "name": c["name"], "kind": c["kind"],
-             "message": c["message"], "evidence": context.facts(c.get("evidence") or {})}
-            for c in summary["criteria"]]
+    crit = [{"css": STATUS_CSS[c["status"]], "severity": c["status"], "subject": c["name"], "kind": c["kind"],
+             "recommendation": c["message"], "evidence": context.facts(c.get("evidence") or {})}
+            for c in summary["criteria"]]  # the card shape of the _macros card (toolkit.report.context findings)
     s = summary
     facts = {"policy": s.get("policy_path") or "(dict)", "policy_sha256": s.get("policy_sha256"),
              "model": s.get("model"), "model_sha256": s.get("model_sha256"),
@@ -55,6 +58,8 @@ def signoff_context(summary: dict, table: pd.DataFrame | None) -> dict:
     layers = figures.layer_error_figure(table if table is not None else pd.DataFrame())
     return {"title": f"npuscope signoff: {s.get('model_name', '')}",
             "verdict": {"label": s["verdict"], "css": STATUS_CSS.get(s["verdict"], "info"),
+                        "ship": SHIP_TEXT.get(s["verdict"], "").format(failed=s["counts"]["failed"],
+                                                                        criteria=s["counts"]["criteria"]),
                         "reasons": s.get("reasons") or ["every criterion passes"], "facts": context.facts(facts)},
             "criteria": crit, "policy_text": json.dumps(json_safe(s.get("policy")), indent=1),
             "inputs": [str(i) for i in s.get("inputs") or []],
@@ -65,7 +70,7 @@ def signoff_context(summary: dict, table: pd.DataFrame | None) -> dict:
 def render_signoff(summary: dict, table: pd.DataFrame | None, out_dir: Path, filename: str = "signoff.html") -> Path:
     path = Path(out_dir) / filename
     html = environment().get_template("signoff.html.j2").render(**signoff_context(summary, table),
-                                                                 plotly_js=plotly_js())
+                                                                 plotly_src=plotly_src(out_dir))
     atomic_write_text(path, html)
     return path
 

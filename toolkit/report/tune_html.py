@@ -15,9 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from toolkit.core.csvjson import atomic_write_text
-from toolkit.report.context import facts, fmt, grid
+from toolkit.report.context import SEVERITY_CSS, facts, fmt, grid
 from toolkit.report.figures import LOG_FLOOR, esc
-from toolkit.report.html import environment, plotly_js, script_json
+from toolkit.report.html import environment, plotly_src, script_json
 from toolkit.tuning.tune import format_target
 
 TEMPLATE = "tune.html.j2"
@@ -77,8 +77,10 @@ def build_context(res, model_name: str, artifacts: dict | None = None) -> dict:
         "evidence": grid(ev), "coverage": _coverage_rows(res.coverage_before, res.coverage_after),
         "cost": facts(res.cost), "ranking": grid(ranks, RANK_COLUMNS, row_css=css),
         "n_ranked": len(res.ranking), "log": list(res.log),
-        "findings": [{"severity": f.severity, "kind": f.kind, "subject": f.subject,
-                      "evidence": fmt(f.evidence), "recommendation": f.recommendation} for f in res.findings[:200]],
+        "findings": [{"severity": f.severity, "css": SEVERITY_CSS.get(f.severity, "info"), "kind": f.kind,
+                      "subject": f.subject, "recommendation": f.recommendation,
+                      "evidence": (facts(f.evidence) if isinstance(f.evidence, dict)
+                                   else [{"key": "", "value": fmt(f.evidence)}])} for f in res.findings[:200]],
         "n_findings": len(res.findings),
         "artifacts": [{"name": k, "href": v} for k, v in (artifacts or {}).items()],
         "figure": {"id": "fig-ranking", "json": script_json(fig.to_json())},
@@ -92,7 +94,7 @@ def render_tune_report(res, out_dir: Path, model_name: str, artifacts: dict | No
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     html = environment().get_template(TEMPLATE).render(**build_context(res, model_name, artifacts),
-                                                       plotly_js=plotly_js())
+                                                       plotly_src=plotly_src(out_dir))
     path = out_dir / filename
     atomic_write_text(path, html)
     return path

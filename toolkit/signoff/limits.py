@@ -26,6 +26,7 @@ def output_limits(section: dict, outputs: list[str], classes: dict[str, str] | N
     for name in order:
         own = {m: v for m, v in star.items() if name in outputs and metric_applies(m, classes.get(name))}
         own.update(section.get(name, {}) if name != "*" else {})
+        own = {m: v for m, v in own.items() if v is not None}  # METRIC=off removed a "*" limit for this output
         if own:
             limits[name] = own
     return limits

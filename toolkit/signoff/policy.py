@@ -12,6 +12,10 @@ Example::
     [policy]
     name = "resnet_small mixed precision"   # free text, shown in the report
 
+    # [outputs]                            # conditions may be strings (toolkit.compare.metrics.grammar), as
+    # "*" = "CosineSimilarity>=0.999, logits:MaxAbsoluteError<=1e-2"   # --thresholds / tune --target write them;
+                                           # OUTPUT: before an item bounds that output; the keys may also be
+                                           # output names; or, equivalently, tables as below:
     [outputs."*"]                          # every graph output ("*"), or one table per output name
     CosineSimilarity = 0.999               # a metric of toolkit.compare.metrics.METRICS: the limit is a minimum
     RelativeEuclideanDistance = 0.01       # for higher-is-better metrics and a maximum for lower-is-better ones
@@ -25,6 +29,8 @@ Example::
     [layers]
     max_abnormal = 5                       # tensors abnormal or overflowing (worst input), at most
     min_cosine = 0.99                      # every float tensor's CosineSimilarity, at least (not comparable fails)
+    thresholds = "CosineSimilarity<0.999"  # abnormal lines for max_abnormal (the grammar of --thresholds; the
+                                           # command line's --thresholds items apply after these)
     ignore = ["some_node"]                 # node names excluded from the layer criteria
 
     [tasks]
@@ -62,10 +68,12 @@ from pathlib import Path
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, LOWER_IS_BETTER, METRICS
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
+from toolkit.compare.metrics.grammar import SHORT_FORMS, closest_metric, good_op, parse_conditions
+from toolkit.compare.metrics.thresholds import parse_thresholds
 from toolkit.compare.tasks import load_task
 from toolkit.config.schema import _check_op_type
 from toolkit.core.boundedjson import read_limited_bytes, toml_loads
-from toolkit.core.errors import ConfigError
+from toolkit.core.errors import ConfigError, UsageError
 from toolkit.core.text import suggest
 from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
 from toolkit.signoff.criteria import CRITERIA
@@ -77,7 +85,8 @@ REQUESTS_RANGE = "a whole number 1..10000"
 SCHEMA: dict[str, dict[str, tuple]] = {
     "policy": {"name": ((str,), "free text"), "description": ((str,), "free text")},
     "layers": {"max_abnormal": ((int,), WHOLE_GE0), "min_cosine": ((int, float), "0..1"),
-               "ignore": ((list,), "list of node names")},
+               "ignore": ((list,), "list of node names"),
+               "thresholds": ((str,), "abnormal lines as --thresholds writes them, e.g. 'CosineSimilarity<0.999'")},
     "tasks": {"required_pass_rate": ((int, float), "0..1"), "metrics": ((list,), "list of module:function")},
     "fp16_overflow": {"allow": ((list,), "list of tensor names")},
     "memory": {"max_arena_bytes": ((int,), f"{WHOLE_GE0} (bytes)"), "allow_conflicts": ((bool,), "true/false")},
@@ -114,13 +123,22 @@ class Policy:
     path: str = ""
     sha256: str = ""
     sections: list[str] = field(default_factory=list)
+    #: the [outputs] section as tables {output: {metric: limit}} (condition strings parsed; a strict condition's
+    #: limit is the neighbouring double, None a limit removed with METRIC=off); None without [outputs]
+    outputs: dict | None = None
 
     @property
     def name(self) -> str:
         return str(self.data.get("policy", {}).get("name", Path(self.path).stem if self.path else "policy"))
 
     def section(self, name: str) -> dict | None:
+        if name == "outputs" and self.outputs is not None:
+            return self.outputs
         return self.data.get(name)
+
+    def thresholds(self) -> str | None:
+        """The ``[layers] thresholds`` text (abnormal lines), or None."""
+        return (self.data.get("layers") or {}).get("thresholds")
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -164,13 +182,14 @@ def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | N
     """Validate ``data`` (see module docstring) and wrap it. A ``[latency] device`` .json path is resolved
     against ``base_dir`` (default: the working directory) and loaded (toolkit.profile.device.load_device), so a
     bad device is refused here, not after the inputs ran. Raises ConfigError."""
+    outputs = None
     for sec, body in data.items():
         if sec not in SECTIONS:
             raise ConfigError(f"{where}: unknown section [{sec}]{suggest(sec, SECTIONS)}")
         if not isinstance(body, dict):
             raise ConfigError(f"{where}: [{sec}] must be a table, got {type(body).__name__}")
         if sec == "outputs":
-            _check_outputs(body, where)
+            outputs = _check_outputs(body, where)
         else:
             _check_section(sec, body, where)
         if sec == "latency":
@@ -180,7 +199,7 @@ def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | N
         sections = ", ".join(f"[{s}]" for s in criterion_sections())
         raise ConfigError(f"{where}: no criteria; add at least one of {sections}")
     digest = hashlib.sha256(repr(sorted(data.items())).encode()).hexdigest()
-    return Policy(data=data, sha256=digest, sections=criteria_sections)
+    return Policy(data=data, sha256=digest, sections=criteria_sections, outputs=outputs)
 
 
 def criterion_sections() -> list[str]:
@@ -202,6 +221,11 @@ def _check_section(sec: str, body: dict, where: str) -> None:
         if (sec, key) in STRING_LISTS and not all(isinstance(v, str) and v for v in val):
             raise ConfigError(f"{where}: [{sec}] {key} = {val!r}; expected a list of {STRING_LISTS[sec, key]} "
                               "(non-empty strings)")
+        if (sec, key) == ("layers", "thresholds"):
+            try:
+                parse_thresholds(val)
+            except UsageError as exc:
+                raise ConfigError(f"{where}: [layers] thresholds = {val!r}: {exc}") from None
         if (sec, key) == ("placement", "allowed_cpu_ops"):
             for op in val:  # ONNX op types, as the config's op type options (toolkit.config.schema._check_op_type)
                 _check_op_type(op, f"{where}: [placement] allowed_cpu_ops")
@@ -250,18 +274,28 @@ def _check_latency(body: dict, where: str) -> tuple[str, str] | None:
     return None
 
 
-def _check_outputs(body: dict, where: str) -> None:
+def _check_outputs(body: dict, where: str) -> dict:
+    """Validate ``[outputs]`` and return it as tables {output: {metric: limit}} (see :attr:`Policy.outputs`)."""
+    table: dict[str, dict] = {}
     for out, limits in body.items():
         if not isinstance(limits, dict) and out in METRICS:
             raise ConfigError(f"{where}: [outputs] {out} = {limits!r}: '{out}' was read as an output name (each key "
                               "of [outputs] names a graph output); for limits on every output write "
-                              f"[outputs.\"*\"] with {out} = <number> under it, e.g. [outputs.\"*\"] "
-                              f"{out} = {_example_limit(out)}")
+                              f"\"*\" = \"{out}{good_op(out)}{_example_limit(out)}\" under [outputs], or [outputs.\"*\"] "
+                              f"with {out} = {_example_limit(out)} under it")
+        if isinstance(limits, str):
+            for target, metric, limit in _condition_string(out, limits, where):
+                table.setdefault(target, {})[metric] = limit
+            continue
         if not isinstance(limits, dict) or not limits:
-            raise ConfigError(f"{where}: [outputs.\"{out}\"] must be a table of metric = limit, e.g. CosineSimilarity = 0.999")
-        for metric, limit in limits.items():
+            raise ConfigError(f"{where}: [outputs.\"{out}\"] must be a table of metric = limit, e.g. CosineSimilarity = "
+                              "0.999, or a condition string, e.g. \"CosineSimilarity>=0.999\"")
+        for short, limit in limits.items():
+            metric = SHORT_FORMS.get(short, short)
             if metric not in BOUNDABLE:
-                raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{suggest(metric, BOUNDABLE)}")
+                close = closest_metric(metric, BOUNDABLE)  # as the condition grammar suggests (short forms too)
+                hint = f" (did you mean '{close}'?)" if close else suggest(metric, BOUNDABLE)
+                raise ConfigError(f"{where}: [outputs.\"{out}\"] unknown metric '{metric}'{hint}")
             if isinstance(limit, bool) or not isinstance(limit, (int, float)):
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r}; expected a number")
             lo, hi = METRIC_RANGES[metric]
@@ -269,6 +303,28 @@ def _check_outputs(body: dict, where: str) -> None:
                 rng = f"{lo:g}..{hi:g}" if math.isfinite(hi) else f"a finite number >= {lo:g}"
                 raise ConfigError(f"{where}: [outputs.\"{out}\"] {metric} = {limit!r} is outside the metric's range; "
                                   f"expected {rng} ({METRICS[metric].unit})")
+            table.setdefault(out, {})[metric] = limit
+    return table
+
+
+def _condition_string(key: str, text: str, where: str) -> list[tuple[str, str, float | None]]:
+    """[(output, metric, limit)] of an ``[outputs]`` condition string (``KEY = "CosineSimilarity>=0.999, ..."``):
+    the inclusive limit of each condition (:attr:`toolkit.compare.metrics.grammar.Condition.line`), None for
+    ``METRIC=off``; an item's ``OUTPUT:`` prefix names its output (under ``"*"``; under an output name it must
+    be that name). Raises ConfigError naming the key and the item."""
+    try:
+        conditions = parse_conditions(text, "condition", allowed=BOUNDABLE)
+    except UsageError as exc:
+        raise ConfigError(f"{where}: [outputs] {key} = {text!r}: {exc}") from None
+    if not conditions:
+        raise ConfigError(f"{where}: [outputs] {key} = {text!r} holds no condition; e.g. \"CosineSimilarity>=0.999\"")
+    out = []
+    for c in conditions:
+        if key != "*" and c.output not in (None, key):
+            raise ConfigError(f"{where}: [outputs] {key} = {text!r}: item '{c.text}' names output '{c.output}' under "
+                              f"the key of output '{key}'; drop the prefix, or move the item to \"*\"")
+        out.append((c.output or key, c.metric, None if c.off else c.line))
+    return out
 
 
 def _example_limit(metric: str) -> str:

@@ -33,10 +33,11 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
+from toolkit.compare.metrics.grammar import in_range, parse_conditions
 from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.text import show_line, show_pair, suggest
+from toolkit.core.text import show_line, show_pair
 from toolkit.inputs.digest import DIGESTS_KEY
 from toolkit.signoff.policy import BOUNDABLE
 
@@ -46,22 +47,61 @@ VERDICT_RANK = {"PASS": 0, "WARN": 1, "FAIL": 2}
 DECISION_KEYS = ("kernel", "precision", "placement", "rule", "fusion", "implmode")
 
 
+class Tolerance(dict):
+    """Allowed worsening per metric ``{metric: absolute change}`` (a dict, as before) plus what the condition
+    grammar adds: ``per_tensor`` ({tensor: {metric: change}}: the changes allowed for that tensor, the common ones
+    included) and ``bounds`` (absolute bounds, :class:`toolkit.compare.metrics.grammar.Condition`, each for every
+    tensor or the one it names: a tensor regresses when its new value breaks a bound its baseline value met)."""
+
+    def __init__(self, changes=(), per_tensor=None, bounds=()):
+        super().__init__(changes)
+        self.per_tensor = dict(per_tensor or {})
+        self.bounds = list(bounds)
+
+    def for_tensor(self, name: str) -> dict:
+        """The allowed changes of tensor ``name``."""
+        return self.per_tensor.get(name, self)
+
+    def to_json(self) -> dict:
+        """regress.json's ``tolerance``: the common allowed changes, plus ``per_tensor`` and ``bounds`` (the
+        bounds in their requirement form) when the text set any."""
+        out = {k: float(v) for k, v in self.items()}
+        if self.per_tensor:
+            out["per_tensor"] = {t: {k: float(v) for k, v in d.items()} for t, d in self.per_tensor.items()}
+        if self.bounds:
+            out["bounds"] = [b.canonical() for b in self.bounds]
+        return out
+
+
 def parse_tolerance(text: str | None) -> dict[str, float]:
-    """``"CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02"`` → dict (merged over the defaults).
-    Raises UsageError naming the bad entry."""
-    tol = dict(DEFAULT_TOLERANCE)
-    for part in filter(None, (p.strip() for p in (text or "").split(","))):
-        name, sep, val = part.partition("=")
-        name = name.strip()
-        if name not in BOUNDABLE:
-            raise UsageError(f"--tolerance: unknown metric '{name}'{suggest(name, BOUNDABLE)}")
-        try:
-            tol[name] = float(val)
-            if not sep or tol[name] < 0:
-                raise ValueError
-        except ValueError:
-            raise UsageError(f"--tolerance entry '{part}' is not 'Metric=value >= 0', e.g. CosineSimilarity=1e-4") from None
-    return tol
+    """``"CosineSimilarity=1e-4,RelativeEuclideanDistance=0.02"`` → a :class:`Tolerance` (merged over the
+    defaults), in the one condition grammar (toolkit.compare.metrics.grammar): ``METRIC=CHANGE`` is the allowed
+    worsening (an absolute change >= 0 in the metric's bad direction), ``METRIC=off`` checks no change of that
+    metric, any comparison (``CosineSimilarity>=0.999``, ``MaxAbsoluteError<1e-2``, ...) is an absolute bound the
+    new run must keep, which replaces the default allowed change of that metric; ``TENSOR:`` before an item
+    limits it to that tensor. Raises UsageError naming the bad entry."""
+    tol = Tolerance(DEFAULT_TOLERANCE)
+    per: dict[str, dict] = {}
+    bounds, set_here = [], set()
+    for c in parse_conditions(text, "--tolerance entry", allowed=BOUNDABLE, ranged=False):
+        target = tol if c.output is None else per.setdefault(c.output, {})
+        if c.op == "=":
+            if c.off:
+                target[c.metric] = None
+            elif c.value < 0 or not math.isfinite(c.value):
+                raise UsageError(f"--tolerance entry '{c.text}' is not 'Metric=value >= 0' (an allowed worsening), "
+                                 f"e.g. '{c.metric}={abs(c.value) if math.isfinite(c.value) else 1e-4:g}'")
+            else:
+                target[c.metric] = c.value
+            set_here.add((c.output, c.metric))
+            continue
+        in_range(c.metric, c.value, f"--tolerance entry '{c.text}'", f"{c.metric}{c.op}")
+        bounds.append(c)
+    for b in bounds:  # a bound replaces the metric's default allowed change (not one set in the same text)
+        if (b.output, b.metric) not in set_here and (b.output is not None or b.metric in DEFAULT_TOLERANCE):
+            (tol if b.output is None else per.setdefault(b.output, {}))[b.metric] = None
+    tensors = {t: {k: v for k, v in {**tol, **own}.items() if v is not None} for t, own in per.items()}
+    return Tolerance({k: v for k, v in tol.items() if v is not None}, tensors, bounds)
 
 
 def _damaged(path: Path, what: str, optional: bool = True) -> InputError:
@@ -468,12 +508,15 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
     deltas, better = [], []
     compared_a, compared_b = _compared(a), _compared(b)
     one_sided = [t for t in common if compared_a[t] != compared_b[t]]  # fused / not stored in one of the runs
-    for metric, limit in tol.items():
+    per = getattr(tol, "per_tensor", {}) or {}
+    metrics = list(dict.fromkeys([*tol, *(m for d in per.values() for m in d)]))
+    for metric in metrics:
         if metric not in a.columns or metric not in b.columns:
             continue
         sign = -1.0 if METRICS[metric].direction == HIGHER_IS_BETTER else 1.0
         for t in common:
-            if compared_a[t] != compared_b[t]:  # compared in one run only: listed below, not a metric change
+            limit = per.get(t, tol).get(metric)
+            if limit is None or compared_a[t] != compared_b[t]:  # compared in one run only: listed below
                 continue
             va, vb = pd.to_numeric(a.at[t, metric], errors="coerce"), pd.to_numeric(b.at[t, metric], errors="coerce")
             if math.isnan(va) and math.isnan(vb):
@@ -481,10 +524,25 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
             worse = sign * (vb - va) if not (math.isnan(va) or math.isnan(vb)) else math.inf
             if worse > limit:
                 deltas.append({"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": metric, "baseline": va,
-                               "new": vb, "delta": vb - va, "regression": True})
+                               "new": vb, "delta": vb - va, "regression": True, "tolerance": limit})
             elif -worse > limit:
                 better.append({"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": metric, "baseline": va,
-                               "new": vb, "delta": vb - va, "regression": False})
+                               "new": vb, "delta": vb - va, "regression": False, "tolerance": limit})
+    for bound in getattr(tol, "bounds", []) or []:
+        if bound.metric not in a.columns or bound.metric not in b.columns:
+            continue
+        for t in common if bound.output is None else [x for x in common if x == bound.output]:
+            if compared_a[t] != compared_b[t]:
+                continue
+            va = pd.to_numeric(a.at[t, bound.metric], errors="coerce")
+            vb = pd.to_numeric(b.at[t, bound.metric], errors="coerce")
+            was, now = bound.holds(va), bound.holds(vb)
+            if was == now:
+                continue
+            (deltas if was else better).append(
+                {"TensorName": t, "NodeName": b.at[t, "NodeName"], "metric": bound.metric, "baseline": va, "new": vb,
+                 "delta": vb - va, "regression": was, "bound": bound.canonical().rsplit(":", 1)[-1]
+                 if bound.output else bound.canonical()})
     changes = [{"TensorName": t, "change": "only in baseline"} for t in a.index if t not in b.index]
     changes += [{"TensorName": t, "change": "only in new"} for t in b.index if t not in a.index]
     changes += [{"TensorName": t, "change": "compared only in " + ("new" if compared_b[t] else "baseline")
@@ -536,7 +594,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     """The regress report (regress.json content; see module docstring; ``warnings``: e.g. different models
     or inputs; ``notes``: e.g. inputs compared by description only).
     Raises InputError (see :func:`load_run` and :func:`check_comparable`)."""
-    tol = dict(DEFAULT_TOLERANCE if tolerance is None else tolerance)
+    tol = tolerance if isinstance(tolerance, Tolerance) else Tolerance(DEFAULT_TOLERANCE if tolerance is None
+                                                                       else tolerance)
     ra, rb = load_run(baseline), load_run(new)
     warnings = check_comparable(ra, rb, baseline, new, allow_different_models)
     sa, sb = ra["summary"], rb["summary"]
@@ -561,16 +620,18 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
                 for r in layers["newly_abnormal"]]
     reasons += [f"tensor '{d['TensorName']}': {d['metric']} {' -> '.join(show_pair(d['baseline'], d['new']))} "
-                f"(tolerance {show_line(tol[d['metric']])})" for d in layers["layer_deltas"]]
+                + (f"(breaks the bound {d['bound']})" if "bound" in d else f"(tolerance {show_line(d['tolerance'])})")
+                for d in layers["layer_deltas"]]
     regressed = bool(reasons)
     improvements = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["improvement"]]
     improvements += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is normal again (was {r['metrics']})"
                      for r in layers["newly_normal"]]
     improvements += [f"tensor '{d['TensorName']}': {d['metric']} improved beyond the tolerance"
+                     + (f" (meets the bound {d['bound']} now)" if "bound" in d else "")
                      for d in layers["layer_improvements"]]
     return {"verdict": "REGRESSION" if regressed else "NO REGRESSION", "regressed": regressed, "reasons": reasons,
             "improvements": improvements,
-            "baseline": str(baseline), "new": str(new), "warnings": warnings, "notes": notes, "tolerance": tol,
+            "baseline": str(baseline), "new": str(new), "warnings": warnings, "notes": notes, "tolerance": tol.to_json(),
             "environment_changes": env,
             "verdict_changes": verdicts, **layers,
             "decision_changes": decision_changes(ra["plan"], rb["plan"]),

@@ -28,18 +28,18 @@ from toolkit.cache.settings import compile_cache
 from toolkit.compare.layerwise import SAME_BY_CONSTRUCTION
 from toolkit.compare.metrics import compare_tensors
 from toolkit.compare.metrics.applies import output_dtypes
+from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
 from toolkit.core.env import environment
-from toolkit.core.errors import InputError
 from toolkit.diagnose import device_tensors, layer_analysis
 from toolkit.engine import Session, compile_model, shapes_of
-from toolkit.inputs import input_specs, load_npz
 from toolkit.ir.load import file_sha256, load_model, loaded_sha256
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.signoff.criteria import Evidence, Result, check_unique, evaluate, shape_key
 from toolkit.signoff.policy import Policy, check_policy_model
-from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model, several_sets
+from toolkit.source import input_sets as source_input_sets
 
 AGG = {"CosineSimilarity": "min", "Abnormal": "max", "OverFlow": "max", "DeviceInf": "max", "DeviceNaN": "max",
        "GoldenAbsMax": "max"}
@@ -64,16 +64,14 @@ class SignoffRun:
         return all(r.passed for r in self.results)
 
 
-def input_sets(model, src, inputs: str | None, input_shapes: dict | None = None) -> list[tuple[str, dict]]:
-    """[(label, feeds)]: every .npz of a folder (sorted), one .npz file, or the model's default input (shaped by
+def input_sets(model, src, inputs: str | None, input_shapes: dict | None = None, seed: int = 0,
+               val_range: str | None = None) -> list[tuple[str, dict]]:
+    """[(label, feeds)]: every .npz of a folder (sorted) or every set of a loader (toolkit.source.input_sets), one
+    .npz file, or the model's default input (seeded by ``seed``, bounded by ``val_range``, shaped by
     ``input_shapes``, the config's input_shape, where its dims are dynamic)."""
-    if inputs and Path(inputs).is_dir():
-        files = sorted(Path(inputs).glob("*.npz"))
-        if not files:
-            raise InputError(f"--inputs directory '{inputs}' holds no .npz files; write one per input set")
-        specs = input_specs(model)
-        return [(f.name, load_npz(f, specs)) for f in files]
-    feed = prepare_inputs(model, src, inputs, input_shapes=input_shapes)
+    if several_sets(inputs):
+        return source_input_sets(model, src, inputs, seed, val_range, input_shapes)
+    feed = prepare_inputs(model, src, inputs, seed, val_range, input_shapes=input_shapes)
     return [(feed.origin, feed.arrays)]
 
 
@@ -117,13 +115,15 @@ def _session(cache: dict, model, config: Config, feeds: dict) -> Session:
 
 
 def run_signoff(model_arg: str | None, policy: Policy, config: Config, *, inputs: str | None = None,
-                config_path: str | None = None, thresholds=None, progress=_noop) -> SignoffRun:
+                config_path: str | None = None, thresholds=None, seed: int = 0, val_range: str | None = None,
+                progress=_noop) -> SignoffRun:
     """Run ``model_arg`` over the input sets and evaluate ``policy``. Raises UserError for bad input."""
     src = resolve_model(model_arg)
     progress(f"loading {src.path}")
     model = load_model(src.path)
-    sets = input_sets(model, src, inputs, config.input_shapes())
+    sets = input_sets(model, src, inputs, config.input_shapes(), seed, val_range)
     check_policy_model(policy, model)
+    check_tensors(thresholds, [i.name for i in model.graph.input] + [t for n in model.graph.node for t in n.output])
 
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))

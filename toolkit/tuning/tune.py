@@ -40,12 +40,12 @@ import pandas as pd
 
 from toolkit.compare.metrics import METRICS, dtype_class
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
-from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
-from toolkit.compare.metrics.thresholds import _in_range, _number, check_metric_name
+from toolkit.compare.metrics.grammar import parse_conditions
 from toolkit.compare.tasks import load_task, run_check
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.text import suggest
 from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
@@ -66,44 +66,67 @@ def _noop(msg: str) -> None:
     pass
 
 
+class TargetCondition(tuple):
+    """One target condition ``(metric, op, value)`` (a plain 3-tuple to compare and unpack) with ``output``: the
+    graph output it is for, None for every output. ``op`` is the passing side (``>=``, ``>``, ``<=``, ``<``)."""
+
+    def __new__(cls, metric: str, op: str, value: float, output: str | None = None):
+        self = super().__new__(cls, (metric, op, value))
+        self.output = output
+        return self
+
+    def __getnewargs__(self):
+        return (*self, self.output)
+
+
 def parse_target(text: str) -> list[tuple[str, str, float]]:
     """``"CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"`` → [(metric, op, value)]: the conditions an output
-    must SATISFY (unlike --thresholds, which name abnormal lines). Values follow the same range rules as
-    --thresholds (toolkit.compare.metrics.thresholds: CosineSimilarity in [-1, 1], errors >= 0, no NaN).
-    Raises UsageError naming the bad item."""
-    out = []
-    for item in filter(str.strip, (text or "").split(",")):
-        op = next((o for o in (">=", "<=", ">", "<") if o in item), None)
-        if op is None:
-            raise UsageError(f"target '{item.strip()}': expected NAME>=VALUE or NAME<=VALUE, e.g. 'CosineSimilarity>=0.9999'")
-        name, raw = (s.strip() for s in item.split(op, 1))
-        check_metric_name(name, f"target '{item.strip()}'")
-        higher = METRICS[name].direction == HIGHER_IS_BETTER
-        if higher != op.startswith(">"):
-            good = ">=" if higher else "<="
-            raise UsageError(f"target '{item.strip()}': {name} is {'higher' if higher else 'lower'}-is-better; "
-                             f"write {name}{good}{raw}")
-        context = f"target '{item.strip()}'"
-        out.append((name, op, _in_range(name, _number(raw, context), context)))
-    if not out:
+    must SATISFY, in the one condition grammar of toolkit.compare.metrics.grammar (so every ``--thresholds``
+    string is a target too: ``CosineSimilarity<0.9999``, the abnormal side, is the same condition as
+    ``CosineSimilarity>=0.9999``); ``op`` is always the passing side. ``logits:CosineSimilarity>=0.99`` is for
+    that output only (it replaces an unprefixed condition on the same metric there); ``METRIC=off`` drops the
+    earlier conditions on that metric (of that output). Values follow the ranges of --thresholds
+    (CosineSimilarity in [-1, 1], errors >= 0, no NaN). Raises UsageError naming the bad item."""
+    found: dict[tuple, TargetCondition] = {}
+    for c in parse_conditions(text, "target"):
+        key = (c.output, c.metric)
+        found.pop(key, None)  # a later item replaces (and re-orders) an earlier one on the same metric
+        if not c.off:
+            op, value = c.required()
+            found[key] = TargetCondition(c.metric, op, value, c.output)
+    if not found:
         raise UsageError(f"target '{text}' has no condition; e.g. '{DEFAULT_TARGET}'")
-    return out
+    return list(found.values())
 
 
 def format_target(target) -> list[str]:
-    """``[(metric, op, value)]`` → ``["CosineSimilarity>=0.9999999", ...]``: each value as ``repr(float)``, the
-    shortest text that reads back to the same number (never rounded, unlike ``%g``)."""
-    return [f"{m}{o}{float(v)!r}" for m, o, v in target]
+    """``[(metric, op, value)]`` → ``["CosineSimilarity>=0.9999999", ...]`` (``output:`` first for a condition of
+    one output): each value as ``repr(float)``, the shortest text that reads back to the same number (never
+    rounded, unlike ``%g``)."""
+    return [f"{_output_of(t) + ':' if _output_of(t) else ''}{t[0]}{t[1]}{float(t[2])!r}" for t in target]
+
+
+def _output_of(condition) -> str | None:
+    return getattr(condition, "output", None)
 
 
 #: metric columns of a check_outputs row
 _ROW_METRICS = ("CosineSimilarity", "MaxAbsoluteError", "RelativeEuclideanDistance", "MeanRelativeError")
 
 
-def _conditions(target, dclass: str) -> list[tuple[str, tuple]]:
-    """[(text, (metric, op, value))] of the target conditions that apply to an output of dtype class
-    ``dclass`` (toolkit.signoff.policy.metric_applies: float metrics on float, ExactMatchRate on integer)."""
-    return [(c, t) for c, t in zip(format_target(target), target) if metric_applies(t[0], dclass)]
+def _conditions(target, dclass: str, output: str | None = None) -> list[tuple[str, tuple]]:
+    """[(text, (metric, op, value))] of the target conditions that apply to output ``output`` of dtype class
+    ``dclass`` (toolkit.signoff.policy.metric_applies: float metrics on float, ExactMatchRate on integer): the
+    unprefixed ones and those of ``output``, which replace an unprefixed one on the same metric."""
+    chosen: dict[str, tuple[str, tuple]] = {}
+    for text, t in zip(format_target(target), target):
+        own = _output_of(t)
+        if own not in (None, output) or not metric_applies(t[0], dclass):
+            continue
+        if own is None and t[0] in chosen and _output_of(chosen[t[0]][1]) is not None:
+            continue  # the output's own condition on this metric wins
+        chosen[t[0]] = (text, t)
+    return list(chosen.values())
 
 
 def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], float]:
@@ -116,7 +139,7 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     for name, g in golden.items():
         g = np.asarray(g)
         dclass = dtype_class(g.dtype)
-        conds = _conditions(target, dclass)
+        conds = _conditions(target, dclass, name)
         if dclass not in ("float", "integer") or not conds or name not in npu:
             continue
         r = compare_metrics(npu[name], g, [m for m in names if METRICS[m].dtype_class == dclass])
@@ -143,7 +166,16 @@ def check_target_outputs(model: onnx.ModelProto, target, label: str = "--target"
     Raises:
         UsageError: naming the condition, the outputs and their dtypes, and a metric that applies.
     """
+    outputs = [o.name for o in model.graph.output]
     dtypes = output_dtypes(model)
+    for text, t in zip(format_target(target), target):
+        own = _output_of(t)
+        if own is not None and own not in outputs:
+            raise UsageError(f"{label} '{text}': the model has no output '{own}'{suggest(own, outputs)}; name one "
+                             f"of its outputs before ':' or drop the '{own}:' prefix for every output")
+        if own is not None and own in dtypes and not metric_applies(t[0], dtypes[own][1]):
+            raise UsageError(f"{label} '{text}': output '{own}' is {dtypes[own][0]}, and {t[0]} does not apply to "
+                             "it; bound ExactMatchRate on an integer/bool output, a float metric on a float one")
     if not dtypes or len(dtypes) < len(model.graph.output):
         return
     for text, (metric, _, _) in zip(format_target(target), target):
@@ -235,6 +267,7 @@ class Tuner:
         self.runs = 0  # plan runs
         self.builds = 0  # configs compiled (precision passes) and built
         self.ref: ReferenceRunner | None = None
+        self.best: Trial | None = None  # the best try so far (met with fewest nodes, else lowest error)
 
     def config_for(self, keep) -> Config:
         return keep_config(self.config, keep)
@@ -278,7 +311,22 @@ class Tuner:
                     break
         t = Trial(key, met, err, rows, n)
         self.cache[key] = t
+        self._report(t)
         return t
+
+    def _report(self, t: Trial) -> None:
+        """Progress after a try: ``trial k: N node(s) in FP32, target met/not met (...); best so far: ...``."""
+        def rank(x: Trial) -> tuple:  # a met try with fewer nodes, else an unmet one with a lower error
+            return (True, -len(x.keep)) if x.met else (False, -x.error)
+
+        if self.best is None or rank(t) > rank(self.best):
+            self.best = t
+        b = self.best
+        best = (f"{len(b.keep)} node(s) in FP32 meet the target" if b.met else
+                f"target not met yet (worst output RED {b.error:.3g} with {len(b.keep)} node(s) in FP32)")
+        self.progress(f"trial {self.builds}: {len(t.keep)} node(s) in FP32, target {'met' if t.met else 'not met'} "
+                      f"({t.inputs_tried}/{len(self.feeds)} input(s) tried, worst output RED {t.error:.3g}); "
+                      f"best so far: {best}")
 
 
 def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:

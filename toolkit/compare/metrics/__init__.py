@@ -5,6 +5,7 @@ Public API::
     compare_tensors(x, y, *, thresholds=None, expected_noise=None, rel_eps=1e-6) -> dict   # one CSV row
     tolerance_that_would_pass(x, y, *, rel_eps=1e-6) -> dict[str, float]
     parse_thresholds(text, base=None) -> dict[str, float]      # "CosineSimilarity<0.999,MaxAbsoluteError>1e-2"
+    parse_conditions(text, label) -> [Condition]                # the one condition grammar (grammar.py)
     noise_covers(name, lines) -> bool                           # may expected noise excuse this line? (defaults only)
     line_origins(lines) -> {metric: "default"|"user"|"removed"} # who set each line (summary.json)
     Thresholds                                                  # dict of lines + .explicit (names the user set)
@@ -21,6 +22,7 @@ CANN 8.1.RC1); each module docstring states where we depart from it and why.
 from toolkit.core.dtypes import dtype_class, standard, value_kind
 
 from .compare import ROW_KEYS, compare_tensors, tolerance_that_would_pass
+from .grammar import Condition, parse_conditions, with_shorthands
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec
@@ -33,8 +35,8 @@ from .thresholds import (
 )
 
 __all__ = [
-    "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",
+    "Condition", "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",
     "LOWER_IS_BETTER", "METRICS", "MetricSpec", "PairSums", "ROW_KEYS", "THRESHOLDABLE", "Thresholds",
-    "compare_tensors", "dtype_class", "line_origins", "noise_covers", "parse_thresholds", "reduce_pair",
-    "resolve_thresholds", "standard", "tolerance_that_would_pass", "value_kind",
+    "compare_tensors", "dtype_class", "line_origins", "noise_covers", "parse_conditions", "parse_thresholds", "reduce_pair",
+    "resolve_thresholds", "standard", "tolerance_that_would_pass", "value_kind", "with_shorthands",
 ]

@@ -29,7 +29,7 @@ ROW_KEYS = STATUS_KEYS + tuple(METRICS) + VERDICT_KEYS
 
 def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None,
                     expected_noise: Mapping[str, float] | None = None,
-                    rel_eps: float = DEFAULT_REL_EPS) -> dict:
+                    rel_eps: float = DEFAULT_REL_EPS, tensor: str | None = None) -> dict:
     """Compare device tensor ``x`` with golden tensor ``y``; never raises on data problems.
 
     Args:
@@ -50,6 +50,8 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
             named in a thresholds string (even at the default value), another value, another metric: see
             :func:`~.thresholds.noise_covers` — is applied as given: crossing it is abnormal whatever the noise.
         rel_eps: |y| floor for the relative errors (default 1e-6).
+        tensor: the tensor's name: lines set for it alone (``"name:METRIC<VALUE"`` items,
+            :attr:`~.thresholds.Thresholds.per_tensor`) replace the common ones.
 
     Returns:
         dict with :data:`ROW_KEYS`:
@@ -77,7 +79,7 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
     Raises:
         UsageError: bad ``thresholds`` or ``expected_noise`` (caller mistakes, not data problems).
     """
-    lines = resolve_thresholds(thresholds)
+    lines = resolve_thresholds(thresholds).for_tensor(tensor)
     noise = _parse_noise(expected_noise)
     row = _new_row()
     xa, ya, reason = _standard_pair(x, y)

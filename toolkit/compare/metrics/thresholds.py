@@ -1,32 +1,34 @@
 """Abnormal lines: parse user overrides and validate threshold mappings.
 
-Syntax of :func:`parse_thresholds` (comma separated, whitespace ignored)::
+The text of :func:`parse_thresholds` follows the one condition grammar of toolkit.compare.metrics.grammar
+(comma separated, whitespace ignored)::
 
-    CosineSimilarity<0.999        abnormal when the value is below 0.999 (higher-is-better metrics)
-    MaxAbsoluteError>1e-2         abnormal when the value is above 0.01  (lower-is-better metrics)
+    CosineSimilarity<0.999        abnormal when the value is below 0.999 (the compare tool's form)
+    CosineSimilarity>=0.999       the same line, written as the requirement (tune's form)
+    MaxAbsoluteError>1e-2         abnormal when the value is above 0.01 (= MaxAbsoluteError<=1e-2)
+    logits:CosineSimilarity<0.9   a line for the tensor 'logits' only (Thresholds.per_tensor)
     RootMeanSquareError=off       remove that line
 
-The operator must match the metric's direction, so a line cannot silently mean its opposite.
+The metric's direction decides which side of a line is abnormal, so a line cannot silently mean its opposite.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-import re
 from typing import Mapping
 
 from toolkit.core.errors import UsageError
+from toolkit.core.text import suggest
 
+from .grammar import RANGES, in_range, number, parse_conditions
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL
 
-_ITEM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>=])\s*(\S+)\s*$")
 _OPERATOR = {HIGHER_IS_BETTER: "<"}
 
 
 def operator_for(name: str) -> str:
-    """``"<"`` for higher-is-better metrics, ``">"`` for lower-is-better ones."""
+    """``"<"`` for higher-is-better metrics, ``">"`` for lower-is-better ones (the abnormal side)."""
     return _OPERATOR.get(METRICS[name].direction, ">")
 
 
@@ -50,7 +52,10 @@ def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict
     """Apply overrides like ``"CosineSimilarity<0.999,MaxAbsoluteError>1e-2"`` to ``base``.
 
     Args:
-        text: comma-separated items ``NAME<VALUE``, ``NAME>VALUE`` or ``NAME=off`` (see module docstring).
+        text: comma-separated items of the condition grammar (module docstring, toolkit.compare.metrics.grammar):
+            ``[TENSOR:]METRIC OP VALUE`` or ``METRIC=off``; each item sets, adds or removes one line, and an item
+            with a TENSOR prefix does so for that tensor only (:attr:`Thresholds.per_tensor`, over the lines
+            every tensor gets).
         base: lines to start from; default :data:`DEFAULT_THRESHOLDS`. Not modified.
 
     Returns:
@@ -58,42 +63,45 @@ def parse_thresholds(text: str, base: Mapping[str, float] | None = None) -> dict
         sets (plus those of ``base``).
 
     Raises:
-        UsageError: unknown or informational metric (closest valid name suggested), operator against the
-            metric's direction, malformed item, value not a number.
+        UsageError: unknown or informational metric (closest valid name suggested), malformed item, value not a
+            number or out of the metric's range; each message holds a corrected item that parses.
     """
     lines = dict(DEFAULT_THRESHOLDS if base is None else base)
     named = set(getattr(base, "explicit", ()))
-    for item in filter(str.strip, text.split(",")):
-        match = _ITEM.match(item)
-        if not match:
-            raise UsageError(f"threshold '{item.strip()}': expected NAME<VALUE, NAME>VALUE or NAME=off, "
-                             f"e.g. 'CosineSimilarity<0.999'")
-        name, op, raw = match.groups()
-        context = f"threshold '{item.strip()}'"
-        check_metric_name(name, context)
-        if op == "=":
-            if raw.lower() != "off":
-                raise UsageError(f"{context}: '=' only takes 'off'; write {name}{operator_for(name)}{raw}")
-            lines.pop(name, None)
-            continue
-        if op != operator_for(name):
-            raise UsageError(f"{context}: {name} is {METRICS[name].direction.replace('_', '-')}, so its abnormal "
-                             f"line is written '{name}{operator_for(name)}{raw}'")
-        lines[name] = _in_range(name, _number(raw, context), context)
-        named.add(name)
-    return Thresholds(lines, explicit=named)
+    base_per = dict(getattr(base, "per_tensor", {}) or {})
+    conditions = parse_conditions(text, "threshold")
+    for c in conditions:
+        if c.output is None:
+            _apply(lines, named, c)
+    per: dict[str, Thresholds] = {}
+    for tensor in dict.fromkeys([*base_per, *(c.output for c in conditions if c.output)]):
+        t_lines, t_named = dict(base_per.get(tensor, lines)), set(getattr(base_per.get(tensor), "explicit", named))
+        if tensor in base_per:  # the new lines for every tensor reach it too
+            for c in conditions:
+                if c.output is None:
+                    _apply(t_lines, t_named, c)
+        for c in conditions:
+            if c.output == tensor:
+                _apply(t_lines, t_named, c)
+        per[tensor] = Thresholds(t_lines, explicit=t_named)
+    return Thresholds(lines, explicit=named, per_tensor=per)
+
+
+def _apply(lines: dict, named: set, c) -> None:
+    if c.off:
+        lines.pop(c.metric, None)
+        named.discard(c.metric)
+        return
+    lines[c.metric] = c.line
+    named.add(c.metric)
 
 
 #: Values a line can take: CosineSimilarity and ExactMatchRate within [-1, 1] / [0, 1]; errors are >= 0.
-_RANGES = {"CosineSimilarity": (-1.0, 1.0), "ExactMatchRate": (0.0, 1.0)}
+_RANGES = RANGES
 
 
 def _in_range(name: str, value: float, context: str) -> float:
-    lo, hi = _RANGES.get(name, (0.0, float("inf")))
-    if not lo <= value <= hi:
-        raise UsageError(f"{context}: {name} takes values in [{lo:g}, {hi:g}], so a line at {value:g} can never "
-                         "(or always) be crossed; choose a value in range")
-    return value
+    return in_range(name, value, context, f"{name}{operator_for(name)}")
 
 
 class Thresholds(dict):
@@ -101,14 +109,39 @@ class Thresholds(dict):
     holds every line named in a ``--thresholds`` text (:func:`parse_thresholds`), even at the default value,
     and every line whose value is not the default (:data:`DEFAULT_THRESHOLDS`). A plain dict, JSON and
     ``dict(lines)`` keep the lines but not the naming: a line is then explicit when its value is not the default.
-    Pickles with ``explicit`` (dataset workers)."""
+    ``per_tensor`` ({tensor name: Thresholds}) holds the lines of the tensors an item named (``logits:...``):
+    :meth:`for_tensor` gives a tensor its lines. Pickles with ``explicit`` and ``per_tensor`` (dataset workers)."""
 
-    def __init__(self, lines: Mapping[str, float] = (), explicit=()):
+    def __init__(self, lines: Mapping[str, float] = (), explicit=(), per_tensor: Mapping | None = None):
         super().__init__(lines)
         self.explicit = frozenset(explicit) | frozenset(n for n, v in self.items() if DEFAULT_THRESHOLDS.get(n) != v)
+        self.per_tensor = {str(k): v if isinstance(v, Thresholds) else Thresholds(v)
+                           for k, v in (per_tensor or {}).items()}
+
+    def for_tensor(self, name: str | None) -> "Thresholds":
+        """The lines of tensor ``name``: its own when an item named it, else these."""
+        return self.per_tensor.get(name, self) if name is not None else self
+
+    def to_json(self) -> dict:
+        """The lines as plain JSON ({metric: line}), plus ``"per_tensor"`` ({tensor: {metric: line}}) when some
+        tensor has its own lines (so the lines of a run without them are recorded as before)."""
+        out = {k: float(v) for k, v in self.items()}
+        if self.per_tensor:
+            out["per_tensor"] = {t: {k: float(v) for k, v in lines.items()} for t, lines in self.per_tensor.items()}
+        return out
 
     def __reduce__(self):
-        return Thresholds, (dict(self), sorted(self.explicit))
+        return Thresholds, (dict(self), sorted(self.explicit), dict(self.per_tensor) or None)
+
+
+def check_tensors(lines, names, what: str = "tensor of the model") -> None:
+    """Refuse lines set for a tensor (``NAME:METRIC<VALUE``, :attr:`Thresholds.per_tensor`) that ``names`` does
+    not hold, naming the closest name. Raises UsageError."""
+    known = list(dict.fromkeys(str(n) for n in names))
+    for tensor in getattr(lines, "per_tensor", None) or {}:
+        if tensor not in set(known):
+            raise UsageError(f"--thresholds sets a line for '{tensor}', which is no {what}{suggest(tensor, known)}; "
+                             f"name a tensor of the model before ':' or drop the '{tensor}:' prefix")
 
 
 def noise_covers(name: str, lines: Mapping[str, float]) -> bool:
@@ -151,14 +184,9 @@ def resolve_thresholds(thresholds: Mapping[str, float] | str | None) -> Threshol
         context = f"thresholds[{name!r}]"
         check_metric_name(name, context)
         lines[name] = _in_range(name, _number(value, context), context)
-    return Thresholds(lines, explicit=getattr(thresholds, "explicit", ()))
+    per = {t: resolve_thresholds(v) for t, v in (getattr(thresholds, "per_tensor", None) or {}).items()}
+    return Thresholds(lines, explicit=getattr(thresholds, "explicit", ()), per_tensor=per)
 
 
 def _number(raw, context: str) -> float:
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise UsageError(f"{context}: '{raw}' is not a number; write e.g. 0.99 or 1e-2") from None
-    if math.isnan(value):
-        raise UsageError(f"{context}: NaN cannot be a line; use a number or NAME=off")
-    return value
+    return number(raw, context)
