@@ -212,12 +212,13 @@ def _restores(diag: Diagnosis, first: dict, stage: str) -> str:
 def answer_section(diag: Diagnosis) -> dict:
     """The first screen of a diagnose page: {"label", "css", "ship", "where": facts, "why", "fix": {"text",
     "how"} | None, "restores", "recommendation", "found"} from the summary, the stage's first divergence and its
-    finding (the fix is that finding's evidence keep_dtype, as a config file to pass with --config)."""
+    finding; the fix is the verified one (summary["fix"], toolkit.tuning.advice: applied and re-run), never an
+    unverified keep_dtype, and "restores" its sentence."""
     s = diag.summary
     verdict = str(s.get("verdict", "UNKNOWN"))
     reasons = [fmt(r) for r in s.get("reasons") or []]
     what = "; ".join(reasons) or "see the findings"
-    ship = SHIP_TEXT.get(verdict, "{what}").format(what=what)
+    ship = s.get("ship") or SHIP_TEXT.get(verdict, "{what}").format(what=what)
     tri = diag.triage or {}
     stage = str(s.get("stage") or tri.get("stage") or "none")
     first = (tri.get("fp32_first_divergence") if stage == "compile" else s.get("first_divergence")) or {}
@@ -225,18 +226,23 @@ def answer_section(diag: Diagnosis) -> dict:
     out = {"label": verdict, "css": VERDICT_CSS.get(verdict, "info"), "ship": ship, "found": bool(first),
            "where": [], "why": "", "fix": None, "restores": "",
            "recommendation": fmt(finding.recommendation) if finding is not None else ""}
+    verified = s.get("fix") if isinstance(s.get("fix"), dict) else {}
+    keep = verified.get("keep_dtype") if verified.get("met") else None
+    if keep:  # only a fix that was applied and re-run (toolkit.tuning.advice)
+        items = ", ".join('"' + str(k).replace("\\", "\\\\").replace('"', '\\"') + '"' for k in keep)
+        files = verified.get("files") or {}
+        out["fix"] = {"text": f"keep_dtype = [{items}]",
+                      "how": (f"pass --config {files['config']} (written beside this page, with {files['keep_dtype']})"
+                              if files.get("config") else "add the line to your config and pass --config")}
+    out["restores"] = verified.get("sentence") or ""
+    out["found"] = bool(first) or out["fix"] is not None  # accumulated error: no origin, but a verified fix
     if not first:
         return out
     lines = s.get("thresholds") if isinstance(s.get("thresholds"), dict) else {}
     out["where"] = [{"key": k, "value": fmt(first.get(k))} for k in ("node", "op_type", "kernel", "precision", "tensor")
                     if not is_missing(first.get(k)) and first.get(k) != ""]
     out["why"] = _why(first, lines)
-    keep = (finding.evidence or {}).get("keep_dtype") if finding is not None else None
-    if keep:
-        items = ", ".join('"' + str(k).replace("\\", "\\\\").replace('"', '\\"') + '"' for k in keep)
-        out["fix"] = {"text": f"keep_dtype = [{items}]",
-                      "how": "save as fix.toml (or add the line to your config) and pass --config fix.toml"}
-    out["restores"] = _restores(diag, first, stage)
+    out["restores"] = out["restores"] or _restores(diag, first, stage)
     return out
 
 
