@@ -10,7 +10,7 @@ re-used, nothing is run twice), :func:`verify_advice`:
    ``evidence["verified"]`` = {"keep_dtype", "met", "before", "after"} (output CosineSimilarity, worst over
    the float outputs, before and after) and its recommendation says what the set restores, or that it does
    not restore the target;
-3. when the target is missed and the plan is right in force_fp32 (the divergence is a precision matter, not a
+3. when the verdict is FAIL, the target is missed and the plan is right in force_fp32 (the divergence is a precision matter, not a
    compile-stage fault), searches the smallest keep set exactly as ``tune`` does (the same sensitivity
    ranking, toolkit.tuning.tune.search_ranked, on the same evidence), so that diagnose's fix *is* tune's
    answer for the default target on the same input, then compiles that config from scratch and runs it
@@ -60,7 +60,8 @@ class VerifiedFix:
     needed or nothing was found). ``before`` / ``after``: worst output CosineSimilarity over the float outputs
     (NaN when the model has none) in the given config and with the set; ``rows_after``: the per-output rows of
     the verification run (toolkit.tuning.tune.check_outputs). ``trials``: precision configs built and run.
-    ``config``: the given config plus ``keep_dtype``."""
+    ``config``: the given config plus ``keep_dtype``. ``verdict``: the diagnosis' verdict; the search runs only
+    under FAIL (a PASS / WARN model can ship as compiled)."""
 
     target: list
     needed: bool
@@ -75,6 +76,7 @@ class VerifiedFix:
     trials: int = 0
     log: list[str] = field(default_factory=list)
     config: Config | None = None
+    verdict: str = "FAIL"
 
     def summary(self) -> dict:
         return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
@@ -88,6 +90,9 @@ class VerifiedFix:
         target = ", ".join(format_target(self.target))
         if not self.needed:
             return f"no fix needed: the outputs meet the default target ({target}) as compiled"
+        if self.verdict != "FAIL":
+            return (f"no fix needed to ship: the outputs hold the abnormal lines; they miss tune's stricter default "
+                    f"target ({target}), which `npuscope tune` meets with a keep set")
         if self.met:
             names = ", ".join(self.keep_dtype)
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): output cosine "
@@ -156,6 +161,10 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     if met:
         fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
         fix.after_nonfinite = fix.before_nonfinite
+        return fix
+    if verdict != "FAIL":  # the model can ship under the abnormal lines: no search (tune finds a stricter set)
+        fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
+        fix.after_nonfinite, fix.verdict = fix.before_nonfinite, verdict
         return fix
     if stage != "compile":
         fix.searched = True
