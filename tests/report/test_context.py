@@ -80,6 +80,10 @@ def _storage_diag(verdict: str, reasons: list[str]):
                                             ("FAIL", "Do not ship")])
 def test_the_answer_says_whether_to_ship_where_why_and_the_fix(verdict, words):
     diag, keep = _storage_diag(verdict, ["2 intermediate tensor(s) abnormal"])
+    assert context.answer_section(diag)["fix"] is None  # a finding's keep_dtype alone is advice nobody re-ran
+    diag.summary["fix"] = {"met": True, "keep_dtype": keep, "files": {"config": "fixed_config.json",
+                                                                      "keep_dtype": "keep_dtype.txt"},
+                           "sentence": "verified fix: keeping conv_1 in FP32: output cosine 0.3 -> 0.99999"}
     a = context.answer_section(diag)
     assert a["label"] == verdict and a["ship"].startswith(words)
     assert verdict == "PASS" or "2 intermediate tensor(s) abnormal" in a["ship"]
@@ -87,7 +91,9 @@ def test_the_answer_says_whether_to_ship_where_why_and_the_fix(verdict, words):
                                                           "precision": "fp16", "tensor": "t2"}
     assert "ExactMatchRate 1" in a["why"] and "0.92" in a["why"] and "topk" in a["why"]
     assert tomllib.loads(a["fix"]["text"]) == {"keep_dtype": keep}  # the fix is a config line that parses
-    assert "--config" in a["fix"]["how"] and "back to 1" in a["restores"]
+    assert "--config fixed_config.json" in a["fix"]["how"] and a["restores"].startswith("verified fix")
+    diag.summary["fix"]["met"] = False  # a set that did not meet the target is no fix
+    assert context.answer_section(diag)["fix"] is None
     assert a["recommendation"] == "keep conv_1 in FP32"  # the first-divergence finding, not the first one listed
 
 
