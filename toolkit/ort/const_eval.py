@@ -32,6 +32,7 @@ from toolkit.ir.nondeterminism import (
 from toolkit.ir.proto import copy_fields
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
 
@@ -119,8 +120,9 @@ def _evaluate(model: onnx.ModelProto, nodes: list, shape_values: dict, wanted: l
     sub = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
         sess = make_session(sub.SerializeToString(), optimize=False)
-        values = sess.run(wanted, {})
+        values = sess.run(wanted, {}, run_options())
     except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, one line
+        reraise_if_terminated(exc)
         raise NotFoldable(" ".join(str(exc).split())[:200] or type(exc).__name__) from None
     return dict(zip(wanted, values))
 

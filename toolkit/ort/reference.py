@@ -12,6 +12,7 @@ import onnx
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import run_options
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
@@ -59,10 +60,12 @@ class ReferenceRunner:
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
         self.session = make_session(m.SerializeToString(), optimize=False)
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """{tensor name: array} for graph outputs and exposed intermediates."""
+    def run(self, feeds: dict[str, np.ndarray], options=None) -> dict[str, np.ndarray]:
+        """{tensor name: array} for graph outputs and exposed intermediates. ``options``: the onnxruntime
+        RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal terminates)."""
+        options = run_options() if options is None else options
         if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):
-            outs = ort_values.run(self.session, self.output_names, feeds)
+            outs = ort_values.run(self.session, self.output_names, feeds, options=options)
         else:
-            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds)]
+            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds, options)]
         return dict(zip(self.output_names, outs))

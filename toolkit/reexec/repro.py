@@ -31,6 +31,7 @@ from toolkit.core.text import printable
 from toolkit.engine import compile_model
 from toolkit.ir.graph import node_reads
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import run_options
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
@@ -94,7 +95,7 @@ def run_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict, st
     sub, feeds, expected = extract_subgraph(model, node_names, golden, stored_fp16, outputs)
     sess = make_session(sub.SerializeToString(), optimize=True)
     names = list(expected)
-    return dict(zip(names, (np.asarray(v) for v in sess.run(names, feeds))))
+    return dict(zip(names, (np.asarray(v) for v in sess.run(names, feeds, run_options()))))
 
 
 def _free_name(name: str, model: onnx.ModelProto) -> str:

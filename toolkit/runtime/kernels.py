@@ -41,6 +41,7 @@ from toolkit.core.errors import ModelError
 from toolkit.ir.graph import node_reads
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import run_options
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum
 
@@ -66,7 +67,8 @@ class ExecKernel:
 
             return ort_values.run(self.session, [f for f, _ in self.fetches],
                                   {k: v for (k, _), v in zip(self.feeds, values)}, f"kernel '{self.spec.name}'")
-        return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)})
+        return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)},
+                                run_options())
 
 
 def _vi(name, elem, shape):

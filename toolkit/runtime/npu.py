@@ -18,6 +18,7 @@ import numpy as np
 from toolkit.compiler.context import CompileResult
 from toolkit.core.errors import InputError, UserError
 from toolkit.ort import ort_values
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 from toolkit.runtime.host_memory import check_host_memory
 from toolkit.runtime.kernels import build_kernels
 
@@ -172,13 +173,14 @@ class NpuRuntime:
             t0 = time.perf_counter()
             try:
                 if io is not None:
-                    ek.session.run_with_iobinding(io)
+                    ek.session.run_with_iobinding(io, run_options())
                     outs = None
                 else:
                     outs = ek(values)
             except UserError:
                 raise
             except Exception as exc:
+                reraise_if_terminated(exc)
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
                 raise KernelRuntimeError(f"kernel '{ek.spec.name}' ({ek.spec.op_type}) failed: {msg}") from exc
             res.kernel_ms.append((time.perf_counter() - t0) * 1e3)
