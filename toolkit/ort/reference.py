@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from toolkit.core.errors import ModelError
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ort import ort_values
-from toolkit.ort.ort_env import make_session
+from toolkit.ort.ort_env import ORT_ERRORS, make_session
 from toolkit.ort.terminate import run_options
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
@@ -58,7 +59,12 @@ class ReferenceRunner:
         self.output_names = [o.name for o in m.graph.output]
         # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
-        self.session = make_session(m.SerializeToString(), optimize=False)
+        try:
+            self.session = make_session(m.SerializeToString(), optimize=False)
+        except ORT_ERRORS as exc:  # onnxruntime refuses the model itself (e.g. a value_info type the op contradicts)
+            why = " ".join(str(exc).split()).split(" : ", 2)[-1][:300]
+            raise ModelError(f"onnxruntime cannot load the model for the FP32 reference ({why}); fix the model "
+                             "(a declared type or shape that its ops contradict is the usual cause)") from None
 
     def run(self, feeds: dict[str, np.ndarray], options=None) -> dict[str, np.ndarray]:
         """{tensor name: array} for graph outputs and exposed intermediates. ``options``: the onnxruntime
