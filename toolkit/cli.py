@@ -3,7 +3,8 @@
 Exit codes (toolkit.core.errors): 0 success (for diagnose/compare: verdict PASS or WARN), 1 the check failed (a FAIL
 verdict, a failed signoff criterion, a regression, a tune target not met, memory conflicts), 2 usage error or bad
 input (unknown option, bad option value, a file, model, config or policy that cannot be used), 3 internal error;
-130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 141 the output could not be written because its reader closed
+130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 124 stopped by ``--timeout`` (as GNU timeout),
+141 the output could not be written because its reader closed
 stdout (``| head``: 128 + SIGPIPE).
 
 The global options -v / -q may be given before or after the command (``npuscope -q diagnose`` or
@@ -11,6 +12,7 @@ The global options -v / -q may be given before or after the command (``npuscope 
 a folder of .npz or a loader ``file.py:function``), ``--seed`` / ``--val-range`` / ``--input-shape`` (generated
 inputs), ``--thresholds`` / ``--atol`` / ``--rtol`` (accuracy conditions: toolkit.compare.metrics.grammar),
 ``--out`` (the output folder).
+A signal or the timeout also stops a run inside onnxruntime (toolkit.ort.terminate).
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from toolkit.commands.signoff import signoff_command
 from toolkit.commands.tune import tune_command
 from toolkit.compare.subset import Subset
 from toolkit.core.env import set_default
-from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, UserError
+from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, UserError
 from toolkit.core.text import printable
 from toolkit.logs.plog import SIGPIPE_EXIT, setup_logging, silence_stdout, stdout_closed
 from toolkit.ort.ort_env import enable_global_thread_pool
 from toolkit.profile.budget import DEFAULT_REQUESTS
+from toolkit.ort.terminate import watch_signals
 
 _VERBOSITY = {"progress": None, "flags": set(), "t0": None}  # progress None: shown when stderr is a terminal
 
@@ -170,6 +173,27 @@ class _Group(click.Group):
         super().add_command(cmd, name)
 
 
+TIMEOUT_EXIT = EXIT_TIMEOUT  # as GNU timeout(1)
+
+
+def _arm_timeout(ctx, param, seconds):
+    if seconds is not None:
+        import signal
+
+        _SIGNALLED["timeout"] = seconds
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+    return seconds
+
+
+def timed(fn):
+    """The --timeout option of the commands that run models (the timer starts when the arguments are read)."""
+    return click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+                        expose_value=False, callback=_arm_timeout,
+                        help=f"End the command after SECONDS of wall time, also inside an onnxruntime run (a model "
+                             f"that never ends): one line, exit code {TIMEOUT_EXIT}; the run's output folder is "
+                             "removed (a dataset run keeps its finished inputs for a resume).")(fn)
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
              epilog=EXIT_CODES_TEXT)
 @click.version_option(package_name="npuscope")
@@ -200,6 +224,7 @@ def cli(verbose, quiet):
 @cli.command("compile")
 @click.argument("model", required=False)
 @common
+@timed
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
 def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, out):
     """Compile MODEL and write plan.json, compile.log and fusion_result.json."""
@@ -212,6 +237,7 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
 @cli.command("run")
 @click.argument("model", required=False)
 @common
+@timed
 @_inputs_option("one input set (a folder holding one file, a loader giving one set)")
 @GENERATED[0]
 @GENERATED[1]
@@ -240,6 +266,7 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
 
 @cli.command("memcheck")
 @click.argument("model", required=False)
+@timed
 @click.option("--plan", "plan_path", type=click.Path(), help="plan.json to check (default: compile MODEL). "
               "Without MODEL: the model the plan records, else a usage error.")
 @click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
@@ -320,6 +347,7 @@ def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs,
 @cli.command("diagnose")
 @click.argument("model", required=False)
 @common
+@timed
 @_diag_options
 def diagnose_cmd(**kw):
     """Compile MODEL, run the FP32 reference and the NPU plan on the same inputs, compare every tensor and
@@ -330,6 +358,7 @@ def diagnose_cmd(**kw):
 @cli.command("compare")
 @click.argument("model", required=False)
 @common
+@timed
 @_diag_options
 def compare_cmd(**kw):
     """Like diagnose, without HTML: result.csv, summary.json, findings.json for scripts and CI."""
@@ -341,6 +370,7 @@ def compare_cmd(**kw):
 @click.option("--policy", "policy_path", required=True, type=click.Path(),
               help="TOML policy: [outputs], [layers], [tasks], [fp16_overflow], [memory], [latency], [placement].")
 @common
+@timed
 @_with([_inputs_option(_DATASET_INPUTS), *GENERATED,
         *_threshold_options("Abnormal lines for the layer criteria, applied after the policy's [layers] thresholds: "
                             + _THRESHOLDS_HELP[len("Abnormal lines, "):])])
@@ -394,6 +424,7 @@ def doctor_cmd(model, as_json):
 @cli.command("tune")
 @click.argument("model", required=False)
 @common
+@timed
 @_inputs_option("every set is used (the worst decides); more sets than --max-inputs is an error, never a silent cut")
 @click.option("--max-inputs", "max_inputs", default=1000, show_default=True, type=click.IntRange(min=1),
               help="Most input sets --inputs may give (all are kept in memory and run in every trial).")
@@ -478,6 +509,7 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, atol, rtol, go
 @cli.command("profile")
 @click.argument("model", required=False)
 @common
+@timed
 @click.option("--device", help="Device profile: a built-in name (atlas300i_pro [default], ascend910) or a .json file.")
 @click.option("--pre", help="Pre-processing file.py:function(request) -> feed dict (or one array); timed for real.")
 @click.option("--post", help="Post-processing file.py:function(outputs dict); timed for real.")
@@ -548,6 +580,23 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt
 
 
+def _timed_out(signum, frame):
+    # --timeout: the same unwinding as SIGTERM, with its own exit code
+    _SIGNALLED["code"] = TIMEOUT_EXIT
+    if _SIGNALLED.get("done"):
+        _exit_now(TIMEOUT_EXIT)
+    raise KeyboardInterrupt
+
+
+def _stopped_line() -> str:
+    """The one line printed when a signal or --timeout stopped the command."""
+    code = _SIGNALLED["code"]
+    if code == TIMEOUT_EXIT:
+        return (f"npuscope: stopped: --timeout {_SIGNALLED.get('timeout', 0):g} s reached (exit {TIMEOUT_EXIT}); "
+                "raise --timeout if the run needs longer")
+    return "npuscope: interrupted" + (" (SIGTERM)" if code == 143 else "")
+
+
 def _exit_now(code: int) -> None:
     import os
 
@@ -592,13 +641,17 @@ def main(argv=None) -> None:
         _exit_interrupted(_SIGNALLED["code"])
     except SystemExit as exc:
         _SIGNALLED["done"] = True
-        if exc.code in (130, 143):
+        if exc.code in (130, 143, TIMEOUT_EXIT):
             _exit_interrupted(exc.code)
         if exc.code is None or isinstance(exc.code, int):
             _end_process(exc.code or 0)
         raise
     finally:
         _SIGNALLED["done"] = True
+        if _SIGNALLED.pop("timeout", None) is not None:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
     _end_process(0)
 
 
@@ -636,6 +689,8 @@ def _main(argv) -> None:
 
     _single_threaded_blas()
     signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGALRM, _timed_out)
+    watch_signals()  # SIGINT / SIGTERM / SIGALRM also terminate onnxruntime runs in progress
     args = sys.argv[1:] if argv is None else list(argv)
     if not args:
         click.echo(cli.get_help(click.Context(cli, info_name="npuscope")))
@@ -659,14 +714,14 @@ def _main(argv) -> None:
             _say(f"npuscope: internal error (EOFError: {exc.__cause__}); please report it with the traceback "
                  "above", err=True)
             sys.exit(EXIT_INTERNAL)
-        click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
+        click.echo(_stopped_line(), err=True)
         sys.exit(_SIGNALLED["code"])
     except click.ClickException as exc:
         msg = " ".join(exc.format_message().split())
         _say(f"npuscope: error: {msg}" + (" (see --help)" if isinstance(exc, click.UsageError) else ""), err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("npuscope: interrupted" + (" (SIGTERM)" if _SIGNALLED["code"] == 143 else ""), err=True)
+        click.echo(_stopped_line(), err=True)
         sys.exit(_SIGNALLED["code"])
     except SystemExit:
         raise

@@ -52,6 +52,7 @@ from toolkit.inputs.digest import input_digests
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.ir.neighbourhood import neighbourhood
 from toolkit.ort.reference import ReferenceRunner
+from toolkit.ort.terminate import own_run_options
 from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
 from toolkit.runtime.npu import KernelRuntimeError
@@ -337,9 +338,10 @@ def _timed(fn, *args) -> tuple[object, float]:
     return out, (time.perf_counter() - ts) * 1e3
 
 
-def _reference_run(prep: Prepared) -> dict:
-    """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner)."""
-    golden = ReferenceRunner(prep.model).run(prep.feeds)
+def _reference_run(prep: Prepared, options) -> dict:
+    """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner), run with the
+    onnxruntime RunOptions ``options``."""
+    golden = ReferenceRunner(prep.model).run(prep.feeds, options)
     golden.update(prep.feeds)
     return golden
 
@@ -399,14 +401,16 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     nothing, before anything runs."""
     require_outputs(prep.model, prep.path)
     kept = select(prep.model, subset) if subset is not None and subset.active else None
-    reference = _Background(_timed, _reference_run, prep)
-    try:
-        return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
-    except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
-        raise
-    except BaseException:
-        reference.wait()
-        raise
+    with own_run_options() as options:
+        reference = _Background(_timed, _reference_run, prep, options)
+        try:
+            return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
+        except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
+            raise
+        except BaseException:
+            options.terminate = True  # its result is not wanted: a model that loops forever must not hang here
+            reference.wait()
+            raise
 
 
 def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference,

@@ -676,3 +676,22 @@ def loader_sets() -> list[np.ndarray]:
     """The x arrays make() yields, computed here the same way."""
     rng = np.random.default_rng(0)
     return [rng.random((4, 8), dtype=np.float32) for _ in range(2)]
+
+
+def loop_forever_model() -> onnx.ModelProto:
+    """y = Loop(no trip count, cond = True, x): the body keeps cond True and adds 1 to x, so onnxruntime never
+    returns (the model is valid: the checker accepts it)."""
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond"], ["cond_out"], name="keep_going"),
+         h.make_node("Add", ["x_in", "one"], ["x_out"], name="count")],
+        "body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("cond", T.BOOL, []),
+         h.make_tensor_value_info("x_in", T.FLOAT, [1])],
+        [h.make_tensor_value_info("cond_out", T.BOOL, []), h.make_tensor_value_info("x_out", T.FLOAT, [1])],
+        [h.make_tensor("one", T.FLOAT, [1], [1.0])])
+    g = h.make_graph([h.make_node("Loop", ["", "always", "x"], ["y"], body=body, name="forever")], "loop_forever",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1])], [h.make_tensor_value_info("y", T.FLOAT, [1])],
+                     [h.make_tensor("always", T.BOOL, [], [True])])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    onnx.checker.check_model(model, full_check=True)
+    return model

@@ -11,8 +11,8 @@ from toolkit.config.schema import Config
 from toolkit.engine import Session, compile_model
 from toolkit.ir.load import load_model
 from toolkit.ir.weights import has_mapped
-from toolkit.runtime.host_memory import host_memory_bytes
 from toolkit.core.errors import ModelError
+from toolkit.runtime.host_memory import host_memory_bytes
 from toolkit.runtime.npu import NpuRuntime
 
 
@@ -84,3 +84,28 @@ def test_mapped_weights_give_the_in_memory_results(tmp_path, precision_mode, ove
         scale = float(np.abs(y[fin]).max()) if fin.any() else 0.0
         np.testing.assert_allclose(x[fin].astype(np.float64), y[fin].astype(np.float64), rtol=step,
                                    atol=(1e-2 if x.dtype == np.float16 else 10) * step * scale, err_msg=k)
+
+
+@pytest.mark.parametrize("declared", [0, 5, 1000])
+def test_a_declared_output_shape_the_ops_contradict_is_a_model_error(declared):
+    """Kind: a graph output declared with a static shape its producer does not write (onnxruntime runs such a
+    model: it checks declared output shapes only as a warning). The plan takes the declaration; the runtime
+    finds the kernel's write differs and names the output, both shapes and the fix (exit 1, not 3)."""
+    import onnxruntime as ort
+
+    from toolkit import samples
+    from toolkit.engine import Session
+
+    model = samples.build_detector_head()
+    feeds = samples.detector_head_inputs()
+    out = next(o for o in model.graph.output if o.type.tensor_type.shape.dim)
+    real = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        [out.name], feeds)[0].shape  # independent: what the model really writes
+    assert real[0] != declared
+    out.type.tensor_type.shape.dim[0].Clear()
+    out.type.tensor_type.shape.dim[0].dim_value = declared
+    with pytest.raises(ModelError) as exc:
+        Session(model).run(feeds)
+    text = str(exc.value)
+    assert "\n" not in text and f"declares output '{out.name}' as [{declared}, " in text
+    assert f"[{real[0]}, " in text and "fix or remove the declared shape" in text

@@ -177,8 +177,11 @@ def execute(job: Job, store: Store, jobs: int = 1, ray: str | None = None, progr
         return run_inputs(job.spec, todo, store, jobs=jobs, ray_address=ray, total=len(job.refs), progress=progress,
                           worker=job.worker)
     except KeyboardInterrupt:
-        progress(f"interrupted: finished inputs are kept in {store.folder}; re-run the same command with "
-                 f"--out {store.folder} to continue")
+        if store.has_ok_result():
+            progress(f"interrupted: finished inputs are kept in {store.folder}; re-run the same command with "
+                     f"--out {store.folder} to continue")
+        else:
+            progress("interrupted before any input finished: nothing kept")
         raise
 
 

@@ -25,6 +25,7 @@ from toolkit.core.records import PassLog
 from toolkit.ir.graph import Graph
 from toolkit.ir.load import normalise_node_names
 from toolkit.ir.proto_checks import densify_sparse_initializers
+from toolkit.ort.terminate import reraise_if_terminated
 
 
 class PipelineError(RuntimeError):
@@ -43,6 +44,7 @@ def _run_optional(info: PassInfo, ctx: CompileContext) -> PassResult:
     try:
         return info.fn(ctx)
     except Exception as exc:  # noqa: BLE001 - an optimisation must never fail the compile
+        reraise_if_terminated(exc)
         msg = " ".join(str(exc).split())[:300] or type(exc).__name__
         logging.getLogger("npuscope.compiler").warning("pass %s failed (%s: %s); compiling without it",
                                                         info.name, type(exc).__name__, msg)

@@ -101,7 +101,8 @@ def check_out(explicit: str | Path | None) -> Path | None:
 
 @contextlib.contextmanager
 def output_dir(explicit: str | None, base: str | Path, stem: str):
-    """Yield a new, empty output folder; remove it again if the body raises. ``explicit`` (``--out``) is
+    """Yield a new, empty output folder; remove it again if the body raises (an empty folder the user gave is
+    kept, emptied of what the body wrote). ``explicit`` (``--out``) is
     checked again here (:func:`check_out`; the folder may have changed since the command's own early check);
     without it: a fresh ``base/<stem>-<time>`` folder (:func:`new_run_dir`)."""
     path = check_out(explicit) or new_run_dir(base, stem)
@@ -115,6 +116,12 @@ def output_dir(explicit: str | None, base: str | Path, stem: str):
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
+        else:  # the user's folder, empty when we took it: remove what this run put in it, keep the folder
+            for entry in path.iterdir():
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
         raise
 
 

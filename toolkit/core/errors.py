@@ -24,12 +24,14 @@ EXIT_INTERNAL = 3
 EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_PIPE = 130, 143, 141
 
 #: The exit codes as the README and ``npuscope --help`` list them.
+#: --timeout SECONDS reached (as GNU timeout(1)).
+EXIT_TIMEOUT = 124
 EXIT_CODES_TEXT = (f"Exit codes: {EXIT_OK} success (verdict PASS or WARN, no regression, target met); "
                    f"{EXIT_FAIL} the check failed (verdict FAIL, a signoff criterion failed, a regression, tune "
                    f"target not met, memory conflicts); {EXIT_USAGE} usage error or bad input (an unknown option, "
                    "a bad option value, a file, model, config or policy that cannot be used); "
                    f"{EXIT_INTERNAL} internal error; {EXIT_INTERRUPTED} Ctrl-C; {EXIT_TERMINATED} SIGTERM; "
-                   f"{EXIT_PIPE} stdout closed by its reader.")
+                   f"{EXIT_TIMEOUT} --timeout reached; {EXIT_PIPE} stdout closed by its reader.")
 
 
 class UserError(Exception):

@@ -92,8 +92,26 @@ def pool(spec: JobSpec, todo: list[InputRef], jobs: int) -> Iterator[Record]:
             done, inflight = cf.wait(inflight, return_when=cf.FIRST_COMPLETED)
             for fut in done:
                 yield fut.result()
+    except BaseException:  # interrupted (a signal, --timeout, the consumer gone): a worker may never finish
+        _stop_workers(ex)
+        raise
     finally:
         ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _stop_workers(ex: cf.ProcessPoolExecutor) -> None:
+    """SIGTERM every worker process of ``ex`` (their default action: end at once, even inside onnxruntime,
+    e.g. a model whose Loop never ends), so that the pool's shutdown does not wait for them.
+    concurrent.futures has no public way before Python 3.14 (``terminate_workers``): its ``_processes``."""
+    stop = getattr(ex, "terminate_workers", None)
+    if stop is not None:
+        stop()
+        return
+    for proc in list((getattr(ex, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except (OSError, ValueError):  # already gone
+            pass
 
 
 # ---------------------------------------------------------------------------------------------------- Ray

@@ -13,9 +13,11 @@ Layout of the output folder::
 Resume (the one exception to toolkit.core.artifacts.output_dir's "new or empty" rule): an existing ``--out``
 folder whose manifest.json matches this run (same KEYED values) is continued: inputs whose result file exists
 and records the sha256 of the current input file are not evaluated again. A folder holding a non-matching
-manifest is refused with a one-line UsageError naming what differs; any other non-empty folder is refused as
-output_dir does, except a folder holding only the store of a run that produced no successful result (every
-input failed, e.g. on a config mistake): it is emptied and the run starts afresh. A new folder is removed again
+manifest of ours is refused with a one-line UsageError naming what differs; any other non-empty folder (no
+manifest.json, or one that is not ours: unreadable, not JSON, without ``tool`` = TOOL and every KEYED key) is
+refused before anything is created or read in it but that manifest, except a folder holding only the store of
+a run of ours that produced no successful result (every input failed, e.g. on a config mistake): it is emptied
+and the run starts afresh. A new folder is removed again
 if the run fails before any input was evaluated successfully; once such a result exists the folder is kept
 (that is what makes a killed run resumable). A stored result that cannot be read or is not a valid record
 (truncated, empty, foreign, a folder in its place) counts as missing: removed, logged and evaluated again.
@@ -63,13 +65,15 @@ LOCK = ".npuscope-run.lock"
 FORMAT = 2
 #: Manifest keys that must match for a folder to be resumed.
 KEYED = ("format", "command", "model_sha256", "config", "thresholds", "task_metrics", "columns", "tensors_sha256")
+#: The manifest's "tool" value: a manifest.json without it (or without every KEYED key) is not ours.
+TOOL = "npuscope dataset run"
 
 
 def make_manifest(command: str, *, model_path: str, model_sha256: str, config: dict, thresholds: dict | None,
                   task_metrics, tensors, inputs: str) -> dict:
     """The manifest of a run (KEYED values plus the model path and the inputs folder, for information)."""
     tsha = hashlib.sha256("\n".join(tensors).encode()).hexdigest()
-    return json_safe({"format": FORMAT, "command": command, "model_sha256": model_sha256, "config": config,
+    return json_safe({"tool": TOOL, "format": FORMAT, "command": command, "model_sha256": model_sha256, "config": config,
                       "thresholds": thresholds, "task_metrics": list(task_metrics), "columns": list(COLUMNS),
                       "tensors_sha256": tsha, "n_tensors": len(tensors), "model": model_path,
                       "inputs": str(inputs)})
@@ -86,7 +90,7 @@ def result_key(name: str) -> str:
 class Store:
     """The results of one run folder (see module docstring)."""
 
-    def __init__(self, folder: Path, resumed: bool = False, n_tensors: int | None = None):
+    def __init__(self, folder: Path, resumed: bool = False, n_tensors: int | None = None, create: bool = True):
         self.folder = Path(folder)
         self.results = self.folder / RESULTS
         self.resumed = resumed
@@ -95,6 +99,8 @@ class Store:
         self.redone: list[tuple[str, str]] = []
         #: True when the folder held a run with other settings and no successful result, and was emptied.
         self.restarted = False
+        if not create:  # only read (a folder not yet known to be resumed)
+            return
         self.results.mkdir(parents=True, exist_ok=True)
         for tmp in self.results.glob(".*.tmp"):  # left by a killed writer
             tmp.unlink(missing_ok=True)
@@ -273,22 +279,50 @@ def _differences(old: dict, new: dict) -> list[str]:
     return out
 
 
-def _resume_or_restart(path: Path, manifest: dict) -> bool:
-    """True: resume ``path`` (its manifest matches). False: the folder held only the store of a run with other
-    settings that produced no successful result (e.g. every input failed on a config mistake); it was emptied
-    so this run starts afresh. Raises UsageError otherwise (module docstring)."""
+def _not_ours(path: Path) -> str | None:
+    """Why the folder ``path`` (not empty) is not the store of a dataset run of ours, or None when it is: its
+    manifest.json must be a regular file holding a JSON object with ``tool`` = :data:`TOOL` and every KEYED
+    key (written by :func:`make_manifest`), ``results`` (when present) a real folder and ``log.jsonl`` a regular
+    file. Reads only the manifest (bounded: toolkit.core.boundedjson)."""
     mpath = path / MANIFEST
-    if not mpath.is_file():
-        raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
-                         "to resume); choose a new --out")
-    try:  # bounded (toolkit.core.boundedjson): a regular file, at most nested at most MAX_DEPTH
+    if mpath.is_symlink() or not mpath.is_file():
+        return f"no {MANIFEST} of a dataset run to resume" if not (mpath.exists() or mpath.is_symlink()) else \
+            f"its {MANIFEST} is not a regular file"
+    try:
         old = json_loads(read_limited(mpath, MANIFEST, ValueError, limit="artifact"), MANIFEST, ValueError)
-    except ValueError:  # also json.JSONDecodeError: unreadable, as a manifest of other settings
-        old = {}
-    diff = _differences(old if isinstance(old, dict) else {}, manifest)
+    except (ValueError, OSError) as exc:  # also json.JSONDecodeError
+        return f"its {MANIFEST} is not a manifest of npuscope ({' '.join(str(exc).split())[:120]})"
+    legacy = ("n_tensors", "model", "inputs")  # written before the "tool" key, with every other key of make_manifest
+    if not isinstance(old, dict) or any(k not in old for k in KEYED) or \
+            old.get("tool", TOOL if all(k in old for k in legacy) else None) != TOOL:
+        return f"its {MANIFEST} is not a manifest of an npuscope dataset run"
+    for name, is_kind in ((RESULTS, Path.is_dir), (LOG, Path.is_file)):
+        entry = path / name
+        if (entry.exists() or entry.is_symlink()) and (entry.is_symlink() or not is_kind(entry)):
+            return f"its {name} is not what a dataset run writes"
+    return None
+
+
+def refuse_unless_ours(path: Path) -> None:
+    """Raise UsageError (exit 2) when the non-empty folder ``path`` is not a dataset run of ours (:func:`_not_ours`);
+    nothing in it is read but its manifest, nothing is written or removed."""
+    why = _not_ours(path)
+    if why is not None:
+        raise UsageError(f"output folder '{path}' already exists and is not empty ({why}); npuscope resumes only a "
+                         "dataset run of its own with the same settings and touches nothing else: choose a new --out")
+
+
+def _resume_or_restart(path: Path, manifest: dict) -> bool:
+    """True: resume ``path`` (its manifest is ours and matches). False: the folder held only the store of a run
+    of ours with other settings that produced no successful result (e.g. every input failed on a config
+    mistake); it was emptied so this run starts afresh. Raises UsageError otherwise (module docstring)."""
+    refuse_unless_ours(path)
+    mpath = path / MANIFEST
+    old = json_loads(read_limited(mpath, MANIFEST, ValueError, limit="artifact"), MANIFEST, ValueError)
+    diff = _differences(old, manifest)
     if not diff:
         return True
-    if _only_store_files(path) and not Store(path).has_ok_result():
+    if _only_store_files(path) and not Store(path, create=False).has_ok_result():
         for entry in (path / RESULTS, path / LOG, mpath):
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
@@ -297,6 +331,16 @@ def _resume_or_restart(path: Path, manifest: dict) -> bool:
         return False
     raise UsageError(f"output folder '{path}' holds a dataset run with a different {', '.join(diff)}; "
                      f"choose a new --out, or re-run with the settings recorded in {mpath}")
+
+
+def _remove_entries(path: Path, keep: str) -> None:
+    for entry in path.iterdir():
+        if entry.name == keep:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _only_store_files(path: Path) -> bool:
@@ -362,14 +406,14 @@ def check_store_out(explicit: str | Path | None) -> Path | None:
     decided by :func:`open_store`). Returns ``Path(explicit)``, or None without ``explicit``. Nothing is created.
 
     Raises:
-        UsageError (exit 2): an empty string, an existing file, a non-empty folder without a manifest.
+        UsageError (exit 2): an empty string, an existing file, a non-empty folder that is not a dataset run of
+            ours (:func:`refuse_unless_ours`).
     """
     path = out_path(explicit)
     if path is None:
         return None
-    if path.is_dir() and _has_content(path) and not (path / MANIFEST).is_file():
-        raise UsageError(f"output folder '{path}' already exists and is not empty (no {MANIFEST} of a dataset run "
-                         "to resume); choose a new --out")
+    if path.is_dir() and _has_content(path):
+        refuse_unless_ours(path)
     return path
 
 
@@ -390,6 +434,7 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot create output folder '{path}' ({exc.strerror}); choose a writable --out") from None
+    was_empty = created or not _has_content(path)
     lock = acquire_lock(path)  # before the folder's contents decide new / resume / restart
     store = None
     try:
@@ -403,12 +448,12 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
         store.restarted = restarted
         yield store
     except BaseException:
-        if store is None:
-            remove = created
-        else:
-            remove = (created or store.restarted) and not store.has_ok_result()
-        if remove:
-            shutil.rmtree(path, ignore_errors=True)
+        ours = created or was_empty or (store is not None and store.restarted)
+        if ours and (store is None or not store.has_ok_result()):
+            if created:
+                shutil.rmtree(path, ignore_errors=True)
+            else:  # the user's empty folder (or one we emptied): remove what this run put in it, keep the folder
+                _remove_entries(path, keep=LOCK)
         raise
     finally:
         release_lock(path, lock)

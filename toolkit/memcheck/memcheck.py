@@ -21,6 +21,7 @@ from toolkit.engine import npu_runtime
 from toolkit.memcheck.dynamic_check import dynamic_check
 from toolkit.memcheck.planio import attach_plan, no_reuse_plan, relocate
 from toolkit.memcheck.static_check import Conflict, static_conflicts
+from toolkit.ort.terminate import reraise_if_terminated
 
 #: Columns of conflicts.csv (one row per static conflict).
 CONFLICT_COLUMNS = ["Writer", "WriterStep", "Written", "Victim", "Reader", "ReaderStep", "Kind", "OverlapStart",
@@ -114,6 +115,7 @@ def check_plan(compiled, plan, feeds) -> CheckRound:
     try:
         got, events = dynamic_check(rt, feeds, dump=True)
     except Exception as exc:  # a kernel failed on poisoned bytes: that is a finding, not a crash
+        reraise_if_terminated(exc)
         return CheckRound(plan, conflicts, list(getattr(exc, "memcheck_events", [])), None,
                           f"{type(exc).__name__}: {exc}")
     return CheckRound(plan, conflicts, events, first_divergence(plan, ref, got, conflicts))

@@ -33,6 +33,7 @@ from toolkit.ir.proto import copy_fields
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ir.weights import array_of, for_onnxruntime, is_mapped
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
 
@@ -123,8 +124,9 @@ def _evaluate(model: onnx.ModelProto, nodes: list, shape_values: dict, wanted: l
         folder = for_onnxruntime(sub)  # weights left on disk: onnxruntime maps their files
         sess = make_session(sub.SerializeToString(), optimize=False, folder=folder,
                             external=None if folder else external)
-        values = sess.run(wanted, {})
+        values = sess.run(wanted, {}, run_options())
     except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, one line
+        reraise_if_terminated(exc)
         raise NotFoldable(" ".join(str(exc).split())[:200] or type(exc).__name__) from None
     return dict(zip(wanted, values))
 

@@ -13,6 +13,11 @@ import onnxruntime as ort
 
 from toolkit.core.errors import ConfigError
 
+#: onnxruntime's own error types (a session it refuses to build, a run that fails), to catch by kind
+ORT_ERRORS = tuple(getattr(ort.capi.onnxruntime_pybind11_state, n) for n in (
+    "Fail", "InvalidArgument", "NoSuchFile", "NoModel", "EngineError", "RuntimeException", "InvalidProtobuf",
+    "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail") if hasattr(ort.capi.onnxruntime_pybind11_state, n))
+
 _STATE = {"global": None, "allocator": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
 
 

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto
 
 from toolkit.core.errors import ModelError
+from toolkit.ort.terminate import run_options
 
 #: bits per element of ONNX's packed sub-byte types
 _BITS = {getattr(TensorProto, n): b for n, b in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2),
@@ -152,9 +153,10 @@ def needs_ortvalues(values) -> bool:
     return any(isinstance(v, np.ndarray) and exotic_code(v.dtype) is not None for v in values)
 
 
-def run(session, fetch_names: list[str], feeds: dict, where: str = "the model") -> list:
+def run(session, fetch_names: list[str], feeds: dict, where: str = "the model", options=None) -> list:
     """``session.run`` for feeds or fetches of exotic element types: feeds go in as OrtValues, results come
-    back as numpy arrays (ml_dtypes for exotic types). ``where`` names the kernel/model in errors.
+    back as numpy arrays (ml_dtypes for exotic types). ``where`` names the kernel/model in errors; ``options``:
+    the RunOptions (default toolkit.ort.terminate.run_options()).
 
     Raises:
         ModelError: a string tensor among the feeds (onnxruntime builds OrtValues from numeric arrays only).
@@ -173,4 +175,5 @@ def run(session, fetch_names: list[str], feeds: dict, where: str = "the model") 
                              "in the model")
         else:
             values[name] = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr))
-    return [to_numpy(o) for o in session.run_with_ort_values(fetch_names, values)]
+    return [to_numpy(o) for o in session.run_with_ort_values(fetch_names, values,
+                                                               run_options() if options is None else options)]

@@ -9,10 +9,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from toolkit.core.errors import ModelError
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ir.weights import for_onnxruntime, mapped_initializers
 from toolkit.ort import ort_values
-from toolkit.ort.ort_env import make_session
+from toolkit.ort.ort_env import ORT_ERRORS, make_session
+from toolkit.ort.terminate import run_options
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
@@ -62,13 +64,20 @@ class ReferenceRunner:
         # weights left on disk (toolkit.ir.weights): onnxruntime maps their files itself (from several folders:
         # handed over as external initializers, which it copies)
         folder = for_onnxruntime(m)
-        self.session = make_session(m.SerializeToString(), optimize=False, folder=folder,
-                                    external=None if folder else mapped_initializers(m))
+        try:
+            self.session = make_session(m.SerializeToString(), optimize=False, folder=folder,
+                                        external=None if folder else mapped_initializers(m))
+        except ORT_ERRORS as exc:  # onnxruntime refuses the model itself (e.g. a value_info type the op contradicts)
+            why = " ".join(str(exc).split()).split(" : ", 2)[-1][:300]
+            raise ModelError(f"onnxruntime cannot load the model for the FP32 reference ({why}); fix the model "
+                             "(a declared type or shape that its ops contradict is the usual cause)") from None
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """{tensor name: array} for graph outputs and exposed intermediates."""
+    def run(self, feeds: dict[str, np.ndarray], options=None) -> dict[str, np.ndarray]:
+        """{tensor name: array} for graph outputs and exposed intermediates. ``options``: the onnxruntime
+        RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal terminates)."""
+        options = run_options() if options is None else options
         if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):
-            outs = ort_values.run(self.session, self.output_names, feeds)
+            outs = ort_values.run(self.session, self.output_names, feeds, options=options)
         else:
-            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds)]
+            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds, options)]
         return dict(zip(self.output_names, outs))

@@ -26,6 +26,7 @@ from toolkit.compare.layerwise import (
 )
 from toolkit.compare.metrics import compare_tensors, dtype_class
 from toolkit.ir.graph import node_reads
+from toolkit.ort.terminate import reraise_if_terminated
 from toolkit.precision.contract import expected_noise
 from toolkit.reexec.repro import run_subgraph
 
@@ -133,7 +134,8 @@ def _judge_fp32(model, nodes, golden, device, t, stored, thresholds, noise) -> d
     feeds.update({s: _as_reference_dtype(device[s], golden[s]) for s in stored})
     try:
         out = run_subgraph(model, nodes, feeds, outputs=[t])
-    except Exception:  # a node onnxruntime cannot run alone, a boundary without reference value: no verdict
+    except Exception as exc:  # a node onnxruntime cannot run alone, a boundary without reference value: no verdict
+        reraise_if_terminated(exc)
         return None
     return compare_tensors(out[t], golden[t], thresholds=thresholds, expected_noise=noise, tensor=t) if t in out else None
 

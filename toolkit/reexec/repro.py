@@ -32,6 +32,7 @@ from toolkit.engine import compile_model
 from toolkit.ir.graph import node_reads
 from toolkit.ir.weights import array_of, is_mapped
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import run_options
 
 
 def extract_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict,
@@ -106,7 +107,7 @@ def run_subgraph(model: onnx.ModelProto, node_names: list[str], golden: dict, st
     sub, feeds, expected = extract_subgraph(model, node_names, golden, stored_fp16, outputs)
     sess = make_session(sub.SerializeToString(), optimize=True)
     names = list(expected)
-    return dict(zip(names, (np.asarray(v) for v in sess.run(names, feeds))))
+    return dict(zip(names, (np.asarray(v) for v in sess.run(names, feeds, run_options()))))
 
 
 def _free_name(name: str, model: onnx.ModelProto) -> str:

@@ -42,6 +42,7 @@ from toolkit.ir.graph import node_reads
 from toolkit.ir.weights import array_of, has_mapped
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import run_options
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum
 
@@ -67,7 +68,8 @@ class ExecKernel:
 
             return ort_values.run(self.session, [f for f, _ in self.fetches],
                                   {k: v for (k, _), v in zip(self.feeds, values)}, f"kernel '{self.spec.name}'")
-        return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)})
+        return self.session.run([f for f, _ in self.fetches], {k: v for (k, _), v in zip(self.feeds, values)},
+                                run_options())
 
 
 def _vi(name, elem, shape):

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.compiler.context import CompileResult
-from toolkit.core.errors import InputError, UserError
+from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.ir.weights import array_of, mapped_initializers
 from toolkit.ort import ort_values
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 from toolkit.runtime.host_memory import check_host_memory
 from toolkit.runtime.kernels import build_kernels
 
@@ -119,9 +120,26 @@ class NpuRuntime:
             return
         arr = np.asarray(arr)
         if arr.shape != view.shape or arr.dtype != view.dtype:
-            raise KernelRuntimeError(f"kernel '{kernel}' wrote '{name}' as {arr.dtype}{list(arr.shape)} but the plan "
-                                     f"has {view.dtype}{list(view.shape)}; shape inference disagrees with the runtime")
+            got, planned = f"{arr.dtype}{list(arr.shape)}", f"{view.dtype}{list(view.shape)}"
+            declared = self._declared_as(name)
+            if declared is not None:  # the plan took the model's own declaration, which the model's ops contradict
+                raise ModelError(f"the model declares {declared} '{name}' as {planned[planned.index('['):]} but its "
+                                 f"producer (kernel '{kernel}') writes {got}; fix "
+                                 f"or remove the declared shape of '{name}' in the model and compile again")
+            raise KernelRuntimeError(f"kernel '{kernel}' wrote '{name}' as {got} but the plan has {planned}; shape "
+                                     "inference disagrees with the runtime")
         np.copyto(view, arr)
+
+    def _declared_as(self, name: str) -> str | None:
+        """"output" when ``name`` is a graph output the model declares with a static shape (which shape inference
+        keeps, and the plan with it), else None. value_info is not counted: the compiler's inference writes there."""
+        graph = self.compiled.model.graph
+        for kind, infos in (("output", graph.output),):
+            for vi in infos:
+                if vi.name == name and vi.type.tensor_type.HasField("shape") and \
+                        all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim):
+                    return kind
+        return None
 
     def _read(self, name: str, heap: dict):
         view = self.views.get(name)
@@ -175,13 +193,14 @@ class NpuRuntime:
             t0 = time.perf_counter()
             try:
                 if io is not None:
-                    ek.session.run_with_iobinding(io)
+                    ek.session.run_with_iobinding(io, run_options())
                     outs = None
                 else:
                     outs = ek(values)
             except UserError:
                 raise
             except Exception as exc:
+                reraise_if_terminated(exc)
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
                 raise KernelRuntimeError(f"kernel '{ek.spec.name}' ({ek.spec.op_type}) failed: {msg}") from exc
             res.kernel_ms.append((time.perf_counter() - t0) * 1e3)

@@ -26,6 +26,7 @@ from toolkit.core.text import suggest
 from toolkit.inputs.spec import _UNNAMED as UNNAMED
 from toolkit.ir.shape_inference import infer_light
 from toolkit.ort.reference import ReferenceRunner
+from toolkit.ort.terminate import reraise_if_terminated
 
 #: Largest dim a shape may bind (ONNX dims are int64).
 MAX_DIM = 2**63 - 1
@@ -213,6 +214,7 @@ def raise_if_reference_fails(model: onnx.ModelProto, feeds: dict, exc: Exception
     try:
         ReferenceRunner(model, expose=False).run(feeds)
     except Exception as ref_exc:  # noqa: BLE001 - any onnxruntime failure is the verdict we look for
+        reraise_if_terminated(ref_exc)
         why = " ".join(str(ref_exc).split()).split("Status Message:")[-1].strip()
         why = why if len(why) <= 200 else "..." + why[-200:]  # onnxruntime puts the reason last
         shapes = ", ".join(f"{k}{tuple(getattr(v, 'shape', ()))}" for k, v in feeds.items())

@@ -20,6 +20,7 @@ from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.ir.graph import Graph
 from toolkit.ort import const_eval
+from toolkit.ort.terminate import reraise_if_terminated
 
 #: Largest tensor the folder will create, in elements (bigger results stay runtime kernels).
 FOLD_OUTPUT_LIMIT = 1 << 22
@@ -143,6 +144,7 @@ def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
     try:
         done = const_eval.fold(work, FOLD_OUTPUT_LIMIT)
     except Exception as exc:  # noqa: BLE001 - NotFoldable or a graph it cannot read: the other folder tries
+        reraise_if_terminated(exc)
         logging.getLogger("npuscope.compiler").debug("fold_constants: onnxruntime did not fold the constant part "
                                                      "(%s); using the onnxscript folder", exc)
         return None

@@ -18,6 +18,7 @@ import onnx
 
 from toolkit.compiler.rules.registry import Match, Refused, rule
 from toolkit.ort.ort_env import make_session
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 
 _PROBE = np.linspace(-8.0, 8.0, 129, dtype=np.float32)
 _erf = np.vectorize(math.erf)
@@ -99,8 +100,9 @@ def _evaluate_probe(g, region, x, y):
     opset = [o for o in g.model.opset_import if o.domain in ("", "ai.onnx")]
     model = onnx.helper.make_model(graph, opset_imports=opset)
     try:
-        return make_session(model.SerializeToString(), optimize=False).run(None, {x: _PROBE})[0]
-    except Exception:
+        return make_session(model.SerializeToString(), optimize=False).run(None, {x: _PROBE}, run_options())[0]
+    except Exception as exc:
+        reraise_if_terminated(exc)
         return None
 
 

@@ -1,0 +1,128 @@
+"""Stopping onnxruntime runs from a signal: one process-wide ``RunOptions`` passed to every ``run`` of npuscope,
+whose ``terminate`` flag a watcher thread sets as soon as SIGINT, SIGTERM or SIGALRM (``--timeout``) arrives.
+
+Python runs a signal handler only in the main thread, between bytecodes: while the main thread is inside one
+onnxruntime call (``InferenceSession.run``: a Loop without a trip count whose condition stays true never
+returns) the handler waits. :func:`watch_signals` registers a socket with :func:`signal.set_wakeup_fd`, to which
+the interpreter's C-level handler writes the signal number at once, whatever the main thread is doing; a daemon
+thread reading it sets ``terminate`` on :func:`run_options`. onnxruntime checks the flag before every node
+(inside Loop / Scan / If bodies too) and fails the run ("Exiting due to terminate flag being set to true"); the
+main thread is then back in Python, where the signal's own handler raises KeyboardInterrupt. Code that turns
+onnxruntime errors into one-line model errors calls :func:`reraise_if_terminated` first, so a terminated run
+is never reported as a model error.
+
+Only the CLI watches signals (``toolkit.cli``); library callers may call :func:`watch_signals` from their main
+thread, or :func:`terminate_runs` themselves, and :func:`reset` afterwards to run again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+
+import onnxruntime as ort
+
+_STATE: dict = {"options": None, "terminated": None, "watcher": None, "lock": threading.Lock(), "own": []}
+
+
+def run_options() -> ort.RunOptions:
+    """The process-wide ``onnxruntime.RunOptions`` to pass to every ``run`` / ``run_with_iobinding`` /
+    ``run_with_ort_values`` (created on first use; log severity 4 = fatal only, as our session options: a
+    terminated run's error line is not printed). Its ``terminate`` is True once :func:`terminate_runs` ran."""
+    opts = _STATE["options"]
+    if opts is None:
+        with _STATE["lock"]:
+            if _STATE["options"] is None:
+                opts = ort.RunOptions()
+                opts.log_severity_level = 4
+                opts.terminate = _STATE["terminated"] is not None
+                _STATE["options"] = opts
+            opts = _STATE["options"]
+    return opts
+
+
+@contextlib.contextmanager
+def own_run_options():
+    """Yield a RunOptions of the caller's own (log severity 4), terminated with the shared one by
+    :func:`terminate_runs` while the ``with`` lasts, and which the caller may terminate alone (``terminate =
+    True``): e.g. to stop a background reference run whose result is no longer wanted."""
+    opts = ort.RunOptions()
+    opts.log_severity_level = 4
+    with _STATE["lock"]:
+        opts.terminate = _STATE["terminated"] is not None
+        _STATE["own"].append(opts)
+    try:
+        yield opts
+    finally:
+        with _STATE["lock"]:
+            _STATE["own"] = [o for o in _STATE["own"] if o is not opts]
+
+
+def terminate_runs(signum: int = signal.SIGTERM) -> None:
+    """Make every onnxruntime run that uses :func:`run_options` fail at its next node, now and from now on.
+    ``signum``: the signal that asked for it (recorded, :func:`terminated_by`)."""
+    with _STATE["lock"]:
+        if _STATE["terminated"] is None:
+            _STATE["terminated"] = signum
+        for opts in [_STATE["options"], *_STATE["own"]]:
+            if opts is not None:
+                opts.terminate = True
+
+
+def terminated_by() -> int | None:
+    """The signal number that terminated the runs (SIGINT 2, SIGTERM 15, SIGALRM 14), None when none did."""
+    return _STATE["terminated"]
+
+
+def reset() -> None:
+    """Let runs go on again after :func:`terminate_runs` (library callers and tests)."""
+    with _STATE["lock"]:
+        _STATE["terminated"] = None
+        if _STATE["options"] is not None:
+            _STATE["options"].terminate = False
+
+
+def reraise_if_terminated(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt (from ``exc``) when the runs were terminated: ``exc``, an onnxruntime error
+    caught where it would become a model or kernel error, is then the signal's doing, not the model's."""
+    if _STATE["terminated"] is not None:
+        raise KeyboardInterrupt from exc
+
+
+def watch_signals() -> None:
+    """Start the watcher (once per process, from the main thread): the interpreter writes every signal that has
+    a Python handler (SIGINT, SIGTERM, SIGALRM as the CLI installs them) to a socket, and a daemon thread reading
+    it calls :func:`terminate_runs` for SIGINT, SIGTERM and SIGALRM. The Python handlers still run as before.
+
+    Raises:
+        ValueError: called from another thread than the main thread (:func:`signal.set_wakeup_fd`).
+    """
+    if _STATE["watcher"] is not None:
+        return
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    thread = threading.Thread(target=_watch, args=(reader,), name="npuscope-signal-watcher", daemon=True)
+    _STATE["watcher"] = (thread, reader, writer)
+    thread.start()
+
+
+_STOPPING = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}
+
+
+def _watch(reader: socket.socket) -> None:
+    while True:
+        try:
+            data = reader.recv(64)
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum in _STOPPING:
+                terminate_runs(signum)
+
+
+__all__ = ["own_run_options", "reraise_if_terminated", "reset", "run_options", "terminate_runs", "terminated_by", "watch_signals"]
