@@ -345,8 +345,8 @@ def relu_model(path: Path) -> Path:
     """y = Relu(x), x float32[1, 8]."""
     return save(path, [helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", [1, 8])], [vi("y", [1, 8])])
 
-def npuscope_error_line(p, code=1):
-    """The CLI failed with exit ``code`` and a single 'npuscope: error:' line, no traceback."""
+def npuscope_error_line(p, code=2):
+    """The CLI failed with exit ``code`` (default 2: bad input) and a single "npuscope: error:" line, no traceback."""
     assert p.returncode == code, (p.returncode, p.stderr[-2000:])
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert "Traceback" not in p.stderr and len(lines) == 1 and lines[0].startswith("npuscope: error:"), p.stderr
