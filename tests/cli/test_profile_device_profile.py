@@ -108,14 +108,14 @@ def test_profile_with_a_device_profile_runs_end_to_end(tmp_path, hidden_costs, w
 def test_bad_device_profiles_are_one_line_errors(tmp_path):
     (tmp_path / "wrong.csv").write_text("Kernel,Time\nk,1\n")
     line = one_line_error(cli("profile", "resnet_small", "--device-profile", "wrong.csv", "--out", "o1",
-                              cwd=tmp_path), 1)
+                              cwd=tmp_path), 2)
     assert "neither an op_summary CSV" in line
     line = one_line_error(cli("profile", "resnet_small", "--device-profile", "missing.csv", "--out", "o2",
-                              cwd=tmp_path), 1)
+                              cwd=tmp_path), 2)
     assert "does not exist" in line
     (tmp_path / "few.csv").write_text("Op Name,Task Duration(us)\nstem_conv,5\nnot_ours,3\n")
     line = one_line_error(cli("profile", "resnet_small", "--device-profile", "few.csv", "--out", "o3",
-                              cwd=tmp_path), 1)
+                              cwd=tmp_path), 2)
     assert "only 1 matched device unit(s) usable for calibration" in line
     line = one_line_error(cli("profile", "resnet_small", "--fusion-ops", "f.csv", "--out", "o4", cwd=tmp_path), 2)
     assert "--fusion-ops needs --device-profile" in line

@@ -294,7 +294,9 @@ def test_cli_writes_artifacts_and_the_tuned_config_is_accepted(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["met"] and summary["keep_dtype"] == keep
     html = (out / "tune.html").read_text()
-    assert "Nodes kept in FP32" in html and "FP16 coverage" in html and "<script src=" not in html
+    assert "Nodes kept in FP32" in html and "FP16 coverage" in html
+    assert re.findall(r"<script[^>]*\bsrc\s*=\s*\"([^\"]*)\"", html) == ["plotly.min.js"]  # beside the page
+    assert (out / "plotly.min.js").is_file()
     cfg = Config.load(out / "tuned_config.json")
     assert cfg.keep_dtype == keep and cfg.precision_mode == "force_fp16"
     model = onnx.load(folder / "model.onnx")

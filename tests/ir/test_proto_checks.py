@@ -61,7 +61,7 @@ def run_commands(commands: dict[str, list], folder: Path) -> dict[str, tuple[int
 
 
 def assert_one_line_error(code: int, err: str, *mentions: str) -> str:
-    assert code == 1, (code, err)
+    assert code == 2, (code, err)  # bad input (toolkit.core.errors.EXIT_USAGE)
     assert "Traceback" not in err and "internal error" not in err, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("npuscope: error: "), err

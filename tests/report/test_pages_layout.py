@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.report.layout import WIDTH, measure, open_page
@@ -21,6 +22,7 @@ POLICY = '[outputs]\n"*" = "CosineSimilarity>=0.99"\n[layers]\nmax_abnormal = 0\
 COMMANDS = {
     "diagnose": (["diagnose", "detector_head", "--out", "d1"], "d1/index.html"),
     "diagnose_fp32": (["diagnose", "detector_head", "--precision-mode", "force_fp32", "--out", "d0"], "d0/index.html"),
+    "dataset": (["diagnose", "detector_head", "--inputs", "ds", "--out", "dsr"], "dsr/index.html"),
     "signoff": (["signoff", "detector_head", "--policy", "policy.toml", "--out", "s"], "s/signoff.html"),
     "profile": (["profile", "detector_head", "--out", "p"], "p/profile.html"),
     "memcheck": (["memcheck", "detector_head", "--out", "m"], "m/memory.html"),
@@ -41,6 +43,10 @@ def pages(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("pages")
     (folder / "policy.toml").write_text(POLICY)
     (folder / "lengths.txt").write_text("\n".join(str(5 + i % 60) for i in range(300)))
+    (folder / "ds").mkdir()
+    for i in range(2):  # detector_head's input, two seeded sets: a dataset run
+        np.savez(folder / "ds" / f"in{i}.npz",
+                 feat=np.random.default_rng(i).standard_normal((1, 16, 20, 20)).astype(np.float32))
     for kind, (args, page) in COMMANDS.items():
         proc = _npuscope(args, folder)
         assert proc.returncode in (0, 1) and (folder / page).is_file(), (kind, proc.stderr[-2000:])
@@ -62,7 +68,7 @@ def check_page(browser, page: Path, diagnose: bool) -> dict:
 
 @pytest.mark.parametrize("kind", list(COMMANDS))
 def test_page_fits_the_window(browser, pages, kind):
-    got = check_page(browser, pages / COMMANDS[kind][1], kind.startswith("diagnose"))
+    got = check_page(browser, pages / COMMANDS[kind][1], kind.startswith("diagnose") or kind == "dataset")
     if kind == "diagnose":
         assert got["findings"] >= 1  # detector_head has findings: the recommendation check ran
         # a click on the origin's table row rings its node in the graph view
