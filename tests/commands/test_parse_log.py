@@ -143,7 +143,7 @@ def test_profile_folder_is_counted_once_and_its_statistic_is_per_time_kind(tmp_p
     want = _statistic_by_hand(own)
     for stat in (pd.read_csv(pf / "op_statistic.csv", keep_default_na=False),
                  pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False)):
-        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
+        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind", "Device_id", "Model Name"]
         got = _stat_dict(stat)
         assert got.keys() == want.keys()
         for k, (n, t, ratio) in want.items():
