@@ -170,17 +170,19 @@ def nothing_read(res: ParseResult) -> bool:
 
 
 def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """op_statistic rows of several files merged per (Time Kind, OP Type, Core Type): counts and totals summed,
-    min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
+    """op_statistic rows of several files merged per (Time Kind, Device_id, Model Name, OP Type, Core Type): counts
+    and totals summed, min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
     toolkit.profile.optable.kind_order, largest total first within a kind)."""
     df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if "Time Kind" not in df.columns:
         df["Time Kind"] = "device"
+    for col in ("Device_id", "Model Name"):
+        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
     parts = []
     for kind in kind_order(df["Time Kind"]):
-        g = df[df["Time Kind"] == kind].groupby(["OP Type", "Core Type"], sort=False).agg(
+        g = df[df["Time Kind"] == kind].groupby(["Device_id", "Model Name", "OP Type", "Core Type"], sort=False).agg(
             **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
                "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
         g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
