@@ -161,7 +161,7 @@ def child(kind: str, path: str) -> None:
         from toolkit.logs.parsers import chrome_trace
 
         res = chrome_trace.parse(Path(path))
-        records = int((res.op_summary["Time Kind"].astype(str) == "device").sum())
+        records = int((res.op_summary["Time Kind"] == "device").sum())
         extra = {"malformed": res.malformed, "notes": res.notes}
     else:
         with open(path) as fh:

@@ -143,7 +143,7 @@ def test_profile_folder_is_counted_once_and_its_statistic_is_per_time_kind(tmp_p
     want = _statistic_by_hand(own)
     for stat in (pd.read_csv(pf / "op_statistic.csv", keep_default_na=False),
                  pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False)):
-        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind"]
+        assert list(stat.columns) == PROFILER_STATISTIC_COLUMNS + ["Time Kind", "Device_id", "Model Name"]
         got = _stat_dict(stat)
         assert got.keys() == want.keys()
         for k, (n, t, ratio) in want.items():
@@ -185,7 +185,7 @@ def test_merged_op_statistic_files_keep_time_kinds_apart(tmp_path):
     write_csv(dev, PROFILER_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 4, 40, 10, 9, 11, 80],
                                                 ["Cast", "AI_CORE", 2, 10, 5, 5, 5, 20]])
     ours = tmp_path / "op_statistic.csv"
-    write_csv(ours, OP_STATISTIC_COLUMNS, [["Conv2D", "AI_CORE", 1, 30, 30, 30, 30, 100, "simulated"],
+    write_csv(ours, OP_STATISTIC_COLUMNS[:9], [["Conv2D", "AI_CORE", 1, 30, 30, 30, 30, 100, "simulated"],
                                            ["Conv2D", "HOST_CPU", 1, 900, 900, 900, 900, 100, "measured"]])
     res = parse_log_command([str(dev), str(ours)], out=str(tmp_path / "o"), html=False)
     got = _stat_dict(pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False))

@@ -13,7 +13,11 @@ Files written into the output folder (new or empty; default ``reports/<first fil
   notes; skipped files and why; totals; findings);
 - ``profile.html`` (toolkit.report.profile_html.render_profile) unless ``html=False``.
 
-Decisions: a directory argument means the non-hidden files directly inside it (not its subfolders); a
+Decisions: a directory argument means the non-hidden files directly inside it (not its subfolders) — for a
+profiler folder (PROF_*, a torch_npu *_ascend_pt folder) its one exported-files folder
+(toolkit.logs.profdirs.output_folder: ASCEND_PROFILER_OUTPUT, else mindstudio_profiler_output), so a run is read
+once; a timeline JSON next to that folder's op_summary / kernel_details / task_time CSV is skipped with the reason
+(toolkit.logs.profdirs.timeline_twins: the same device tasks); a
 directory with no such file is an InputError at once, naming what it holds instead. A file reached twice (the
 same resolved path, e.g. given twice or given and inside a given folder) is read once; the repeat is listed
 under ``duplicates`` in parse_summary.json. An ``npuscope profile`` folder's trace.json and op_summary.csv
@@ -46,6 +50,7 @@ from toolkit.core.textfile import open_regular_text
 from toolkit.logs import parsers as built_in_parsers  # noqa: F401 - registers the built-in formats
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
+from toolkit.logs.profdirs import output_folder, timeline_twins
 from toolkit.logs.registry import ParseResult, parsers
 from toolkit.logs.textcap import MAX_TEXT_CHARS, clip_frame
 from toolkit.profile.optable import (
@@ -82,7 +87,7 @@ def expand(files: list[str], duplicates: list[str] | None = None) -> list[Path]:
         p = Path(f)
         if not p.exists():
             raise InputError(f"'{f}' does not exist; give a log, profile CSV/JSON file or a folder of them")
-        for q in (_folder_files(p) if p.is_dir() else [p]):
+        for q in (_folder_files(output_folder(p)) if p.is_dir() else [p]):
             key = q.resolve()
             if key in seen:
                 if duplicates is not None:
@@ -165,17 +170,19 @@ def nothing_read(res: ParseResult) -> bool:
 
 
 def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
-    """op_statistic rows of several files merged per (Time Kind, OP Type, Core Type): counts and totals summed,
-    min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
+    """op_statistic rows of several files merged per (Time Kind, Device_id, Model Name, OP Type, Core Type): counts
+    and totals summed, min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
     toolkit.profile.optable.kind_order, largest total first within a kind)."""
     df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if "Time Kind" not in df.columns:
         df["Time Kind"] = "device"
+    for col in ("Device_id", "Model Name"):
+        df[col] = df[col].fillna("").astype(str) if col in df.columns else ""
     parts = []
     for kind in kind_order(df["Time Kind"]):
-        g = df[df["Time Kind"] == kind].groupby(["OP Type", "Core Type"], sort=False).agg(
+        g = df[df["Time Kind"] == kind].groupby(["Device_id", "Model Name", "OP Type", "Core Type"], sort=False).agg(
             **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
                "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
         g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
@@ -234,7 +241,7 @@ def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = No
     :func:`profile_twins`); returns {"entries", "results", "summary" (op summary), "statistic", "tables",
     "findings", "truncated", "duplicates"}. Raises InputError when no file could be parsed."""
     entries, results = [], []
-    twins = profile_twins(paths)
+    twins = {**profile_twins(paths), **timeline_twins(paths)}
     for p in paths:
         if p in twins:
             _log.info("%s: skipped (%s)", p, twins[p])

@@ -83,10 +83,10 @@ class CompileResult:
 
     def fusion_result_json(self, graph_id: str = "0_0") -> dict:
         """fusion_result.json in the converter's format: keyed ``session_and_graph_id_<session>_<graph>`` as the
-        converter writes it, counts as strings, ``repository_hit_times`` "0" (we have no fusion repository)."""
+        converter writes it, counts as strings (no ``repository_hit_times``: we have no fusion repository)."""
         def fmt(level):
-            return {k: {"match_times": str(v["match_times"]), "effect_times": str(v["effect_times"]),
-                        "repository_hit_times": "0"} for k, v in self.fusion_stats[level].items()}
+            return {k: {"match_times": str(v["match_times"]), "effect_times": str(v["effect_times"])}
+                    for k, v in self.fusion_stats[level].items()}
         return {f"session_and_graph_id_{graph_id}": {"graph_fusion": fmt("graph_fusion"), "ub_fusion": fmt("ub_fusion")}}
 
     def log_lines(self) -> list[str]:

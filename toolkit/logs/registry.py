@@ -79,7 +79,8 @@ def register_parser(parser: Parser) -> Parser:
 #: profiles are Chrome traces too, so ort_profile comes before chrome_trace; fusion_result before the CSVs;
 #: compare results (msaccucmp, msprobe) before the profiler CSVs; op_summary CSVs before op_statistic and kernel_times; compile.log before plog lines.
 ORDER = ("ort_profile", "chrome_trace", "fusion_result", "msaccucmp_csv", "msprobe_compare_csv", "op_summary_csv",
-         "kernel_details_csv", "fusion_op_csv", "op_statistic_csv", "kernel_times_csv", "compile_log", "plog_lines")
+         "kernel_details_csv", "task_time_csv", "api_statistic_csv", "fusion_op_csv", "op_statistic_csv",
+         "kernel_times_csv", "compile_log", "plog_lines")
 
 
 def parsers() -> list[Parser]:

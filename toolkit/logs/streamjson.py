@@ -105,18 +105,23 @@ class _Column:
             self.codes.extend(array("i", [0]) * (i - len(self.codes)))
         self.codes.append(self.index.setdefault(v, len(self.index)))
 
+    def stored(self) -> bool:
+        """True once a row holds another value than the default."""
+        return self.values is not None or self.codes is not None
+
     def series(self, n: int) -> pd.Series:
+        """The column as a Series of ``n`` rows; the storage is handed over (padded in place, not copied)."""
         if self.numeric:
             if self.values is None:
                 return pd.Series(np.full(n, np.nan))
-            out = np.full(n, np.nan)
-            out[:len(self.values)] = np.frombuffer(self.values, np.float64)
-            return pd.Series(out)
+            if len(self.values) < n:
+                self.values.extend(array("d", [float("nan")]) * (n - len(self.values)))
+            return pd.Series(np.frombuffer(self.values, np.float64), copy=False)
         if self.codes is None:
             return pd.Series(pd.Categorical.from_codes(np.zeros(n, np.int8), [""]))
-        codes = np.zeros(n, np.int32)
-        codes[:len(self.codes)] = np.frombuffer(self.codes, np.int32)
-        return pd.Series(pd.Categorical.from_codes(codes, list(self.index)))
+        if len(self.codes) < n:
+            self.codes.extend(array("i", [0]) * (n - len(self.codes)))
+        return pd.Series(pd.Categorical.from_codes(np.frombuffer(self.codes, np.int32), list(self.index)))
 
 
 class Columns:
@@ -134,9 +139,17 @@ class Columns:
             cols[name].put(i, v)
         self.n = i + 1
 
+    def holds(self, name: str) -> bool:
+        """True when some row set column ``name`` to a non-default value."""
+        return self._cols[name].stored()
+
     def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame with the columns in order (text columns Categorical, numbers float64)."""
-        return pd.DataFrame({c: self._cols[c].series(self.n) for c in self.names})
+        """The rows as a DataFrame with the columns in order (text columns Categorical, numbers float64); the
+        store is emptied as each column is handed over."""
+        out = {}
+        for c in self.names:
+            out[c] = self._cols.pop(c).series(self.n)
+        return pd.DataFrame(out, copy=False)
 
     def column(self, name: str) -> pd.Series:
         return self._cols[name].series(self.n)

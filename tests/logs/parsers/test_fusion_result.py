@@ -76,7 +76,7 @@ def test_our_fusion_result_uses_the_converters_keys(tmp_path):
     fr = compiled.fusion_result_json()
     assert list(fr) == ["session_and_graph_id_0_0"]
     entries = [e for level in fr["session_and_graph_id_0_0"].values() for e in level.values()]
-    assert entries and all(set(e) == {"match_times", "effect_times", "repository_hit_times"} and
+    assert entries and all(set(e) == {"match_times", "effect_times"} and
                            all(isinstance(v, str) for v in e.values()) for e in entries)
     path = tmp_path / "fusion_result.json"
     path.write_text(json.dumps(fr))

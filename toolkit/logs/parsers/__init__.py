@@ -6,6 +6,7 @@ the CSVs; compare results (msaccucmp, msprobe) before the profiler CSVs; op_summ
 """
 
 from toolkit.logs.parsers import (
+    api_statistic_csv,
     chrome_trace,
     compile_log,
     fusion_op_csv,
@@ -18,10 +19,12 @@ from toolkit.logs.parsers import (
     op_summary_csv,
     ort_profile,
     plog_lines,
+    task_time_csv,
 )
 from toolkit.logs.registry import ORDER
 
 #: The built-in parser modules (imported here, so their parsers are registered).
 BUILT_IN = (ort_profile, chrome_trace, fusion_result, msaccucmp_csv, msprobe_compare_csv, op_summary_csv,
-            kernel_details_csv, fusion_op_csv, op_statistic_csv, kernel_times_csv, compile_log, plog_lines)
+            kernel_details_csv, task_time_csv, api_statistic_csv, fusion_op_csv, op_statistic_csv, kernel_times_csv,
+            compile_log, plog_lines)
 __all__ = ["BUILT_IN", "ORDER"]

@@ -38,6 +38,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from toolkit.logs import timeline
@@ -75,7 +76,7 @@ class _Builder:
 
     def __init__(self, source: str, time_kind: str):
         self.cols, self.source, self.time_kind = Columns(_COLUMNS, set(NUMERIC_COLUMNS)), source, time_kind
-        self.process, self.streams = {}, {}
+        self.process, self.streams, self.overlap = {}, {}, {}
 
     def stream(self, pid, tid) -> float:
         n = number(tid)
@@ -99,25 +100,50 @@ class _Builder:
         row = {"Op Name": name, "Task ID": self.cols.n if task is None else task,
                "Stream ID": self.stream(pid, tid) if stream is None else stream,
                "OP Type": str(args.get("op_type", args.get("op_name", "" if task_type else cat))),
-               "Task Type": task_type, "Task Start Time(us)": ts, "Task Duration(us)": dur,
-               "Source": self.source, _PID: str(pid), _KIND: kind, _HINT: str(args.get("time_kind", ""))}
+               "Task Type": task_type, "Task Start Time(us)": ts, "Task Duration(us)": dur}
         for col in present:
             if args[col] is not None:
                 row[col] = args[col] if col in _NUMERIC else str(args[col])
         if (number(row["Task Duration(us)"]) or 0.0) < 0:
             return False
+        hint = str(args.get("time_kind", ""))
+        process = self.process.get(str(pid))
+        if process is None:  # its process_name comes later (or never): resolved in frame()
+            row.update({_PID: str(pid), _KIND: kind, _HINT: hint})
+        else:  # resolved now: no per-row pid / kind storage (msprof writes the metadata first)
+            kind = kind or timeline.process_kind(process)
+            if kind == timeline.OVERLAP:
+                span = self.overlap.setdefault(name, [0, 0.0])
+                span[0], span[1] = span[0] + 1, span[1] + dur
+                return True
+            row["Time Kind"] = row.get("Time Kind") or hint or timeline.TIME_KIND.get(kind, "") or self.time_kind
+            if kind == timeline.COMMUNICATION and not row["Task Type"]:
+                row["Task Type"] = timeline.COMMUNICATION_TASK_TYPE
+            row["Model Name"] = row.get("Model Name") or process
         self.cols.append(row)
         return True
 
     def frame(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(op summary, overlap spans: Name, Count, Total Time(us)) — kinds resolved (module docstring)."""
+        """(op summary, overlap spans: Name, Count, Total Time(us)) — kinds resolved (module docstring). The column
+        store is released as the frame is built."""
+        deferred = self.cols.holds(_PID)
         df = self.cols.frame()
-        df, overlap = timeline.resolve(df, self.process, self.time_kind, _PID, _KIND, _HINT)
-        names = df["Op Name"][overlap].astype(str)
-        spans = df[overlap].groupby(names, sort=True)["Task Duration(us)"].agg(["count", "sum"]).reset_index()
-        spans.columns = ["Name", "Count", "Total Time(us)"]
-        summary = df[~overlap].drop(columns=[_PID, _KIND, _HINT]).reset_index(drop=True)
-        return summary, spans
+        self.cols = None
+        df["Source"] = pd.Categorical.from_codes(np.zeros(len(df), np.int8), [self.source])
+        overlap = None
+        if deferred:  # rows read before their process_name: resolved now, once per distinct combination
+            df, overlap = timeline.resolve(df, self.process, self.time_kind, _PID, _KIND, _HINT)
+        rows = dict(self.overlap)
+        if overlap is not None and overlap.any():
+            for name, d in zip(df["Op Name"][overlap].astype(str), df["Task Duration(us)"][overlap]):
+                span = rows.setdefault(name, [0, 0.0])
+                span[0], span[1] = span[0] + 1, span[1] + d
+            df = df[~overlap]
+        spans = pd.DataFrame([(n, c, t) for n, (c, t) in sorted(rows.items())],
+                             columns=["Name", "Count", "Total Time(us)"])
+        for col in (_PID, _KIND, _HINT):
+            del df[col]
+        return df.reset_index(drop=True), spans
 
 
 def _complete(ev: dict, b: _Builder) -> bool:

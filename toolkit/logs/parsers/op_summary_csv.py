@@ -6,7 +6,8 @@ are ignored); numbers may carry whitespace. Across toolchain versions (msprof's
 profile_data_file_references.md, op_summary; torch_npu's ``_csv_headers.py``; toolkit.logs.profcells): ``Block
 Num`` is read as Block Dim and ``Mix Block Num`` as Mix Block Dim when the older name is absent; Device_id is
 kept; Task Start Time(ns) is the exact start (from the µs column's decimals, or the older unit-less ``Task Start
-Time`` in ns, which also gives Task Start Time(us)); shape / dtype / format cells lose the quotes around them
+Time`` in ns, which also gives Task Start Time(us); a file that has a Task Start Time(ns) column, as ours, keeps it
+as written); shape / dtype / format cells lose the quotes around them
 (also tripled ones); collective communication rows (HCCL Task Type, hcom_* / Hccl* ops) get Task Type
 COMMUNICATION. A file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
@@ -24,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
-from toolkit.logs.profcells import COMMUNICATION, communication_rows, start_columns, unquote
+from toolkit.logs.profcells import COMMUNICATION, communication_rows, ns_text, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
@@ -60,6 +61,8 @@ def parse(path: Path) -> ParseResult:
     if "Task Start Time(us)" in src.columns or "Task Start Time" in src.columns:
         df["Task Start Time(us)"], df["Task Start Time(ns)"] = start_columns(src, "Task Start Time(us)",
                                                                              "Task Start Time")
+    if "Task Start Time(ns)" in src.columns:  # our own op_summary.csv: its exact starts (or none) as written
+        df["Task Start Time(ns)"] = src["Task Start Time(ns)"].map(ns_text)
     for col in TEXT_CELLS:
         if col in df.columns:
             df[col] = df[col].map(unquote)

@@ -1,0 +1,39 @@
+"""msprof's task_time CSV (toolkit/logs/parsers/task_time_csv.py), written from the documented columns in both
+start units; malformed rows counted."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from toolkit.logs.detect import detect_format
+from toolkit.logs.parsers import task_time_csv
+
+
+def _write(path, head, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(head)
+        w.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("unit,start,ns", [("ns", "1700000000000000123", "1700000000000000123"),
+                                           ("us", "1700000000000000.123", "1700000000000000123")])
+def test_task_time_rows_are_device_tasks(tmp_path, unit, start, ns):
+    head = ["Device_id", "kernel_name", "kernel_type", "stream_id", "task_id", "task_time(us)", f"task_start({unit})",
+            f"task_stop({unit})"]
+    rows = [["0", "conv1", "AI Core", "3", "7", "12.5", start, start],
+            ["0", "hcom_allReduce_1", "HCCL", "5", "8", "30", start, start],
+            ["0", "", "AI Core", "3", "9", "1", start, start],
+            ["0", "relu", "AI Core", "3", "10", "-1", start, start]]
+    path = _write(tmp_path / "task_time_0_1.csv", head, rows)
+    assert detect_format(path).parser.name == "task_time_csv"
+    res = task_time_csv.parse(path)
+    s = res.op_summary
+    assert res.malformed == 2 and s["Op Name"].tolist() == ["conv1", "hcom_allReduce_1"]
+    assert s["Task Type"].tolist() == ["AI_CORE", "COMMUNICATION"] and set(s["Time Kind"]) == {"device"}
+    assert s["Task ID"].tolist() == [7, 8] and s["Stream ID"].tolist() == [3, 5]
+    assert s["Task Duration(us)"].tolist() == [12.5, 30.0] and s["Task Start Time(ns)"].tolist() == [ns, ns]
+    assert s["Device_id"].tolist() == ["0", "0"]
