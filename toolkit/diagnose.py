@@ -310,9 +310,10 @@ def _timed(fn, *args) -> tuple[object, float]:
     return out, (time.perf_counter() - ts) * 1e3
 
 
-def _reference_run(prep: Prepared) -> dict:
-    """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner)."""
-    golden = ReferenceRunner(prep.model).run(prep.feeds)
+def _reference_run(prep: Prepared, only=None) -> dict:
+    """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner); ``only``: the
+    tensors to expose (a subset's, toolkit.compare.subset; None: every tensor)."""
+    golden = ReferenceRunner(prep.model, only=only).run(prep.feeds)
     golden.update(prep.feeds)
     return golden
 
@@ -370,7 +371,7 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     nothing, before anything runs."""
     require_outputs(prep.model, prep.path)
     kept = select(prep.model, subset) if subset is not None and subset.active else None
-    reference = _Background(_timed, _reference_run, prep)
+    reference = _Background(_timed, _reference_run, prep, kept["tensors"] if kept is not None else None)
     try:
         return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
     except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
