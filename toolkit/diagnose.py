@@ -338,10 +338,11 @@ def _timed(fn, *args) -> tuple[object, float]:
     return out, (time.perf_counter() - ts) * 1e3
 
 
-def _reference_run(prep: Prepared, options) -> dict:
+def _reference_run(prep: Prepared, options, only=None) -> dict:
     """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner), run with the
-    onnxruntime RunOptions ``options``."""
-    golden = ReferenceRunner(prep.model).run(prep.feeds, options)
+    onnxruntime RunOptions ``options``; ``only``: the tensors to expose (a subset's, toolkit.compare.subset;
+    None: every tensor)."""
+    golden = ReferenceRunner(prep.model, only=only).run(prep.feeds, options)
     golden.update(prep.feeds)
     return golden
 
@@ -402,7 +403,8 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     require_outputs(prep.model, prep.path)
     kept = select(prep.model, subset) if subset is not None and subset.active else None
     with own_run_options() as options:
-        reference = _Background(_timed, _reference_run, prep, options)
+        reference = _Background(_timed, _reference_run, prep, options,
+                                kept["tensors"] if kept is not None else None)
         try:
             return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
         except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)

@@ -177,3 +177,19 @@ def test_diagnosis_memory_stays_bounded_when_weights_exceed_the_budget(tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["peak"] - got["base"] < budget, (got, total)
+
+
+@pytest.mark.parametrize("storage", ["external", "embedded"])
+def test_a_file_replaced_after_loading_does_not_change_the_loaded_weights(tmp_path, storage):
+    """The maps are made when the model loads: a file replaced afterwards (a new file under the same name, as
+    an export or a download does) leaves the loaded model's values those of the bytes checked."""
+    path, inits = mlp_model(tmp_path, np.random.default_rng(13), one_file=True)
+    if storage == "embedded":
+        onnx.save(onnx.load(str(path)), str(path))
+    target = path if storage == "embedded" else tmp_path / "model.data"
+    model = load_model(path)
+    fresh = tmp_path / "fresh"
+    fresh.write_bytes(bytes(len(target.read_bytes())))  # zeros, same size
+    fresh.replace(target)
+    for t in model.graph.initializer:
+        np.testing.assert_array_equal(weights.array_of(t), inits[t.name], err_msg=t.name)

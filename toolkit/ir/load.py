@@ -38,7 +38,7 @@ from toolkit.ir.proto_checks import (
     normalise_ir_version,
     raw_bytes_needed,
 )
-from toolkit.ir.weights import MAP_MIN_BYTES, is_mapped, mark_mapped
+from toolkit.ir.weights import MAP_MIN_BYTES, array_of, is_mapped, mark_mapped
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7
@@ -213,6 +213,7 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
                              "truncated or does not belong to this model (re-save the model's external data)")
         if id(t) in inits and need >= MAP_MIN_BYTES:
             mark_mapped(t, str(target), offset or 0, need)
+            array_of(t)  # mapped now: a data file replaced later (a new inode) does not change this model
             mapped += 1
             continue
         if length is None and need:
@@ -271,6 +272,7 @@ def _map_embedded(model: onnx.ModelProto, data: bytes, path: Path) -> int:
         loc = t.external_data.add()
         loc.key, loc.value = "location", path.name
         mark_mapped(t, str(path), at, len(raw))
+        array_of(t)  # mapped now, as the bytes parsed: a file replaced later does not change this model
         n += 1
     return n
 
