@@ -84,7 +84,7 @@ def test_ppocr_plans_have_no_conflicts(name, policy):
 
 
 def _light():
-    from conformance import light_models
+    from tests.conformance.cases import light_models
 
     return light_models()
 
