@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from tests.cli.helpers import tiny_model
+from tests.dataset.helpers import tiny_model
 from tests.dataset.helpers import FP16, write_inputs
 from tests.dtype_models import _compare_run
 from toolkit.config.schema import Config
