@@ -338,9 +338,9 @@ def _timed(fn, *args) -> tuple[object, float]:
     return out, (time.perf_counter() - ts) * 1e3
 
 
-def _reference_run(prep: Prepared, options, only=None) -> dict:
+def _reference_run(prep: Prepared, options=None, only=None) -> dict:
     """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner), run with the
-    onnxruntime RunOptions ``options``; ``only``: the tensors to expose (a subset's, toolkit.compare.subset;
+    onnxruntime RunOptions ``options`` (None: the process-wide ones a signal terminates); ``only``: the tensors to expose (a subset's, toolkit.compare.subset;
     None: every tensor)."""
     golden = ReferenceRunner(prep.model, only=only).run(prep.feeds, options)
     golden.update(prep.feeds)
