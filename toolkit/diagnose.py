@@ -340,8 +340,8 @@ def _timed(fn, *args) -> tuple[object, float]:
 
 def _reference_run(prep: Prepared, options=None, only=None) -> dict:
     """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner), run with the
-    onnxruntime RunOptions ``options`` (None: the process-wide ones a signal terminates); ``only``: the tensors to expose (a subset's, toolkit.compare.subset;
-    None: every tensor)."""
+    onnxruntime RunOptions ``options`` (None: the process-wide ones a signal terminates); ``only``: the tensors
+    to expose (a subset's, toolkit.compare.subset; None: every tensor)."""
     golden = ReferenceRunner(prep.model, only=only).run(prep.feeds, options)
     golden.update(prep.feeds)
     return golden
