@@ -3,7 +3,8 @@
 Memory budget (n elements): besides the float64 views/copies of x and y, :func:`reduce_pair` allocates
 at most two float64 scratch buffers of n elements (``a`` and ``b``) and reuses them for every family:
 
-1. ``a = |x − y|``                         → Σ|d|, max|d|, Σd² (= a·a), plus Σxy, Σx², Σy² (BLAS dots)
+1. ``a = |x − y|``                         → Σ|d|, max|d|, Σd², Σxy, Σx², Σy² (products into ``b``, numpy
+   pairwise sums: the same bits whatever the BLAS thread count)
 2. ``b = |y|``; expected-noise check in chunks (no extra full-size temporary)
 3. ``b = |x − y| / |y|`` where |y| > rel_eps, else 0  → max, Σ, count of qualifying elements
 4. ``a = x − mean(x)`` then ``a = y − mean(y)``        → population std of each side
@@ -78,12 +79,12 @@ def reduce_pair(x, y, *, families: Iterable[str] = FAMILIES, rel_eps: float = DE
     fams = set(families)
     s = PairSums(n=int(x.size))
     a = np.empty_like(x)
-    b = np.empty_like(x) if (fams & {"relative", "kl"} or noise is not None) else None
+    b = np.empty_like(x) if (fams & {"error", "relative", "kl", "std"} or noise is not None) else None
     if fams & {"error", "relative"} or noise is not None:
         np.subtract(x, y, out=a)
         np.abs(a, out=a)
         if "error" in fams:
-            _error_sums(x, y, a, s)
+            _error_sums(x, y, a, s, b)
         if noise is not None or "relative" in fams:
             np.abs(y, out=b)
         if noise is not None:
@@ -91,15 +92,23 @@ def reduce_pair(x, y, *, families: Iterable[str] = FAMILIES, rel_eps: float = DE
         if "relative" in fams:
             _relative_sums(a, b, rel_eps, s)
     if "std" in fams:
-        s.std_x, s.std_y = _std(x, a), _std(y, a)
+        s.std_x, s.std_y = _std(x, a, b), _std(y, a, b)
     if "kl" in fams:
         s.kl = _kl(y, x, a, b)
     return s
 
 
-def _error_sums(x: np.ndarray, y: np.ndarray, absd: np.ndarray, s: PairSums) -> None:
-    s.sum_xy, s.sum_xx, s.sum_yy = float(np.dot(x, y)), float(np.dot(x, x)), float(np.dot(y, y))
-    s.sum_sq_diff = float(np.dot(absd, absd))
+def _dot(u: np.ndarray, v: np.ndarray, scratch: np.ndarray) -> float:
+    """Σ u·v by numpy's pairwise summation into ``scratch``: the same bits whatever the BLAS thread count (a
+    BLAS dot splits the sum by threads, so a dataset worker with one thread and the parent with two disagreed
+    in the last digits)."""
+    np.multiply(u, v, out=scratch)
+    return float(scratch.sum())
+
+
+def _error_sums(x: np.ndarray, y: np.ndarray, absd: np.ndarray, s: PairSums, scratch: np.ndarray) -> None:
+    s.sum_xy, s.sum_xx, s.sum_yy = _dot(x, y, scratch), _dot(x, x, scratch), _dot(y, y, scratch)
+    s.sum_sq_diff = _dot(absd, absd, scratch)
     s.sum_abs_diff = float(absd.sum())
     s.max_abs_diff = float(absd.max())
 
@@ -123,14 +132,14 @@ def within_noise(absd: np.ndarray, absy: np.ndarray, rtol: float, atol: float) -
     tensor. Computed in chunks of 2**20 elements (no full-size temporary)."""
     if absd.size == 0:
         return True
-    rms = math.sqrt(float(np.dot(absy, absy)) / absy.size)
+    rms = math.sqrt(float(np.square(absy).sum()) / absy.size)  # pairwise sums: no BLAS thread dependence
     err = noise = 0.0
     for start in range(0, absd.size, _NOISE_CHUNK):
         stop = start + _NOISE_CHUNK
         d = absd[start:stop]
         n = noise_scale(absy[start:stop], rtol, atol, rms)
-        err += float(np.dot(d, d))
-        noise += float(np.dot(n, n))
+        err += float(np.square(d).sum())
+        noise += float(np.square(n).sum())
     return err <= noise
 
 
@@ -144,10 +153,10 @@ def _relative_sums(absd: np.ndarray, absy_then_rel: np.ndarray, rel_eps: float, 
     s.rel_max = float(absy_then_rel.max())
 
 
-def _std(v: np.ndarray, scratch: np.ndarray) -> float:
+def _std(v: np.ndarray, scratch: np.ndarray, scratch2: np.ndarray) -> float:
     """Population standard deviation (ddof=0, as np.std and the Ascend tool), two-pass for accuracy."""
     np.subtract(v, v.mean(), out=scratch)
-    return math.sqrt(float(np.dot(scratch, scratch)) / v.size)
+    return math.sqrt(_dot(scratch, scratch, scratch2) / v.size)
 
 
 def _distribution(v: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -168,4 +177,5 @@ def _kl(golden: np.ndarray, device: np.ndarray, a: np.ndarray, b: np.ndarray) ->
     q = _distribution(device, b)
     np.divide(p, q, out=q)
     np.log(q, out=q)
-    return max(float(np.dot(p, q)), 0.0)
+    np.multiply(p, q, out=q)
+    return max(float(q.sum()), 0.0)
