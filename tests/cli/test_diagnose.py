@@ -377,10 +377,10 @@ def test_device_profile_alone_audits_its_data_types(tmp_path):
 
 
 @pytest.mark.parametrize("args,code,said", [
-    (["--device-dumps", "{tmp}/empty"], 1, "is an empty folder"),
-    (["--device-dumps", "{tmp}/nope"], 1, "does not exist"),
+    (["--device-dumps", "{tmp}/empty"], 2, "is an empty folder"),  # bad input and usage errors: exit 2
+    (["--device-dumps", "{tmp}/nope"], 2, "does not exist"),
     (["--mapping", "{tmp}/m.json"], 2, "--mapping names the fused ops of --device-dumps"),
-    (["--device-profile", "{tmp}/nope.csv"], 1, "device profile"),
+    (["--device-profile", "{tmp}/nope.csv"], 2, "device profile"),
 ])
 def test_device_inputs_that_cannot_be_read_are_one_line_errors(tmp_path, args, code, said):
     from toolkit import samples
