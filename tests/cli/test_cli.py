@@ -408,7 +408,8 @@ def test_untrusted_names_never_reach_the_terminal_raw(evil_runs, cmd):
         assert any(ln.startswith("ERROR") and SEEN[N_MUL] in ln for ln in lines), stdout
         # no line of our output was forged by a name: every line is one we print
         starts = ("verdict: ", "  - ", "first divergence: ", "stage: ", "ERROR ", "WARNING ", "INFO ", "task ",
-                  "report: ")
+                  "report: ", "Cannot ship as compiled: ", "Can ship as compiled", "verified fix: ",
+                  "no keep_dtype fix: ", "no verified fix: ", "no fix needed")
         assert all(ln.startswith(starts) for ln in lines), stdout
 
 
@@ -647,7 +648,8 @@ def test_generated_inputs_take_the_given_input_shape(tmp_path, command):
 
 TAKEN = "output folder 'taken' already exists and is not empty; choose a new --out"
 TAKEN_DATASET = ("output folder 'taken' already exists and is not empty (no manifest.json of a dataset run to "
-                 "resume); choose a new --out")
+                 "resume); npuscope resumes only a dataset run of its own with the same settings and touches "
+                 "nothing else: choose a new --out")
 X_2_8 = np.random.default_rng(5).standard_normal((2, 8)).astype(np.float32)
 
 

@@ -17,10 +17,15 @@ class KeepEntry:
 
 
 def parse_keep_entry(text: str) -> KeepEntry:
-    """The :class:`KeepEntry` of one keep_dtype line (see the module docstring; surrounding spaces ignored).
+    """The :class:`KeepEntry` of one keep_dtype entry (see the module docstring).
+
+    A prefixed entry ignores the spaces around the prefix and the name (``" OpType:: Conv "``). A plain
+    node name is taken exactly as given, because ONNX node names may begin or end with whitespace (a name
+    ending in ``"\\r"`` is kept by the advice it appears in); a keep_dtype *file* strips each line when
+    it is read (toolkit.config.schema), as the converter does.
 
     Raises:
-        ValueError: an empty entry, or a prefix with nothing after it (``"OpType::"``).
+        ValueError: an empty or all-whitespace entry, or a prefix with nothing after it (``"OpType::"``).
     """
     s = text.strip()
     for prefix, kind in ((OP_TYPE_PREFIX, "type"), (OP_NAME_PREFIX, "name")):
@@ -31,12 +36,12 @@ def parse_keep_entry(text: str) -> KeepEntry:
             return KeepEntry(s, kind, value)
     if not s:
         raise ValueError(f"keep_dtype has an empty entry {text!r}")
-    return KeepEntry(s, "name", s)
+    return KeepEntry(text, "name", text)
 
 
 def normalise_keep_dtype(entries: list[str]) -> list[str]:
     """keep_dtype entries in the form the compiler reads: ``OpName::x`` → ``x``, ``OpType::X`` kept, spaces
-    stripped, repeats dropped (first kept). Raises ValueError as :func:`parse_keep_entry`."""
+    stripped around a prefix, plain names exact, repeats dropped (first kept). Raises ValueError as :func:`parse_keep_entry`."""
     out: list[str] = []
     for text in entries:
         e = parse_keep_entry(text)

@@ -94,7 +94,7 @@ class VerifiedFix:
             return (f"no fix needed to ship: the outputs hold the abnormal lines; they miss tune's stricter default "
                     f"target ({target}), which `npuscope tune` meets with a keep set")
         if self.met:
-            names = ", ".join(self.keep_dtype)
+            names = ", ".join(f"'{k}'" for k in self.keep_dtype)
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): output cosine "
                     f"{_cos((self.before, self.before_nonfinite))} -> {_cos((self.after, self.after_nonfinite))}, "
                     f"target {target} met (recompiled and re-run)")

@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 import pandas as pd
 
+from toolkit.compare.layerwise import sequence_as_tensor
 from toolkit.compare.metrics import METRICS, dtype_class
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
 from toolkit.compare.metrics.grammar import parse_conditions
@@ -133,16 +134,21 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     """(met, rows, error): per float output, and per integer/bool output when the target holds an
     ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
     does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
-    output's dtype); ``error`` = worst RelativeEuclideanDistance over float outputs (inf when NaN/inf appear)."""
+    output's dtype); a sequence output is compared as toolkit.compare.layerwise.sequence_as_tensor makes it one
+    tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float outputs (inf when NaN/inf appear)."""
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
+        g, _ = sequence_as_tensor(g)
+        d, _ = sequence_as_tensor(npu.get(name))
+        if g is None or d is None:
+            continue  # not produced, or a sequence of mixed dtypes (layerwise says why)
         g = np.asarray(g)
         dclass = dtype_class(g.dtype)
         conds = _conditions(target, dclass, name)
-        if dclass not in ("float", "integer") or not conds or name not in npu:
+        if dclass not in ("float", "integer") or not conds:
             continue
-        r = compare_metrics(npu[name], g, [m for m in names if METRICS[m].dtype_class == dclass])
+        r = compare_metrics(d, g, [m for m in names if METRICS[m].dtype_class == dclass])
         bad = [c for c, (m, op, v) in conds if not (not math.isnan(r.get(m, math.nan)) and _OPS[op](r[m], v))]
         nonfinite = bool(r["OverFlow"]) or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
         if nonfinite:
