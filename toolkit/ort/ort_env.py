@@ -8,6 +8,7 @@ session cost ~2 ms (GUIDE §2 measurement). Call :func:`session_options` for eve
 from __future__ import annotations
 
 import os
+import threading
 
 import onnxruntime as ort
 
@@ -19,6 +20,10 @@ ORT_ERRORS = tuple(getattr(ort.capi.onnxruntime_pybind11_state, n) for n in (
     "ModelLoaded", "NotImplemented", "InvalidGraph", "EPFail") if hasattr(ort.capi.onnxruntime_pybind11_state, n))
 
 _STATE = {"global": None, "allocator": None, "wanted": os.environ.get("NPUSCOPE_GLOBAL_POOL", "0") == "1"}
+#: Held while the process-wide pool or allocator is created: the reference runs in a thread of its own while
+#: kernels build, and a second caller's "environment already exists" must not record "no global pool" after
+#: the first caller created it (its sessions would then ask for per-session threads, which onnxruntime refuses).
+_INIT_LOCK = threading.Lock()
 
 
 def max_threads() -> int:
@@ -67,6 +72,11 @@ def enable_global_thread_pool() -> None:
 def _init_global_pool() -> bool:
     if not _STATE["wanted"]:
         return False
+    with _INIT_LOCK:
+        return _init_global_pool_locked()
+
+
+def _init_global_pool_locked() -> bool:
     if _STATE["global"] is None:
         threads = intra_op_threads()
         try:
@@ -89,6 +99,11 @@ def _init_env_allocator() -> bool:
     CPU caches when the next kernel runs. One shared arena reuses the same hot buffers from kernel to kernel,
     as a whole-model session does: det 45 → 38 ms, rec 11.3 → 9.9 ms in force_fp16 (bench/bench_engine.py),
     outputs bit-identical. Only with the global thread pool (same opt-in, same process-wide side effect)."""
+    with _INIT_LOCK:
+        return _init_env_allocator_locked()
+
+
+def _init_env_allocator_locked() -> bool:
     if _STATE["allocator"] is None:
         try:
             info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
