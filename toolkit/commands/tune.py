@@ -16,6 +16,7 @@ from toolkit.tuning.feeds import DEFAULT_MAX_SETS, load_feed_sets
 from toolkit.tuning.tune import (
     DEFAULT_TARGET,
     check_target_outputs,
+    default_target,
     format_target,
     parse_target,
     tune,
@@ -36,10 +37,15 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     import dataclasses
 
     check_out(out)  # a taken --out and a bad target are usage errors before any work
-    parsed_target = parse_target(with_shorthands(target or DEFAULT_TARGET, atol, rtol))
+    if target:
+        parsed_target = parse_target(with_shorthands(target, atol, rtol))
+    else:  # the default's shorthands checked now, the default itself once the model says its outputs' dtypes
+        parse_target(with_shorthands(DEFAULT_TARGET, atol, rtol))
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
+    if not target:
+        parsed_target = parse_target(with_shorthands(default_target(m), atol, rtol))
     check_target_outputs(m, parsed_target, "--target" if target or atol or rtol else "the default target")
     feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes(), max_inputs or DEFAULT_MAX_SETS, val_range)
     progress(f"{len(feeds)} input set(s)")

@@ -4,8 +4,8 @@ Given a finished diagnosis (toolkit.diagnose.diagnose: its reference run, compil
 re-used, nothing is run twice), :func:`verify_advice`:
 
 1. checks the outputs of the run already made against the default tune target
-   (toolkit.tuning.tune.DEFAULT_TARGET: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2`` on every graph
-   output, no NaN/Inf where the reference is finite) and the task checks;
+   (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2`` on every float
+   graph output, ``ExactMatchRate>=1`` on every integer/bool one, no NaN/Inf where the reference is finite) and the task checks;
 2. applies every keep_dtype set a finding advises (evidence ``keep_dtype``) and re-runs it: the finding gets
    ``evidence["verified"]`` = {"keep_dtype", "met", "before", "after"} (output CosineSimilarity, worst over
    the float outputs, before and after) and its recommendation says what the set restores, or that it does
@@ -34,12 +34,12 @@ from toolkit.core.records import Finding
 from toolkit.core.text import show
 from toolkit.diagnose import Prepared
 from toolkit.tuning.tune import (
-    DEFAULT_TARGET,
     Trial,
     Tuner,
     _rank,
     _verify,
     check_outputs,
+    default_target,
     format_target,
     parse_target,
     search_ranked,
@@ -59,7 +59,7 @@ class VerifiedFix:
     compile from scratch. ``keep_dtype``: node names to add to the config's keep_dtype (empty when nothing is
     needed or nothing was found). ``before`` / ``after``: worst output CosineSimilarity over the float outputs
     (NaN when the model has none) in the given config and with the set; ``rows_after``: the per-output rows of
-    the verification run (toolkit.tuning.tune.check_outputs). ``trials``: precision configs built and run.
+    the verification run (toolkit.tuning.tune.check_outputs), ``rows_before`` those of the given config. ``trials``: precision configs built and run.
     ``config``: the given config plus ``keep_dtype``. ``verdict``: the diagnosis' verdict; the search runs only
     under FAIL (a PASS / WARN model can ship as compiled)."""
 
@@ -70,6 +70,7 @@ class VerifiedFix:
     keep_dtype: list[str] = field(default_factory=list)
     before: float = math.nan
     after: float = math.nan
+    rows_before: list[dict] = field(default_factory=list)
     rows_after: list[dict] = field(default_factory=list)
     before_nonfinite: int = 0
     after_nonfinite: int = 0
@@ -95,34 +96,59 @@ class VerifiedFix:
                     f"target ({target}), which `npuscope tune` meets with a keep set")
         if self.met:
             names = ", ".join(f"'{k}'" for k in self.keep_dtype)
-            return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): output cosine "
-                    f"{_cos((self.before, self.before_nonfinite))} -> {_cos((self.after, self.after_nonfinite))}, "
-                    f"target {target} met (recompiled and re-run)")
+            return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
+                    f"{change_text(self.rows_before, self.rows_after)}, target {target} met (recompiled and re-run)")
         if not self.searched:
             return (f"no keep_dtype fix: the plan diverges even in force_fp32 (a compile-stage fault), so no "
                     f"precision setting restores the target ({target})")
         return (f"no verified fix: keeping every ranked kernel in FP32 does not meet the target ({target}); "
-                f"output cosine {_cos((self.before, self.before_nonfinite))} -> "
-                f"{_cos((self.after, self.after_nonfinite))} at best")
+                f"{change_text(self.rows_before, self.rows_after)} at best")
 
 
-def _cos(v) -> str:
-    """A measured output state for a sentence: "0.99996", or "0.99996 with 8 NaN/Inf"."""
-    if isinstance(v, tuple):
-        cos, bad = v
-        return _cos(cos) + (f" with {bad} NaN/Inf" if bad else "")
+def _value(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else show(v, digits=6)
 
 
-def _worst_cosine(rows: list[dict]) -> float:
-    vals = [r.get("CosineSimilarity") for r in rows]
+def _worst(rows: list[dict], metric: str) -> float:
+    vals = [r.get(metric) for r in rows]
     vals = [float(v) for v in vals if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return min(vals) if vals else math.nan
+
+
+def _worst_cosine(rows: list[dict]) -> float:
+    return _worst(rows, "CosineSimilarity")
 
 
 def _state(rows: list[dict]) -> tuple[float, int]:
     """(worst output CosineSimilarity over the finite positions, device NaN/Inf count over the outputs)."""
     return _worst_cosine(rows), int(sum(int(r.get("NaN/Inf") or 0) for r in rows))
+
+
+def _measures(rows: list[dict]) -> dict[str, str]:
+    """{label: value text} of the outputs' state in ``rows`` (toolkit.tuning.tune.check_outputs): "cosine"
+    (worst CosineSimilarity of the float outputs, "… with N NaN/Inf" when the device wrote some) and
+    "ExactMatchRate" (worst of the integer/bool outputs), each only when such an output was checked."""
+    out = {}
+    if any(not math.isnan(float(r.get("CosineSimilarity", math.nan))) or r.get("NaN/Inf") for r in rows):
+        cos, bad = _state(rows)
+        out["cosine"] = _value(cos) + (f" with {bad} NaN/Inf" if bad else "")
+    if any(not math.isnan(float(r.get("ExactMatchRate", math.nan))) for r in rows):
+        out["ExactMatchRate"] = _value(_worst(rows, "ExactMatchRate"))
+    return out
+
+
+def state_text(rows: list[dict]) -> str:
+    """The outputs' state in words: "output cosine 0.99996", "output ExactMatchRate 0.92", or both."""
+    m = _measures(rows)
+    return "output " + ", ".join(f"{k} {v}" for k, v in m.items()) if m else "no output checked"
+
+
+def change_text(before: list[dict], after: list[dict]) -> str:
+    """Before → after in words, per measure: "output cosine 0.3 -> 0.99999, ExactMatchRate 0.92 -> 1"."""
+    b, a = _measures(before), _measures(after)
+    keys = list(dict.fromkeys([*b, *a]))
+    return ("output " + ", ".join(f"{k} {b.get(k, 'n/a')} -> {a.get(k, 'n/a')}" for k in keys)) if keys \
+        else "no output checked"
 
 
 def task_functions(zoo_name: str | None, task_metrics=()) -> list:
@@ -131,7 +157,7 @@ def task_functions(zoo_name: str | None, task_metrics=()) -> list:
 
 
 def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extras: dict, stage: str,
-                  verdict: str = "FAIL", target=DEFAULT_TARGET, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
+                  verdict: str = "FAIL", target=None, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
     """Verify the advice of a diagnosis and find the fix (module docstring); updates ``findings`` in place.
 
     Args:
@@ -139,12 +165,14 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         extras: toolkit.diagnose.diagnose's extras ("golden", "device", "compiled", "runtime",
             "npu_outputs"). stage: the diagnosis' stage ("compile" skips the search). verdict: its verdict
             (the severity of an ``accumulated_error`` finding).
-        target: tune target text or parsed list. task_metrics: extra task checks (``module:function``).
+        target: tune target text or parsed list; None: the model's default target
+            (toolkit.tuning.tune.default_target, as tune uses). task_metrics: extra task checks (``module:function``).
         top_k: candidates whose output share the ranking measures (as tune).
 
     Raises:
         UsageError: a bad target or task spec.
     """
+    target = default_target(prep.model) if target is None else target
     target = parse_target(target) if isinstance(target, str) else list(target)
     golden = extras["golden"]
     tuner = Tuner(prep.model, [("input", prep.feeds)], config, target, task_functions(prep.zoo_name, task_metrics),
@@ -154,7 +182,8 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     tasks = tuner.run_tasks(0, extras["npu_outputs"])
     met = met and all(t["passed"] for t in tasks)
     tuner.cache[()] = Trial((), met, err, rows, 1)
-    fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1])
+    fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1],
+                      rows_before=rows)
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
     for f in findings:
         _verify_finding(f, tuner, fix)
@@ -200,7 +229,7 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
     if len(ranking) and "OutputShare" in ranking:
         measured = ranking[ranking["OutputShare"].notna()].sort_values("OutputShare", ascending=False)
         shares = {r["KeepName"]: float(r["OutputShare"]) for r in measured.to_dict("records")}
-    n = int(len(ranking))
+    n = len(ranking)
     top = ", ".join(f"'{k}' {v:.0%}" for k, v in list(shares.items())[:shown]) or "none measured"
     ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
           "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,
@@ -217,20 +246,21 @@ def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> None:
     if not keep:
         return
     trial = tuner.trial(list(keep))
-    after, before = _state(trial.rows), (fix.before, fix.before_nonfinite)
+    after = _state(trial.rows)
+    before = (fix.before, fix.before_nonfinite)
     f.evidence["verified"] = {"keep_dtype": list(keep), "met": trial.met, "output_cosine_before": before[0],
                               "output_cosine_after": after[0], "output_nonfinite_after": after[1]}
     names = " and ".join(f"'{k}'" for k in keep)
     if not fix.needed:
         f.recommendation += (f" [not needed: the outputs already meet the default target; keeping {names} in "
-                             f"FP32 gives output cosine {_cos(after)}]")
+                             f"FP32 gives {state_text(trial.rows)}]")
     elif trial.met:
-        f.recommendation += (f" [verified: keeping {names} in FP32: output cosine {_cos(before)} -> "
-                             f"{_cos(after)}, target met]")
+        f.recommendation += (f" [verified: keeping {names} in FP32: {change_text(fix.rows_before, trial.rows)}, "
+                             "target met]")
     else:
-        f.recommendation += (f" [applied and re-run: keeping {names} in FP32 gives output cosine "
-                             f"{_cos(before)} -> {_cos(after)}, which does not meet the target; see the "
-                             "verified fix]")
+        f.recommendation += (f" [applied and re-run: keeping {names} in FP32 gives "
+                             f"{change_text(fix.rows_before, trial.rows)}, which does not meet the target; see "
+                             "the verified fix]")
 
 
 def fix_config(fix: VerifiedFix) -> Config | None:

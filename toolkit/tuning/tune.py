@@ -59,7 +59,22 @@ from toolkit.tuning.sensitivity import (
     rank_kernels,
 )
 
+#: The default target on float outputs.
 DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
+#: Added to the default target when a graph output may be integer or bool: such an output is right only when
+#: every element matches (the abnormal line of ExactMatchRate, toolkit.compare.metrics.exact).
+INTEGER_OUTPUT_TARGET = "ExactMatchRate>=1"
+
+
+def default_target(model: onnx.ModelProto) -> str:
+    """The default target of ``model``: :data:`DEFAULT_TARGET`, plus :data:`INTEGER_OUTPUT_TARGET` unless every
+    graph output declares a dtype and none is integer/bool (then no output could be checked by it, which
+    check_target_outputs refuses). A float metric applies to float outputs only, ExactMatchRate to integer and
+    bool ones (toolkit.compare.metrics.applies.metric_applies)."""
+    dtypes = output_dtypes(model)
+    declared_float_only = len(dtypes) == len(model.graph.output) and \
+        all(dclass != "integer" for _, dclass in dtypes.values())
+    return DEFAULT_TARGET if declared_float_only else f"{DEFAULT_TARGET},{INTEGER_OUTPUT_TARGET}"
 _OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v <= t, "<": lambda v, t: v < t}
 
 
@@ -519,14 +534,15 @@ def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
     return out
 
 
-def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=DEFAULT_TARGET, tasks=(),
+def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=None, tasks=(),
          top_k: int = 8, progress=_noop) -> TuneResult:
     """Run the whole loop (module docstring) and return a :class:`TuneResult` (FP16 overflow warnings of the
     simulated kernels are silenced: overflow is what is being searched for).
 
     Args:
         model: loaded model. feeds: [(label, {input: array})], all of one shape. config: start config
-            (default allow_mix_precision). target: text (:func:`parse_target`) or parsed list.
+            (default allow_mix_precision). target: text (:func:`parse_target`) or parsed list; None:
+            :func:`default_target` of the model.
         tasks: task checks fn(golden_outputs, npu_outputs, model) -> {"passed", ...}, or "module:function" specs.
         top_k: candidates whose share of the output error is measured by a trial run.
 
@@ -541,6 +557,7 @@ def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=DEF
 def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     t0 = time.perf_counter()
     config = config or Config()
+    target = default_target(model) if target is None else target
     target = parse_target(target) if isinstance(target, str) else list(target)
     check_target_outputs(model, target)
     tasks = [load_task(t) if isinstance(t, str) else t for t in tasks]
@@ -620,7 +637,7 @@ def search_ranked(tuner: Tuner, ranking: pd.DataFrame, shapes: dict, log: list[s
     """The keep-set tune chooses over ``ranking`` (:func:`_rank`): :func:`search_cheapest` with each candidate's
     FP32 cube cost from the FLOPs at ``shapes`` ({tensor: shape} of a reference run). Appends to ``log``."""
     progress(f"searching over {len(ranking)} ranked kernels")
-    meets = lambda keep: tuner.trial(keep).met  # noqa: E731
+    meets = lambda keep: tuner.trial(keep).met
     cost, near = candidate_costs(ranking, tuner.model, cov.node_flops(tuner.model, shapes))
     chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
     return chosen
