@@ -84,6 +84,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
             write_text(folder / "keep_dtype.txt", "".join(f"{e}\n" for e in fixed.keep_dtype))
             write_json(folder / "fixed_config.json", fixed.to_dict())
             diag.summary["fix"]["files"] = {"keep_dtype": "keep_dtype.txt", "config": "fixed_config.json"}
+            diag.artifacts.update(keep_dtype="keep_dtype.txt", fixed_config="fixed_config.json")  # listed by the page
         files = write_diagnosis(prep.model, diag, extra, config, folder, html)
         if fixed is not None:
             files.update(keep_dtype="keep_dtype.txt", fixed_config="fixed_config.json")
