@@ -41,7 +41,8 @@ def parse_keep_entry(text: str) -> KeepEntry:
 
 def normalise_keep_dtype(entries: list[str]) -> list[str]:
     """keep_dtype entries in the form the compiler reads: ``OpName::x`` → ``x``, ``OpType::X`` kept, spaces
-    stripped around a prefix, plain names exact, repeats dropped (first kept). Raises ValueError as :func:`parse_keep_entry`."""
+    stripped around a prefix, plain names exact, repeats dropped (first kept). Raises ValueError as
+    :func:`parse_keep_entry`."""
     out: list[str] = []
     for text in entries:
         e = parse_keep_entry(text)

@@ -5,7 +5,8 @@ re-used, nothing is run twice), :func:`verify_advice`:
 
 1. checks the outputs of the run already made against the default tune target
    (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2`` on every float
-   graph output, ``ExactMatchRate>=1`` on every integer/bool one, no NaN/Inf where the reference is finite) and the task checks;
+   graph output, ``ExactMatchRate>=1`` on every integer/bool one, no NaN/Inf where the reference is finite)
+   and the task checks;
 2. applies every keep_dtype set a finding advises (evidence ``keep_dtype``) and re-runs it: the finding gets
    ``evidence["verified"]`` = {"keep_dtype", "met", "before", "after"} (output CosineSimilarity, worst over
    the float outputs, before and after) and its recommendation says what the set restores, or that it does
@@ -59,7 +60,8 @@ class VerifiedFix:
     compile from scratch. ``keep_dtype``: node names to add to the config's keep_dtype (empty when nothing is
     needed or nothing was found). ``before`` / ``after``: worst output CosineSimilarity over the float outputs
     (NaN when the model has none) in the given config and with the set; ``rows_after``: the per-output rows of
-    the verification run (toolkit.tuning.tune.check_outputs), ``rows_before`` those of the given config. ``trials``: precision configs built and run.
+    the verification run (toolkit.tuning.tune.check_outputs), ``rows_before`` those of the given config.
+    ``trials``: precision configs built and run.
     ``config``: the given config plus ``keep_dtype``. ``verdict``: the diagnosis' verdict; the search runs only
     under FAIL (a PASS / WARN model can ship as compiled)."""
 
@@ -166,7 +168,8 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
             "npu_outputs"). stage: the diagnosis' stage ("compile" skips the search). verdict: its verdict
             (the severity of an ``accumulated_error`` finding).
         target: tune target text or parsed list; None: the model's default target
-            (toolkit.tuning.tune.default_target, as tune uses). task_metrics: extra task checks (``module:function``).
+            (toolkit.tuning.tune.default_target, as tune uses). task_metrics: extra task checks
+            (``module:function``).
         top_k: candidates whose output share the ranking measures (as tune).
 
     Raises:
@@ -229,7 +232,7 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
     if len(ranking) and "OutputShare" in ranking:
         measured = ranking[ranking["OutputShare"].notna()].sort_values("OutputShare", ascending=False)
         shares = {r["KeepName"]: float(r["OutputShare"]) for r in measured.to_dict("records")}
-    n = len(ranking)
+    n = int(len(ranking))
     top = ", ".join(f"'{k}' {v:.0%}" for k, v in list(shares.items())[:shown]) or "none measured"
     ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
           "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,

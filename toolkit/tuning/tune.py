@@ -64,6 +64,7 @@ DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
 #: Added to the default target when a graph output may be integer or bool: such an output is right only when
 #: every element matches (the abnormal line of ExactMatchRate, toolkit.compare.metrics.exact).
 INTEGER_OUTPUT_TARGET = "ExactMatchRate>=1"
+_OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v <= t, "<": lambda v, t: v < t}
 
 
 def default_target(model: onnx.ModelProto) -> str:
@@ -75,7 +76,6 @@ def default_target(model: onnx.ModelProto) -> str:
     declared_float_only = len(dtypes) == len(model.graph.output) and \
         all(dclass != "integer" for _, dclass in dtypes.values())
     return DEFAULT_TARGET if declared_float_only else f"{DEFAULT_TARGET},{INTEGER_OUTPUT_TARGET}"
-_OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v <= t, "<": lambda v, t: v < t}
 
 
 def _noop(msg: str) -> None:
@@ -150,7 +150,8 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
     does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
     output's dtype); a sequence output is compared as toolkit.compare.layerwise.sequence_as_tensor makes it one
-    tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float outputs (inf when NaN/inf appear)."""
+    tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float
+    outputs (inf when NaN/inf appear)."""
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
@@ -637,7 +638,7 @@ def search_ranked(tuner: Tuner, ranking: pd.DataFrame, shapes: dict, log: list[s
     """The keep-set tune chooses over ``ranking`` (:func:`_rank`): :func:`search_cheapest` with each candidate's
     FP32 cube cost from the FLOPs at ``shapes`` ({tensor: shape} of a reference run). Appends to ``log``."""
     progress(f"searching over {len(ranking)} ranked kernels")
-    meets = lambda keep: tuner.trial(keep).met
+    meets = lambda keep: tuner.trial(keep).met  # noqa: E731
     cost, near = candidate_costs(ranking, tuner.model, cov.node_flops(tuner.model, shapes))
     chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
     return chosen
