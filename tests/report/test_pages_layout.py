@@ -97,6 +97,4 @@ def test_ppocr_rec_report_fits_and_is_small(browser, tmp_path):
              if p.is_file() and p.name != "plotly.min.js"}
     assert sizes["index.html"] <= 0.5 * 2**20, sizes["index.html"]
     total = sum(sizes.values())
-    if total > 1.5 * 2**20:  # known: repro/ holds the origin kernel's exact inputs and outputs (docs/benchmarks.md)
-        repro = sum(v for k, v in sizes.items() if k.startswith("repro"))
-        pytest.xfail(f"folder {total / 2**20:.2f} MiB besides plotly.min.js, {repro / 2**20:.2f} MiB of it repro/")
+    assert total <= 1.5 * 2**20, f"folder {total / 2**20:.2f} MiB besides plotly.min.js: {sizes}"
