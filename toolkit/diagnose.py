@@ -194,49 +194,83 @@ def _quick_close(d, g) -> bool:
     return bool(float(np.max(np.abs(d - g))) <= 1e-3 * float(np.max(np.abs(g))) + 1e-6)
 
 
-def triage_run(prep: Prepared, config: Config, compiled=None):
-    """(Session, RunResult with dumps) of the same compilation in force_fp32 (keep_dtype cleared); with
-    ``compiled`` (the NPU compile) only the precision passes run again (recompile_precision)."""
+class _TriageScreen:
+    """Triage's comparison made while the force_fp32 run goes (``NpuRuntime.run(on_kernel=...)``): each kernel
+    output is screened against the reference the moment it is written, while it is still the arena's view, and
+    only the metric rows of tensors that fail the screen are kept, so no copy of the run's tensors is held.
+
+    ``order``: {tensor: position in the model's node order}; a tensor after the earliest failure found so far
+    cannot be the first divergence and is not compared."""
+
+    def __init__(self, golden: dict, thresholds, skip: set, order: dict):
+        self.golden, self.thresholds, self.skip, self.order = golden, thresholds, skip, order
+        self.checked: set[str] = set()
+        self.failed: dict[str, dict] = {}
+        self.first = len(order)
+
+    def see(self, t: str, value) -> None:
+        if t not in self.golden or t in self.skip or self.order.get(t, self.first + 1) > self.first:
+            return
+        d, d_reason = sequence_as_tensor(value)
+        g, g_reason = sequence_as_tensor(self.golden[t])
+        if d_reason or g_reason or d is None or g is None:  # a ragged sequence: not compared (layer table)
+            return
+        self.checked.add(t)
+        if _quick_close(d, g):
+            return
+        row = compare_tensors(d, g, thresholds=self.thresholds, tensor=t)
+        if row["Abnormal"] or row["OverFlow"]:
+            self.failed[t] = row
+            self.first = min(self.first, self.order[t])
+
+    def on_kernel(self, _index, _spec, outputs: dict) -> None:
+        for t, v in outputs.items():
+            self.see(t, v)
+
+
+def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None) -> dict:
+    """Run the same compilation in force_fp32 (keep_dtype cleared; with ``compiled``, the NPU compile, only
+    the precision passes run again: recompile_precision): a divergence there is a compile-stage fault (a
+    rewrite or fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision
+    matter.
+
+    Each kernel output is screened cheaply as the run writes it (:class:`_TriageScreen`: no tensor of the run
+    is kept); one that fails the screen is compared with the full metrics (no FP16 noise allowance), and the
+    first abnormal one in the model's node order is the fp32 first divergence. Graph outputs folded at compile
+    time are screened as the constants the plan returns. Tensors that depend on a nondeterministic op
+    (toolkit.compare.nondeterminism) are skipped: the two runs draw different random numbers, which is no
+    compile-stage fault.
+
+    Returns:
+        {"fp32_first_divergence": None or {node, op_type, tensor, kernel, precision, kind, evidence},
+         "fp32_tensors_checked": tensors compared up to and including the first divergence (all when none)}."""
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
     again = recompile_precision(compiled, cfg) if compiled is not None else None
     sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
-    return sess, sess.run(prep.feeds, dump=True)
-
-
-def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None, ran=None) -> dict:
-    """Run the same compilation in force_fp32: a divergence there is a compile-stage fault (a rewrite or
-    fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision matter.
-    ``ran``: the (Session, RunResult) of :func:`triage_run` when it already ran (else it runs here).
-
-    Tensors are screened cheaply in execution order; the first that fails the screen is compared with the
-    full metrics (no FP16 noise allowance) and, if abnormal, is the fp32 first divergence. Tensors that
-    depend on a nondeterministic op (toolkit.compare.nondeterminism) are skipped: the two runs draw
-    different random numbers, which is no compile-stage fault."""
-    sess, res = triage_run(prep, config, compiled) if ran is None else ran
-    owner = sess.plan.kernel_of_tensor()
-    random_dep = dependent_tensors(prep.model, golden)
-    checked = 0
+    order, producer = {}, {}
     for node in prep.model.graph.node:
         for t in node.output:
-            if not t or t not in res.dumps or t not in golden or t in random_dep:
-                continue
-            d, d_reason = sequence_as_tensor(res.dumps[t])
-            g, g_reason = sequence_as_tensor(golden[t])
-            if d_reason or g_reason or d is None or g is None:  # a ragged sequence: not compared (layer table)
-                continue
-            checked += 1
-            if _quick_close(d, g):
-                continue
-            row = compare_tensors(d, g, thresholds=thresholds, tensor=t)
-            if row["Abnormal"] or row["OverFlow"]:
-                k = owner.get(t)
-                ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
-                ev.update({"tensor": t, "kernel": k.name if k else ""})
-                return {"fp32_first_divergence": {"node": node.name, "op_type": node.op_type, "tensor": t,
-                                                  "kernel": k.name if k else "", "precision": "fp32",
-                                                  "kind": "compile_stage", "evidence": ev},
-                        "fp32_tensors_checked": checked}
-    return {"fp32_first_divergence": None, "fp32_tensors_checked": checked}
+            if t and t not in order:
+                order[t], producer[t] = len(order), node
+    screen = _TriageScreen(golden, thresholds, dependent_tensors(prep.model, golden), order)
+    sess.runtime.run(prep.feeds, on_kernel=screen.on_kernel)
+    for name, value in sess.runtime.const_outputs.items():
+        screen.see(name, value)
+    owner = sess.plan.kernel_of_tensor()
+    for t in sorted(screen.checked, key=order.__getitem__):
+        if order[t] > screen.first:
+            break
+        row = screen.failed.get(t)
+        if row is None:
+            continue
+        node, k = producer[t], owner.get(t)
+        ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
+        ev.update({"tensor": t, "kernel": k.name if k else ""})
+        return {"fp32_first_divergence": {"node": node.name, "op_type": node.op_type, "tensor": t,
+                                          "kernel": k.name if k else "", "precision": "fp32",
+                                          "kind": "compile_stage", "evidence": ev},
+                "fp32_tensors_checked": sum(1 for c in screen.checked if order[c] <= order[t])}
+    return {"fp32_first_divergence": None, "fp32_tensors_checked": len(screen.checked)}
 
 
 def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | None = None) -> tuple[str, list[str]]:
@@ -451,8 +485,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
     progress("stage triage: re-running the plan in force_fp32")
     ts = time.perf_counter()
-    ran, t["triage_run_ms"] = _timed(triage_run, prep, config, sess.compiled)
-    tri = triage(prep, config, golden, thresholds, ran=ran)
+    tri, t["triage_run_ms"] = _timed(triage, prep, config, golden, thresholds, sess.compiled)
     t["triage_ms"] = (time.perf_counter() - ts) * 1e3
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")

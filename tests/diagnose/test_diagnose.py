@@ -112,6 +112,43 @@ def test_planted_compile_fault_is_reported_as_compile_stage(tmp_path, plant, pre
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("plant", [None, "scale_mul"])
+def test_triage_screens_each_kernel_output_as_the_run_writes_it(tmp_path, plant, monkeypatch):
+    """triage keeps no copy of the force_fp32 run's tensors (the run is made without dumps) and still names
+    the first divergent tensor in node order, with the count of tensors compared up to it; the expected values
+    come from a dumped force_fp32 run of the same plan checked with numpy against onnxruntime."""
+    from toolkit.diagnose import triage
+    from toolkit.engine import shapes_of
+    from toolkit.runtime.npu import NpuRuntime
+
+    b = scale_model()
+    prep = prepare(*map(str, b.save(tmp_path, "m")))
+    golden = {**fk.reference(b.model, b.feeds), **b.feeds}
+    dumped = []
+    run = NpuRuntime.run
+
+    def spy(self, feeds, dump=False, **kw):
+        dumped.append(dump)
+        return run(self, feeds, dump=dump, **kw)
+
+    with planted_rule(plant, 1.5) if plant else contextlib.nullcontext():
+        sess = Session(prep.model, Config(precision_mode="force_fp32"), input_shapes=shapes_of(prep.feeds))
+        dumps = sess.run(prep.feeds, dump=True).dumps
+        monkeypatch.setattr(NpuRuntime, "run", spy)
+        got = triage(prep, Config(), golden, None)
+    assert dumped == [False]
+    order = [o for n in b.model.graph.node for o in n.output]
+    off = [t for t in order if not np.allclose(dumps[t].astype(np.float32), golden[t], rtol=1e-4, atol=1e-6)]
+    assert bool(off) == bool(plant)
+    if not off:
+        assert got == {"fp32_first_divergence": None, "fp32_tensors_checked": len(order)}
+        return
+    first = got["fp32_first_divergence"]
+    assert first["tensor"] == off[0] and first["node"] == plant and first["kind"] == "compile_stage"
+    assert got["fp32_tensors_checked"] == order.index(off[0]) + 1
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_planted_rule_inside_a_fused_kernel_names_that_kernel(tmp_path):
     """The planted rewrite hits a Mul that buffer fusion puts in a Conv's epilogue: the compile-stage origin
     is that fused kernel."""
