@@ -236,3 +236,25 @@ def test_fp16_constant_findings_name_the_initializer():
     # read by FP32 kernels, the same constants are harmless
     sess32 = Session(model, Config(precision_mode="force_fp16", keep_dtype=["mul_over", "add_under", "mul_int"]))
     assert not [f for f in sess32.compiled.findings if f.kind == "fp16_constant"]
+
+
+def test_precision_recompiles_screen_each_constant_array_once_and_a_replaced_one_again(monkeypatch):
+    """Precision-only recompiles share the structure stage's constant arrays: each is screened once, the
+    evidence equals a fresh screen, and an array put in a constant's place is screened anew."""
+    import gc
+
+    from toolkit.compiler.passes import check_constants as cc
+
+    calls = []
+    real = cc.material_issues
+    monkeypatch.setattr(cc, "material_issues", lambda a, add=False: calls.append(id(a)) or real(a, add))
+    tiny = np.full(8, 1e-9, np.float32)  # every value flushes to zero in FP16
+    first = cc.cached_material_issues(tiny)
+    again = cc.cached_material_issues(tiny)
+    assert first == again == real(tiny) and "underflow_to_zero" in first and len(calls) == 1
+    fine = np.full(8, 0.5, np.float32)  # the same values would be a new screen: a new array is not the old one
+    assert cc.cached_material_issues(fine) == {} and len(calls) == 2
+    key = (id(tiny), False)
+    del tiny
+    gc.collect()
+    assert key not in cc._ISSUES

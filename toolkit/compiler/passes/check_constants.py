@@ -40,6 +40,8 @@ losing exactness) the clauses start from.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from toolkit.compiler.context import PassResult
@@ -274,6 +276,28 @@ def _summary(log: list[str]) -> list[str]:
                    f"relative change > {REL_TOL:g}, > {ADDITIVE_REL_TOL:g} if added)"]
 
 
+#: {(id of a constant's array, additive): (weak reference to the array, material_issues evidence)}: precision-only
+#: recompiles (tuning trials, stage triage) share the structure stage's graph and its constant arrays, so each
+#: constant is screened once per array, not once per trial. Constants are replaced, never changed in place
+#: (fold_batchnorm, toolkit.cache.patch); an entry leaves with its array.
+_ISSUES: dict[tuple[int, bool], tuple[weakref.ref, dict]] = {}
+
+
+def cached_material_issues(arr: np.ndarray, additive: bool = False) -> dict:
+    """:func:`material_issues` of ``arr``, computed once per array object (see :data:`_ISSUES`)."""
+    key = (id(arr), additive)
+    hit = _ISSUES.get(key)
+    if hit is not None and hit[0]() is arr:
+        return hit[1]
+    ev = material_issues(arr, additive)
+    try:
+        ref = weakref.ref(arr, lambda _r, k=key: _ISSUES.pop(k, None))
+    except TypeError:  # an object without weak references: not cached
+        return ev
+    _ISSUES[key] = (ref, ev)
+    return ev
+
+
 @register_pass("check_constants", requires=("casts",))
 def run(ctx) -> PassResult:
     g = ctx.graph
@@ -282,7 +306,8 @@ def run(ctx) -> PassResult:
         c = g.const(name)
         return c is not None and c.dtype == np.float32
 
-    found, log = _findings(g.by_name, is_f32_const, ctx.kernels, lambda c, add: material_issues(g.const(c), add))
+    found, log = _findings(g.by_name, is_f32_const, ctx.kernels,
+                           lambda c, add: cached_material_issues(g.const(c), add))
     ctx.findings.extend(found)
     return PassResult(len(log), _summary(log))
 
