@@ -175,3 +175,41 @@ def test_loaded_sha256_names_the_bytes_parsed_even_after_the_file_changes(tmp_pa
     assert ld.file_sha256(live) == hashlib.sha256(b.read_bytes()).hexdigest()  # the file as it is now
     assert model.graph.name == onnx.load(a).graph.name
     assert ld.loaded_sha256(tmp_path / "never-loaded.onnx") is None
+
+
+@pytest.mark.parametrize("edit", ["none", "ir_version_3", "duplicate_opset", "bad_doc_string", "sparse"])
+def test_the_checker_sees_the_model_as_loaded(tmp_path, monkeypatch, edit):
+    """The ONNX checker is given the bytes read when the loaded proto still equals them, and the repaired proto
+    when a load step changed it (an old IR version, a duplicate opset entry, a doc_string repaired, a sparse
+    initializer made dense); either way a valid model loads."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Add", ["x", "b"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "g", [x], [y], [numpy_helper.from_array(np.ones((2, 3), np.float32), "b")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    if edit == "ir_version_3":
+        model.ir_version = 3
+    elif edit == "duplicate_opset":
+        model.opset_import.append(helper.make_opsetid("", 13))
+    elif edit == "sparse":
+        del model.graph.initializer[:]
+        values = numpy_helper.from_array(np.ones(1, np.float32), "b")
+        sp = helper.make_sparse_tensor(values, numpy_helper.from_array(np.array([4], np.int64)), [2, 3])
+        model.graph.sparse_initializer.append(sp)
+    data = model.SerializeToString()
+    if edit == "bad_doc_string":  # invalid UTF-8 in the graph's doc_string, written into the bytes by hand
+        model.graph.doc_string = "DOCMARK"
+        data = model.SerializeToString().replace(b"DOCMARK", b"DOC\xffARK")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(data)
+    seen = []
+    real = onnx.checker.check_model
+    monkeypatch.setattr(onnx.checker, "check_model", lambda m, *a, **k: seen.append(m) or real(m, *a, **k))
+    loaded = ld.load_model(path)
+    assert len(seen) == 1
+    if edit == "none":
+        assert seen[0] == data
+    else:
+        assert isinstance(seen[0], onnx.ModelProto) and seen[0] is loaded
+    assert [n.op_type for n in loaded.graph.node] == ["Add"]
