@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -47,6 +48,32 @@ def test_large_initializers_inside_the_model_file_stay_there(tmp_path):
             f = {e.key: e.value for e in t.external_data}
             assert f["location"] == "embedded.onnx" and f[weights.PATH_KEY] == str((tmp_path / "embedded.onnx").resolve())
         np.testing.assert_array_equal(weights.array_of(t), inits[t.name])
+
+
+@pytest.mark.parametrize("embedded", [True, False])
+def test_weight_data_digest_is_each_files_sha256_read_once(tmp_path, monkeypatch, embedded):
+    """data_digest names every data file by its sha256 (checked with hashlib); a file the loader already read
+    (weights inside the .onnx file) is not read a second time, external data files once each."""
+    import hashlib
+
+    path, _ = mlp_model(tmp_path, np.random.default_rng(3), one_file=True)
+    if embedded:
+        path = tmp_path / "embedded.onnx"
+        onnx.save(onnx.load(str(tmp_path / "model.onnx")), str(path))
+    model = load_model(path)
+    streamed = []
+    real = hashlib.file_digest
+    monkeypatch.setattr(hashlib, "file_digest", lambda fh, d: streamed.append(fh.name) or real(fh, d))
+    got = weights.data_digest(model)
+    files = list(dict.fromkeys({e.key: e.value for e in t.external_data}[weights.PATH_KEY]
+                               for t in model.graph.initializer if weights.is_mapped(t)))
+    want = hashlib.sha256()
+    for f in files:
+        want.update(f"{f}\0{hashlib.sha256(Path(f).read_bytes()).hexdigest()}\0".encode())
+    assert files and got == want.hexdigest()
+    assert streamed == ([] if embedded else files)
+    weights.data_digest(model)
+    assert streamed == ([] if embedded else files)  # remembered
 
 
 def test_mapped_path_is_the_checked_file_inside_the_folder(tmp_path):

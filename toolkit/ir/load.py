@@ -39,7 +39,7 @@ from toolkit.ir.proto_checks import (
     normalise_ir_version,
     raw_bytes_needed,
 )
-from toolkit.ir.weights import MAP_MIN_BYTES, array_of, is_mapped, mark_mapped
+from toolkit.ir.weights import MAP_MIN_BYTES, array_of, is_mapped, mark_mapped, remember_file_digest
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7
@@ -113,6 +113,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     if key not in _DIGESTS:
         _DIGESTS[key] = hashlib.sha256(data).hexdigest()
     _LOADED[key[0]] = _DIGESTS[key]
+    remember_file_digest(*key, _DIGESTS[key])  # weights mapped from inside this file: hashed already
     try:
         model = onnx.load_model_from_string(data)
     except DecodeError as exc:

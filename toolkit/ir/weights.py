@@ -93,10 +93,23 @@ def has_mapped(model: onnx.ModelProto) -> bool:
     return any(is_mapped(t) for t in model.graph.initializer)
 
 
-@functools.lru_cache(maxsize=None)
+#: {(path, size, mtime ns): sha256 hex} of data files hashed in this process (or told by
+#: :func:`remember_file_digest`, when the loader already hashed the bytes it read)
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def remember_file_digest(path: str, size: int, mtime_ns: int, hexdigest: str) -> None:
+    """Record the sha256 of file ``path`` as of (``size``, ``mtime_ns``): toolkit.ir.load hashes the model
+    file it reads, and weights mapped from inside that file need no second pass over it."""
+    _FILE_DIGESTS[(path, size, mtime_ns)] = hexdigest
+
+
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    key = (path, size, mtime_ns)
+    if key not in _FILE_DIGESTS:
+        with open(path, "rb") as fh:
+            _FILE_DIGESTS[key] = hashlib.file_digest(fh, "sha256").hexdigest()
+    return _FILE_DIGESTS[key]
 
 
 def file_digest_of(t: TensorProto) -> str:
