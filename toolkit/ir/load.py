@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 import onnx
@@ -110,10 +111,25 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
             data = fh.read()
     except OSError as exc:
         raise ModelError(f"model file '{p}' cannot be read ({exc.strerror or exc}); pass a readable .onnx file") from None
-    if key not in _DIGESTS:
-        _DIGESTS[key] = hashlib.sha256(data).hexdigest()
+    hashing = None
+    if key not in _DIGESTS:  # on a thread while the bytes are parsed and checked (hashlib releases the GIL)
+        hashing = threading.Thread(target=lambda: _DIGESTS.setdefault(key, hashlib.sha256(data).hexdigest()),
+                                   name="npuscope-model-sha256", daemon=True)
+        hashing.start()
+    try:
+        model = _parse_checked(p, data)
+    finally:
+        if hashing is not None:
+            hashing.join()
+    del data
     _LOADED[key[0]] = _DIGESTS[key]
     remember_file_digest(*key, _DIGESTS[key])  # weights mapped from inside this file: hashed already
+    normalise_node_names(model)
+    return model
+
+
+def _parse_checked(p: Path, data: bytes) -> onnx.ModelProto:
+    """:func:`load_model`'s parse and checks of the bytes ``data`` read from ``p``. Raises ModelError."""
     try:
         model = onnx.load_model_from_string(data)
     except DecodeError as exc:
@@ -139,8 +155,6 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     except onnx.checker.ValidationError as exc:
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
     _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
-    del data
-    normalise_node_names(model)
     return model
 
 
