@@ -15,6 +15,7 @@ import logging
 import time
 
 from toolkit.cache import compile_entry, keys, patch
+from toolkit.cache.file_digests import FileDigests
 from toolkit.cache.settings import Settings, from_config
 from toolkit.cache.store import EntryStore, LazyPayload
 from toolkit.compiler import pipeline
@@ -102,7 +103,8 @@ def begin(work, config, disabled, model_path: str, t0: float) -> CompileCache | 
         return None
     cc = CompileCache(settings, t0)
     try:
-        cc.key = keys.compile_key(work, config, disabled)
+        digests = FileDigests(settings.root, reads=settings.reads, writes=settings.writes)
+        cc.key = keys.compile_key(work, config, disabled, file_digest=digests.digest)
     except keys.Uncacheable as exc:
         LOG.info("compile cache: not caching this model: %s", exc)
         return None

@@ -196,14 +196,16 @@ def check_cacheable(model: onnx.ModelProto) -> None:
             raise Uncacheable(f"initializer '{t.name}' refers to external data")
 
 
-def compile_key(model: onnx.ModelProto, config, disabled=()) -> str:
+def compile_key(model: onnx.ModelProto, config, disabled=(), file_digest=None) -> str:
     """Key of a compile entry (module docstring): the bound model (every node and weight, the graph's inputs
     with their shapes as bound, outputs, opsets, metadata), the config fields that change code, the passes
-    skipped, the registered passes and rules, the versions. Raises Uncacheable (external data)."""
+    skipped, the registered passes and rules, the versions. ``file_digest``: how a weight data file not yet
+    hashed in this process gets its sha256 (toolkit.ir.weights.data_digest; e.g.
+    toolkit.cache.file_digests.FileDigests.digest). Raises Uncacheable (external data)."""
     check_cacheable(model)
     body = hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
     if has_mapped(model):  # the proto holds only the weights' offsets: add their files' contents, streamed
-        body = _sha(body, data_digest(model))
+        body = _sha(body, data_digest(model, file_digest))
     return _sha("compile", body, json.dumps(_compile_options(config, disabled), sort_keys=True, default=str))
 
 

@@ -54,6 +54,8 @@ KINDS = ("compile", "family", "kernel", "bundle", "recipes")
 #: an entry file's name: a sha256 key in hex; a temporary file of :meth:`EntryStore._write` (tempfile.mkstemp
 #: with prefix ``.tmp-``). Nothing else in the folder is ever counted, evicted or deleted.
 ENTRY_NAME = re.compile(r"[0-9a-f]{64}")
+#: the weight data file digests remembered across runs (toolkit.cache.file_digests), in ``<root>/<LAYOUT>``
+DIGESTS_FILE = "file_digests.json"
 TMP_NAME = re.compile(r"\.tmp-[a-z0-9_]{8}")
 #: temporary files older than this (seconds) belong to a writer that died; eviction removes them
 STALE_TMP_S = 3600.0
@@ -330,7 +332,7 @@ class EntryStore:
         """Files under ``<root>/<LAYOUT>`` that are not entries or temporary files of the store (left alone)."""
         if not self.base.is_dir():
             return 0
-        ours = {p for p, *_ in self._files()}
+        ours = {p for p, *_ in self._files()} | {self.base / DIGESTS_FILE}
         n = 0
         for folder, dirs, names in os.walk(self.base):
             n += sum(1 for name in names if Path(folder, name) not in ours)
@@ -390,8 +392,8 @@ class EntryStore:
                 "foreign_files": self.foreign_files()}
 
     def clear(self) -> int:
-        """Delete every entry and temporary file (only those: other files stay), then the folders left empty;
-        returns the number of bytes freed."""
+        """Delete every entry and temporary file and the weight file digests (:data:`DIGESTS_FILE`; only those:
+        other files stay), then the folders left empty; returns the number of bytes freed."""
         flush()
         freed = 0
         for p, size, _, _ in list(self._files()):
@@ -402,6 +404,13 @@ class EntryStore:
                 continue
             except OSError as exc:
                 LOG.warning("compile cache entry %s cannot be deleted (%s)", p, exc.strerror)
+        digests = self.base / DIGESTS_FILE
+        if digests.is_file() and not digests.is_symlink():
+            try:
+                freed += digests.stat().st_size
+                digests.unlink()
+            except OSError:
+                pass
         for folder in [self.base / k for k in KINDS] + [self.base]:
             try:
                 folder.rmdir()  # only when empty

@@ -119,10 +119,13 @@ def file_digest_of(t: TensorProto) -> str:
     return _file_digest(path, st.st_size, st.st_mtime_ns)
 
 
-def data_digest(model: onnx.ModelProto) -> str:
+def data_digest(model: onnx.ModelProto, file_digest=None) -> str:
     """sha256 over the data files of the mapped initializers (each hashed once by streaming, remembered by
     (path, size, mtime)), in the order the model names them: part of a cache key, with the model's own bytes
-    (which hold each tensor's offset and length)."""
+    (which hold each tensor's offset and length).
+
+    ``file_digest``: optional callable(resolved path) -> sha256 hex used for a file this process has not hashed
+    yet (toolkit.cache.file_digests: digests remembered across runs); raises OSError as ``open`` does."""
     h = hashlib.sha256()
     seen = set()
     for t in model.graph.initializer:
@@ -133,7 +136,10 @@ def data_digest(model: onnx.ModelProto) -> str:
             continue
         seen.add(path)
         st = os.stat(path)
-        h.update(f"{path}\0{_file_digest(path, st.st_size, st.st_mtime_ns)}\0".encode())
+        key = (path, st.st_size, st.st_mtime_ns)
+        if key not in _FILE_DIGESTS and file_digest is not None:
+            _FILE_DIGESTS[key] = file_digest(path)
+        h.update(f"{path}\0{_file_digest(*key)}\0".encode())
     return h.hexdigest()
 
 
