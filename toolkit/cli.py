@@ -17,6 +17,7 @@ A signal or the timeout also stops a run inside onnxruntime (toolkit.ort.termina
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -176,9 +177,17 @@ class _Group(click.Group):
 TIMEOUT_EXIT = EXIT_TIMEOUT  # as GNU timeout(1)
 
 
+#: the longest --timeout taken (one year, s): setitimer refuses what time_t cannot hold
+MAX_TIMEOUT_S = 365 * 24 * 3600.0
+
+
 def _arm_timeout(ctx, param, seconds):
     if seconds is not None:
         import signal
+
+        if not math.isfinite(seconds) or seconds > MAX_TIMEOUT_S:
+            raise click.BadParameter(f"{seconds:g} is not a usable time limit; give a number of seconds above 0 "
+                                     f"and at most {MAX_TIMEOUT_S:g} (one year)", ctx=ctx, param=param)
 
         _SIGNALLED["timeout"] = seconds
         signal.setitimer(signal.ITIMER_REAL, seconds)

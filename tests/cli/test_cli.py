@@ -1227,7 +1227,8 @@ def test_timeout_that_is_not_reached_changes_nothing(tmp_path):
     assert (tmp_path / "o" / "outputs.npz").is_file()
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "abc"])
-def test_timeout_must_be_positive_seconds(bad):
+@pytest.mark.parametrize("bad", ["0", "-1", "abc", "nan", "inf", "-inf", "1e400", "1e12"])
+def test_timeout_must_be_positive_finite_seconds(bad):
     proc = run_cli("run", "resnet_small", "--timeout", bad)
     assert proc.returncode == 2 and "--timeout" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
