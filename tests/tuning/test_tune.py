@@ -326,7 +326,7 @@ def test_search_finds_the_needed_set_with_fewer_runs_than_linear():
 @pytest.mark.parametrize("text,err", [("CosineSimilarity<=off", "'CosineSimilarity=off'"),  # every operator is
                                       ("MaxAbsoluteError>=-1", "takes values in"),          # accepted now (the
                                       ("Cosin>=0.9", "unknown metric"), ("CosineSimilarity 0.9", "expected"),
-                                      ("", "no condition")])                                # grammar's tests)
+                                      ("", "empty"), ("CosineSimilarity=off", "no condition")])  # grammar's tests)
 def test_parse_target_refuses_with_a_reason(text, err):
     with pytest.raises(UsageError, match=err):
         parse_target(text)

@@ -48,7 +48,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     a single input only, else ConfigError; the advice is not verified then).
     """
     thresholds = with_shorthands(thresholds, atol, rtol)
-    lines = resolve_thresholds(thresholds) if thresholds else None  # a bad line is a usage error before any work
+    lines = resolve_thresholds(thresholds) if thresholds is not None else None  # a bad line: a usage error now
     if device_dumps or device_profile or mapping:
         if several_sets(inputs):
             raise UsageError("--device-dumps / --device-profile compare one device run: give the one .npz it ran "

@@ -10,7 +10,7 @@ from toolkit.commands.common import (
 )
 from toolkit.commands.dataset import signoff_dataset
 from toolkit.commands.outputs import signoff_lines, write_signoff
-from toolkit.compare.metrics import resolve_thresholds, with_shorthands
+from toolkit.compare.metrics import overridden, resolve_thresholds, with_shorthands
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import output_dir
 from toolkit.signoff.policy import load_policy
@@ -28,13 +28,14 @@ def signoff_command(model: str | None, policy_path: str, config: Config, *, conf
     ``inputs`` a folder of .npz: a dataset run (toolkit.commands.dataset.signoff_dataset: streamed, ``jobs``
     processes or a Ray cluster, resumable; adds dataset.csv and inputs.csv); so is a loader script
     ``file.py[:function]``. Abnormal lines: the policy's ``[layers] thresholds``, then ``thresholds``, then the
-    ``atol`` / ``rtol`` shorthands (later items win). ``seed`` / ``val_range``: generated inputs (no ``inputs``)."""
+    ``atol`` / ``rtol`` shorthands (each replaces the policy's line on its metric and output; two of the user's on
+    one metric and output are a UsageError). ``seed`` / ``val_range``: generated inputs (no ``inputs``)."""
     lines_text = with_shorthands(thresholds, atol, rtol)
-    if lines_text:
+    if lines_text is not None:
         resolve_thresholds(lines_text)  # a bad line is a usage error before any work
     check_out_for(out, inputs)  # before the policy, the model or the inputs are read
     policy = load_policy(policy_path)
-    thresholds = ",".join(filter(None, [policy.thresholds(), lines_text])) or None
+    thresholds = overridden(policy.thresholds(), lines_text)  # the user's lines replace the policy's, metric by metric
     if several_sets(inputs):
         return signoff_dataset(model, policy, config, config_path=config_path, inputs=inputs, thresholds=thresholds,
                                out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)

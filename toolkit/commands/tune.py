@@ -32,20 +32,20 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     tune.html. ``met`` in the result says whether the target holds on every input. ``max_inputs``: most input
     sets ``inputs`` may give (default toolkit.tuning.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
     condition no output's dtype admits is a UsageError before the inputs are read. ``atol`` / ``rtol``: the
-    ``--atol`` / ``--rtol`` shorthands, appended to the target (to the default target when none is given), where
-    they replace a condition on the same metric. ``val_range``: the range of generated inputs (no ``inputs``)."""
+    ``--atol`` / ``--rtol`` shorthands, appended to the target (to the default target when none is given, where
+    they replace its condition on the same metric; on the user's own metric they are a UsageError). ``val_range``: the range of generated inputs (no ``inputs``)."""
     import dataclasses
 
     check_out(out)  # a taken --out and a bad target are usage errors before any work
-    if target:
+    if target is not None:
         parsed_target = parse_target(with_shorthands(target, atol, rtol))
     else:  # the default's shorthands checked now, the default itself once the model says its outputs' dtypes
-        parse_target(with_shorthands(DEFAULT_TARGET, atol, rtol))
+        parse_target(with_shorthands(DEFAULT_TARGET, atol, rtol, default=True))
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
-    if not target:
-        parsed_target = parse_target(with_shorthands(default_target(m), atol, rtol))
+    if target is None:
+        parsed_target = parse_target(with_shorthands(default_target(m), atol, rtol, default=True))
     check_target_outputs(m, parsed_target, "--target" if target or atol or rtol else "the default target")
     feeds = load_feed_sets(m, src, inputs, seed, config.input_shapes(), max_inputs or DEFAULT_MAX_SETS, val_range)
     progress(f"{len(feeds)} input set(s)")

@@ -100,13 +100,12 @@ def parse_target(text: str) -> list[tuple[str, str, float]]:
     must SATISFY, in the one condition grammar of toolkit.compare.metrics.grammar (so every ``--thresholds``
     string is a target too: ``CosineSimilarity<0.9999``, the abnormal side, is the same condition as
     ``CosineSimilarity>=0.9999``); ``op`` is always the passing side. ``logits:CosineSimilarity>=0.99`` is for
-    that output only (it replaces an unprefixed condition on the same metric there); ``METRIC=off`` drops the
-    earlier conditions on that metric (of that output). Values follow the ranges of --thresholds
+    that output only (it replaces an unprefixed condition on the same metric there); ``METRIC=off`` is no
+    condition on that metric (two items on one metric of one output are refused). Values follow the ranges of --thresholds
     (CosineSimilarity in [-1, 1], errors >= 0, no NaN). Raises UsageError naming the bad item."""
     found: dict[tuple, TargetCondition] = {}
     for c in parse_conditions(text, "target"):
         key = (c.output, c.metric)
-        found.pop(key, None)  # a later item replaces (and re-orders) an earlier one on the same metric
         if not c.off:
             op, value = c.required()
             found[key] = TargetCondition(c.metric, op, value, c.output)

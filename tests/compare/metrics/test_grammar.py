@@ -202,9 +202,42 @@ def test_every_suggested_correction_parses_in_every_consumer(text):
         fixes = [q for q in _suggestions(str(err.value)) if q != text]
         assert fixes, (name, str(err.value))
         for fix in fixes:
-            parse_conditions(fix)  # the grammar itself, then each consumer (a removal next to a condition, as
-            for other in _consumers().values():  # a target that removes its only condition has none left)
-                other(f"{fix},MaxAbsoluteError<=1")
+            got = parse_conditions(fix)  # the grammar itself, then each consumer (a removal next to a condition,
+            keys = {(c.output, c.metric) for c in got}  # as a target that removes its only condition has none left)
+            companion = next(c for c in ("MaxAbsoluteError<=1", "RelativeEuclideanDistance<=1")
+                             if (None, parse_conditions(c)[0].metric) not in keys)  # not a second line on a metric
+            for other in _consumers().values():
+                other(f"{fix},{companion}")
+
+
+def test_two_items_on_one_metric_of_one_output_are_refused_in_every_consumer():
+    """Which of two lines on the same metric and output holds would depend on their order: refused, naming
+    both; the same metric on two different outputs is two lines."""
+    for name, parse in _consumers().items():
+        for text in ("CosineSimilarity>=0.99999999,CosineSimilarity<0.5", "MaxAbsErr<=1,MaxAbsoluteError<=1e-9",
+                     "y:MaxAbsErr<=1,y:MaxAbsErr<=2"):
+            with pytest.raises(UsageError, match="both set") as err:
+                parse(text)
+            first, second = text.split(",")
+            assert first in str(err.value) and second in str(err.value), (name, str(err.value))
+        parse("MaxAbsErr<=1,y:MaxAbsErr<=2")
+
+
+@pytest.mark.parametrize("text", ["", "  ", "CosineSimilarity<0.99,", "CosineSimilarity<0.99,,MaxAbsErr<=1", ","])
+def test_an_empty_value_or_item_is_refused(text):
+    for name, parse in _consumers().items():
+        with pytest.raises(UsageError, match="empty"):
+            parse(text)
+
+
+def test_a_shorthand_replaces_the_defaults_line_but_conflicts_with_the_users():
+    default = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2"
+    assert with_shorthands(default, ["1e-3"], default=True) == "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-3"
+    assert with_shorthands(default, ["y:1e-3"], default=True) == default + ",y:MaxAbsoluteError<=1e-3"
+    with pytest.raises(UsageError, match="both set"):
+        parse_conditions(with_shorthands("MaxAbsErr<=1", ["1e-9"]))
+    with pytest.raises(UsageError, match="both set"):
+        parse_conditions(with_shorthands(None, ["1e-9", "1"]))
 
 
 def test_the_reported_example_is_accepted_now():
@@ -234,3 +267,16 @@ def test_bad_atol_names_the_option_and_a_valid_value(value):
     msg = str(err.value)
     assert msg.startswith(f"--atol '{value}'") and "--atol 1e-3" in msg
     with_shorthands(None, ["1e-3", "logits:1e-3"])  # the two examples it gives
+
+
+def test_the_users_lines_replace_a_policys_line_by_line():
+    from toolkit.compare.metrics import overridden
+
+    policy = "CosineSimilarity<0.999,MaxAbsoluteError>1,y:MaxAbsoluteError>2"
+    got = overridden(policy, "MaxAbsErr>0.5")
+    assert got == "CosineSimilarity<0.999,y:MaxAbsoluteError>2,MaxAbsErr>0.5"
+    lines = parse_thresholds(got)
+    assert lines["MaxAbsoluteError"] == 0.5 and lines["CosineSimilarity"] == 0.999
+    assert lines.for_tensor("y")["MaxAbsoluteError"] == 2
+    assert overridden(policy, None) == policy and overridden(None, None) is None
+    assert overridden(None, "CosineSimilarity<0.9") == "CosineSimilarity<0.9"

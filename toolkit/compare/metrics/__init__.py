@@ -22,7 +22,7 @@ CANN 8.1.RC1); each module docstring states where we depart from it and why.
 from toolkit.core.dtypes import dtype_class, standard, value_kind
 
 from .compare import ROW_KEYS, compare_tensors, tolerance_that_would_pass
-from .grammar import Condition, parse_conditions, with_shorthands
+from .grammar import Condition, overridden, parse_conditions, with_shorthands
 from .reductions import DEFAULT_REL_EPS, FP16_MAX, KL_EPS, PairSums, reduce_pair
 from .registry import DEFAULT_THRESHOLDS, METRICS, THRESHOLDABLE
 from .spec import HIGHER_IS_BETTER, INFORMATIONAL, LOWER_IS_BETTER, MetricSpec
@@ -38,5 +38,5 @@ __all__ = [
     "Condition", "DEFAULT_REL_EPS", "DEFAULT_THRESHOLDS", "FP16_MAX", "HIGHER_IS_BETTER", "INFORMATIONAL", "KL_EPS",
     "LOWER_IS_BETTER", "METRICS", "MetricSpec", "PairSums", "ROW_KEYS", "THRESHOLDABLE", "Thresholds",
     "compare_tensors", "dtype_class", "line_origins", "noise_covers", "parse_conditions", "parse_thresholds", "reduce_pair",
-    "resolve_thresholds", "standard", "tolerance_that_would_pass", "value_kind", "with_shorthands",
+    "resolve_thresholds", "standard", "tolerance_that_would_pass", "value_kind", "with_shorthands", "overridden",
 ]

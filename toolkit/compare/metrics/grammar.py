@@ -195,11 +195,26 @@ def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRE
             something else than a metric value, e.g. regress's allowed change).
 
     Raises:
-        UsageError: one line per bad item, with a corrected item this function accepts.
+        UsageError: one line per bad item, with a corrected item this function accepts; a ``text`` given but
+            empty, an empty item (``a,,b``, a trailing comma); two items on the same metric of the same
+            output (which one holds would depend on their order).
     """
-    out = []
+    if text is not None and not str(text).strip():
+        raise UsageError(f"the {label}s are empty; give at least one condition, or leave the option out for the "
+                         "defaults")
+    raw = str(text or "").split(",")
+    if text is not None and any(not r.strip() for r in raw):
+        raise UsageError(f"{label}s '{text}': an empty item between commas; remove the extra comma")
+    out, seen = [], {}
     for item in items(text):
-        out.append(parse_item(item, label, allowed=allowed, ranged=ranged))
+        c = parse_item(item, label, allowed=allowed, ranged=ranged)
+        key = (c.output, c.metric)
+        if key in seen:
+            whom = f"output '{c.output}'" if c.output else "every output"
+            raise UsageError(f"{label} '{seen[key]}' and {label} '{item}' both set {c.metric} for {whom}; "
+                             "keep one of them")
+        seen[key] = item
+        out.append(c)
     return out
 
 
@@ -319,13 +334,27 @@ def shorthand_items(option: str, values) -> list[str]:
     return out
 
 
-def with_shorthands(text: str | None, atol=(), rtol=()) -> str | None:
-    """``text`` with the items of ``--atol`` / ``--rtol`` appended (later items win, so they override a line on
-    the same metric in ``text``); ``text`` unchanged (None stays None) when neither is given."""
+def with_shorthands(text: str | None, atol=(), rtol=(), default: bool = False) -> str | None:
+    """``text`` with the items of ``--atol`` / ``--rtol`` appended; ``text`` unchanged (None stays None) when
+    neither is given. ``default``: ``text`` is a default (not the user's), whose items on a metric and output a
+    shorthand sets are dropped: the shorthand replaces them. A user's item on the same metric and output as a
+    shorthand is a conflict that :func:`parse_conditions` refuses."""
     extra = shorthand_items("--atol", atol) + shorthand_items("--rtol", rtol)
     if not extra:
         return text
+    if default:
+        return overridden(text, ",".join(extra))
     return ",".join(items(text) + extra)
+
+
+def overridden(base: str | None, over: str | None) -> str | None:
+    """The items of ``base`` (valid items: a default, a policy's lines) whose metric and output ``over`` does
+    not set, then ``over``'s items: ``over`` replaces ``base`` line by line. None when both are empty."""
+    if not items(over):
+        return base if items(base) else None
+    keys = {(c.output, c.metric) for c in map(parse_item, items(over))}
+    kept = [i for i in items(base) if (lambda c: (c.output, c.metric))(parse_item(i)) not in keys]
+    return ",".join(kept + items(over))
 
 
 def named_outputs(conditions) -> list[str]:
