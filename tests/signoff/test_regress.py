@@ -283,6 +283,19 @@ def test_regress_dataset_inputs_csv_damage(report, tmp_path):
             regress(*folders)
 
 
+@pytest.mark.parametrize("missing", ["result.csv"])
+def test_regress_refuses_a_folder_missing_the_file_the_other_compares_by(report, tmp_path, missing):
+    """A single-input run without result.csv beside one with it: the per-tensor comparison would be skipped and
+    the verdict say NO REGRESSION on nothing; refused on either side, naming the folder without it."""
+    from toolkit.signoff.regress import regress
+
+    shutil.copytree(report, tmp_path / "cut")
+    (tmp_path / "cut" / missing).unlink()
+    for a, b in ((report, tmp_path / "cut"), (tmp_path / "cut", report)):
+        with pytest.raises(InputError, match=f"'{tmp_path / 'cut'}' has no {missing}"):
+            regress(a, b)
+
+
 def test_regress_undamaged_copy_still_compares(report, tmp_path):
     """The checks refuse nothing a real report holds (this test fails if a validator is too strict)."""
     from toolkit.signoff.regress import regress

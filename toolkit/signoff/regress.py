@@ -337,12 +337,17 @@ def load_run(folder: str | Path) -> dict:
 
 def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: bool = False) -> list[str]:
     """Warnings for two loaded runs that may be compared; raises InputError when they may not: a dataset run
-    with a single-input run, or different models (``model_sha256``) without ``allow_different_models``."""
+    with a single-input run, a single-input run without result.csv beside one with it, or different models
+    (``model_sha256``) without ``allow_different_models``."""
     kinds = {ra["kind"], rb["kind"]}
     if kinds == {"dataset", "single"}:
         d, o = (baseline, new) if ra["kind"] == "dataset" else (new, baseline)
         raise InputError(f"'{d}' is a dataset run (--inputs folder) but '{o}' is a single-input run; compare two "
                          "dataset runs or two single-input runs")
+    if kinds == {"single"} and (ra["table"] is None) != (rb["table"] is None):  # the layer comparison would be skipped
+        have, lack = (baseline, new) if rb["table"] is None else (new, baseline)
+        raise InputError(f"'{lack}' has no result.csv but '{have}' has: the per-tensor metrics cannot be compared; "
+                         "pass report folders as diagnose, compare or signoff wrote them")
     ha, hb = ra["summary"].get("model_sha256"), rb["summary"].get("model_sha256")
     if ha == hb:
         return []
