@@ -152,6 +152,12 @@ def test_dataset_options_that_cannot_apply_are_usage_errors(case, tmp_path):
     empty.mkdir()
     proc = npuscope("compare", case["model"], "--inputs", empty, cwd=tmp_path)
     assert proc.returncode == 2 and "holds no .npz files" in proc.stderr
+    for verb in ("compare", "signoff"):  # where the inputs run: --jobs or --ray, not both (--jobs was ignored)
+        extra = ("--policy", "nope.toml") if verb == "signoff" else ()
+        proc = npuscope(verb, case["model"], *extra, "--inputs", case["inputs"], "--jobs", "2", "--ray", "auto",
+                        "--out", "both", cwd=tmp_path)
+        assert proc.returncode == 2 and "--jobs 2 and --ray auto" in proc.stderr, proc.stderr
+        assert not (tmp_path / "both").exists()
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

@@ -36,7 +36,7 @@ from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.tasks import load_task
 from toolkit.config.schema import Config
 from toolkit.core.csvjson import _csv_text, atomic_write_text
-from toolkit.core.errors import ConfigError, InputError, ModelError
+from toolkit.core.errors import ConfigError, InputError, ModelError, UsageError
 from toolkit.dataset.aggregate import aggregate, parse_percentiles
 from toolkit.dataset.runner import run_inputs
 from toolkit.dataset.source import (
@@ -293,11 +293,20 @@ def dataset_facts(job: Job, store: Store, table: pd.DataFrame, names: list[str],
 
 
 # ---------------------------------------------------------------------------------------------- diagnose
+def check_workers(jobs: int, ray: str | None) -> None:
+    """--jobs (local processes) and --ray (a Ray cluster's workers) choose where inputs run: one or the other.
+    Raises UsageError for both."""
+    if ray and jobs != 1:
+        raise UsageError(f"--jobs {jobs} and --ray {ray} both say where the inputs run; give --ray alone (the "
+                         "cluster's workers run them) or --jobs alone (local processes)")
+
+
 def diagnose_dataset(model: str | None, config: Config, *, inputs: str, thresholds: str | None = None,
                      task_metrics=(), out: str | None = None, html: bool = True, jobs: int = 1,
                      ray: str | None = None, percentiles: str | None = None, progress=_noop) -> dict:
     """``diagnose`` / ``compare`` over a folder of inputs (module docstring). Returns the api dict: summary,
     out, files, diagnosis (of the worst input, its summary carrying the dataset verdict), verdict, dataset."""
+    check_workers(jobs, ray)
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     job = prepare_job("diagnose", model, config, inputs, thresholds, task_metrics, percentiles, progress)
     with open_store(out, REPORTS_DIR, f"{job.src.name}-dataset", job.manifest) as store:
@@ -356,6 +365,7 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
     """``signoff`` over a folder of inputs: criteria evaluated on Evidence built from the store (per input a
     few scalars; layers = worst case per tensor over all inputs). Inputs that could not be evaluated add a
     failing ``inputs.evaluated`` criterion. result.csv is the first evaluated input's layer table."""
+    check_workers(jobs, ray)
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     task_specs = list((policy.section("tasks") or {}).get("metrics", []))
     job = prepare_job("signoff", model, config, inputs, thresholds, task_specs, percentiles, progress)

@@ -8,7 +8,7 @@ from toolkit.commands.common import (
     _single_input_only,
     check_out_for,
 )
-from toolkit.commands.dataset import signoff_dataset
+from toolkit.commands.dataset import check_workers, signoff_dataset
 from toolkit.commands.outputs import signoff_lines, write_signoff
 from toolkit.compare.metrics import overridden, resolve_thresholds, with_shorthands
 from toolkit.config.schema import Config
@@ -33,6 +33,7 @@ def signoff_command(model: str | None, policy_path: str, config: Config, *, conf
     lines_text = with_shorthands(thresholds, atol, rtol)
     if lines_text is not None:
         resolve_thresholds(lines_text)  # a bad line is a usage error before any work
+    check_workers(jobs, ray)
     check_out_for(out, inputs)  # before the policy, the model or the inputs are read
     policy = load_policy(policy_path)
     thresholds = overridden(policy.thresholds(), lines_text)  # the user's lines replace the policy's, metric by metric
