@@ -304,3 +304,12 @@ def test_json_loads_keeps_decode_errors_for_the_caller():
     with pytest.raises(json.JSONDecodeError):
         json_loads("{", "f", ConfigError)
     assert json_loads('{"a": [1, {"b": "]]]"}]}', "f", ConfigError) == {"a": [1, {"b": "]]]"}]}
+
+
+@pytest.mark.parametrize("text", ['{"a": 1, "a": 2}', '{"x": {"k": [1, {"b": 1, "b": 1}]}}', '[{"c": 0, "c": 0}]'])
+def test_a_key_named_twice_in_one_object_is_refused(text):
+    from toolkit.core.boundedjson import json_loads
+
+    with pytest.raises(ConfigError, match="twice"):
+        json_loads(text, "config 'x.json'", ConfigError)
+    assert json_loads('{"a": 1, "b": {"a": 2}}', "w", ConfigError) == {"a": 1, "b": {"a": 2}}

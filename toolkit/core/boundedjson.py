@@ -161,8 +161,19 @@ def value_depth(value: Any, stop: int) -> int:
 def json_loads(text: str | bytes, what: str, error: type[Exception], *, max_depth: int | None = None,
                **kwargs) -> Any:
     """``json.loads(text, **kwargs)`` after :func:`check_depth`. json.JSONDecodeError is left to the caller
-    (each phrases "not valid JSON" its own way); ``error`` for text nested too deep."""
+    (each phrases "not valid JSON" its own way); ``error`` for text nested too deep, and for an object that
+    names a key twice (json.loads keeps the last one silently; RFC 8259 §4: names SHOULD be unique)."""
     check_depth(text, what, error, "json", max_depth)
+
+    def unique(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out:
+                raise error(f"{what} names the key '{k}' twice in one object; keep one of them")
+            out[k] = v
+        return out
+
+    kwargs.setdefault("object_pairs_hook", unique)
     try:
         return json.loads(text, **kwargs)
     except RecursionError:  # not reached after check_depth; kept so that no RecursionError ever escapes
