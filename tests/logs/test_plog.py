@@ -90,3 +90,28 @@ def test_log_file_round_trips_through_the_plog_parser(tmp_path):
     assert got == expected and res.malformed == 0 and res.records == 6
     assert res.tables["log_messages"]["Message"].tolist() == ["COMPILER number 0"]
     assert [f.kind for f in res.findings] == ["log_errors"]
+
+
+@pytest.mark.parametrize("name,content", [("model.onnx", None), ("inputs.npz", None), ("cfg.json", b"{}"),
+                                          ("policy.toml", b"[outputs]\n"), ("weights", b"\x08\x07ONNX\x00\x01\x02"),
+                                          ("latin1.log", "caf\xe9 ".encode("latin-1") * 10)])
+def test_a_log_file_that_is_an_input_or_binary_is_refused_untouched(tmp_path, name, content):
+    """Log lines are never appended to a file npuscope reads (a model, arrays, a config) or to a binary file:
+    a ConfigError names the variable, and the file keeps its bytes."""
+    path = tmp_path / name
+    data = content if content is not None else bytes(range(256)) * 4
+    path.write_bytes(data)
+    with pytest.raises(ConfigError, match="NPUSCOPE_LOG_FILE"):
+        plog.setup_logging({"NPUSCOPE_LOG_LEVEL": "0", "NPUSCOPE_LOG_FILE": str(path)})
+    assert path.read_bytes() == data
+
+
+def test_an_existing_text_log_is_appended_to(tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text("earlier line é\n" * 400)  # a multi-byte character may straddle the 4 KiB probe
+    plog.setup_logging({"NPUSCOPE_LOG_LEVEL": "0", "NPUSCOPE_LOG_FILE": str(path)})
+    plog.get_logger("runtime").info("appended")
+    for h in logging.getLogger("npuscope").handlers:
+        h.flush()
+    text = path.read_text()
+    assert text.startswith("earlier line") and "appended" in text

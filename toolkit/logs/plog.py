@@ -16,7 +16,9 @@ Environment (read by :func:`setup_logging`, which the CLI calls once per command
   :class:`toolkit.core.errors.ConfigError` (exit code 2).
 - ``NPUSCOPE_LOG_TO_STDOUT``: ``1``/``true``/``yes``/``on`` writes log lines to stdout; ``0``/``false``/``no``/``off``
   or unset (or empty) to stderr (case-insensitive). Any other value raises :class:`toolkit.core.errors.ConfigError`.
-- ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``).
+- ``NPUSCOPE_LOG_FILE``: a path; when set, lines are appended to that file instead (ours, for ``parse-log``);
+  a name ending like a file npuscope reads (:data:`INPUT_SUFFIXES`: .onnx, .npz, .json, ...) or an existing
+  file that is not text is refused (ConfigError), so log lines never land in a model or a config.
 
 A closed stdout or stderr (``npuscope ... | head -1``) stops the handler silently (no ``--- Logging error ---``
 blocks); :func:`stdout_closed` tells the CLI, which then exits with :data:`SIGPIPE_EXIT` (141).
@@ -29,6 +31,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import printable
@@ -155,9 +158,36 @@ def silence_stdout() -> None:
         pass
 
 
+#: endings of the files npuscope reads (models, external data, arrays, configs, policies, scripts, tables): a
+#: log file with one of them would append log lines to such a file (the model under test, for instance)
+INPUT_SUFFIXES = (".onnx", ".onnx.data", ".data", ".pb", ".npz", ".npy", ".bin", ".json", ".toml", ".py", ".csv",
+                  ".txt.gz", ".zip")
+
+
+def _log_file_problem(path: str) -> str:
+    """Why ``path`` may not take log lines ('' when it may): a name ending like a file npuscope reads, or an
+    existing file whose first 4 KiB is not text (NUL bytes or not UTF-8)."""
+    if path.lower().endswith(INPUT_SUFFIXES):
+        return f"its name ends like a file npuscope reads ({Path(path).suffix})"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096) if os.path.isfile(path) else b""
+    except OSError:
+        return ""  # not there yet (or not readable): opening it says what is wrong
+    try:
+        text_ok = b"\0" not in head and bool(head.decode("utf-8", "strict") or True)
+    except UnicodeDecodeError as exc:
+        text_ok = exc.start >= len(head) - 3  # a character cut at the 4 KiB boundary
+    return "" if text_ok else "it exists and holds binary data, not log lines"
+
+
 def _handler(environ) -> logging.Handler:
     path = environ.get(ENV_FILE, "").strip()
     if path:
+        why = _log_file_problem(path)
+        if why:
+            raise ConfigError(f"{ENV_FILE}={path!r}: not used as the log file: {why}; give a new or an existing "
+                              "log file, e.g. npuscope.log")
         try:
             return logging.FileHandler(path, mode="a", encoding="utf-8")
         except OSError as exc:
