@@ -77,6 +77,7 @@ from tests.cli.helpers import FP32_UNFUSED, M1_NODES, M1_INITS, m1_model, feeds 
 from tests.cli.helpers import ENV_WITH_WARNINGS, quiet_cli_with_warnings  # noqa: F401,F811 (fixtures are imported by name)
 from toolkit.compare.metrics.grammar import parse_conditions
 from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE
+from toolkit.config.schema import Config
 from tests.cli.helpers import loop_forever_model  # noqa: F401
 
 
@@ -409,8 +410,22 @@ def test_untrusted_names_never_reach_the_terminal_raw(evil_runs, cmd):
         # no line of our output was forged by a name: every line is one we print
         starts = ("verdict: ", "  - ", "first divergence: ", "stage: ", "ERROR ", "WARNING ", "INFO ", "task ",
                   "report: ", "Cannot ship as compiled: ", "Can ship as compiled", "verified fix: ",
-                  "no keep_dtype fix: ", "no verified fix: ", "no fix needed")
+                  "no keep_dtype fix: ", "no verified fix: ", "no fix needed", "keep_dtype.txt not written: ")
         assert all(ln.startswith(starts) for ln in lines), stdout
+
+
+def test_the_written_fix_of_a_model_with_hostile_names_can_be_passed_back(evil_runs, evil):
+    """diagnose's fix files name the nodes exactly: fixed_config.json always, keep_dtype.txt only when every
+    name fits one line of it (else the summary says why); either reads back as the same keep set."""
+    proc, out = evil_runs["diagnose"]
+    cfg = Config.load(out / "fixed_config.json")
+    names = {n.name for n in onnx.load(str(evil / "evil.onnx")).graph.node}
+    assert cfg.keep_dtype and set(cfg.keep_dtype) <= names
+    if (out / "keep_dtype.txt").exists():
+        (out / "k.json").write_text(json.dumps({"keep_dtype": str(out / "keep_dtype.txt")}))
+        assert list(Config.load(out / "k.json").keep_dtype) == list(cfg.keep_dtype)
+    else:
+        assert b"keep_dtype.txt not written: node name " in proc.stdout
 
 
 @pytest.mark.parametrize("cmd", ["diagnose", "compare"])

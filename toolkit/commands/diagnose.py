@@ -13,6 +13,7 @@ from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds, with_shorthands
 from toolkit.compare.metrics.thresholds import check_tensors
 from toolkit.compare.subset import Subset
+from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
@@ -80,15 +81,23 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
         fixed = fix_config(fix) if fix is not None else None
+        written = {}
         if fixed is not None:
-            write_text(folder / "keep_dtype.txt", "".join(f"{e}\n" for e in fixed.keep_dtype))
+            keep_text = keep_file_text(fixed.keep_dtype)  # None: a node name no line of the file can hold
+            if keep_text is not None:
+                write_text(folder / "keep_dtype.txt", keep_text)
+                written["keep_dtype"] = "keep_dtype.txt"
             write_json(folder / "fixed_config.json", fixed.to_dict())
-            diag.summary["fix"]["files"] = {"keep_dtype": "keep_dtype.txt", "config": "fixed_config.json"}
-            diag.artifacts.update(keep_dtype="keep_dtype.txt", fixed_config="fixed_config.json")  # listed by the page
+            written["fixed_config"] = "fixed_config.json"
+            diag.summary["fix"]["files"] = {("config" if k == "fixed_config" else k): v for k, v in written.items()}
+            diag.artifacts.update(written)  # listed by the page
         files = write_diagnosis(prep.model, diag, extra, config, folder, html)
-        if fixed is not None:
-            files.update(keep_dtype="keep_dtype.txt", fixed_config="fixed_config.json")
+        files.update(written)
     summary = diagnosis_lines(diag)
+    if fixed is not None and "keep_dtype" not in written:
+        summary.append(f"keep_dtype.txt not written: node name {unwritable_entry(fixed.keep_dtype)!r} cannot be one "
+                       "line of it (a line break, or spaces at an end); pass fixed_config.json, whose keep_dtype "
+                       "list holds it")
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}

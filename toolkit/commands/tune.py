@@ -5,6 +5,7 @@ from __future__ import annotations
 from toolkit.commands.common import REPORTS_DIR, _noop, count_change
 from toolkit.compare.metrics import with_shorthands
 from toolkit.compare.tasks import TASKS, load_task
+from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
 from toolkit.core.csvjson import to_csv_safe
@@ -57,7 +58,11 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
         files = {"keep_dtype": "keep_dtype.txt", "config": "tuned_config.json", "summary": "summary.json",
                  "ranking": "ranking.csv", "ranges": "ranges.csv"}
         entries = list(res.config.keep_dtype)
-        write_text(folder / files["keep_dtype"], "".join(f"{e}\n" for e in entries))
+        keep_text = keep_file_text(entries)  # None: a node name no line of the file can hold
+        if keep_text is None:
+            del files["keep_dtype"]
+        else:
+            write_text(folder / files["keep_dtype"], keep_text)
         write_json(folder / files["config"], dataclasses.replace(res.config, keep_dtype=entries).to_dict())
         summary = res.summary()
         summary.update({"model": str(src.path), "model_name": src.name, "files": files})
@@ -91,6 +96,11 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
              else "no Conv/MatMul/Gemm FLOPs")
     lines.append(f"FP16 coverage: ops {c0['ops_fp16_share']:.1%} -> {c1['ops_fp16_share']:.1%}, {flops}; "
                  f"{count_change('Casts', res.cost['casts_added'])}")
-    lines.append(f"wrote {folder / 'keep_dtype.txt'} and {folder / 'tuned_config.json'}")
+    if "keep_dtype" in files:
+        lines.append(f"wrote {folder / 'keep_dtype.txt'} and {folder / 'tuned_config.json'}")
+    else:
+        lines.append(f"wrote {folder / 'tuned_config.json'}; keep_dtype.txt not written: node name "
+                     f"{unwritable_entry(res.config.keep_dtype)!r} cannot be one line of it (a line break, or "
+                     "spaces at an end); the config's keep_dtype list holds it")
     lines.append(f"report: {(folder / ('tune.html' if html else 'summary.json')).resolve()}")
     return {"summary": lines, "out": folder, "files": files, "result": res, "met": res.met}

@@ -57,3 +57,19 @@ OP_TYPE_PREFIX = "OpType::"
 
 #: Prefix of an explicit node-name keep_dtype entry (dropped when read).
 OP_NAME_PREFIX = "OpName::"
+
+
+def keep_file_text(entries) -> str | None:
+    """The text of a keep_dtype file (one entry per line, the converter's format) holding ``entries``, or None
+    when one of them cannot be a line of it: an entry with a line break inside (``str.splitlines`` would split
+    it) or with whitespace at an end (the file's reader strips each line: toolkit.config.schema). Such entries
+    fit only a JSON config's ``keep_dtype`` list."""
+    entries = [str(e) for e in entries]
+    if any(len(e.splitlines()) != 1 or e != e.strip() for e in entries):
+        return None
+    return "".join(f"{e}\n" for e in entries)
+
+
+def unwritable_entry(entries) -> str | None:
+    """The first entry :func:`keep_file_text` cannot write as a line, or None."""
+    return next((str(e) for e in entries if len(str(e).splitlines()) != 1 or str(e) != str(e).strip()), None)

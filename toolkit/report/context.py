@@ -232,7 +232,8 @@ def answer_section(diag: Diagnosis) -> dict:
         items = ", ".join('"' + str(k).replace("\\", "\\\\").replace('"', '\\"') + '"' for k in keep)
         files = verified.get("files") or {}
         out["fix"] = {"text": f"keep_dtype = [{items}]",
-                      "how": (f"pass --config {files['config']} (written beside this page, with {files['keep_dtype']})"
+                      "how": (f"pass --config {files['config']} (written beside this page"
+                              + (f", with {files['keep_dtype']})" if files.get("keep_dtype") else ")")
                               if files.get("config") else "add the line to your config and pass --config")}
     out["restores"] = verified.get("sentence") or ""
     out["found"] = bool(first) or out["fix"] is not None  # accumulated error: no origin, but a verified fix
