@@ -357,6 +357,7 @@ def agree_severity(findings: list[Finding], verdict: str) -> list[Finding]:
 def ship_sentence(verdict: str, reasons: list[str]) -> str:
     """One sentence: can the model ship as compiled, and why (from the verdict and its first reason)."""
     why = reasons[0] if reasons else ""
+    why = why.removesuffix("; outputs and task checks hold")  # the WARN sentence says so itself
     if verdict == "PASS":
         return "Can ship as compiled: every output and task check holds within the abnormal lines."
     if verdict == "WARN":

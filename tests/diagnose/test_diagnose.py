@@ -634,3 +634,18 @@ def test_precision_frame_counts_fp16_origin_kernels():
     frame = _precision_frame(session(model, "must_keep_origin_dtype").plan, model).set_index("OpType")
     assert frame.loc[["MatMul", "Softmax", "ReduceSum"], "FP16"].tolist() == [1, 1, 1]
     assert frame.loc[["MatMul", "Softmax", "ReduceSum"], "FP32"].tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("verdict,reasons", [
+    ("WARN", ["7 intermediate tensor(s) abnormal; outputs and task checks hold"]),
+    ("WARN", ["2 constant(s) change in FP16"]),
+    ("PASS", ["no tensor abnormal; outputs and task checks hold"]),
+    ("FAIL", ["output 'y' is abnormal (CosineSimilarity 0.5 < 0.99)"])])
+def test_the_ship_sentence_says_each_thing_once(verdict, reasons):
+    from toolkit.diagnose import ship_sentence
+
+    s = ship_sentence(verdict, reasons)
+    assert s.count("hold") <= 1 and s.endswith(".") and s.startswith(("Can ship", "Cannot ship"))
+    assert (verdict == "FAIL") == s.startswith("Cannot ship")
+    if verdict != "PASS":
+        assert reasons[0].removesuffix("; outputs and task checks hold") in s
