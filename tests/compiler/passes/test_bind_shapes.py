@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.commands.common import config_from_dict, load_config
 from toolkit.compiler.passes.bind_shapes import check_input_shapes
@@ -99,3 +99,30 @@ def test_shared_symbol_given_two_sizes_is_refused_everywhere(seed):
     with pytest.raises(InputError, match=f"dim '{sym}' is 2 in {first} but 3 in {last}"):
         gs.run(skewed)
     assert not gs.sessions
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32])
+def test_an_index_input_out_of_range_names_val_range(dtype):
+    """Generated ids that onnxruntime refuses too (a Gather past the table): the one-line error names the
+    integer input and --val-range, and the values that run (checked with onnxruntime) are in that range."""
+    import onnxruntime as ort
+
+    from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
+    from toolkit.core.errors import ModelError
+
+    g = helper.make_graph([helper.make_node("Gather", ["E", "ids"], ["y"], name="g")], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64 if dtype == np.int64 else
+                                                         TensorProto.INT32, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])],
+                          [numpy_helper.from_array(np.ones((5, 3), np.float32), "E")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    bad = {"ids": np.array([[0, 1, 5, 9]], dtype)}
+    with pytest.raises(ModelError) as err:
+        raise_if_reference_fails(m, bad, RuntimeError("kernel failed"))
+    msg = str(err.value)
+    assert "\n" not in msg and "--val-range \"ids:[0,N]\"" in msg and "(ids)" in msg
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    good = {"ids": np.array([[0, 1, 4, 3]], dtype)}
+    assert sess.run(None, good)[0].shape == (1, 4, 3)
+    assert raise_if_reference_fails(m, good, RuntimeError("ours")) is None  # the model runs them: not its inputs

@@ -218,5 +218,10 @@ def raise_if_reference_fails(model: onnx.ModelProto, feeds: dict, exc: Exception
         why = " ".join(str(ref_exc).split()).split("Status Message:")[-1].strip()
         why = why if len(why) <= 200 else "..." + why[-200:]  # onnxruntime puts the reason last
         shapes = ", ".join(f"{k}{tuple(getattr(v, 'shape', ()))}" for k, v in feeds.items())
+        ints = [k for k, v in feeds.items() if getattr(getattr(v, "dtype", None), "kind", "") in "iu"
+                and getattr(v, "size", 0)]
+        hint = (f"; an integer input used as an index or id ({', '.join(ints)}) needs values the model takes: "
+                f"give --val-range \"{ints[0]}:[0,N]\" or real --inputs" if ints else "")
         raise ModelError(f"the model cannot run inputs {shapes}: onnxruntime fails on them too ({why}); "
-                         f"check --input-shape / the inputs against the model (npuscope: {type(exc).__name__})") from None
+                         f"check --input-shape / the inputs against the model{hint} "
+                         f"(npuscope: {type(exc).__name__})") from None
