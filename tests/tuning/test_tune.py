@@ -446,3 +446,17 @@ def test_coverage_flops_come_from_the_reference_shapes():
     feed = {"a": np.random.default_rng(1).standard_normal((2, 3, 8)).astype(np.float32)}
     res = tune(model, [("x", feed)], Config(precision_mode="force_fp16"), "CosineSimilarity>=0.99")
     assert res.coverage_before["flops_total"] == 2 * (2 * 3 * 5) * 8
+
+
+def test_the_advice_target_takes_the_users_lines_on_the_outputs():
+    from toolkit.samples import SAMPLES
+    from toolkit.tuning.tune import DEFAULT_TARGET, lines_target
+
+    model = onnx.load(str(SAMPLES["resnet_small"].path))
+    out = model.graph.output[0].name
+    assert lines_target(model, None) == DEFAULT_TARGET
+    got = parse_target(lines_target(model, f"MaxAbsErr<=1e-5,{out}:CosineSimilarity<0.99,not_an_output:RMSE<=1"))
+    assert ("MaxAbsoluteError", "<=", 1e-5) in got and ("MaxAbsoluteError", "<=", 0.01) not in got
+    assert ("CosineSimilarity", ">=", 0.9999) in got  # the default's, for every output
+    assert any(c.output == out and c[0] == "CosineSimilarity" and c[2] == 0.99 for c in got)
+    assert not any(c[0] == "RootMeanSquareError" for c in got)

@@ -25,6 +25,7 @@ from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
 from toolkit.source import several_sets
 from toolkit.tuning.advice import fix_config, verify_advice
+from toolkit.tuning.tune import lines_target
 
 
 def diagnose_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
@@ -76,7 +77,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     fix = None
     if verify and not (subset is not None and subset.active):  # a subset keeps too few tensors to rank kernels
         fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
-                            task_metrics=task_metrics, progress=progress)
+                            target=lines_target(prep.model, thresholds), task_metrics=task_metrics,
+                            progress=progress)
         diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")

@@ -41,7 +41,7 @@ import pandas as pd
 from toolkit.compare.layerwise import sequence_as_tensor
 from toolkit.compare.metrics import METRICS, dtype_class
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
-from toolkit.compare.metrics.grammar import parse_conditions
+from toolkit.compare.metrics.grammar import overridden, parse_conditions
 from toolkit.compare.tasks import load_task, run_check
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
@@ -76,6 +76,17 @@ def default_target(model: onnx.ModelProto) -> str:
     declared_float_only = len(dtypes) == len(model.graph.output) and \
         all(dclass != "integer" for _, dclass in dtypes.values())
     return DEFAULT_TARGET if declared_float_only else f"{DEFAULT_TARGET},{INTEGER_OUTPUT_TARGET}"
+
+
+def lines_target(model: onnx.ModelProto, thresholds: str | None) -> str:
+    """The target a diagnosis' advice is verified against: :func:`default_target` with the user's abnormal
+    lines (``--thresholds`` text, or None) on the graph outputs replacing its condition on the same metric, so
+    that a fix that passes it passes the verdict those lines judge. An item naming a tensor that is not a graph
+    output judges no output and is left out."""
+    outputs = {o.name for o in model.graph.output}
+    user = [c.text for c in parse_conditions(thresholds, "threshold") if c.output is None or c.output in outputs] \
+        if thresholds is not None else []
+    return overridden(default_target(model), ",".join(user)) if user else default_target(model)
 
 
 def _noop(msg: str) -> None:
