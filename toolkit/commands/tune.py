@@ -34,7 +34,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     sets ``inputs`` may give (default toolkit.tuning.feeds.DEFAULT_MAX_SETS; more is an InputError). A target
     condition no output's dtype admits is a UsageError before the inputs are read. ``atol`` / ``rtol``: the
     ``--atol`` / ``--rtol`` shorthands, appended to the target (to the default target when none is given, where
-    they replace its condition on the same metric; on the user's own metric they are a UsageError). ``val_range``: the range of generated inputs (no ``inputs``)."""
+    they replace its condition on the same metric; on the user's own metric they are a UsageError).
+    ``val_range``: the range of generated inputs (no ``inputs``)."""
     import dataclasses
 
     check_out(out)  # a taken --out and a bad target are usage errors before any work

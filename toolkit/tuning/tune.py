@@ -112,8 +112,8 @@ def parse_target(text: str) -> list[tuple[str, str, float]]:
     string is a target too: ``CosineSimilarity<0.9999``, the abnormal side, is the same condition as
     ``CosineSimilarity>=0.9999``); ``op`` is always the passing side. ``logits:CosineSimilarity>=0.99`` is for
     that output only (it replaces an unprefixed condition on the same metric there); ``METRIC=off`` is no
-    condition on that metric (two items on one metric of one output are refused). Values follow the ranges of --thresholds
-    (CosineSimilarity in [-1, 1], errors >= 0, no NaN). Raises UsageError naming the bad item."""
+    condition on that metric (two items on one metric of one output are refused). Values follow the ranges of
+    --thresholds (CosineSimilarity in [-1, 1], errors >= 0, no NaN). Raises UsageError naming the bad item."""
     found: dict[tuple, TargetCondition] = {}
     for c in parse_conditions(text, "target"):
         key = (c.output, c.metric)
