@@ -213,3 +213,26 @@ def test_the_checker_sees_the_model_as_loaded(tmp_path, monkeypatch, edit):
     else:
         assert isinstance(seen[0], onnx.ModelProto) and seen[0] is loaded
     assert [n.op_type for n in loaded.graph.node] == ["Add"]
+
+
+@pytest.mark.parametrize("where", [0, 1])
+def test_an_input_nothing_provides_is_named_as_missing(tmp_path, where):
+    """A node reading a tensor that no node, graph input or initializer provides: the error names the node and
+    the tensor as missing (the checker calls it an ordering problem); a graph merely out of order is still the
+    checker's message."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "Wmissing"], ["y"], name="add")]
+    if where == 0:
+        nodes = [helper.make_node("Add", ["x", "Wmissing"], ["r"], name="add"), helper.make_node("Relu", ["r"], ["y"], name="relu")]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(ModelError, match="node 'add' \\(Add\\) reads 'Wmissing', which no node, graph input or initializer"):
+        ld.load_model(tmp_path / "m.onnx")
+    unordered = [helper.make_node("Relu", ["r"], ["y"], name="relu2"), helper.make_node("Relu", ["x"], ["r"], name="relu1")]
+    m2 = helper.make_model(helper.make_graph(unordered, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    m2.ir_version = 8
+    onnx.save(m2, str(tmp_path / "u.onnx"))
+    with pytest.raises(ModelError, match="fails the ONNX checker"):
+        ld.load_model(tmp_path / "u.onnx")

@@ -153,6 +153,12 @@ def _parse_checked(p: Path, data: bytes) -> onnx.ModelProto:
     try:  # tensors left on disk: the checker reads the file (in memory it would look for their data in the cwd)
         onnx.checker.check_model(str(p) if mapped else data if pristine else model)
     except onnx.checker.ValidationError as exc:
+        missing = unprovided_input(model)
+        if missing is not None:  # the checker calls it an ordering problem ("must be topologically sorted")
+            node, name = missing
+            raise ModelError(f"'{p}': node '{node.name}' ({node.op_type}) reads '{name}', which no node, graph input "
+                             "or initializer provides (a missing initializer or input); fix the exporter or the "
+                             "model") from None
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
     _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
     return model
@@ -412,6 +418,19 @@ def _extent_problem(offset: int, length: int | None, need: int, fsize: int) -> s
 
 #: Longest checker message kept in our one-line error (characters).
 CHECKER_MESSAGE_MAX = 400
+
+
+def unprovided_input(model: onnx.ModelProto):
+    """(node, tensor name) of the first top-level node input that no node of the graph produces and that is no
+    graph input or initializer, or None. Subgraphs may read outer names and are not looked into."""
+    g = model.graph
+    provided = {i.name for i in g.input} | {t.name for t in g.initializer} | \
+        {s.values.name for s in g.sparse_initializer} | {o for n in g.node for o in n.output}
+    for node in g.node:
+        for name in node.input:
+            if name and name not in provided:
+                return node, name
+    return None
 
 
 def checker_message(exc: BaseException) -> str:
