@@ -220,3 +220,12 @@ def test_op_placement_round_trips_through_dict_json_and_toml(tmp_path):
     (tmp_path / "bad.toml").write_text('[op_placement]\nTanh = "Cpu"\n')
     with pytest.raises(ConfigError, match="did you mean 'CPU'"):
         load_config(tmp_path / "bad.toml")
+
+
+@pytest.mark.parametrize("suffix,text", [(".json", '{"input_shape": "x:[1,a]"}'), (".toml", 'input_shape = "x:1,,3"'),
+                                         (".json", '{"input_shape": "x:1,3;x:1,3"}')])
+def test_a_bad_input_shape_in_a_config_file_names_the_file(tmp_path, suffix, text):
+    path = tmp_path / f"cfg{suffix}"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=f"config '{path}': input_shape"):
+        Config.load(path)

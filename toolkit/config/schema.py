@@ -145,7 +145,13 @@ class Config:
             raise ConfigError(f"config file '{p}' is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config file '{p}' must hold an object of options, got {type(data).__name__}")
-        cfg = cls.from_dict(data, p.parent, where=f"config '{p}'")
+        try:
+            cfg = cls.from_dict(data, p.parent, where=f"config '{p}'")
+            cfg.input_shapes(dynamic=True)  # parsed where it is used; checked here too, for the file's name
+        except ConfigError as exc:
+            if str(p) in str(exc):
+                raise
+            raise ConfigError(f"config '{p}': {exc}") from None
         cfg.source = str(p)
         return cfg
 
