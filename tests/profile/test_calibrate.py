@@ -176,3 +176,16 @@ def test_placement_whatif_is_the_verified_advice_on_the_given_profile():
     before, after = latency_us(compiled, slow_launch), latency_us(move.after, slow_launch)
     assert after < before - move.advice.threshold_us
     assert move.advice.verified_us == pytest.approx(after)
+
+
+def test_a_figure_is_needed_only_when_it_improves_the_fit_beyond_noise():
+    """The likelihood-ratio test of one fitted figure (chi-square, 1 dof, 95%): with the residual variance
+    sigma^2 = 2 cost / (n - k), a cost drop of 0.5% over 62 units is noise, a drop of 80% is not."""
+    from toolkit.profile.calibrate import needed
+
+    sigma2 = 2 * 0.0150 / (62 - 9)
+    assert not needed(0.0150, 0.0151, 62, 9)  # statistic 2*0.0001/sigma2 = 0.35 < 3.84
+    assert needed(0.0150, 0.0150 + 3.9 * sigma2 / 2, 62, 9) and not needed(0.0150, 0.0150 + 3.8 * sigma2 / 2, 62, 9)
+    assert needed(0.0150, 0.08, 62, 9)
+    assert not needed(0.02, 0.019, 62, 9)  # held at base fits better: not needed
+    assert needed(0.0, 1e-9, 10, 3) and not needed(0.0, 0.0, 10, 3)  # an exact fit

@@ -17,7 +17,10 @@ about 5%): a few badly attributed rows do not drag the fit. Bounds are the sanit
 toolkit.profile.device.RANGES (a fixed cost's lower bound is 1e-3 µs). ``max`` has no gradient for the term it
 does not pick, so the search first fits a smooth maximum ``(a^4 + b^4)^(1/4)`` from the base profile and from
 ``starts`` seeded random starts (each figure log-uniform within ±1 decade of the base), then refines the best of
-them on the exact model. A figure no training unit depends on (no FP32 cube work, no AI_CPU row, ...) is not
+them on the exact model. Each fitted figure is then tested against its base value: when the others,
+re-fitted with it there, fit as well (likelihood-ratio test at 95%, :func:`needed`), it goes back to its base
+value (e.g. vector TFLOPS of kernels whose compute time ties their memory time: 3% noise then picks either
+side of the tie). A figure no training unit depends on (no FP32 cube work, no AI_CPU row, ...) is not
 fitted; one that no unit is *bound by* at the fit ("not identified": e.g. vector TFLOPS when every vector kernel
 is memory-bound) keeps its base value when that changes no training prediction, else the fitted value, which is
 then only a bound.
@@ -257,7 +260,8 @@ def _solve(f: Features, base: dict, names: list[str], x0: np.ndarray, smooth) ->
 
 def fit_figures(f: Features, base: dict[str, float], names: list[str], starts: int = 6,
                 seed: int = 0) -> dict[str, float]:
-    """The figures ``names`` fitted to ``f`` from ``base`` (module docstring: smooth multi-start, exact refine)."""
+    """The figures ``names`` fitted to ``f`` from ``base`` (module docstring: smooth multi-start, exact refine),
+    then each fitted figure the fit does not need put back to its base value (:func:`needed`)."""
     if not names:
         return dict(base)
     rng = np.random.default_rng(seed)
@@ -269,7 +273,35 @@ def fit_figures(f: Features, base: dict[str, float], names: list[str], starts: i
         x, cost = _solve(f, base, names, x, None)
         if best is None or cost < best[1]:
             best = (x, cost)
-    return {**base, **dict(zip(names, np.exp(best[0])))}
+    fitted, cost = {**base, **dict(zip(names, np.exp(best[0])))}, best[1]
+    free = list(names)  # the figures still fitted; one put back to its base value stays there
+    for p in names:  # a figure the fit does not need: the others, re-fitted with it at its base value, fit as well
+        rest = [n for n in free if n != p]
+        if not rest or fitted[p] == base[p]:
+            continue
+        held = {**fitted, p: base[p]}
+        x, _ = _solve(f, held, rest, np.log([fitted[n] for n in rest]), SMOOTH_P)
+        x, c = _solve(f, held, rest, x, None)
+        if not needed(cost, c, len(f.device_us), len(free)):
+            fitted, cost, free = {**held, **dict(zip(rest, np.exp(x)))}, c, rest
+    return fitted
+
+
+#: chi-square 95% point with one degree of freedom: the likelihood-ratio test of one figure
+CHI2_1_95 = 3.841
+
+
+def needed(cost: float, held_cost: float, n: int, k: int) -> bool:
+    """Whether a fitted figure improves the fit significantly over its base value: the likelihood-ratio
+    statistic 2·(held_cost − cost)/σ² against χ²₁ at 95% (:data:`CHI2_1_95`), σ² = 2·cost/(n − k) the residual
+    variance of the fit (``cost``: least_squares' 0.5·Σρ(r²) over ``n`` units with ``k`` figures fitted;
+    Wilks' theorem for nested models). An exact fit (cost 0) needs the held cost within 1e-12 to drop it."""
+    if held_cost <= cost:
+        return False
+    sigma2 = 2.0 * cost / max(n - k, 1)
+    if sigma2 <= 0:
+        return held_cost - cost > 1e-12
+    return 2.0 * (held_cost - cost) / sigma2 > CHI2_1_95
 
 
 def split(n: int, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
