@@ -115,3 +115,28 @@ def test_an_existing_text_log_is_appended_to(tmp_path):
         h.flush()
     text = path.read_text()
     assert text.startswith("earlier line") and "appended" in text
+
+
+def test_a_fifo_as_log_file_is_refused_without_waiting(tmp_path):
+    """Opening a FIFO waits for its other end: refused at once (checked on a thread with a deadline), while
+    /dev/null still takes the lines."""
+    import os
+    import threading
+
+    fifo = tmp_path / "run.log"
+    os.mkfifo(fifo)
+    got = {}
+    th = threading.Thread(target=lambda: got.setdefault("err", _config_error(fifo)), daemon=True)
+    th.start()
+    th.join(10)
+    assert not th.is_alive() and "FIFO" in got["err"]
+    plog.setup_logging({"NPUSCOPE_LOG_LEVEL": "0", "NPUSCOPE_LOG_FILE": os.devnull})
+    plog.get_logger("runtime").info("discarded")
+
+
+def _config_error(path) -> str:
+    try:
+        plog.setup_logging({"NPUSCOPE_LOG_LEVEL": "0", "NPUSCOPE_LOG_FILE": str(path)})
+    except ConfigError as exc:
+        return str(exc)
+    return ""

@@ -24,8 +24,8 @@ import os
 import time
 from pathlib import Path
 
-from toolkit.core.boundedjson import read_limited_bytes
 from toolkit.cache.store import DIGESTS_FILE, LAYOUT
+from toolkit.core.boundedjson import read_limited_bytes
 from toolkit.core.csvjson import atomic_write_text
 
 FILE = DIGESTS_FILE
@@ -47,7 +47,7 @@ def _identity(st: os.stat_result) -> dict[str, int]:
 
 
 class FileDigests:
-    """sha256 of data files, read from and recorded in ``<root>/file_digests.json``.
+    """sha256 of data files, read from and recorded in ``<root>/v2/file_digests.json``.
 
     Args:
         root: the compile cache folder (toolkit.cache.settings.Settings.root); the record file is

@@ -59,17 +59,21 @@ OP_TYPE_PREFIX = "OpType::"
 OP_NAME_PREFIX = "OpName::"
 
 
-def keep_file_text(entries) -> str | None:
-    """The text of a keep_dtype file (one entry per line, the converter's format) holding ``entries``, or None
-    when one of them cannot be a line of it: an entry with a line break inside (``str.splitlines`` would split
-    it) or with whitespace at an end (the file's reader strips each line: toolkit.config.schema). Such entries
-    fit only a JSON config's ``keep_dtype`` list."""
-    entries = [str(e) for e in entries]
-    if any(len(e.splitlines()) != 1 or e != e.strip() for e in entries):
-        return None
-    return "".join(f"{e}\n" for e in entries)
+def _one_line(entry: str) -> bool:
+    """Whether ``entry`` survives as one line of a keep_dtype file: no line break inside (``str.splitlines``
+    would split it) and no whitespace at an end (the file's reader strips each line: toolkit.config.schema)."""
+    return len(entry.splitlines()) == 1 and entry == entry.strip()
 
 
 def unwritable_entry(entries) -> str | None:
-    """The first entry :func:`keep_file_text` cannot write as a line, or None."""
-    return next((str(e) for e in entries if len(str(e).splitlines()) != 1 or str(e) != str(e).strip()), None)
+    """The first of ``entries`` that cannot be a line of a keep_dtype file (:func:`_one_line`), or None."""
+    return next((str(e) for e in entries if not _one_line(str(e))), None)
+
+
+def keep_file_text(entries) -> str | None:
+    """The text of a keep_dtype file (one entry per line, the converter's format) holding ``entries``, or None
+    when one of them cannot be a line of it (:func:`unwritable_entry`); such entries fit only a JSON config's
+    ``keep_dtype`` list."""
+    if unwritable_entry(entries) is not None:
+        return None
+    return "".join(f"{e}\n" for e in entries)

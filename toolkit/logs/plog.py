@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 import sys
 import time
 from pathlib import Path
@@ -165,20 +166,30 @@ INPUT_SUFFIXES = (".onnx", ".onnx.data", ".data", ".pb", ".npz", ".npy", ".bin",
 
 
 def _log_file_problem(path: str) -> str:
-    """Why ``path`` may not take log lines ('' when it may): a name ending like a file npuscope reads, or an
-    existing file whose first 4 KiB is not text (NUL bytes or not UTF-8)."""
+    """Why ``path`` may not take log lines ('' when it may): a name ending like a file npuscope reads, a FIFO,
+    or an existing file whose first 4 KiB is not text (NUL bytes or not UTF-8)."""
     if path.lower().endswith(INPUT_SUFFIXES):
         return f"its name ends like a file npuscope reads ({Path(path).suffix})"
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096) if os.path.isfile(path) else b""
+        if stat.S_ISFIFO(os.stat(path).st_mode):
+            return "it is a FIFO, which opening would wait on until a reader comes"
     except OSError:
-        return ""  # not there yet (or not readable): opening it says what is wrong
+        pass
+    if not os.path.isfile(path):
+        return ""  # not there yet, or a device such as /dev/null: FileHandler opens it or says why not
     try:
-        text_ok = b"\0" not in head and bool(head.decode("utf-8", "strict") or True)
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return ""  # not readable: opening it for appending says what is wrong
+    if b"\0" in head:
+        return "it exists and holds binary data, not log lines"
+    try:
+        head.decode("utf-8")
     except UnicodeDecodeError as exc:
-        text_ok = exc.start >= len(head) - 3  # a character cut at the 4 KiB boundary
-    return "" if text_ok else "it exists and holds binary data, not log lines"
+        if exc.start < len(head) - 3:  # not a character cut at the 4 KiB boundary
+            return "it exists and holds binary data, not log lines"
+    return ""
 
 
 def _handler(environ) -> logging.Handler:

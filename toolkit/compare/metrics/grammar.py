@@ -352,9 +352,15 @@ def overridden(base: str | None, over: str | None) -> str | None:
     not set, then ``over``'s items: ``over`` replaces ``base`` line by line. None when both are empty."""
     if not items(over):
         return base if items(base) else None
-    keys = {(c.output, c.metric) for c in map(parse_item, items(over))}
-    kept = [i for i in items(base) if (lambda c: (c.output, c.metric))(parse_item(i)) not in keys]
+    keys = {_line_key(i) for i in items(over)}
+    kept = [i for i in items(base) if _line_key(i) not in keys]
     return ",".join(kept + items(over))
+
+
+def _line_key(item: str) -> tuple[str | None, str]:
+    """(output or None, canonical metric) of a valid item: what two items must not share."""
+    c = parse_item(item)
+    return c.output, c.metric
 
 
 def named_outputs(conditions) -> list[str]:

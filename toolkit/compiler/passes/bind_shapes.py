@@ -221,7 +221,8 @@ def raise_if_reference_fails(model: onnx.ModelProto, feeds: dict, exc: Exception
         ints = [k for k, v in feeds.items() if getattr(getattr(v, "dtype", None), "kind", "") in "iu"
                 and getattr(v, "size", 0)]
         hint = (f"; an integer input used as an index or id ({', '.join(ints)}) needs values the model takes: "
-                f"give --val-range \"{ints[0]}:[0,N]\" or real --inputs" if ints else "")
+                f"give --val-range \"{ints[0]}:[0,N]\" with N the largest index it takes, or real --inputs"
+                if ints else "")
         raise ModelError(f"the model cannot run inputs {shapes}: onnxruntime fails on them too ({why}); "
                          f"check --input-shape / the inputs against the model{hint} "
                          f"(npuscope: {type(exc).__name__})") from None
