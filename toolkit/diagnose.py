@@ -51,12 +51,15 @@ from toolkit.engine import Session, shapes_of
 from toolkit.inputs.digest import input_digests
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.ir.neighbourhood import neighbourhood
-from toolkit.ort.reference import ReferenceRunner
+from toolkit.ort.reference import ReferenceRunner, inferred_types
+from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.ort.terminate import own_run_options
 from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
 from toolkit.runtime.npu import KernelRuntimeError
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+from toolkit.stream.stores import Restricted
+from toolkit.stream.streamed import should_stream, streamed_comparison
 
 
 def _noop(msg: str) -> None:
@@ -126,7 +129,14 @@ def layer_analysis(model: onnx.ModelProto, runtime, golden: dict, device: dict, 
     Returns:
         the layer table (toolkit.compare.layerwise.RESULT_COLUMNS; ``attrs["storage_origins"]``).
     """
-    df = layer_table(model, runtime.plan, golden, device, thresholds)
+    return refine_table(layer_table(model, runtime.plan, golden, device, thresholds), model, runtime, golden, device,
+                        thresholds)
+
+
+def refine_table(df: pd.DataFrame, model: onnx.ModelProto, runtime, golden, device, thresholds=None) -> pd.DataFrame:
+    """The origin refinement of a layer table (toolkit.reexec.refine.refine_origins, then
+    toolkit.reexec.isolate.fp16_input_origins): the steps of :func:`layer_analysis` after the table, shared with
+    the streamed path (``golden`` / ``device``: toolkit.stream.stores mappings)."""
     df = refine_origins(df, runtime, golden, thresholds)
     return fp16_input_origins(df, runtime.plan, model, golden, device, thresholds)
 
@@ -373,11 +383,12 @@ def _timed(fn, *args) -> tuple[object, float]:
     return out, (time.perf_counter() - ts) * 1e3
 
 
-def _reference_run(prep: Prepared, options=None, only=None) -> dict:
+def _reference_run(prep: Prepared, options=None, only=None, types: dict | None = None) -> dict:
     """Golden tensors (the feeds included) of the FP32 onnxruntime reference (ReferenceRunner), run with the
     onnxruntime RunOptions ``options`` (None: the process-wide ones a signal terminates); ``only``: the tensors
-    to expose (a subset's, toolkit.compare.subset; None: every tensor)."""
-    golden = ReferenceRunner(prep.model, only=only).run(prep.feeds, options)
+    to expose (a subset's, toolkit.compare.subset; None: every tensor); ``types``: the model's inferred types
+    (toolkit.ort.reference.inferred_types; None: inferred here)."""
+    golden = ReferenceRunner(prep.model, only=only, types=types).run(prep.feeds, options)
     golden.update(prep.feeds)
     return golden
 
@@ -420,7 +431,8 @@ def _run_or_explain(sess, prep: Prepared):
 
 
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop,
-             subset: Subset | None = None) -> tuple[Diagnosis, dict]:
+             subset: Subset | None = None, stream: bool | None = None,
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "compiled", "origin_nodes",
     "npu_outputs", "runtime"}: the reference tensors, the device side, the CompileResult, the nodes a reproducer
     needs, the plan's graph outputs and the NpuRuntime that ran, with its built kernels).
@@ -434,12 +446,23 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
 
     ``subset`` (toolkit.compare.subset): only its tensors are compared and kept (graph inputs and outputs
     always); ``summary["subset"]`` says what was left out. Raises ConfigError for a selection that matches
-    nothing, before anything runs."""
+    nothing, before anything runs.
+
+    ``stream`` (None: automatic, toolkit.stream.streamed.should_stream): True runs the reference segment by
+    segment and compares each tensor as the plan writes it (toolkit.stream.streamed; ``segment_bytes`` per
+    segment, bytes), so the tensors of both runs are never all held; ``golden`` and ``device`` in the extras are
+    then toolkit.stream.stores mappings that compute a tensor again from its segment's stored boundary. The
+    results are the same either way; ``summary["streamed"]`` says how it ran."""
     require_outputs(prep.model, prep.path)
     kept = select(prep.model, subset) if subset is not None and subset.active else None
+    types = inferred_types(prep.model)
+    if should_stream(prep.model, stream, types, prep.feeds):
+        with own_run_options() as options:
+            return _diagnose(prep, config, thresholds, task_metrics, progress, None, kept,
+                             streaming={"options": options, "types": types, "segment_bytes": segment_bytes})
     with own_run_options() as options:
         reference = _Background(_timed, _reference_run, prep, options,
-                                kept["tensors"] if kept is not None else None)
+                                kept["tensors"] if kept is not None else None, types)
         try:
             return _diagnose(prep, config, thresholds, task_metrics, progress, reference, kept)
         except KeyboardInterrupt:  # the CLI exits at once without finalising the interpreter (toolkit.cli)
@@ -450,28 +473,63 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
             raise
 
 
+def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: dict, progress, t: dict):
+    """(npu RunResult, golden, device, layer table) of a streamed pass (toolkit.stream.streamed) and its
+    ``summary["streamed"]`` record; ``t`` gets the timings."""
+    only = set(kept["tensors"]) if kept is not None else None
+    ts = time.perf_counter()
+    try:
+        st = streamed_comparison(prep.model, sess.runtime, prep.feeds, thresholds,
+                                 segment_bytes=streaming["segment_bytes"], only=only,
+                                 options=streaming["options"], types=streaming["types"], progress=progress)
+    except KernelRuntimeError as exc:
+        raise_if_reference_fails(prep.model, prep.feeds, exc)
+        raise
+    t["reference_run_ms"] = st.reference_ms
+    t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3 - st.reference_ms
+    golden, device = st.golden, st.device
+    if only is not None:
+        golden, device = Restricted(golden, only), Restricted(device, only)
+    progress("refining origins (kernels re-run alone on the reference's inputs)")
+    df = refine_table(st.table, prep.model, sess.runtime, golden, device, thresholds)
+    record = {"segments": st.segments, "device_segments": st.device_segments,
+              "segment_bytes": streaming["segment_bytes"], "kept_bytes": st.kept_bytes,
+              "boundary_bytes": st.golden.boundary_bytes(), "checkpoint_bytes": st.device.checkpoint_bytes(),
+              "peak_rss_bytes": st.peak_rss_bytes}
+    return st.run, golden, device, df, record
+
+
 def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference,
-              kept: dict | None = None) -> tuple[Diagnosis, dict]:
+              kept: dict | None = None, streaming: dict | None = None) -> tuple[Diagnosis, dict]:
     t = {}
     t0 = time.perf_counter()
-    progress("compiling (the FP32 reference runs alongside)")
+    progress("compiling" if streaming else "compiling (the FP32 reference runs alongside)")
     sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
     t["compile_ms"] = sess.compiled.compile_ms
     t["kernel_build_ms"] = sess.runtime.build_ms
-    progress(f"running the NPU plan ({len(sess.plan.kernels)} kernels)")
-    ts = time.perf_counter()
-    npu = _run_or_explain(sess, prep)
-    t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3
-    progress("waiting for the FP32 reference (onnxruntime)")
-    golden, t["reference_run_ms"] = reference.result()
-    ts = time.perf_counter()
-    progress("comparing tensors")
-    device = device_tensors(npu, prep.feeds)  # graph outputs folded at compile time: the constant the plan returns
-    if kept is not None:  # --nodes / --layers / --until / --outputs-only: the rest is neither compared nor kept
-        golden = {k: v for k, v in golden.items() if k in kept["tensors"]}
-        device = {k: v for k, v in device.items() if k in kept["tensors"]}
     outputs = [o.name for o in prep.model.graph.output]
-    df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
+    streamed = None
+    if streaming is not None:
+        progress(f"streaming: the NPU plan ({len(sess.plan.kernels)} kernels) and the FP32 reference segment by "
+                 "segment, each tensor compared as it is written")
+        ts = time.perf_counter()
+        npu, golden, device, df, streamed = _streamed(prep, sess, thresholds, kept, streaming, progress, t)
+        t["stream_ms"] = (time.perf_counter() - ts) * 1e3  # both runs, the comparison and the refinement
+        ts = time.perf_counter()
+    else:
+        progress(f"running the NPU plan ({len(sess.plan.kernels)} kernels)")
+        ts = time.perf_counter()
+        npu = _run_or_explain(sess, prep)
+        t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3
+        progress("waiting for the FP32 reference (onnxruntime)")
+        golden, t["reference_run_ms"] = reference.result()
+        ts = time.perf_counter()
+        progress("comparing tensors")
+        device = device_tensors(npu, prep.feeds)  # graph outputs folded at compile time: the constant the plan returns
+        if kept is not None:  # --nodes / --layers / --until / --outputs-only: the rest is neither compared nor kept
+            golden = {k: v for k, v in golden.items() if k in kept["tensors"]}
+            device = {k: v for k, v in device.items() if k in kept["tensors"]}
+        df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
     if kept is not None:
         df = df[df["TensorName"].isin(kept["tensors"])].reset_index(drop=True)
     findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
@@ -520,6 +578,7 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         "stage": stage, "first_divergence": first, "origin_nodes": origin_nodes, "timings_ms": t,
         "counts": {**layer_counts(df), "kernels": len(sess.plan.kernels), "onnx_nodes": len(prep.model.graph.node)},
     }
+    summary["streamed"] = streamed or {"segments": 0}
     if kept is not None:
         summary["subset"] = {k: kept[k] for k in ("options", "left_out_nodes", "left_out_tensors")}
     plan = sess.plan

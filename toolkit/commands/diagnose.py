@@ -23,6 +23,7 @@ from toolkit.diagnose import diagnose, prepare
 from toolkit.dumps.audit import audit_findings
 from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
+from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.source import several_sets
 from toolkit.tuning.advice import fix_config, verify_advice
 from toolkit.tuning.tune import lines_target
@@ -33,7 +34,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                      out: str | None = None, html: bool = True, jobs: int = 1, ray: str | None = None,
                      percentiles: str | None = None, device_dumps: str | None = None,
                      device_profile: str | None = None, mapping: str | None = None, verify: bool = True,
-                     atol=(), rtol=(), progress=_noop, subset: Subset | None = None) -> dict:
+                     atol=(), rtol=(), progress=_noop, subset: Subset | None = None, stream: bool | None = None,
+                     segment_mb: float | None = None) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
@@ -47,7 +49,9 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     ``device_dumps``: a real device's dump folder compared instead of the simulated run
     (:func:`device_diagnose_command`); ``device_profile`` alone: the precision audit of its data types
     (:func:`profile_audit_command`). ``subset``: compare and keep only those tensors (toolkit.compare.subset;
-    a single input only, else ConfigError; the advice is not verified then).
+    a single input only, else ConfigError; the advice is not verified then). ``stream`` (None: automatic) and
+    ``segment_mb`` (MiB of tensors per segment, default 64): the streamed comparison of
+    :func:`toolkit.diagnose.diagnose` (single input).
     """
     thresholds = with_shorthands(thresholds, atol, rtol)
     lines = resolve_thresholds(thresholds) if thresholds is not None else None  # a bad line: a usage error now
@@ -73,7 +77,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     check_tensors(lines, tensor_order(prep.model))
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress,
-                           subset=subset)
+                           subset=subset, stream=stream,
+                           segment_bytes=int(segment_mb * 2**20) if segment_mb else DEFAULT_SEGMENT_BYTES)
     fix = None
     if verify and not (subset is not None and subset.active):  # a subset keeps too few tensors to rank kernels
         fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],

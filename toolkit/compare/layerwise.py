@@ -84,9 +84,112 @@ def golden_range(y) -> dict:
         return {}
 
 
+class LayerRows:
+    """The rows of the layer table one tensor at a time, so a streamed comparison (toolkit.stream) can build
+    each row the moment both values exist and drop the arrays: :meth:`input_row` / :meth:`tensor_row` return a
+    row and remember what later rows need (each compared tensor's noise allowance and reference |x| max), and
+    :meth:`frame` puts rows together as :func:`layer_table` does. A tensor's row must come after the rows of
+    the tensors its kernel reads (any topological order: the model's node order or the plan's kernel order).
+
+    Args: as :func:`layer_table`; ``random_src``: :func:`toolkit.compare.nondeterminism.dependent_tensors` of
+    the model (the tensors not compared because they depend on a nondeterministic op).
+    """
+
+    def __init__(self, model: onnx.ModelProto, plan, thresholds=None, use_noise: bool = True,
+                 random_src: dict | None = None):
+        self.plan, self.thresholds, self.use_noise = plan, thresholds, use_noise
+        self.owner = plan.kernel_of_tensor()
+        self.reads16 = fp16_affected_kernels(plan)
+        self.ins = kernel_inputs(plan)
+        self.allowed: dict[str, dict] = {}  # {tensor: expected-noise allowance its comparison used}
+        self.absmax: dict[str, float] = {}  # {tensor: reference |x| max}
+        self.kindex = {k.name: i for i, k in enumerate(plan.kernels)}
+        self.folded = set(plan.folded)
+        self.random_src = random_src or {}
+        #: {tensor: (row Index, producing node, output index)} in table order (graph inputs first)
+        self.position: dict[str, tuple] = {}
+        idx = 0
+        for name in plan.graph_inputs:
+            self.position.setdefault(name, (idx, None, 0))
+            idx += 1
+        for node in model.graph.node:
+            for ti, t in enumerate(node.output):
+                if t:
+                    self.position.setdefault(t, (idx, node, ti))
+                    idx += 1
+
+    def input_row(self, name: str, values: tuple | None = None) -> dict:
+        """The row of graph input ``name``; compared when ``values`` (reference value, device value) is given."""
+        stored = self.plan.tensors.get(name)  # a graph input is stored in its declared dtype (FP16-origin: fp16)
+        row = {"Index": self.position[name][0], "OpType": "Input", "NodeName": name, "TensorName": name,
+               "TensorIndex": 0, "Kernel": "", "KernelIndex": -1, "GroundTruth": name,
+               "Precision": "fp16" if stored is not None and stored.dtype == "float16" else "fp32"}
+        if values is not None:
+            row.update(compare_tensors(values[1], values[0], thresholds=self.thresholds, tensor=name))
+        return row
+
+    def tensor_row(self, t: str, g, d=None, stored: bool = False, index: int | None = None,
+                   node=None, ti: int | None = None) -> dict:
+        """The row of node output ``t``: ``g`` its reference value (None: not exposed), ``d`` the device's
+        (storage dtype), ``stored`` whether the device side holds ``t`` at all (False: the reason says why it
+        is not compared). ``index`` / ``node`` / ``ti``: its place in the table (default: the model's)."""
+        if node is None:
+            index, node, ti = self.position[t]
+        k = self.owner.get(t)
+        row = {"Index": index, "OpType": node.op_type, "NodeName": node.name, "TensorName": t, "TensorIndex": ti,
+               "Kernel": k.name if k else "", "KernelIndex": self.kindex.get(k.name, -1) if k else -1,
+               "GroundTruth": node.name,
+               "KernelOpType": k.op_type if k else "", "FusedNodes": ";".join(k.nodes) if k and len(k.nodes) > 1 else "",
+               "Rule": (k.rule or "") if k else "", "Precision": k.precision if k else "",
+               "ImplMode": k.implmode if k else ""}
+        g, seq_reason = sequence_as_tensor(g)
+        device_value = None
+        if seq_reason is None and stored:
+            device_value, seq_reason = sequence_as_tensor(d)
+        if g is not None:
+            row["GroundTruthDataType"] = str(np.asarray(g).dtype)
+            row["Shape"] = "x".join(str(x) for x in np.shape(g))
+            row.update(golden_range(g))
+            if "GoldenAbsMax" in row:
+                self.absmax[t] = row["GoldenAbsMax"]
+        if t in self.random_src:
+            row["CompareFailReason"] = nondeterministic_reason(self.random_src[t])
+        elif t in self.folded and not stored:
+            row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
+        elif k is not None and t in k.internal:
+            row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
+        elif not stored:
+            row["CompareFailReason"] = "not stored by the NPU plan"
+        elif seq_reason is not None:
+            row["CompareFailReason"] = seq_reason
+        elif g is None:
+            row["CompareFailReason"] = "not exposed by the reference run (non-tensor or unknown type)"
+        else:
+            row["NPUDump"], row["DataType"] = (k.name if k else t), str(np.asarray(device_value).dtype)
+            if t in self.folded:  # a folded graph output: the constant the plan returns
+                row["Rule"] = "fold_constants"
+            # FP16 noise is expected wherever FP16-rounded data has flowed in
+            noise = None
+            if self.use_noise and k is not None and k.name in self.reads16:
+                noise = self.allowed[t] = noise_allowance(k, t, self.ins.get(k.name, []), self.allowed, self.absmax)
+            row.update(compare_tensors(device_value, g, thresholds=self.thresholds, expected_noise=noise, tensor=t))
+        return row
+
+    def frame(self, rows: list[dict]) -> pd.DataFrame:
+        """The layer table of ``rows`` (sorted by Index): :data:`RESULT_COLUMNS`, text columns "" where empty,
+        Abnormal / OverFlow bools, Role (:func:`assign_roles`)."""
+        rows = sorted(rows, key=lambda r: r["Index"])
+        df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
+        df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")
+        df["Abnormal"] = df["Abnormal"].astype(object).fillna(False).astype(bool)
+        df["OverFlow"] = df["OverFlow"].astype(object).fillna(False).astype(bool)
+        df["Role"] = assign_roles(df, self.plan) if len(df) else []
+        return df
+
+
 def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresholds=None,
                 use_noise: bool = True) -> pd.DataFrame:
-    """DataFrame of per-tensor rows (see toolkit.compare.diagnosis for the columns).
+    """DataFrame of per-tensor rows (see toolkit.compare.diagnosis for the columns), built by :class:`LayerRows`.
 
     Args:
         model: the original (loaded) model: its node order and names define the rows.
@@ -97,75 +200,16 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
         use_noise: apply the contract's expected FP16 noise to the outputs of kernels affected by FP16
             rounding (see :func:`fp16_affected_kernels`); it excuses default lines only (module docstring).
     """
-    owner = plan.kernel_of_tensor()
-    reads16 = fp16_affected_kernels(plan)
-    ins = kernel_inputs(plan)
-    allowed: dict[str, dict] = {}  # {tensor: expected-noise allowance its comparison used}
-    absmax: dict[str, float] = {}  # {tensor: reference |x| max}
-    kindex = {k.name: i for i, k in enumerate(plan.kernels)}
-    folded = set(plan.folded)
-    random_src = dependent_tensors(model, golden)
+    rows_of = LayerRows(model, plan, thresholds, use_noise, dependent_tensors(model, golden))
     rows = []
-    idx = 0
     for name in plan.graph_inputs:
-        stored = plan.tensors.get(name)  # a graph input is stored in its declared dtype (FP16-origin: fp16)
-        row = {"Index": idx, "OpType": "Input", "NodeName": name, "TensorName": name, "TensorIndex": 0,
-               "Kernel": "", "KernelIndex": -1, "GroundTruth": name,
-               "Precision": "fp16" if stored is not None and stored.dtype == "float16" else "fp32"}
-        if name in golden and name in device:
-            row.update(compare_tensors(device[name], golden[name], thresholds=thresholds, tensor=name))
-        rows.append(row)
-        idx += 1
-    for node in model.graph.node:
-        for ti, t in enumerate(node.output):
-            if not t:
-                continue
-            k = owner.get(t)
-            row = {"Index": idx, "OpType": node.op_type, "NodeName": node.name, "TensorName": t, "TensorIndex": ti,
-                   "Kernel": k.name if k else "", "KernelIndex": kindex.get(k.name, -1) if k else -1,
-                   "GroundTruth": node.name,
-                   "KernelOpType": k.op_type if k else "", "FusedNodes": ";".join(k.nodes) if k and len(k.nodes) > 1 else "",
-                   "Rule": (k.rule or "") if k else "", "Precision": k.precision if k else "",
-                   "ImplMode": k.implmode if k else ""}
-            idx += 1
-            g, seq_reason = sequence_as_tensor(golden.get(t))
-            if seq_reason is None and t in device:
-                device_value, seq_reason = sequence_as_tensor(device[t])
-            if g is not None:
-                row["GroundTruthDataType"] = str(np.asarray(g).dtype)
-                row["Shape"] = "x".join(str(d) for d in np.shape(g))
-                row.update(golden_range(g))
-                if "GoldenAbsMax" in row:
-                    absmax[t] = row["GoldenAbsMax"]
-            if t in random_src:
-                row["CompareFailReason"] = nondeterministic_reason(random_src[t])
-            elif t in folded and t not in device:
-                row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
-            elif k is not None and t in k.internal:
-                row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
-            elif t not in device:
-                row["CompareFailReason"] = "not stored by the NPU plan"
-            elif seq_reason is not None:
-                row["CompareFailReason"] = seq_reason
-            elif g is None:
-                row["CompareFailReason"] = "not exposed by the reference run (non-tensor or unknown type)"
-            else:
-                d = device_value
-                row["NPUDump"], row["DataType"] = (k.name if k else t), str(np.asarray(d).dtype)
-                if t in folded:  # a folded graph output: the constant the plan returns
-                    row["Rule"] = "fold_constants"
-                # FP16 noise is expected wherever FP16-rounded data has flowed in
-                noise = None
-                if use_noise and k is not None and k.name in reads16:
-                    noise = allowed[t] = noise_allowance(k, t, ins.get(k.name, []), allowed, absmax)
-                row.update(compare_tensors(d, g, thresholds=thresholds, expected_noise=noise, tensor=t))
-            rows.append(row)
-    df = pd.DataFrame(rows).reindex(columns=RESULT_COLUMNS)
-    df[TEXT_COLUMNS] = df[TEXT_COLUMNS].astype(object).fillna("")
-    df["Abnormal"] = df["Abnormal"].astype(object).fillna(False).astype(bool)
-    df["OverFlow"] = df["OverFlow"].astype(object).fillna(False).astype(bool)
-    df["Role"] = assign_roles(df, plan) if len(df) else []
-    return df
+        rows.append(rows_of.input_row(name, (golden[name], device[name]) if name in golden and name in device
+                                      else None))
+    for t, (index, node, ti) in rows_of.position.items():
+        if node is None:
+            continue
+        rows.append(rows_of.tensor_row(t, golden.get(t), device.get(t), t in device, index, node, ti))
+    return rows_of.frame(rows)
 
 
 def sequence_as_tensor(value):

@@ -19,6 +19,39 @@ from toolkit.ort.terminate import run_options
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
 
+def inferred_types(model: onnx.ModelProto) -> dict:
+    """{tensor: ValueInfoProto} that ONNX shape inference (non-strict) gives the tensors of ``model``'s top-level
+    graph; {} where inference fails."""
+    try:
+        inferred = infer_light(model, strict_mode=False)
+    except Exception:
+        return {}
+    return {v.name: v for v in inferred.graph.value_info}
+
+
+def exposed_tensors(model: onnx.ModelProto, types: dict, only=None, float_only: bool = False) -> list[str]:
+    """The tensors a :class:`ReferenceRunner` exposes besides the graph outputs, in node order: every output of a
+    top-level node of ``model`` whose tensor type ``types`` knows (:func:`inferred_types`), the graph outputs
+    themselves excepted; only those in ``only`` when given, only float ones with ``float_only``. Outputs of
+    nodes with a ``sparse_value`` attribute are left out (onnxruntime keeps them sparse and its readers fail)."""
+    existing = {o.name for o in model.graph.output}
+    wanted = set(only) if only is not None else None
+    out: list[str] = []
+    for node in model.graph.node:
+        if any(a.name == "sparse_value" for a in node.attribute):
+            continue
+        for o in node.output:
+            if not o or o in existing or (wanted is not None and o not in wanted):
+                continue
+            vi = types.get(o)
+            if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
+                continue
+            if float_only and vi.type.tensor_type.elem_type not in FLOAT_TYPES:
+                continue
+            out.append(o)
+    return out
+
+
 class ReferenceRunner:
     """FP32 onnxruntime reference.
 
@@ -29,35 +62,21 @@ class ReferenceRunner:
             inference knows).
         expose: False to expose only the graph outputs.
         float_only: expose float tensors only.
+        types: {tensor: ValueInfoProto} to expose them with (default: :func:`inferred_types` of ``model``); a
+            segment's runner (toolkit.ort.segments) passes the whole model's.
     """
 
-    def __init__(self, model: onnx.ModelProto, only=None, expose: bool = True, float_only: bool = False):
+    def __init__(self, model: onnx.ModelProto, only=None, expose: bool = True, float_only: bool = False,
+                 types: dict | None = None):
         m = onnx.ModelProto()
         m.CopyFrom(model)
-        try:
-            inferred = infer_light(m, strict_mode=False)
-        except Exception:
-            inferred = m
-        types = {v.name: v for v in list(inferred.graph.value_info)}
-        existing = {o.name for o in m.graph.output}
-        self.exposed: list[str] = []
-        if expose:
-            wanted = set(only) if only is not None else None
-            for node in m.graph.node:
-                if any(a.name == "sparse_value" for a in node.attribute):
-                    continue  # exposed, onnxruntime keeps it sparse and its readers fail ("Missing Input")
-                for o in node.output:
-                    if not o or o in existing or (wanted is not None and o not in wanted):
-                        continue
-                    vi = types.get(o)
-                    if vi is None or not vi.type.HasField("tensor_type") or not vi.type.tensor_type.elem_type:
-                        continue
-                    if float_only and vi.type.tensor_type.elem_type not in FLOAT_TYPES:
-                        continue
-                    out = m.graph.output.add()
-                    out.CopyFrom(vi)
-                    out.type.tensor_type.ClearField("shape")
-                    self.exposed.append(o)
+        if types is None:
+            types = inferred_types(m)
+        self.exposed: list[str] = exposed_tensors(m, types, only, float_only) if expose else []
+        for o in self.exposed:
+            out = m.graph.output.add()
+            out.CopyFrom(types[o])
+            out.type.tensor_type.ClearField("shape")
         self.output_names = [o.name for o in m.graph.output]
         # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)

@@ -75,6 +75,7 @@ class NpuRuntime:
                 raw = self.arena[t.offset:t.offset + t.nbytes]
                 self.views[t.name] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
         self.bindings = self._bind_arena()
+        self._heap: dict[str, object] = {}  # the host values of the run in progress (or the last one)
         for ek in self.kernels:  # dtypes onnxruntime's run() cannot exchange (bfloat16, float8, int4...)
             ek.ortvalues = ek.session is not None and any(
                 t in self.plan.tensors and ort_values.exotic_code(self.plan.tensors[t].dtype) is not None
@@ -148,44 +149,10 @@ class NpuRuntime:
         return heap[name] if name in heap or name not in self.weights else self.weights[name]
 
     # ------------------------------------------------------------------ run
-    def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None,
-            before_kernel=None) -> RunResult:
-        """Execute the plan once.
-
-        Args:
-            feeds: {graph input name: array} with the planned shapes and declared dtypes.
-            dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``, and of every graph
-                output folded to a constant at compile time.
-            on_kernel: optional callable(index, kernel_spec, outputs dict) after each kernel.
-            before_kernel: optional callable(index, kernel_spec) before each kernel reads its inputs
-                (toolkit.memory.dynamic: ownership checks), and once with (len(kernels), None) before the
-                graph outputs are read back.
-
-        Raises:
-            InputError: a missing input or one whose shape differs from the compiled shape.
-            KernelRuntimeError: a kernel failed at run time.
-        """
-        heap: dict[str, object] = {}
-        for name in self.plan.graph_inputs:
-            if name not in feeds:
-                raise InputError(f"input '{name}' is missing; the model needs {self.plan.graph_inputs}")
-            val = feeds[name]
-            view = self.views.get(name)
-            if val is None or isinstance(val, list):
-                # sequences (lists) and empty optionals (None) are host values: keep them as given
-                heap[name] = val
-                continue
-            arr = np.asarray(val)
-            if view is None:
-                heap[name] = arr
-                continue
-            if arr.shape != view.shape:
-                raise InputError(f"input '{name}' has shape {arr.shape} but the plan was compiled for "
-                                 f"{view.shape}; recompile with --input-shape or pass matching inputs")
-            np.copyto(view, arr.astype(view.dtype, copy=False))
-        res = RunResult({})
-        t_all = time.perf_counter()
-        for i, ek in enumerate(self.kernels):
+    def _loop(self, heap: dict, start: int, stop: int, res: RunResult, dump: bool, on_kernel, before_kernel) -> None:
+        """Kernels ``start`` to ``stop`` (exclusive), in plan order, over the arena and ``heap``."""
+        for i in range(start, stop):
+            ek = self.kernels[i]
             if before_kernel is not None:
                 before_kernel(i, ek.spec)
             io = self.bindings.get(i)
@@ -213,6 +180,92 @@ class NpuRuntime:
                         np.array(v, copy=True)
             if on_kernel is not None:
                 on_kernel(i, ek.spec, {t: self._read(t, heap) for _, t in ek.fetches})
+
+    def live_at(self, index: int) -> list[str]:
+        """The tensors kernel ``index`` onwards (and the graph outputs read back after the last kernel) read that
+        earlier kernels or the graph inputs wrote, in plan order: what :meth:`run_range` needs restored to start
+        at ``index``. Weights and folded constants are not among them (the plan holds them)."""
+        written = {t: -1 for t in self.plan.graph_inputs}
+        for i, ek in enumerate(self.kernels[:index]):
+            for _, t in ek.fetches:
+                written.setdefault(t, i)
+        needed: dict[str, None] = {}
+        for ek in self.kernels[index:]:
+            for _, t in ek.feeds:
+                if t in written:
+                    needed.setdefault(t)
+        for t in self.plan.graph_outputs:
+            if t in written:
+                needed.setdefault(t)
+        return list(needed)
+
+    def read(self, name: str):
+        """The value of ``name`` as the arena (or the current run's host values) holds it now: a view, not a
+        copy (valid until a later kernel overwrites it)."""
+        return self._read(name, self._heap)
+
+    def run_range(self, restore: dict, start: int, stop: int, dump: bool = True, on_kernel=None) -> RunResult:
+        """Kernels ``start`` to ``stop`` (exclusive) of the plan, after writing ``restore`` ({tensor: value}, at
+        least :meth:`live_at` ``(start)``, as a full run held them before kernel ``start``) back to their arena
+        places (host values to the heap). The kernels compute what a full run computes from those values, bit
+        for bit (toolkit.stream recomputes a segment's tensors from its stored boundary this way).
+        ``RunResult.outputs`` stays empty; ``dumps`` holds copies of the kernels' outputs with ``dump``.
+
+        Raises:
+            KernelRuntimeError: a kernel failed at run time."""
+        heap: dict[str, object] = {}
+        self._heap = heap
+        for name, val in restore.items():
+            view = self.views.get(name)
+            if view is None or val is None or isinstance(val, list):
+                heap[name] = val
+            else:
+                np.copyto(view, np.asarray(val).astype(view.dtype, copy=False))
+        res = RunResult({})
+        t_all = time.perf_counter()
+        self._loop(heap, start, stop, res, dump, on_kernel, None)
+        res.total_ms = (time.perf_counter() - t_all) * 1e3
+        return res
+
+    def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None,
+            before_kernel=None) -> RunResult:
+        """Execute the plan once.
+
+        Args:
+            feeds: {graph input name: array} with the planned shapes and declared dtypes.
+            dump: keep a copy of every kernel output (storage dtype) in ``RunResult.dumps``, and of every graph
+                output folded to a constant at compile time.
+            on_kernel: optional callable(index, kernel_spec, outputs dict) after each kernel.
+            before_kernel: optional callable(index, kernel_spec) before each kernel reads its inputs
+                (toolkit.memory.dynamic: ownership checks), and once with (len(kernels), None) before the
+                graph outputs are read back.
+
+        Raises:
+            InputError: a missing input or one whose shape differs from the compiled shape.
+            KernelRuntimeError: a kernel failed at run time.
+        """
+        heap: dict[str, object] = {}
+        self._heap = heap
+        for name in self.plan.graph_inputs:
+            if name not in feeds:
+                raise InputError(f"input '{name}' is missing; the model needs {self.plan.graph_inputs}")
+            val = feeds[name]
+            view = self.views.get(name)
+            if val is None or isinstance(val, list):
+                # sequences (lists) and empty optionals (None) are host values: keep them as given
+                heap[name] = val
+                continue
+            arr = np.asarray(val)
+            if view is None:
+                heap[name] = arr
+                continue
+            if arr.shape != view.shape:
+                raise InputError(f"input '{name}' has shape {arr.shape} but the plan was compiled for "
+                                 f"{view.shape}; recompile with --input-shape or pass matching inputs")
+            np.copyto(view, arr.astype(view.dtype, copy=False))
+        res = RunResult({})
+        t_all = time.perf_counter()
+        self._loop(heap, 0, len(self.kernels), res, dump, on_kernel, before_kernel)
         res.total_ms = (time.perf_counter() - t_all) * 1e3
         if dump:  # graph outputs folded at compile time: no kernel wrote them, the plan carries their value
             for name, val in self.const_outputs.items():

@@ -202,7 +202,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         fix.searched = True
         progress("searching the smallest keep_dtype set that meets the target (as tune)")
         ranking = _rank(tuner, extras["runtime"], 0, golden, top_k, progress,
-                        dumps={k: v for k, v in extras["device"].items() if k not in prep.feeds})
+                        dumps=extras["device"])  # read by kernel output name: the feeds never match
         shapes = {k: v.shape for k, v in golden.items() if isinstance(v, np.ndarray)}
         chosen = search_ranked(tuner, ranking, shapes, fix.log, progress)
         cfg = tuner.config_for(chosen)
