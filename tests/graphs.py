@@ -87,3 +87,47 @@ def layered_model(layers: int = LAYERS, style: str = "/layers.{i}/"):
     g = helper.make_graph(nodes, "layered", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
                           [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def residual_model(folder, rng, layers: int = 6, width: int = 64, seq: int = 32, dynamic: bool = False,
+                   blowup_layer: int | None = None):
+    """A residual MLP stack saved with every initializer as its own external data file: per layer ``i``
+    (nodes ``/layers.{i}/...``) h = Relu(x·W + b), y = LayerNormalization(x + h·V) (a skip connection, so two
+    tensors cross most cuts), with a shape computation feeding a Reshape on the way (integer tensors). With
+    ``blowup_layer`` that layer scales h by 4e4 before V (its FP16 values overflow; the LayerNormalization brings
+    the FP32 result back). ``dynamic``: the sequence axis is the symbol ``seq``. Input ``x`` (1, seq, width)
+    float32; output ``out``. Returns (path, {initializer: array})."""
+    inits = {"shape": np.array([1, -1, width], np.int64)}
+    nodes = []
+    x = "x"
+    for i in range(layers):
+        p = f"/layers.{i}/"
+        inits[f"W{i}"] = (rng.standard_normal((width, 2 * width)) / np.sqrt(width)).astype(np.float32)
+        inits[f"b{i}"] = (0.1 * rng.standard_normal(2 * width)).astype(np.float32)
+        inits[f"V{i}"] = (rng.standard_normal((2 * width, width)) / np.sqrt(2 * width)).astype(np.float32)
+        inits[f"g{i}"] = (1 + 0.1 * rng.standard_normal(width)).astype(np.float32)
+        inits[f"beta{i}"] = (0.1 * rng.standard_normal(width)).astype(np.float32)
+        nodes += [helper.make_node("MatMul", [x, f"W{i}"], [f"mm{i}"], name=f"{p}MatMul"),
+                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"add{i}"], name=f"{p}Add"),
+                  helper.make_node("Relu", [f"add{i}"], [f"h{i}"], name=f"{p}Relu")]
+        h = f"h{i}"
+        if i == blowup_layer:
+            inits[f"big{i}"] = np.array(4e4, np.float32)
+            nodes.append(helper.make_node("Mul", [h, f"big{i}"], [f"hb{i}"], name=f"{p}Scale"))
+            h = f"hb{i}"
+        nodes += [helper.make_node("MatMul", [h, f"V{i}"], [f"v{i}"], name=f"{p}MatMul_1"),
+                  helper.make_node("Add", [x, f"v{i}"], [f"res{i}"], name=f"{p}Residual"),
+                  helper.make_node("Shape", [f"res{i}"], [f"sh{i}"], name=f"{p}Shape"),
+                  helper.make_node("Reshape", [f"res{i}", "shape"], [f"rs{i}"], name=f"{p}Reshape"),
+                  helper.make_node("LayerNormalization", [f"rs{i}", f"g{i}", f"beta{i}"], [f"y{i}"],
+                                   name=f"{p}LayerNorm", axis=-1, epsilon=1e-5)]
+        x = f"y{i}"
+    nodes.append(helper.make_node("Identity", [x], ["out"], name="final"))
+    dim = "seq" if dynamic else seq
+    g = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, dim, width])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, dim, width])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = folder / "model.onnx"
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
+    return path, inits

@@ -88,10 +88,11 @@ def _typed(vi) -> bool:
 
 
 def plan_segments(model: onnx.ModelProto, types: dict, budget_bytes: int = DEFAULT_SEGMENT_BYTES,
-                  only=None, dims: dict | None = None) -> list[RefSegment]:
+                  only=None, dims: dict | None = None, sizes: dict | None = None) -> list[RefSegment]:
     """Cut ``model``'s nodes into :class:`RefSegment` s (module docstring). ``types``: {tensor: ValueInfoProto}
     (toolkit.ort.reference.inferred_types); ``only``: the tensors to expose (None: all the reference exposes);
-    ``dims``: sizes of symbolic dimensions (:func:`symbol_values`).
+    ``dims``: sizes of symbolic dimensions (:func:`symbol_values`); ``sizes``: {tensor: bytes} known otherwise
+    (a compiled plan's, whose shapes are bound to the inputs), used first.
 
     Raises:
         ValueError: ``budget_bytes`` < 1."""
@@ -112,6 +113,11 @@ def plan_segments(model: onnx.ModelProto, types: dict, budget_bytes: int = DEFAU
         for o in n.output:
             if o:
                 producer.setdefault(o, i)
+    sizes = sizes or {}
+
+    def size(o: str) -> int:
+        return sizes[o] if o in sizes else value_bytes(types.get(o) or declared.get(o), dims)
+
     cuts, acc, live = [0], 0, set()
     for i, n in enumerate(nodes):
         if i > cuts[-1] and acc >= budget_bytes:
@@ -122,7 +128,7 @@ def plan_segments(model: onnx.ModelProto, types: dict, budget_bytes: int = DEFAU
                 acc = 0
         for o in n.output:
             if o:
-                acc += value_bytes(types.get(o) or declared.get(o), dims)
+                acc += size(o)
                 live.add(o)
     cuts.append(len(nodes))
     exposed = set(exposed_tensors(model, types, only))
@@ -134,8 +140,7 @@ def plan_segments(model: onnx.ModelProto, types: dict, budget_bytes: int = DEFAU
                  if o and (o in graph_outputs or last_read.get(o, -1) >= b)]
         later = list(dict.fromkeys(later))
         shown = [o for n in nodes[a:b] for o in n.output if o in exposed and o not in later]
-        size = sum(value_bytes(types.get(o) or declared.get(o), dims) for o in made)
-        out.append(RefSegment(s, a, b, ins, later, shown, size))
+        out.append(RefSegment(s, a, b, ins, later, shown, sum(size(o) for o in made)))
     return out
 
 
@@ -149,13 +154,13 @@ class SegmentedReference:
         only: tensors to expose (None: every tensor the whole-model reference exposes).
         sessions_bytes: onnxruntime sessions kept for re-use while the weights they hold (the segment's
             initializers, bytes) stay under this; older ones are dropped first. 0 keeps none.
-        dims: sizes of symbolic dimensions (:func:`symbol_values`).
+        dims, sizes: the sizes of symbolic dimensions and of tensors (:func:`plan_segments`).
     """
 
     def __init__(self, model: onnx.ModelProto, types: dict, budget_bytes: int = DEFAULT_SEGMENT_BYTES, only=None,
-                 sessions_bytes: int = 0, dims: dict | None = None):
+                 sessions_bytes: int = 0, dims: dict | None = None, sizes: dict | None = None):
         self.model, self.types = model, types
-        self.segments = plan_segments(model, types, budget_bytes, only, dims)
+        self.segments = plan_segments(model, types, budget_bytes, only, dims, sizes)
         self.segment_of: dict[str, int] = {}
         for seg in self.segments:
             for n in model.graph.node[seg.start:seg.stop]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from toolkit.ort.segments import SegmentedReference
+from toolkit.stream.spill import DEFAULT_MEMORY_BYTES, SpillStore
 
 
 def _copy(value):
@@ -88,18 +89,20 @@ class GoldenStore(_Recomputing):
         feeds: the graph inputs as fed (always kept).
         options: onnxruntime RunOptions for every segment run.
         cache: segments computed again that stay in memory (the most recently used).
+        memory_bytes: bytes of boundary tensors held in memory; the rest go to disk (toolkit.stream.spill).
 
     :meth:`advance` runs the next segment during the streamed pass and stores its boundary tensors (those later
     segments read, and the graph outputs); every other tensor is computed again from them when asked for."""
 
-    def __init__(self, reference: SegmentedReference, feeds: dict, options=None, cache: int = 2):
+    def __init__(self, reference: SegmentedReference, feeds: dict, options=None, cache: int = 2,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES):
         names = list(feeds)
         for seg in reference.segments:
             names += [t for t in seg.outputs + seg.exposed]
         consts = reference.constant_outputs()
         super().__init__(names + list(consts), {**feeds, **consts}, cache)
         self.reference, self.options = reference, options
-        self.boundary: dict = {}
+        self.boundary = SpillStore(memory_bytes, "npuscope-reference-")
         self.done = -1
 
     def _segment_of(self, name: str) -> int | None:
@@ -124,8 +127,8 @@ class GoldenStore(_Recomputing):
         return self.done, values
 
     def boundary_bytes(self) -> int:
-        """Bytes of the stored boundary tensors."""
-        return sum(nbytes_of(v) for v in self.boundary.values())
+        """Bytes of the stored boundary tensors (in memory and on disk)."""
+        return self.boundary.nbytes()
 
 
 class DeviceStore(_Recomputing):
@@ -137,11 +140,13 @@ class DeviceStore(_Recomputing):
         feeds: the graph inputs as fed (kept).
         cuts: kernel indices where device segments start (0 first).
         cache: segments computed again that stay in memory.
+        memory_bytes: bytes of checkpoint values held in memory; the rest go to disk (toolkit.stream.spill).
 
     The pass calls :meth:`checkpoint` before the kernel at each cut: the values live there
     (NpuRuntime.live_at) are copied, and NpuRuntime.run_range computes the segment again from them."""
 
-    def __init__(self, runtime, feeds: dict, cuts: list[int], cache: int = 2):
+    def __init__(self, runtime, feeds: dict, cuts: list[int], cache: int = 2,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES):
         self.runtime = runtime
         kernels = runtime.kernels
         self._writer: dict[str, int] = {}
@@ -150,7 +155,8 @@ class DeviceStore(_Recomputing):
                 self._writer.setdefault(t, i)
         self.cuts = sorted(set([0, *cuts]))
         self._live = {c: runtime.live_at(c) for c in self.cuts}
-        self.checkpoints: dict[int, dict] = {}
+        self.checkpoints: dict[int, list[str]] = {}  # cut -> the tensors stored for it in self._values
+        self._values = SpillStore(memory_bytes, "npuscope-device-")
         super().__init__(list(self._writer) + list(feeds) + list(runtime.const_outputs),
                          {**{k: np.array(v, copy=True) for k, v in runtime.const_outputs.items()}, **feeds}, cache)
 
@@ -161,11 +167,13 @@ class DeviceStore(_Recomputing):
     def checkpoint(self, index: int) -> None:
         """Copy the values live before kernel ``index`` (a cut) while the pass stands there."""
         if index in self._live:
-            self.checkpoints[index] = {t: _copy(self.runtime.read(t)) for t in self._live[index]}
+            for t in self._live[index]:
+                self._values[(index, t)] = self.runtime.read(t)
+            self.checkpoints[index] = list(self._live[index])
 
     def checkpoint_bytes(self) -> int:
-        """Bytes of the stored checkpoints."""
-        return sum(nbytes_of(v) for cp in self.checkpoints.values() for v in cp.values())
+        """Bytes of the stored checkpoints (in memory and on disk)."""
+        return self._values.nbytes()
 
     def _segment_of(self, name: str) -> int | None:
         i = self._writer.get(name)
@@ -176,7 +184,8 @@ class DeviceStore(_Recomputing):
     def _compute(self, start: int) -> dict:
         later = [c for c in self.cuts if c > start]
         stop = later[0] if later else len(self.runtime.kernels)
-        return self.runtime.run_range(self.checkpoints[start], start, stop, dump=True).dumps
+        live = {t: self._values[(start, t)] for t in self.checkpoints[start]}
+        return self.runtime.run_range(live, start, stop, dump=True).dumps
 
 
 class Restricted(Mapping):

@@ -98,7 +98,7 @@ def _crosses(row: dict) -> bool:
 
 def streamed_comparison(model, runtime, feeds: dict, thresholds=None, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                         keep_bytes: int = DEFAULT_KEEP_BYTES, only=None, options=None, types: dict | None = None,
-                        progress=None) -> Streamed:
+                        progress=None, memory_bytes: int | None = None) -> Streamed:
     """One streamed pass (module docstring).
 
     Args:
@@ -112,15 +112,20 @@ def streamed_comparison(model, runtime, feeds: dict, thresholds=None, *, segment
         options: onnxruntime RunOptions of the reference segments.
         types: {tensor: ValueInfoProto} of the model (toolkit.ort.reference.inferred_types; computed if None).
         progress: callable(str) told each reference segment done, with the RSS.
+        memory_bytes: bytes of stored boundary tensors held in memory on each side before they go to disk
+            (toolkit.stream.spill; default: 4 x ``segment_bytes``).
 
     Raises:
         InputError / KernelRuntimeError as NpuRuntime.run; ModelError when onnxruntime refuses a segment.
     """
     say = progress or (lambda _m: None)
     types = inferred_types(model) if types is None else types
-    reference = SegmentedReference(model, types, segment_bytes, only, dims=symbol_values(model, feeds))
-    golden = GoldenStore(reference, feeds, options)
-    device = DeviceStore(runtime, feeds, device_cuts(runtime, segment_bytes))
+    plan_sizes = {t: int(spec.nbytes) for t, spec in runtime.plan.tensors.items() if getattr(spec, "nbytes", 0)}
+    reference = SegmentedReference(model, types, segment_bytes, only, dims=symbol_values(model, feeds),
+                                   sizes=plan_sizes)
+    held = 4 * segment_bytes if memory_bytes is None else memory_bytes
+    golden = GoldenStore(reference, feeds, options, memory_bytes=held)
+    device = DeviceStore(runtime, feeds, device_cuts(runtime, segment_bytes), memory_bytes=held)
     rows_of = LayerRows(model, runtime.plan, thresholds, random_src=dependent_tensors(model, golden))
     outputs = {o.name for o in model.graph.output}
     n_seg = len(reference.segments)
