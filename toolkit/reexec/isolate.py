@@ -77,6 +77,9 @@ def isolate(runtime, kernel_name: str, golden: dict, stored=True) -> dict[str, n
         return None
     values = []
     for _, t in ek.feeds:
+        if t in runtime.weights:  # a weight or constant the kernel reads (toolkit.runtime.kernels.bound_values)
+            values.append(runtime.weights[t])
+            continue
         src = casts[t].cast_of if t in casts else t
         if src not in golden:
             return None

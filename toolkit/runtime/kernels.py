@@ -45,6 +45,7 @@ from toolkit.ort.ort_env import make_session
 from toolkit.ort.terminate import run_options
 from toolkit.precision.contract import FP16_MAX
 from toolkit.runtime import fp16_accum
+from toolkit.runtime.canonical import canonical_kernel
 
 _SESSIONS: dict[str, object] = {}
 
@@ -58,6 +59,7 @@ class ExecKernel:
     numpy_fn: object = None
     attrs: dict = field(default_factory=dict)
     digest: str = ""
+    node_names: dict = field(default_factory=dict)  # the session's node names -> the kernel model's (canonical)
     native_fp16: bool = False  # runs on FP16 data without boundary Casts (see NATIVE_FP16_*)
     ortvalues: bool = False  # exchanges bfloat16/float8/int4... tensors through OrtValues (set by NpuRuntime)
 
@@ -293,6 +295,7 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
             g_inputs.append(_vi(orig, _elem(tt.dtype), shape))
             feeds.append((orig, t))
     seen = set()
+    bind = not any(n.op_type in KEEP_EMBEDDED_OPS or _has_subgraph(n) for n in nodes)
     for node in nodes:
         for idx, i in enumerate(node_reads(node)):
             if i in consts and i not in seen:
@@ -302,6 +305,11 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
                 if isinstance(c, np.memmap):  # a weight left on disk: fed from its map at run time, not copied
                     pre += _mapped_weight(i, c, fp16 and c.dtype == np.float32 and not param, overflow_mode,
                                           g_inputs, feeds, inits)
+                    continue
+                if bind and c.dtype in (np.float32, np.float16) and c.nbytes >= BIND_MIN_BYTES:
+                    rounded = fp16 and c.dtype == np.float32 and not param
+                    g_inputs.append(_vi(i, TensorProto.FLOAT, list(c.shape)))
+                    feeds.append((i, bound_key(i, "f16" if rounded else "f32")))
                     continue
                 if c.dtype == np.float16:  # FP16-origin constant: computed in FP32 (exact)
                     c = c.astype(np.float32)
@@ -349,6 +357,39 @@ def build_kernel_model(spec: KernelSpec, plan: Plan, graph_model: onnx.ModelProt
                               ir_version=graph_model.ir_version)
     model.functions.extend(graph_model.functions)
     return model, feeds, fetches
+
+
+#: Float constants of at least this many bytes are kernel inputs bound at run time (:func:`bound_values`), not
+#: initializers inside the kernel model: kernels of identical layers are then the same bytes and share one session
+#: (toolkit.runtime.canonical). Smaller ones (scalars, eps) stay inside.
+BIND_MIN_BYTES = 64
+#: Kernels holding one of these keep their constants inside: onnxruntime's NCHWc layout and weight pre-packing of
+#: a convolution need its weights as initializers (measured on PP-OCRv4 det; convolution layers seldom repeat).
+KEEP_EMBEDDED_OPS = frozenset({"Conv", "ConvTranspose", "QLinearConv", "ConvInteger"})
+_BOUND = "\x00"
+
+
+def bound_key(name: str, variant: str) -> str:
+    """The runtime's key of constant ``name`` as a kernel reads it: ``variant`` "f32" (float32; float16-origin
+    constants widened, exact) or "f16" (float32 rounded to FP16 and back at build time, as constants inside an
+    FP16 kernel are). The NUL separator keeps it apart from every plan tensor name."""
+    return f"{name}{_BOUND}{variant}"
+
+
+def bound_values(kernels: list, graph_model: onnx.ModelProto, overflow_mode: str) -> dict:
+    """{bound key: float32 array} of every bound constant the ``kernels`` feed (:func:`bound_key`), each computed
+    once from the compiled model's initializer: widened (exact) or rounded (:func:`_round_const`)."""
+    wanted = {t for ek in kernels for _, t in ek.feeds if _BOUND in t}
+    if not wanted:
+        return {}
+    inits = {i.name: i for i in graph_model.graph.initializer}
+    out = {}
+    for key in wanted:
+        name, variant = key.rsplit(_BOUND, 1)
+        c = array_of(inits[name])
+        c = _round_const(c, overflow_mode) if variant == "f16" else c.astype(np.float32)
+        out[key] = np.ascontiguousarray(c)
+    return out
 
 
 def _mapped_weight(name: str, c: np.memmap, round_fp16: bool, overflow_mode: str, g_inputs: list, feeds: list,
@@ -496,6 +537,9 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
     """The kernel as its ONNX subgraph with FP16 Casts at its edges (module docstring). Raises ModelError."""
     model, feeds, fetches = build_kernel_model(spec, plan, graph_model, by_name, consts, types, cast_src,
                                                overflow_mode)
+    before = [n.name for n in model.graph.node]
+    model, feeds, fetches = canonical_kernel(model, feeds, fetches)  # identical layers: one session
+    node_names = {n.name: b for n, b in zip(model.graph.node, before) if n.name != b}
     data = model.SerializeToString()
     # FP16 kernels: ORT_ENABLE_ALL (NCHWc); FP32 kernels: basic (the reference's summation order); graph-fused
     # kernels: none (onnxruntime's own norm fusions match across our FP16 Casts and break typing)
@@ -507,7 +551,7 @@ def _session_exec(spec, plan, graph_model, by_name, consts, types, cast_src, ove
         msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise ModelError(f"kernel '{spec.name}' ({spec.op_type}, nodes {spec.nodes}) cannot be built "
                          f"by onnxruntime: {msg}; the op or its attributes are not supported") from None
-    return ExecKernel(spec, feeds, fetches, session=sess, digest=digest)
+    return ExecKernel(spec, feeds, fetches, session=sess, digest=digest, node_names=node_names)
 
 
 def build_kernels(plan: Plan, graph_model: onnx.ModelProto, overflow_mode: str = "inf_nan",

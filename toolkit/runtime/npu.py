@@ -20,8 +20,9 @@ from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.ir.weights import array_of, mapped_initializers
 from toolkit.ort import ort_values
 from toolkit.ort.terminate import reraise_if_terminated, run_options
+from toolkit.runtime.canonical import named_back
 from toolkit.runtime.host_memory import check_host_memory
-from toolkit.runtime.kernels import build_kernels
+from toolkit.runtime.kernels import bound_values, build_kernels
 
 
 class KernelRuntimeError(RuntimeError):
@@ -68,6 +69,8 @@ class NpuRuntime:
         check_host_memory(self.plan)  # every path that executes a plan (run, memcheck --plan, ...) checks first
         # weights left on disk (toolkit.ir.weights): kernels take them as inputs, read from their maps in place
         self.weights = mapped_initializers(compiled.model)
+        # constants bound at run time (toolkit.runtime.kernels.bound_values): identical layers share sessions
+        self.weights.update(bound_values(self.kernels, compiled.model, overflow))
         self.arena = np.zeros(max(self.plan.arena_bytes, 1), dtype=np.uint8)
         self.views: dict[str, np.ndarray] = {}
         for t in self.plan.tensors.values():
@@ -169,6 +172,7 @@ class NpuRuntime:
             except Exception as exc:
                 reraise_if_terminated(exc)
                 msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+                msg = named_back(msg, ek.node_names)
                 raise KernelRuntimeError(f"kernel '{ek.spec.name}' ({ek.spec.op_type}) failed: {msg}") from exc
             res.kernel_ms.append((time.perf_counter() - t0) * 1e3)
             for j, (_, t) in enumerate(ek.fetches):
