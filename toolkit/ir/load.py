@@ -41,6 +41,7 @@ from toolkit.ir.proto_checks import (
     raw_bytes_needed,
 )
 from toolkit.ir.weights import MAP_MIN_BYTES, array_of, is_mapped, mark_mapped, remember_file_digest
+from toolkit.ir.wire import lift_raw_data
 
 #: Oldest default-domain opset accepted (onnxruntime's lower bound for most kernels).
 MIN_OPSET = 7
@@ -117,19 +118,82 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
                                    name="npuscope-model-sha256", daemon=True)
         hashing.start()
     try:
-        model = _parse_checked(p, data)
+        # weights inside the file: lifted out of the bytes before parsing (toolkit.ir.wire), mapped in place
+        lifted = lift_raw_data(data, MAP_MIN_BYTES) if size >= MAP_MIN_BYTES else None
+        model, check = _parse_checked(p, data if lifted is None else lifted[0], lifted[1] if lifted else ())
     finally:
         if hashing is not None:
             hashing.join()
-    del data
+    del data, lifted
+    if check is not None:
+        _check(p, model, check)
     _LOADED[key[0]] = _DIGESTS[key]
     remember_file_digest(*key, _DIGESTS[key])  # weights mapped from inside this file: hashed already
     normalise_node_names(model)
     return model
 
 
-def _parse_checked(p: Path, data: bytes) -> onnx.ModelProto:
-    """:func:`load_model`'s parse and checks of the bytes ``data`` read from ``p``. Raises ModelError."""
+def _map_lifted(model: onnx.ModelProto, lifted, path: Path) -> None:
+    """Mark each initializer whose raw_data toolkit.ir.wire lifted out as mapped at its place in the model file
+    ``path`` (toolkit.ir.weights.mark_mapped). Raises ModelError when its bytes do not fit its dims, with
+    toolkit.ir.proto_checks.check_tensor_data's message."""
+    inits = model.graph.initializer
+    for lift in lifted:
+        t = inits[lift.index]
+        need = raw_bytes_needed(t)
+        if need is None:
+            raise ModelError(f"'{path}': initializer '{t.name}' is a STRING tensor with raw_data; strings go in "
+                             "string_data: re-export the model")
+        if need != lift.length:
+            raise ModelError(f"'{path}': initializer '{t.name}' holds {lift.length} bytes of raw_data but its dims "
+                             f"{list(t.dims)} need {need}; the model is corrupt or was edited by hand: re-export it")
+        t.data_location = onnx.TensorProto.EXTERNAL
+        loc = t.external_data.add()
+        loc.key, loc.value = "location", path.name
+        mark_mapped(t, str(path.resolve()), lift.offset, lift.length)
+        array_of(t)  # mapped now, as the bytes parsed: a file replaced later does not change this model
+
+
+def _checker_view(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` for the ONNX checker in which each initializer left on disk is a graph input of its
+    type and dims instead (the checker would otherwise read the file again; the loader has checked their
+    extents and sizes itself)."""
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    g = view.graph
+    inputs = {i.name for i in g.input}
+    keep = []
+    for t in g.initializer:
+        if is_mapped(t):
+            if t.name not in inputs:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            keep.append(t)
+    if len(keep) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return view
+
+
+def _check(p: Path, model: onnx.ModelProto, target) -> None:
+    """Run the ONNX checker on ``target`` (a path, the bytes read or a ModelProto; see :func:`_parse_checked`).
+    Raises ModelError with the checker's message, naming a node input nothing provides as such."""
+    try:
+        onnx.checker.check_model(target)
+    except onnx.checker.ValidationError as exc:
+        missing = unprovided_input(model)
+        if missing is not None:  # the checker calls it an ordering problem ("must be topologically sorted")
+            node, name = missing
+            raise ModelError(f"'{p}': node '{node.name}' ({node.op_type}) reads '{name}', which no node, graph input "
+                             "or initializer provides (a missing initializer or input); fix the exporter or the "
+                             "model") from None
+        raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
+
+
+def _parse_checked(p: Path, data: bytes, lifted=()) -> tuple[onnx.ModelProto, object]:
+    """:func:`load_model`'s parse and checks of the bytes ``data`` read from ``p`` (``lifted``: the raw_data
+    toolkit.ir.wire left out of them). Returns (model, None) once the ONNX checker passed, or with ``lifted``
+    (model, the copy the checker is still to check: :func:`_check`). Raises ModelError."""
     try:
         model = onnx.load_model_from_string(data)
     except DecodeError as exc:
@@ -139,6 +203,8 @@ def _parse_checked(p: Path, data: bytes) -> onnx.ModelProto:
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"'{p}' parsed but holds no graph (not an ONNX model, or truncated); re-export it")
     notes = [(e.key, e.value) for e in model.metadata_props]
+    check_strings(model, str(p))
+    _map_lifted(model, lifted, p)
     check_proto(model, str(p))
     # the proto is still exactly the bytes read unless a repair noted itself in the metadata, external data is
     # read in or sparse initializers are made dense: then the checker takes those bytes (serialising a 0.4 GiB
@@ -150,18 +216,12 @@ def _parse_checked(p: Path, data: bytes) -> onnx.ModelProto:
     densify_sparse_initializers(model, str(p))
     check_opsets(model, str(p))
     check_known_ops(model, str(p))
-    try:  # tensors left on disk: the checker reads the file (in memory it would look for their data in the cwd)
-        onnx.checker.check_model(str(p) if mapped else data if pristine else model)
-    except onnx.checker.ValidationError as exc:
-        missing = unprovided_input(model)
-        if missing is not None:  # the checker calls it an ordering problem ("must be topologically sorted")
-            node, name = missing
-            raise ModelError(f"'{p}': node '{node.name}' ({node.op_type}) reads '{name}', which no node, graph input "
-                             "or initializer provides (a missing initializer or input); fix the exporter or the "
-                             "model") from None
-        raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
+    if lifted:  # checked by the caller once the bytes read are freed; the weights lifted out stay out of it
+        return model, _checker_view(model)
+    # tensors left on disk: the checker reads the file (in memory it would look for their data in the cwd)
+    _check(p, model, str(p) if mapped else data if pristine else model)
     _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
-    return model
+    return model, None
 
 
 def check_model_proto(model: onnx.ModelProto, where: str = "model") -> onnx.ModelProto:
