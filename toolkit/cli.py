@@ -177,6 +177,17 @@ class _Group(click.Group):
 TIMEOUT_EXIT = EXIT_TIMEOUT  # as GNU timeout(1)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses NaN (every comparison with NaN is false, so a range lets it through)."""
+
+    def convert(self, value, param, ctx):
+        got = super().convert(value, param, ctx)
+        if got != got:
+            self.fail(f"{value!r} is not a number; give a finite value in the range {self._describe_range()}",
+                      param, ctx)
+        return got
+
+
 #: the longest --timeout taken (one year, s): setitimer refuses what time_t cannot hold
 MAX_TIMEOUT_S = 365 * 24 * 3600.0
 
@@ -196,7 +207,7 @@ def _arm_timeout(ctx, param, seconds):
 
 def timed(fn):
     """The --timeout option of the commands that run models (the timer starts when the arguments are read)."""
-    return click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+    return click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), metavar="SECONDS",
                         expose_value=False, callback=_arm_timeout,
                         help=f"End the command after SECONDS of wall time, also inside an onnxruntime run (a model "
                              f"that never ends): one line, exit code {TIMEOUT_EXIT}; the run's output folder is "
@@ -338,7 +349,7 @@ def _diag_options(fn):
                          "and compare each tensor as the plan writes it, keeping only the arrays the report needs "
                          "(bounded memory; the same results). Default: automatic, when the model's tensors pass "
                          "256 MiB."),
-            click.option("--segment-mb", type=click.FloatRange(min=0.001, max=1 << 20), default=64.0,
+            click.option("--segment-mb", type=FiniteFloatRange(min=0.001, max=1 << 20), default=64.0,
                          show_default=True, help="With streaming: MiB of tensors per segment."),
             click.option("--verify/--no-verify", default=True, show_default=True,
                          help="Apply and re-run every advised keep_dtype set, and search the verified fix as tune "

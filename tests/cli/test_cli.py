@@ -1247,3 +1247,39 @@ def test_timeout_must_be_positive_finite_seconds(bad):
     proc = run_cli("run", "resnet_small", "--timeout", bad)
     assert proc.returncode == 2 and "--timeout" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def _float_range_options():
+    import click
+
+    from toolkit.cli import cli
+
+    def walk(cmd, path):
+        for p in cmd.params:
+            if isinstance(p.type, click.FloatRange):
+                yield path, p
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, path + [name])
+
+    return list(walk(cli, []))
+
+
+def test_every_float_range_option_refuses_nan():
+    """A range check lets NaN through (every comparison with NaN is false): each ranged float option of every
+    command refuses 'nan' with a usage error, as it refuses a value out of range."""
+    import click
+
+    opts = _float_range_options()
+    assert opts, "no ranged float option found: the walk is wrong"
+    for path, p in opts:
+        for text in ("nan", "NaN", "-nan"):
+            with pytest.raises(click.BadParameter):
+                p.type.convert(text, p, None)
+
+
+@pytest.mark.parametrize("value", ["nan", "0", "-1", "inf"])
+def test_segment_mb_refuses_what_is_no_size(value, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "toolkit", "compare", "--stream", "--segment-mb", value,
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--segment-mb" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
