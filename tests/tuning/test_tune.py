@@ -460,3 +460,20 @@ def test_the_advice_target_takes_the_users_lines_on_the_outputs():
     assert ("CosineSimilarity", ">=", 0.9999) in got  # the default's, for every output
     assert any(c.output == out and c[0] == "CosineSimilarity" and c[2] == 0.99 for c in got)
     assert not any(c[0] == "RootMeanSquareError" for c in got)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_host_time_of_a_runtime_that_ran_already_takes_no_warm_up():
+    from types import SimpleNamespace
+
+    from toolkit.tuning.tune import host_time_ms
+
+    class Fake:
+        def __init__(self, times):
+            self.times = list(times)
+
+        def run(self, feed):
+            return SimpleNamespace(total_ms=self.times.pop(0))
+
+    fake = Fake([5.0, 1.0, 4.0])
+    assert host_time_ms(fake, {}, runs=3, warm_up=False) == 4.0 and not fake.times

@@ -43,6 +43,7 @@ from toolkit.compare.metrics import METRICS, dtype_class
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
 from toolkit.compare.metrics.grammar import overridden, parse_conditions
 from toolkit.compare.tasks import load_task, run_check
+from toolkit.cache.kernel_entries import session_source
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
@@ -53,6 +54,7 @@ from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
 from toolkit.precision.ranges import RangeStats, range_findings
 from toolkit.runtime.npu import NpuRuntime
+from toolkit.tuning.resume import KernelMemo, ResumeCache
 from toolkit.tuning.sensitivity import (
     compare_metrics,
     kernel_sensitivity,
@@ -300,16 +302,33 @@ class Tuner:
         self.builds = 0  # configs compiled (precision passes) and built
         self.ref: ReferenceRunner | None = None
         self.best: Trial | None = None  # the best try so far (met with fewest nodes, else lowest error)
+        self.memo = KernelMemo(session_source)  # kernels shared by the trials' runtimes
+        self.resume = ResumeCache(feeds)  # trials run from the first kernel that differs from a stored run
 
     def config_for(self, keep) -> Config:
         return keep_config(self.config, keep)
 
     def runtime_for(self, keep) -> NpuRuntime:
+        """The runtime of the base compile with ``keep`` added to keep_dtype (precision stage re-run; kernels
+        an earlier trial built are reused, toolkit.tuning.resume.KernelMemo)."""
         self.builds += 1
-        return npu_runtime(recompile_precision(self.base, self.config_for(keep)))
+        return self.memo.runtime(recompile_precision(self.base, self.config_for(keep)))
 
-    def check_one(self, rt, i: int) -> tuple[bool, list[dict], float, list[dict], object]:
-        res = rt.run(self.feeds[i][1])
+    def check_resumed(self, rt, i: int) -> tuple[bool, list[dict], float]:
+        """:meth:`check_one` of a trial runtime, run from a stored run's prefix where one matches
+        (toolkit.tuning.resume.ResumeCache: the same outputs as a whole run): (met, rows, error)."""
+        res = self.resume.run(rt, i)
+        self.runs += 1
+        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target)
+        tasks = self.run_tasks(i, res.outputs)
+        for r in rows:
+            r["Input"] = self.feeds[i][0]
+        return met and all(t["passed"] for t in tasks), rows, err
+
+    def check_one(self, rt, i: int, dump: bool = False) -> tuple[bool, list[dict], float, list[dict], object]:
+        """(met, rows, error, task results, RunResult) of a whole run of ``rt`` on input ``i`` (``dump``: the
+        RunResult keeps every kernel output)."""
+        res = rt.run(self.feeds[i][1], dump=dump)
         self.runs += 1
         met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target)
         tasks = self.run_tasks(i, res.outputs)
@@ -334,7 +353,7 @@ class Tuner:
         rt = self.runtime_for(list(keep))
         met, rows, err, n = True, [], 0.0, 0
         for i in self.order:
-            ok, r, e, _, _ = self.check_one(rt, i)
+            ok, r, e = self.check_resumed(rt, i)
             rows += r
             err, n = max(err, e), n + 1
             if not ok:
@@ -424,14 +443,19 @@ def search_cheapest(ranked: list[str], meets, log: list[str], cost: dict | None 
     kernels without cube ops}; ``neighbours``: {candidate: candidates next to it in the graph}.
 
     1. the candidates without cube ops alone (ranking order): a set meeting the target there costs no cube
-       FLOPs in FP32, so it is preferred whatever its length;
+       FLOPs in FP32, so it is preferred whatever its length; all of them are tried first, and when they miss
+       the target together their prefixes are not searched (one try instead of about log2 of their number);
     2. otherwise the whole ranking, then :func:`_replace_cube` on the chosen cube nodes.
     Returns (chosen, met)."""
     cost, neighbours = cost or {}, neighbours or {}
     if meets([]):
         return [], True
     cheap = [n for n in ranked if not cost.get(n)]
-    if cheap and len(cheap) < len(ranked):
+    if cheap and len(cheap) < len(ranked) and not meets(cheap):
+        # every candidate without cube ops in FP32 misses the target: so does each prefix of them, whose
+        # doubling search (one try per power of two) is skipped (more FP32 nodes never made a model worse)
+        log.append(f"candidates without cube ops: all {len(cheap)} in FP32: target not met")
+    elif cheap and len(cheap) < len(ranked):
         sub: list[str] = []
         chosen, ok = search(cheap, meets, sub)
         log += [f"candidates without cube ops: {line}" for line in sub]
@@ -477,6 +501,7 @@ class _Start:
     tasks: list = field(default_factory=list)
     met: bool = True
     worst_golden: dict | None = None
+    worst_dumps: dict | None = None
     shapes: dict = field(default_factory=dict)
     baseline_ms: float = 0.0
 
@@ -485,7 +510,8 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
     """Per input: the FP32 reference of every tensor (folded into ``ranges``; the graph outputs kept as the
     golden), then the given config's plan checked against it. The full reference of the input with the worst
     baseline error (first one on ties, as the search order) is kept for the sensitivity step, so that step does
-    not run the reference again; at most two full references are alive at once."""
+    not run the reference again, nor the plan (its run's dumps are kept too); at most two full references and two
+    runs' dumps are alive at once."""
     st = _Start()
     ref = tuner.ref = ReferenceRunner(tuner.model)
     for i, (label, feed) in enumerate(tuner.feeds):
@@ -497,13 +523,14 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
         if i == 0:
             st.shapes = {k: v.shape for k, v in g.items() if isinstance(v, np.ndarray)}
         t = time.perf_counter()
-        ok, rows, err, tk, _ = tuner.check_one(base_rt, i)
+        ok, rows, err, tk, res = tuner.check_one(base_rt, i, dump=True)
         st.baseline_ms += (time.perf_counter() - t) * 1e3
         st.rows += rows
         st.tasks += tk
         st.met &= ok
         if not st.errors or err > max(st.errors):
-            st.worst_golden = g
+            st.worst_golden, st.worst_dumps = g, res.dumps
+        del res
         st.errors.append(err)
         del g
     return st
@@ -575,7 +602,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     tm: dict[str, float] = {}
     progress("compiling")
     tuner = Tuner(model, feeds, config, target, tasks, progress)
-    base_rt = npu_runtime(tuner.base)
+    base_rt = tuner.memo.runtime(tuner.base)
     ranges = RangeStats(model)
     progress(f"FP32 reference and baseline ({config.precision_mode}) on {len(feeds)} input(s)")
     st = _reference_and_baseline(tuner, ranges, base_rt, progress)
@@ -589,8 +616,9 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     ranking = pd.DataFrame()
     log: list[str] = []
     if not met0:
-        ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, top_k, progress)
-        st.worst_golden = None  # the search needs only the graph outputs
+        ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, top_k, progress, dumps=st.worst_dumps,
+                        whole_run=True)
+        st.worst_golden = st.worst_dumps = None  # the search needs only the graph outputs
         tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
         chosen = search_ranked(tuner, ranking, st.shapes, log, progress)
     else:
@@ -605,8 +633,9 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
         after_plan, after_rows, tasks_after, met, after_rt = tuner.base.plan, before_rows, tasks_before, met0, base_rt
     tm["verify_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
     progress(f"host time: median of {HOST_TIME_RUNS} runs after a warm-up, before and after the fallback")
-    host_before = host_time_ms(base_rt, feeds[0][1])
-    host_after = host_time_ms(after_rt, feeds[0][1]) if after_rt is not base_rt else host_before
+    # both runtimes ran already (the baseline and the verification): those runs were the warm-ups
+    host_before = host_time_ms(base_rt, feeds[0][1], warm_up=False)
+    host_after = host_time_ms(after_rt, feeds[0][1], warm_up=False) if after_rt is not base_rt else host_before
     tm["host_timing_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
     flops = cov.node_flops(model, st.shapes)
     c0, c1 = cov.coverage(tuner.base.plan, flops), cov.coverage(after_plan, flops)
@@ -620,14 +649,16 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
 
 
 #: timed runs per plan for the host time of the cost estimate (after one untimed warm-up run)
-HOST_TIME_RUNS = 5
+HOST_TIME_RUNS = 3
 
 
-def host_time_ms(rt: NpuRuntime, feed: dict, runs: int = HOST_TIME_RUNS) -> float:
+def host_time_ms(rt: NpuRuntime, feed: dict, runs: int = HOST_TIME_RUNS, warm_up: bool = True) -> float:
     """Host wall time of one simulated run of ``rt`` on ``feed`` in ms: the median of ``runs`` runs'
     ``total_ms`` after one untimed warm-up run, so first-run effects (kernel session creation, caches) are
-    not counted. Host time of the simulation, not device time."""
-    rt.run(feed)
+    not counted. ``warm_up=False``: ``rt`` has run already (that run was the warm-up). Host time of the
+    simulation, not device time."""
+    if warm_up:
+        rt.run(feed)
     return float(np.median([rt.run(feed).total_ms for _ in range(max(1, runs))]))
 
 
@@ -654,20 +685,24 @@ def search_ranked(tuner: Tuner, ranking: pd.DataFrame, shapes: dict, log: list[s
     return chosen
 
 
-def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress, dumps: dict | None = None
-          ) -> pd.DataFrame:
+def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress, dumps: dict | None = None,
+          whole_run: bool = False) -> pd.DataFrame:
     """Sensitivity ranking on input ``worst``, whose full FP32 reference (graph inputs included) is ``golden``;
-    ``dumps``: the base plan's dumps on that input when a run already holds them (diagnose's), else run here."""
+    ``dumps``: the base plan's dumps on that input when a run already holds them (diagnose's, or tune's
+    baseline run), else run here. ``whole_run``: ``dumps`` is the RunResult.dumps of a whole run of ``base_rt``
+    (not a diagnosis' subset), so that the trials may resume from it (toolkit.tuning.resume)."""
     progress(f"sensitivity: isolating every FP16 kernel on input {tuner.feeds[worst][0]}")
     feed = tuner.feeds[worst][1]
     if dumps is None:
-        dumps = base_rt.run(feed, dump=True).dumps
+        dumps, whole_run = base_rt.run(feed, dump=True).dumps, True
+    if whole_run:
+        tuner.resume.add(worst, base_rt.plan, dumps)  # the trials below resume from it
     df = kernel_sensitivity(base_rt, golden, dumps)
     del golden, dumps
     base_err = tuner.cache[()].error
 
     def out_err(keep):
         rt = tuner.runtime_for(keep)
-        return check_outputs(rt.run(feed).outputs, tuner.golden_out[worst], tuner.target)[2]
+        return check_outputs(tuner.resume.run(rt, worst).outputs, tuner.golden_out[worst], tuner.target)[2]
 
     return rank_kernels(df, out_err, base_err, top_k=top_k)

@@ -1,0 +1,153 @@
+"""Resumed trials (toolkit/tuning/resume.py): a plan run from a stored run's prefix gives the same outputs, bit for
+bit, as the same config compiled from scratch and run whole; kernels reused across trial runtimes compute what
+fresh ones do; and the tune search's shortcut over the candidates without cube ops keeps its answer."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from toolkit.compiler.pipeline import recompile_precision
+from toolkit.config.schema import Config
+from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
+from toolkit.tuning.resume import KernelMemo, ResumeCache, common_prefix, plan_signatures
+from toolkit.tuning.tune import keep_config, search_cheapest
+
+NODES = ["mm1", "add1", "r1", "mm2", "skip", "mul", "mm3", "ex"]
+
+
+def _chain(seed: int = 0):
+    """x -> MatMul mm1 -> Add add1 -> Relu r1 -> MatMul mm2 -> Add skip (+ add1's output) -> Mul mul -> MatMul mm3
+    -> y, and Exp ex of mul's output -> z: two float outputs, a skip connection (a value live across kernels)."""
+    rng = np.random.default_rng(seed)
+    w = {k: rng.normal(0, 0.4, (32, 32)).astype(np.float32) for k in ("W1", "W2", "W3")}
+    inits = [numpy_helper.from_array(v, k) for k, v in w.items()]
+    inits += [numpy_helper.from_array(rng.normal(0, 1, (32,)).astype(np.float32), "b"),
+              numpy_helper.from_array(np.float32(0.37), "s")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["a"], name="mm1"),
+             helper.make_node("Add", ["a", "b"], ["a1"], name="add1"),
+             helper.make_node("Relu", ["a1"], ["r"], name="r1"),
+             helper.make_node("MatMul", ["r", "W2"], ["m2"], name="mm2"),
+             helper.make_node("Add", ["m2", "a1"], ["sk"], name="skip"),
+             helper.make_node("Mul", ["sk", "s"], ["mu"], name="mul"),
+             helper.make_node("MatMul", ["mu", "W3"], ["y"], name="mm3"),
+             helper.make_node("Exp", ["mu"], ["z"], name="ex")]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 32]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [8, 32])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m, {"x": rng.normal(0, 1, (8, 32)).astype(np.float32)}
+
+
+CFG = Config(precision_mode="force_fp16", fusion_level=0)
+#: keep sets in an order that makes later ones share prefixes of different lengths with earlier ones
+KEEPS = [(), ("ex",), ("mm3",), ("mm3", "ex"), ("mul",), ("mm2",), ("mm2", "mm3"), ("mm1",), ("skip", "ex"),
+         ("add1", "mm3"), ("mm2",)]
+
+
+def _scratch(model, feed, keep) -> dict:
+    """The outputs of ``keep`` compiled from scratch (toolkit.engine.Session, no reuse) and run whole."""
+    return Session(model, keep_config(CFG, keep), input_shapes=shapes_of(feed)).run(feed).outputs
+
+
+def _same_bits(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)), k  # bit for bit (NaN/inf included)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_resumed_runs_equal_whole_runs_compiled_from_scratch_bit_for_bit():
+    model, feed = _chain()
+    base = compile_model(model, CFG, input_shapes=shapes_of(feed))
+    memo, cache = KernelMemo(), ResumeCache([("x", feed)])
+    resumed_from = []
+    for keep in KEEPS:
+        rt = memo.runtime(recompile_precision(base, keep_config(CFG, keep)))
+        before = cache.kernels_skipped
+        res = cache.run(rt, 0)
+        resumed_from.append(cache.kernels_skipped - before)
+        _same_bits(res.outputs, _scratch(model, feed, keep))
+        # every kernel output of the run (the prefix's, taken from a stored run, and this run's) is what a
+        # whole run of this plan dumps
+        whole = npu_runtime(recompile_precision(base, keep_config(CFG, keep))).run(feed, dump=True).dumps
+        assert set(whole) <= set(res.dumps)
+        for t, v in whole.items():
+            assert np.array_equal(np.asarray(v).view(np.uint8), np.asarray(res.dumps[t]).view(np.uint8)), (keep, t)
+    assert resumed_from[0] == 0  # nothing stored yet: a whole run
+    # each later trial skipped a shared prefix, but the one keeping the first kernel in FP32
+    assert all(n > 0 for k, n in zip(KEEPS[1:], resumed_from[1:]) if k != ("mm1",)), resumed_from
+    assert memo.reused > 0
+    # the same plan as a stored run: nothing to run, the outputs read back from the restored values
+    again = ResumeCache([("x", feed)])
+    again.add(0, base.plan, npu_runtime(base).run(feed, dump=True).dumps)
+    res = again.run(memo.runtime(recompile_precision(base, CFG)), 0)
+    assert again.kernels_run == 0 and again.kernels_skipped == len(base.plan.kernels)
+    _same_bits(res.outputs, _scratch(model, feed, ()))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_stored_run_missing_a_needed_value_falls_back_to_a_whole_run():
+    model, feed = _chain(1)
+    base = compile_model(model, CFG, input_shapes=shapes_of(feed))
+    cache = ResumeCache([("x", feed)])
+    dumps = npu_runtime(base).run(feed, dump=True).dumps
+    rt = npu_runtime(recompile_precision(base, keep_config(CFG, ["mm3"])))
+    start = common_prefix(plan_signatures(base.plan), plan_signatures(rt.plan))
+    needed = [t for t in rt.live_at(start) if t not in feed]
+    assert start > 0 and needed
+    cache.add(0, base.plan, {k: v for k, v in dumps.items() if k != needed[0]})  # a subset, as a diagnosis keeps
+    res = cache.run(rt, 0)
+    assert cache.kernels_skipped == 0 and cache.kernels_run == len(rt.kernels)
+    _same_bits(res.outputs, _scratch(model, feed, ["mm3"]))
+
+
+def test_plan_signatures_change_only_from_the_first_changed_kernel():
+    model, feed = _chain()
+    base = compile_model(model, CFG, input_shapes=shapes_of(feed))
+    s0 = plan_signatures(base.plan)
+    s1 = plan_signatures(recompile_precision(base, keep_config(CFG, ["mm3"])).plan)
+    first = next(i for i, (a, b) in enumerate(zip(s0, s1)) if a != b)
+    names = [k.name for k in base.plan.kernels]
+    assert first <= names.index("mm3") and first > names.index("mul") - 1
+    assert s0 == plan_signatures(recompile_precision(base, CFG).plan)  # same config: same signatures
+
+
+def _smallest(ranked, meets, cost):
+    """Brute force: the sets of least (cube FLOPs, size) that meet the target, over every subset."""
+    best, sets = None, []
+    for n in range(len(ranked) + 1):
+        for c in itertools.combinations(ranked, n):
+            if meets(list(c)):
+                key = (sum(cost.get(x, 0.0) for x in c), len(c))
+                if best is None or key < best:
+                    best, sets = key, [sorted(c)]
+                elif key == best:
+                    sets.append(sorted(c))
+    return sets
+
+
+@pytest.mark.parametrize("need", [{"mm"}, {"mm", "a3"}, {"a1", "a2"}, {"a4"}])
+def test_cheap_candidates_tried_together_first(need):
+    """When every candidate without cube ops in FP32 misses the target (monotone targets: more FP32 never
+    hurts), their prefixes are not tried one power of two at a time; the answer is the brute-force one."""
+    ranked = ["a1", "mm", "a2", "a3", "mm2", "a4", "a5"]
+    cost = {"mm": 1e6, "mm2": 1e6}
+    calls = []
+
+    def meets(keep):
+        calls.append(tuple(keep))
+        return need <= set(keep)
+
+    chosen, ok = search_cheapest(ranked, meets, [], cost, {"mm": ["a2", "a3"], "mm2": []})
+    assert ok and sorted(chosen) in _smallest(ranked, lambda k: need <= set(k), cost)
+    cheap = [n for n in ranked if n not in cost]
+    if not need <= set(cheap):  # the cheap phase is one try, all of them; then the whole ranking's search
+        assert calls[:3] == [(), tuple(cheap), ()], calls
