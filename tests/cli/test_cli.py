@@ -102,12 +102,18 @@ def test_console_script_help(tmp_path):
 def test_interrupted_run_exits_128_plus_signal_and_leaves_no_folder(tmp_path, sig, code):
     """Kind: a run stopped by a signal (Ctrl-C, a CI timeout's SIGTERM). Exit code 128 + signal number, as
     shells report it, and the half-written output folder is removed."""
-    (tmp_path / "slow.py").write_text("import time\nimport numpy as np\n"
-                                      "def pre(i):\n    time.sleep(60)\n    return np.zeros((1, 3, 32, 32), np.float32)\n")
+    (tmp_path / "slow.py").write_text("import pathlib, time\nimport numpy as np\n"
+                                      "def pre(i):\n    pathlib.Path('started').touch()\n    time.sleep(60)\n"
+                                      "    return np.zeros((1, 3, 32, 32), np.float32)\n")
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "profile", "resnet_small", "--pre", "slow.py:pre",
                              "--requests", "2", "--out", "o"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    time.sleep(8)  # imports, compile, then the first (sleeping) pre-processing call
+    # imports, compile, then the first (sleeping) pre-processing call: signalled once it is inside it, however
+    # loaded the machine (a fixed sleep sent SIGINT during the imports, before the CLI's handlers were set)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not (tmp_path / "started").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert (tmp_path / "started").exists(), proc.communicate(timeout=TIMEOUT_S)[1]
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=TIMEOUT_S)
     assert proc.returncode == code, err
