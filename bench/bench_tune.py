@@ -6,8 +6,10 @@ output: CosineSimilarity >= 0.9999 and MaxAbsoluteError <= 1e-2 (the peer gets t
 ``validate_fn``). Both start from "everything in FP16" (tune: force_fp16; the peer converts every node).
 
 Each tool runs in a child process per repeat (libraries imported before the clock starts); the time is the search
-call only, model already loaded, median of ``--repeat`` runs. Per model it prints the nodes kept in FP32, the final
-worst cosine / max abs error over the outputs (each tool's own final model against FP32 onnxruntime), or the
+call only, model already loaded, median of ``--repeat`` runs. tune and diagnose (the tune / diagnose ratio) run in
+turn (tune, diagnose, tune, ...), so that a shared machine's load weighs on both alike; the CPU seconds of the
+timed call (all threads) are printed next to the wall-time ratio. Per model it prints the nodes kept in FP32, the
+final worst cosine / max abs error over the outputs (each tool's own final model against FP32 onnxruntime), or the
 peer's error message where it fails.
 
 Like-for-like check of the peer's answer: the peer validates its FP16 model on CPU onnxruntime, which computes
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -145,11 +148,11 @@ def tune_child(key: str, out: str) -> None:
     from toolkit.tuning.tune import tune
 
     _, _, model, feed, cond = next(models({key}))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     res = tune(model, [("in", feed)], start_config(cond), TARGET)
-    sec = time.perf_counter() - t
+    sec, cpu = time.perf_counter() - t, time.process_time() - c
     cos, mae = worst(res.after.to_dict("records"))
-    Path(out).write_text(json.dumps({"seconds": sec, "kept": len(res.chosen), "chosen": list(res.chosen),
+    Path(out).write_text(json.dumps({"seconds": sec, "cpu_seconds": cpu, "kept": len(res.chosen), "chosen": list(res.chosen),
                                      "met": bool(res.met), "trials": res.trials, "cos": cos, "mae": mae,
                                      "timings_ms": res.timings_ms}))
 
@@ -175,13 +178,14 @@ def diagnose_child(key: str, out: str) -> None:
         np.savez(fp, **feed)
         prep = prepare(str(path), str(fp))
         prep = dc.replace(prep, model=model, feeds=feed)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         diag, extras = diagnose(prep, start_config(cond))
         sec = time.perf_counter() - t
         fix = verify_advice(prep, start_config(cond), diag.findings, extras, diag.summary["stage"],
                             diag.summary["verdict"], target=TARGET)
-        total = time.perf_counter() - t
-    Path(out).write_text(json.dumps({"seconds": sec, "with_fix_seconds": total, "verdict": diag.summary["verdict"],
+        total, cpu = time.perf_counter() - t, time.process_time() - c
+    Path(out).write_text(json.dumps({"seconds": sec, "with_fix_seconds": total, "cpu_seconds": cpu,
+                                     "verdict": diag.summary["verdict"],
                                      "fix": list(fix.keep_dtype), "fix_met": fix.met, "needed": fix.needed}))
 
 
@@ -217,6 +221,29 @@ def run_peer(path: Path, feed: dict, timeout: float) -> dict:
         fp, op = Path(tmp) / "feed.npz", Path(tmp) / "out.json"
         np.savez(fp, **feed)
         return _child(["-c", PEER, str(path), str(fp), str(op), str(COS), str(MAE)], op, timeout)
+
+
+def interleaved(tune_fn, diagnose_fn, repeat: int) -> tuple[dict, dict]:
+    """Median-time results of ``repeat`` calls each of ``tune_fn()`` and ``diagnose_fn()``, called in turn
+    (tune, diagnose, tune, ...) so that a machine shared with other jobs loads both alike; a failing run wins."""
+    runs: tuple[list, list] = ([], [])
+    for _ in range(repeat):
+        for got, fn in zip(runs, (tune_fn, diagnose_fn)):
+            r = fn()
+            if "error" in r:
+                got[:] = [r]
+            elif not got or "error" not in got[0]:
+                got.append(r)
+    out = []
+    for got in runs:
+        if "error" in got[0]:
+            out.append(got[0])
+            continue
+        got.sort(key=lambda r: r["seconds"])
+        med = dict(got[len(got) // 2])
+        med["times"] = [r["seconds"] for r in got]
+        out.append(med)
+    return out[0], out[1]
 
 
 def median_run(fn, repeat: int) -> dict:
@@ -292,13 +319,15 @@ def main() -> None:
           f"speed-up | peer's FP32 set on the simulated NPU")
     rows = []
     for key, path, model, feed, cond in models(only):
-        t = median_run(lambda k=key: run_tune(k, a.timeout), a.repeat)
-        d = median_run(lambda k=key: run_diagnose(k, a.timeout), a.repeat)
+        t, d = interleaved(lambda k=key: run_tune(k, a.timeout), lambda k=key: run_diagnose(k, a.timeout), a.repeat)
         if "error" not in t and "error" not in d:
             same = sorted(d["fix"]) == sorted(t["chosen"]) if d["needed"] else not t["chosen"]
             print(f"{key:10} | tune / diagnose: {t['seconds'] / d['seconds']:.2f} (target <= 3); tune / diagnose "
-                  f"with its verified fix: {t['seconds'] / d['with_fix_seconds']:.2f}; diagnose's fix "
-                  f"{'equals' if same else 'DIFFERS from'} tune's set", flush=True)
+                  f"with its verified fix: {t['seconds'] / d['with_fix_seconds']:.2f} (CPU seconds: "
+                  f"{t['cpu_seconds'] / d['cpu_seconds']:.2f}); tune {t['seconds']:.2f} s, {t['kept']} kept, "
+                  f"{t['trials']} trials; diagnose {d['with_fix_seconds']:.2f} s; diagnose's fix "
+                  f"{'equals' if same else 'DIFFERS from'} tune's set; load average {os.getloadavg()[0]:.1f}",
+                  flush=True)
         else:
             print(f"{key:10} | tune / diagnose: not measured ({t.get('error') or d.get('error')})", flush=True)
         rows.append({"model": key, "tune": t, "diagnose": d})

@@ -33,11 +33,23 @@ def _frozen(v):
     return v
 
 
+#: the signatures of the last plans asked for, by id (the plan is held, so its id is not reused meanwhile)
+_RECENT: OrderedDict = OrderedDict()
+
+
 def plan_signatures(plan) -> list[tuple]:
-    """:func:`kernel_signature` of every kernel of ``plan``, in plan order."""
+    """:func:`kernel_signature` of every kernel of ``plan``, in plan order (kept for the last few plans: a
+    trial's runtime build and its run both ask)."""
+    got = _RECENT.get(id(plan))
+    if got is not None and got[0] is plan:
+        return got[1]
     cast_src = {k.outputs[0]: k.cast_of for k in plan.kernels if k.cast_of and k.outputs}
     overflow = plan.config.get("overflow_mode", "inf_nan")
-    return [kernel_signature(k, plan, cast_src, overflow) for k in plan.kernels]
+    sigs = [kernel_signature(k, plan, cast_src, overflow) for k in plan.kernels]
+    _RECENT[id(plan)] = (plan, sigs)
+    while len(_RECENT) > 4:
+        _RECENT.popitem(last=False)
+    return sigs
 
 
 def kernel_signature(spec, plan, cast_src: dict, overflow_mode: str) -> tuple:
