@@ -354,19 +354,28 @@ def _diag_options(fn):
             click.option("--verify/--no-verify", default=True, show_default=True,
                          help="Apply and re-run every advised keep_dtype set, and search the verified fix as tune "
                          "does when the outputs miss tune's default target (keep_dtype.txt, fixed_config.json)."),
-            ] + DATASET_OPTIONS
+            DATASET_OPTIONS[0],
+            click.option("--ray", "ray_address", metavar="ADDRESS", help="Run on a Ray cluster ('auto', 'local' or "
+                         "host:port; pip install 'npuscope[ray]'). Dataset runs: the inputs spread over its workers. "
+                         "One input: the streamed pass split into --ray-parts contiguous kernel ranges, one Ray task "
+                         "each, run in turn (the model file at the same path on every node; the same results)."),
+            DATASET_OPTIONS[2],
+            click.option("--ray-parts", type=click.IntRange(min=1), help="With --ray on one input: how many parts "
+                         "(default: the cluster's CPU count); each asks Ray for the memory its kernels need."),
+            ]
     return _options(fn, opts)
 
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds, atol,
           rtol, task_metrics, out, device_dumps, device_profile, mapping, nodes, layers, until, outputs_only, verify,
-          jobs, ray_address, percentiles, html, stream=None, segment_mb=64.0):
+          jobs, ray_address, percentiles, html, stream=None, segment_mb=64.0, ray_parts=None):
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
                            atol=atol, rtol=rtol, task_metrics=task_metrics, out=out, html=html, jobs=jobs,
                            ray=ray_address, percentiles=percentiles, device_dumps=device_dumps,
                            device_profile=device_profile, mapping=mapping, verify=verify, progress=_progress,
-                           subset=Subset(nodes, layers, until, outputs_only), stream=stream, segment_mb=segment_mb)
+                           subset=Subset(nodes, layers, until, outputs_only), stream=stream, segment_mb=segment_mb,
+                           ray_parts=ray_parts)
     _finish(res, res["verdict"] == "FAIL", f"verdict {res['verdict']}")
 
 

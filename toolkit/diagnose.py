@@ -44,7 +44,7 @@ from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.env import environment
-from toolkit.core.errors import ModelError
+from toolkit.core.errors import ModelError, UsageError
 from toolkit.core.records import Finding
 from toolkit.core.text import show, show_crossed, show_vs
 from toolkit.engine import Session, shapes_of
@@ -58,6 +58,7 @@ from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
 from toolkit.runtime.npu import KernelRuntimeError
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
+from toolkit.stream.distributed import check_address, distributed_comparison
 from toolkit.stream.stores import Restricted
 from toolkit.stream.streamed import should_stream, streamed_comparison
 
@@ -432,7 +433,8 @@ def _run_or_explain(sess, prep: Prepared):
 
 def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), progress=_noop,
              subset: Subset | None = None, stream: bool | None = None,
-             segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> tuple[Diagnosis, dict]:
+             segment_bytes: int = DEFAULT_SEGMENT_BYTES, ray: str | None = None,
+             ray_parts: int | None = None) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "compiled", "origin_nodes",
     "npu_outputs", "runtime"}: the reference tensors, the device side, the CompileResult, the nodes a reproducer
     needs, the plan's graph outputs and the NpuRuntime that ran, with its built kernels).
@@ -452,14 +454,29 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
     segment and compares each tensor as the plan writes it (toolkit.stream.streamed; ``segment_bytes`` per
     segment, bytes), so the tensors of both runs are never all held; ``golden`` and ``device`` in the extras are
     then toolkit.stream.stores mappings that compute a tensor again from its segment's stored boundary. The
-    results are the same either way; ``summary["streamed"]`` says how it ran."""
+    results are the same either way; ``summary["streamed"]`` says how it ran.
+
+    ``ray`` (a Ray cluster address: 'auto', 'local' or host:port) streams (``stream`` None or True) with the
+    plan's kernels split into ``ray_parts`` contiguous parts (None: the cluster's CPU count), each a Ray task
+    that runs its kernels and the reference segments they need from the previous part's hand-over
+    (toolkit.stream.distributed); the rows come back in order (the same layer table), and the driver's stores
+    are filled with the boundaries the parts return, so refinement, advice, triage and verdict run here as on
+    one machine. ``summary["streamed"]["parts"]`` lists the parts. Raises UsageError for ``stream=False`` with
+    ``ray``, ``ray_parts`` without ``ray``, no ray package or an unreachable address."""
     require_outputs(prep.model, prep.path)
+    if ray_parts is not None and not ray:
+        raise UsageError(f"--ray-parts {ray_parts} splits a pass across a Ray cluster; give --ray ADDRESS too")
+    if ray and stream is False:
+        raise UsageError(f"--ray {ray} splits the streamed pass across a Ray cluster; drop --no-stream")
+    if ray:
+        check_address(ray)
     kept = select(prep.model, subset) if subset is not None and subset.active else None
     types = inferred_types(prep.model)
-    if should_stream(prep.model, stream, types, prep.feeds):
+    if ray or should_stream(prep.model, stream, types, prep.feeds):
         with own_run_options() as options:
             return _diagnose(prep, config, thresholds, task_metrics, progress, None, kept,
-                             streaming={"options": options, "types": types, "segment_bytes": segment_bytes})
+                             streaming={"options": options, "types": types, "segment_bytes": segment_bytes,
+                                        "ray": ray, "ray_parts": ray_parts, "config": config})
     with own_run_options() as options:
         reference = _Background(_timed, _reference_run, prep, options,
                                 kept["tensors"] if kept is not None else None, types)
@@ -479,9 +496,15 @@ def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: di
     only = set(kept["tensors"]) if kept is not None else None
     ts = time.perf_counter()
     try:
-        st = streamed_comparison(prep.model, sess.runtime, prep.feeds, thresholds,
-                                 segment_bytes=streaming["segment_bytes"], only=only,
-                                 options=streaming["options"], types=streaming["types"], progress=progress)
+        if streaming.get("ray"):  # the kernels split across a Ray cluster (toolkit.stream.distributed)
+            st = distributed_comparison(prep.model, sess.runtime, prep.feeds, thresholds, model_path=prep.path,
+                                        config=streaming["config"], address=streaming["ray"],
+                                        parts=streaming.get("ray_parts"), segment_bytes=streaming["segment_bytes"],
+                                        only=only, types=streaming["types"], progress=progress)
+        else:
+            st = streamed_comparison(prep.model, sess.runtime, prep.feeds, thresholds,
+                                     segment_bytes=streaming["segment_bytes"], only=only,
+                                     options=streaming["options"], types=streaming["types"], progress=progress)
     except KernelRuntimeError as exc:
         raise_if_reference_fails(prep.model, prep.feeds, exc)
         raise
@@ -496,6 +519,8 @@ def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: di
               "segment_bytes": streaming["segment_bytes"], "kept_bytes": st.kept_bytes,
               "boundary_bytes": st.golden.boundary_bytes(), "checkpoint_bytes": st.device.checkpoint_bytes(),
               "peak_rss_bytes": st.peak_rss_bytes}
+    if st.parts:
+        record.update({"ray": streaming["ray"], "parts": st.parts})
     return st.run, golden, device, df, record
 
 

@@ -35,13 +35,15 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                      percentiles: str | None = None, device_dumps: str | None = None,
                      device_profile: str | None = None, mapping: str | None = None, verify: bool = True,
                      atol=(), rtol=(), progress=_noop, subset: Subset | None = None, stream: bool | None = None,
-                     segment_mb: float | None = None) -> dict:
+                     segment_mb: float | None = None, ray_parts: int | None = None) -> dict:
     """Run :func:`toolkit.diagnose.diagnose` and write the report folder.
 
     Files: index.html (``html``), result.csv, summary.json, findings.json, kernel_times.csv, compile.log,
     fusion_result.json, plan.json, compile_findings.json and repro/ (when an origin was found).
     ``inputs`` a folder of .npz or a loader script ``file.py[:function]``: a dataset run
-    (toolkit.commands.dataset.diagnose_dataset; ``jobs``, ``ray``, ``percentiles`` apply only there).
+    (toolkit.commands.dataset.diagnose_dataset; ``jobs`` and ``percentiles`` apply only there; ``ray`` there
+    spreads the inputs over a Ray cluster's workers, and on one input splits the streamed pass into ``ray_parts``
+    Ray tasks: :func:`toolkit.diagnose.diagnose`'s ``ray``).
     ``thresholds``: abnormal lines (toolkit.compare.metrics.grammar); ``atol`` / ``rtol``: the ``--atol`` /
     ``--rtol`` shorthands, appended to them. ``verify`` (default True): apply and re-run every advised
     keep_dtype set and search the verified fix as tune does (toolkit.tuning.advice.verify_advice); with a fix,
@@ -60,6 +62,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
             raise UsageError("--device-dumps / --device-profile compare one device run: give the one .npz it ran "
                              "on as --inputs, not a folder")
         _single_input_only(jobs, ray, percentiles)
+        _no_ray_parts(ray_parts, "--device-dumps / --device-profile compare a device run")
         if mapping and not device_dumps:
             raise UsageError("--mapping names the fused ops of --device-dumps; give --device-dumps DIR too")
         if device_dumps:
@@ -71,14 +74,16 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     if several_sets(inputs):
         if subset is not None and subset.active:
             raise ConfigError(f"{subset.describe()} applies to one input; pass one .npz with --inputs, not a folder")
+        _no_ray_parts(ray_parts, "a dataset run gives whole inputs to the Ray workers")
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
                                 out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
-    _single_input_only(jobs, ray, percentiles)
+    _single_input_only(jobs, None, percentiles)  # --ray on one input: the streamed pass split across the cluster
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     check_tensors(lines, tensor_order(prep.model))
     diag, extra = diagnose(prep, config, thresholds=lines, task_metrics=task_metrics, progress=progress,
                            subset=subset, stream=stream,
-                           segment_bytes=int(segment_mb * 2**20) if segment_mb else DEFAULT_SEGMENT_BYTES)
+                           segment_bytes=int(segment_mb * 2**20) if segment_mb else DEFAULT_SEGMENT_BYTES,
+                           ray=ray, ray_parts=ray_parts)
     fix = None
     if verify and not (subset is not None and subset.active):  # a subset keeps too few tensors to rank kernels
         fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
@@ -108,6 +113,11 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}
+
+
+def _no_ray_parts(ray_parts: int | None, why: str) -> None:
+    if ray_parts is not None:
+        raise UsageError(f"--ray-parts {ray_parts} splits one input's streamed pass; {why}: drop --ray-parts")
 
 
 def device_diagnose_command(model: str | None, config: Config, device_dumps: str, *, profile: str | None = None,
