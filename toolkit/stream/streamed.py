@@ -123,7 +123,7 @@ class StreamPass:
         plan_sizes = {t: int(spec.nbytes) for t, spec in runtime.plan.tensors.items() if getattr(spec, "nbytes", 0)}
         self.reference = SegmentedReference(model, types, segment_bytes, only, dims=symbol_values(model, feeds),
                                             sizes=plan_sizes)
-        held = 4 * segment_bytes if memory_bytes is None else memory_bytes
+        held = 2 * segment_bytes if memory_bytes is None else memory_bytes
         self.golden = GoldenStore(self.reference, feeds, options, memory_bytes=held)
         self.device = DeviceStore(runtime, feeds, device_cuts(runtime, segment_bytes), memory_bytes=held)
         self.rows_of = LayerRows(model, runtime.plan, thresholds, random_src=dependent_tensors(model, self.golden))
@@ -269,7 +269,7 @@ def streamed_comparison(model, runtime, feeds: dict, thresholds=None, *, segment
         types: {tensor: ValueInfoProto} of the model (toolkit.ort.reference.inferred_types; computed if None).
         progress: callable(str) told each reference segment done, with the RSS.
         memory_bytes: bytes of stored boundary tensors held in memory on each side before they go to disk
-            (toolkit.stream.spill; default: 4 x ``segment_bytes``).
+            (toolkit.stream.spill; default: 2 x ``segment_bytes``).
 
     Raises:
         InputError / KernelRuntimeError as NpuRuntime.run; ModelError when onnxruntime refuses a segment.
