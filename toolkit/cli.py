@@ -17,6 +17,7 @@ A signal or the timeout also stops a run inside onnxruntime (toolkit.ort.termina
 
 from __future__ import annotations
 
+import errno
 import math
 import sys
 import time
@@ -719,6 +720,11 @@ def _exit_interrupted(code: int) -> None:
     _exit_now(code)
 
 
+#: errno values of a write the machine refuses (read-only file system, disk or quota full, permission): the
+#: user's environment, not a bug; reported in one line, exit 2
+_WRITE_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
 def _main(argv) -> None:
     import signal
 
@@ -760,7 +766,12 @@ def _main(argv) -> None:
         sys.exit(_SIGNALLED["code"])
     except SystemExit:
         raise
-    except Exception as exc:  # a bug in npuscope, not the user's fault
+    except Exception as exc:  # a bug in npuscope, not the user's fault, unless the machine refused a write
+        if isinstance(exc, OSError) and exc.errno in _WRITE_ERRNOS:
+            where = f" '{exc.filename}'" if exc.filename else ""
+            _say(f"npuscope: error: cannot write{where}: {exc.strerror or exc}; free some space or choose a "
+                 "writable folder (--out, TMPDIR)", err=True)
+            sys.exit(EXIT_USAGE)
         import traceback
 
         _say(traceback.format_exc().splitlines(), err=True)

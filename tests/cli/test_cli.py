@@ -1289,3 +1289,66 @@ def test_segment_mb_refuses_what_is_no_size(value, tmp_path):
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--segment-mb" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def _gather_ids_model(path: Path, rows: int = 10):
+    table = numpy_helper.from_array(np.arange(rows * 3, dtype=np.float32).reshape(rows, 3), "table")
+    g = helper.make_graph([helper.make_node("Gather", ["table", "ids"], ["y"], name="gather", axis=0)], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3])], [table])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("command", [["memcheck"], ["profile", "--requests", "2"], ["tune"], ["run"], ["compare"],
+                                     ["diagnose"]])
+def test_inputs_the_model_cannot_run_are_one_line_on_every_command(tmp_path, command):
+    """Kind: inputs the model itself cannot run (ids past a Gather's table): every command that runs the model
+    names the input and the fix (--val-range) in one line, exit 2, whether the reference (tune) or a kernel
+    (memcheck, profile, run, ...) meets them first; onnxruntime refuses the same feed (checked here)."""
+    import onnxruntime as ort
+
+    _gather_ids_model(tmp_path / "m.onnx")
+    ids = np.array([[0, 3, 100, 1]], np.int64)
+    np.savez(tmp_path / "ids.npz", ids=ids)
+    with pytest.raises(Exception, match="out of"):
+        ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})
+    p = npuscope(*command, "m.onnx", "--inputs", "ids.npz", "--out", "o", cwd=tmp_path)
+    line = strict_error_line(p)
+    assert p.returncode == 2
+    assert "ids(1, 4)" in line and '--val-range "ids:[0,N]"' in line, line
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+REFUSED_WRITE = r"""
+import builtins, errno, io, os, sys
+out = os.path.abspath(sys.argv[1])
+code = getattr(errno, sys.argv[2])
+real_open = builtins.open
+def refusing(file, mode="r", *a, **k):
+    if isinstance(file, (str, os.PathLike)) and os.path.abspath(file).startswith(out) and any(c in mode for c in "wax+"):
+        raise OSError(code, os.strerror(code), str(file))
+    return real_open(file, mode, *a, **k)
+builtins.open = io.open = refusing
+real_os_open = os.open
+def refusing_os(path, flags, *a, **k):
+    if os.path.abspath(path).startswith(out) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+        raise OSError(code, os.strerror(code), str(path))
+    return real_os_open(path, flags, *a, **k)
+os.open = refusing_os
+from toolkit.cli import main
+main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("code", ["ENOSPC", "EROFS", "EACCES"])
+@pytest.mark.parametrize("command", [["compare"], ["compile"], ["memcheck"]])
+def test_a_write_the_machine_refuses_is_one_line(tmp_path, code, command):
+    """Kind: the output folder cannot be written (disk full, read-only mount, no permission): one line naming
+    the file and the reason, exit 2, no traceback, no partial folder."""
+    out = tmp_path / "o"
+    p = subprocess.run([sys.executable, "-c", REFUSED_WRITE, str(out), code, *command, "resnet_small", "--out",
+                        str(out)], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=tmp_path,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    line = strict_error_line(p)
+    assert p.returncode == 2 and "cannot write" in line and os.strerror(getattr(__import__("errno"), code)) in line
+    assert not out.exists() or not any(out.iterdir())

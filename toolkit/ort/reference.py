@@ -14,7 +14,7 @@ from toolkit.ir.shape_inference import infer_light
 from toolkit.ir.weights import for_onnxruntime, mapped_initializers
 from toolkit.ort import ort_values
 from toolkit.ort.ort_env import ORT_ERRORS, make_session
-from toolkit.ort.terminate import run_options
+from toolkit.ort.terminate import reraise_if_terminated, run_options
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 
@@ -93,10 +93,37 @@ class ReferenceRunner:
 
     def run(self, feeds: dict[str, np.ndarray], options=None) -> dict[str, np.ndarray]:
         """{tensor name: array} for graph outputs and exposed intermediates. ``options``: the onnxruntime
-        RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal terminates)."""
+        RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal terminates).
+
+        Raises:
+            ModelError: onnxruntime fails on these inputs (:func:`cannot_run`)."""
         options = run_options() if options is None else options
-        if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):
-            outs = ort_values.run(self.session, self.output_names, feeds, options=options)
-        else:
-            outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds, options)]
+        try:
+            if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):
+                outs = ort_values.run(self.session, self.output_names, feeds, options=options)
+            else:
+                outs = [ort_values.to_numpy(o) for o in self.session.run(self.output_names, feeds, options)]
+        except ORT_ERRORS as exc:
+            reraise_if_terminated(exc)
+            raise cannot_run(feeds, exc) from None
         return dict(zip(self.output_names, outs))
+
+
+def cannot_run(feeds: dict, exc: BaseException, npuscope_error: str = "") -> ModelError:
+    """The one-line error for inputs onnxruntime cannot run the model on (``exc``: its error, whose reason it puts
+    last): the inputs' shapes, the reason, and for integer inputs (indices, ids) the --val-range that fixes
+    generated ones. ``npuscope_error``: the name of the simulated run's own error, when that failed first. The
+    error keeps onnxruntime's as its ``onnxruntime_error`` attribute."""
+    why = " ".join(str(exc).split()).split("Status Message:")[-1].strip()
+    why = why if len(why) <= 200 else "..." + why[-200:]
+    shapes = ", ".join(f"{k}{tuple(getattr(v, 'shape', ()))}" for k, v in feeds.items())
+    ints = [k for k, v in feeds.items() if getattr(getattr(v, "dtype", None), "kind", "") in "iu"
+            and getattr(v, "size", 0)]
+    hint = (f"; an integer input used as an index or id ({', '.join(ints)}) needs values the model takes: "
+            f"give --val-range \"{ints[0]}:[0,N]\" with N the largest index it takes, or real --inputs"
+            if ints else "")
+    err = ModelError(f"the model cannot run inputs {shapes}: onnxruntime fails on them"
+                     f"{' too' if npuscope_error else ''} ({why}); check --input-shape / the inputs against the "
+                     f"model{hint}" + (f" (npuscope: {npuscope_error})" if npuscope_error else ""))
+    err.onnxruntime_error = exc
+    return err

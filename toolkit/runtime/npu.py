@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.compiler.context import CompileResult
+from toolkit.compiler.passes.bind_shapes import raise_if_reference_fails
 from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.ir.weights import array_of, mapped_initializers
 from toolkit.ort import ort_values
@@ -246,7 +247,9 @@ class NpuRuntime:
 
         Raises:
             InputError: a missing input or one whose shape differs from the compiled shape.
-            KernelRuntimeError: a kernel failed at run time.
+            ModelError: a kernel failed and the FP32 onnxruntime reference fails on these inputs too (ids past a
+                table, shapes a Reshape cannot take: toolkit.compiler.passes.bind_shapes.raise_if_reference_fails).
+            KernelRuntimeError: a kernel failed at run time (the reference runs these inputs).
         """
         heap: dict[str, object] = {}
         self._heap = heap
@@ -269,7 +272,12 @@ class NpuRuntime:
             np.copyto(view, arr.astype(view.dtype, copy=False))
         res = RunResult({})
         t_all = time.perf_counter()
-        self._loop(heap, 0, len(self.kernels), res, dump, on_kernel, before_kernel)
+        try:
+            self._loop(heap, 0, len(self.kernels), res, dump, on_kernel, before_kernel)
+        except KernelRuntimeError as exc:
+            if exc.__cause__ is not None:  # onnxruntime failed in a kernel: the inputs' fault if the reference fails too
+                raise_if_reference_fails(self.compiled.model, feeds, exc)
+            raise
         res.total_ms = (time.perf_counter() - t_all) * 1e3
         if dump:  # graph outputs folded at compile time: no kernel wrote them, the plan carries their value
             for name, val in self.const_outputs.items():

@@ -25,7 +25,7 @@ from toolkit.core.text import suggest
 # dim_params exporters write for "unknown" ("", "?"): not symbols that inputs share
 from toolkit.inputs.spec import _UNNAMED as UNNAMED
 from toolkit.ir.shape_inference import infer_light
-from toolkit.ort.reference import ReferenceRunner
+from toolkit.ort.reference import ReferenceRunner, cannot_run
 from toolkit.ort.terminate import reraise_if_terminated
 
 #: Largest dim a shape may bind (ONNX dims are int64).
@@ -215,14 +215,4 @@ def raise_if_reference_fails(model: onnx.ModelProto, feeds: dict, exc: Exception
         ReferenceRunner(model, expose=False).run(feeds)
     except Exception as ref_exc:  # noqa: BLE001 - any onnxruntime failure is the verdict we look for
         reraise_if_terminated(ref_exc)
-        why = " ".join(str(ref_exc).split()).split("Status Message:")[-1].strip()
-        why = why if len(why) <= 200 else "..." + why[-200:]  # onnxruntime puts the reason last
-        shapes = ", ".join(f"{k}{tuple(getattr(v, 'shape', ()))}" for k, v in feeds.items())
-        ints = [k for k, v in feeds.items() if getattr(getattr(v, "dtype", None), "kind", "") in "iu"
-                and getattr(v, "size", 0)]
-        hint = (f"; an integer input used as an index or id ({', '.join(ints)}) needs values the model takes: "
-                f"give --val-range \"{ints[0]}:[0,N]\" with N the largest index it takes, or real --inputs"
-                if ints else "")
-        raise ModelError(f"the model cannot run inputs {shapes}: onnxruntime fails on them too ({why}); "
-                         f"check --input-shape / the inputs against the model{hint} "
-                         f"(npuscope: {type(exc).__name__})") from None
+        raise cannot_run(feeds, getattr(ref_exc, "onnxruntime_error", ref_exc), type(exc).__name__) from None
