@@ -1352,3 +1352,22 @@ def test_a_write_the_machine_refuses_is_one_line(tmp_path, code, command):
     line = strict_error_line(p)
     assert p.returncode == 2 and "cannot write" in line and os.strerror(getattr(__import__("errno"), code)) in line
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.parametrize("delay", [0.2, 0.6, 1.2])
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_modules_load_ends_quietly(tmp_path, delay, sig, code):
+    """Kind: Ctrl-C or SIGTERM in the first second, while numpy / onnxruntime / pandas are imported: exit 128 +
+    the signal, one line, no KeyboardInterrupt traceback from inside an import, no output folder."""
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "compare", "resnet_small", "--out", "o"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    time.sleep(delay)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=TIMEOUT_S)
+    if proc.returncode == 0:  # the whole run fit in the delay: nothing to interrupt
+        return
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "interrupted" in err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
