@@ -58,7 +58,8 @@ from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
 from toolkit.runtime.npu import KernelRuntimeError
 from toolkit.source import _zoo_name_of, prepare_inputs, resolve_model
-from toolkit.stream.distributed import check_address, distributed_comparison
+from toolkit.core.ray_cluster import check_address
+from toolkit.stream.distributed import distributed_comparison
 from toolkit.stream.stores import Restricted
 from toolkit.stream.streamed import should_stream, streamed_comparison
 

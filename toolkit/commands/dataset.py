@@ -37,6 +37,7 @@ from toolkit.compare.tasks import load_task
 from toolkit.config.schema import Config
 from toolkit.core.csvjson import _csv_text, atomic_write_text
 from toolkit.core.errors import ConfigError, InputError, ModelError, UsageError
+from toolkit.core.ray_cluster import check_address
 from toolkit.dataset.aggregate import aggregate, parse_percentiles
 from toolkit.dataset.runner import run_inputs
 from toolkit.dataset.source import (
@@ -295,10 +296,12 @@ def dataset_facts(job: Job, store: Store, table: pd.DataFrame, names: list[str],
 # ---------------------------------------------------------------------------------------------- diagnose
 def check_workers(jobs: int, ray: str | None) -> None:
     """--jobs (local processes) and --ray (a Ray cluster's workers) choose where inputs run: one or the other.
-    Raises UsageError for both."""
+    Raises UsageError for both, and for an unreachable Ray address (toolkit.core.ray_cluster.check_address)."""
     if ray and jobs != 1:
         raise UsageError(f"--jobs {jobs} and --ray {ray} both say where the inputs run; give --ray alone (the "
                          "cluster's workers run them) or --jobs alone (local processes)")
+    if ray:
+        check_address(ray)  # before anything compiles: an unreachable host:port is refused at once
 
 
 def diagnose_dataset(model: str | None, config: Config, *, inputs: str, thresholds: str | None = None,

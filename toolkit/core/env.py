@@ -19,7 +19,7 @@ from pathlib import Path
 PACKAGES = ("npuscope", "numpy", "onnx", "onnxruntime", "onnx-ir", "onnxscript", "ml_dtypes", "pandas", "plotly",
             "jinja2")
 #: Environment variables that change what npuscope does: numerics and threading (BLAS / OpenMP / onnxruntime
-#: thread counts, toolkit.ort.ort_env, toolkit.dataset.runner.blas_threads), where files go and whether
+#: thread counts, toolkit.ort.ort_env, toolkit.core.ray_cluster.blas_threads), where files go and whether
 #: they are reused (the compile cache, toolkit.cache.settings; the model zoo cache, toolkit.zoo; their
 #: ``XDG_CACHE_HOME`` / ``LOCALAPPDATA`` bases) and what is logged where (toolkit.logs.plog). Every variable the
 #: package reads is listed here or in :data:`BOOKKEEPING_ENV` (tests/test_fixes_round7_report.py checks the source).

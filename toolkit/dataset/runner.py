@@ -18,7 +18,7 @@ actors, so N workers do not oversubscribe the cores. The serial backend keeps th
 Identical results: onnxruntime's CPU kernels give the same values for any intra-op thread count here (checked
 by tests/test_dataset.py), but the float64 metric sums use BLAS dot products whose rounding depends on the
 BLAS thread count; pool processes inherit this process' environment, and Ray actors get this process' count
-as OPENBLAS_NUM_THREADS (:func:`blas_threads`). Workers on a machine whose CPU selects another BLAS kernel can
+as OPENBLAS_NUM_THREADS (toolkit.core.ray_cluster.blas_threads). Workers on a machine whose CPU selects another BLAS kernel can
 still differ in the last bits.
 
 Records are written by this process, as they arrive (:meth:`toolkit.dataset.store.Store.write`); the
@@ -36,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from toolkit.core.errors import UsageError, UserError
+from toolkit.core.ray_cluster import blas_threads, connect
 from toolkit.dataset.lifeline import exit_with_parent
 from toolkit.dataset.source import InputRef, read_bytes
 from toolkit.dataset.worker import JobSpec, Record, Worker, error_record
@@ -115,36 +116,11 @@ def _stop_workers(ex: cf.ProcessPoolExecutor) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- Ray
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs the 'ray' package; install it with: pip install 'npuscope[ray]'") from None
-    return ray
-
-
-def blas_threads() -> str:
-    """The BLAS thread count of this process as OpenBLAS chooses it (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS,
-    OMP_NUM_THREADS, else the CPU count). Ray actors get it as OPENBLAS_NUM_THREADS: the metric sums use BLAS dot
-    products, whose float64 result depends on how many threads split the sum (Ray sets OMP_NUM_THREADS=1)."""
-    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var, "").strip().isdigit() and int(os.environ[var]) > 0:
-            return os.environ[var].strip()
-    return str(os.cpu_count() or 1)
-
-
 def ray_backend(spec: JobSpec, todo: list[InputRef], address: str, jobs: int = 1) -> Iterator[Record]:
     """Evaluate ``todo`` on a Ray cluster (module docstring); records in completion order."""
     if not todo:
         return
-    ray = _ray()
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UsageError(f"--ray '{address}': cannot connect ({' '.join(str(exc).split())[:200]}); give a "
-                             "running cluster's address, 'auto', or 'local'") from None
+    ray, started = connect(address)
     actor_cls = ray.remote(num_cpus=1)(Worker)
     actors: list = []
     try:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -42,6 +41,7 @@ import numpy as np
 import onnx
 
 from toolkit.core.errors import InputError, ModelError, UsageError
+from toolkit.core.ray_cluster import blas_threads, connect
 from toolkit.engine import Session, shapes_of
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
@@ -262,66 +262,6 @@ def _ray_part(spec, index: int, start: int, stop: int, handoff):
     result["node_id"] = ctx.get_node_id()
     result["assigned"] = {k: float(v) for k, v in ctx.get_assigned_resources().items()}
     return nxt, result
-
-
-def _ray():
-    try:
-        import ray  # optional dependency (the 'ray' extra)
-    except ImportError:
-        raise UsageError("--ray needs the 'ray' package; install it with: pip install 'npuscope[ray]'") from None
-    return ray
-
-
-def blas_threads() -> str:
-    """This process' BLAS thread count as OpenBLAS chooses it (OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS,
-    OMP_NUM_THREADS, else the CPU count), given to the tasks (module docstring)."""
-    for var in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
-        if os.environ.get(var, "").strip().isdigit() and int(os.environ[var]) > 0:
-            return os.environ[var].strip()
-    return str(os.cpu_count() or 1)
-
-
-def _probe(address: str) -> None:
-    """A host:port address must accept a TCP connection (Ray itself retries for a minute before it says so)."""
-    if address in ("auto", "local") or "://" in address or ":" not in address:
-        return
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise UsageError(f"--ray '{address}': the port is not a number; give host:port, 'auto' or 'local'")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
-    except OSError as exc:
-        raise UsageError(f"--ray '{address}': cannot connect ({exc.strerror or exc}); start the cluster (ray start "
-                         "--head) or give a running cluster's address, 'auto', or 'local'") from None
-
-
-def check_address(address: str) -> None:
-    """Fail fast, before anything compiles: ray is importable and a host:port ``address`` accepts connections
-    (nothing checked when Ray is already initialised in this process).
-
-    Raises:
-        UsageError: no ray package, a bad port, or nothing listening there."""
-    ray = _ray()
-    if not ray.is_initialized():
-        _probe(address)
-
-
-def connect(address: str):
-    """(the ray module, whether this call started Ray): ``ray.init(address=...)`` unless Ray is already
-    initialised in this process (then reused as it is).
-
-    Raises:
-        UsageError: ray is not installed, or the address cannot be reached."""
-    ray = _ray()
-    if ray.is_initialized():
-        return ray, False
-    _probe(address)
-    try:
-        ray.init(address=address, log_to_driver=False)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise UsageError(f"--ray '{address}': cannot connect ({' '.join(str(exc).split())[:200]}); give a "
-                         "running cluster's address, 'auto', or 'local'") from None
-    return ray, True
 
 
 def _largest_node_memory(ray) -> int | None:
