@@ -147,3 +147,37 @@ def test_advise_lists_golden_nonfinite_only_with_outputs():
     plan = type("P", (), {"kernels": []})()
     assert [f.kind for f in advise(df, plan)] == []
     assert [f.kind for f in advise(df, plan, outputs=["y"])] == ["golden_nonfinite"]
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e3])
+@pytest.mark.parametrize("where", ["intermediate", "input_cast"])
+def test_overflow_text_says_whether_the_output_is_past_fp16_too(scale, where):
+    """The sentence about the kernel's output follows the output's own reference magnitude: 'stays within FP16'
+    only when it does (|y| <= 65504), 'past FP16 max too' otherwise; an input overflow at a fused kernel names the
+    kernel and its nodes, not one node that does not read the input."""
+    from toolkit.compare.advisor import overflow_finding as finding
+    from toolkit.compare.advisor import overflow_site
+
+    x = np.array([[2.0, 3.0]], np.float32)
+    up = x * np.float32(4e4)  # past 65504
+    y = up * np.float32(scale)
+    if where == "intermediate":
+        values = {"x": x, "up": up, "y": y}
+        k = _k("k", ["mul_up", "mul_down"], ["x"], ["y"], internal=["up"])
+        plan = _fake([k], {"x": "float32", "y": "float16"}, ["x"])
+        rows = [{"TensorName": "up", "NodeName": "mul_up", "OpType": "Mul", "Kernel": "k",
+                 "GoldenAbsMax": float(up.max())}]
+    else:  # the graph input itself is past 65504 and cast to FP16 at the fused kernel's input
+        values = {"big": up, "y": y, "mid": up}
+        k = _k("k", ["scale_in", "mul_down"], ["big"], ["y"], internal=["mid"])
+        plan = _fake([k], {"big": "float32", "y": "float16"}, ["big"])
+        rows = []
+    df = pd.DataFrame(rows + [{"TensorName": "y", "NodeName": "mul_down", "OpType": "Mul", "Kernel": "k",
+                               "GoldenAbsMax": float(np.abs(y).max()), "OverFlow": True}])
+    assert overflow_site(df.iloc[-1], plan, df, values)["where"] == where
+    f = finding(df.iloc[-1], {"k": k}, plan=plan, df=df, values=values)
+    past = float(np.abs(y).max()) > FP16_MAX
+    text = f.recommendation
+    if where == "input_cast":
+        assert "input of kernel 'k' (scale_in, mul_down)" in text, text
+    assert ("past FP16 max too" in text) == past and ("stays within FP16" in text) == (not past), text

@@ -323,17 +323,23 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
 def _site_text(r, site: dict, plan_kernels) -> str:
     """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
     node, op = r["NodeName"], r.get("OpType", "")
-    out = _beyond_fp16(r.get("GoldenAbsMax", float("nan")))
+    out_absmax = r.get("GoldenAbsMax", float("nan"))
+    out = _beyond_fp16(out_absmax)
     past = f"golden |x| up to {_beyond_fp16(site['golden_absmax'])} > FP16 max {FP16_MAX:.0f}"
+    output_too = out_absmax is not None and float(out_absmax) > FP16_MAX
     if site["where"] == "input_cast":
         src = (f"graph input '{site['tensor']}' (FP32)" if not site["producer"] else
                f"'{site['tensor']}' (written in FP32 by '{site['producer']}')")
-        return (f"FP16 overflow at the input of '{node}' ({op}, FP16 kernel): it reads {src}, {past}, cast to "
-                f"FP16, which turns it into inf; its own output stays within FP16 (golden |x| up to {out})")
+        what = _what(r, plan_kernels)
+        what = f"'{node}' ({op}, FP16 kernel)" if what == f"'{node}'" else f"{what}, an FP16 kernel"
+        return (f"FP16 overflow at the input of {what}: it reads {src}, {past}, cast to FP16, which turns it into "
+                "inf; " + (f"its output is past FP16 max too (golden |x| up to {out})" if output_too else
+                           f"its own output stays within FP16 (golden |x| up to {out})"))
     if site["where"] == "intermediate":
         return (f"FP16 overflow inside {_what(r, plan_kernels)}: its on-chip intermediate '{site['tensor']}' "
-                f"(from '{site['producer']}') reaches {past}; the kernel's output stays within FP16 "
-                f"(golden |x| up to {out})")
+                f"(from '{site['producer']}') reaches {past}; " +
+                (f"the kernel's output is past FP16 max too (golden |x| up to {out})" if output_too else
+                 f"the kernel's output stays within FP16 (golden |x| up to {out})"))
     if site["where"] == "output":
         return f"FP16 overflow at the output of '{node}' ({op}): {past}, which FP16 storage turns into inf"
     if site["where"] == "unknown":
