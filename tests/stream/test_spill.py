@@ -91,3 +91,34 @@ def test_close_removes_the_folder(tmp_path, monkeypatch):
 
     gc.collect()
     assert not any(tmp_path.iterdir())
+
+
+def test_folders_of_processes_that_are_gone_are_swept(tmp_path, monkeypatch):
+    """A run killed with SIGKILL leaves its spill folder: the next store removes it, and nothing that belongs to a
+    live process, or is no spill folder of ours, or a link."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = tmp_path / f"npuscope-reference-{dead}-abc"
+        kept = [tmp_path / f"npuscope-reference-{live.pid}-abc", tmp_path / "npuscope-reference-xyz",
+                tmp_path / f"npuscope-device-{dead}-abc", tmp_path / "unrelated"]
+        for p in [stale, *kept]:
+            p.mkdir()
+            (p / "1.npy").write_bytes(b"x")
+        target = tmp_path / "elsewhere"
+        target.mkdir()
+        (tmp_path / f"npuscope-reference-{dead}-link").symlink_to(target)
+        store = SpillStore(0, "npuscope-reference-")
+        store["a"] = np.ones(100, np.float32)
+        assert not stale.exists() and all(p.exists() for p in kept) and target.exists()
+        assert store._folder.name.startswith(f"npuscope-reference-{os.getpid()}-")
+        store.close()
+    finally:
+        live.kill()

@@ -6,13 +6,15 @@ A streamed diagnosis stores every reference segment's boundary tensors and the d
 4 MiB segments); spilled, the process holds only the budget plus the pages of the arrays being read. A value read
 back equals the one stored bit for bit (``.npy`` keeps dtype, shape and bytes).
 
-Files are named by a counter, never by the tensor's name (names come from an untrusted model). The folder is
-created with :func:`tempfile.mkdtemp` (``TMPDIR`` applies) and removed by :meth:`SpillStore.close`, or when the
-store is garbage-collected.
+Files are named by a counter, never by the tensor's name (names come from an untrusted model). The folder,
+``<prefix><pid>-<random>``, is created with :func:`tempfile.mkdtemp` (``TMPDIR`` applies) and removed by
+:meth:`SpillStore.close`, when the store is garbage-collected, or at exit; a folder left by a process that was
+killed is removed by the next store that creates one (:func:`sweep_stale`).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import weakref
@@ -40,6 +42,35 @@ def _copy(value):
 def _spillable(value) -> bool:
     # a 0-d or empty array stays in memory: numpy maps neither (a 0-d file comes back as shape (1,))
     return isinstance(value, np.ndarray) and not value.dtype.hasobject and value.ndim > 0 and value.size > 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_stale(prefix: str, folder: str | None = None) -> list[str]:
+    """Remove the spill folders ``<prefix><pid>-*`` in ``folder`` (default: the temporary folder) whose process
+    is gone (a run killed with SIGKILL, or a machine that lost power, leaves its folder behind). A folder whose
+    process still runs, or whose name carries no pid, is left alone. Returns the folders removed."""
+    base = Path(folder or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(base.glob(f"{prefix}*-*"))
+    except OSError:
+        return removed
+    for p in entries:
+        pid = p.name[len(prefix):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)) or not p.is_dir() or p.is_symlink():
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(str(p))
+    return removed
 
 
 class SpillStore(MutableMapping):
@@ -70,7 +101,8 @@ class SpillStore(MutableMapping):
 
     def _path(self) -> Path:
         if self._folder is None:
-            self._folder = Path(tempfile.mkdtemp(prefix=self._prefix))
+            sweep_stale(self._prefix)
+            self._folder = Path(tempfile.mkdtemp(prefix=f"{self._prefix}{os.getpid()}-"))
             self._finalizer = weakref.finalize(self, shutil.rmtree, str(self._folder), True)
         self._counter += 1
         return self._folder / f"{self._counter}.npy"

@@ -200,7 +200,8 @@ def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRE
             output (which one holds would depend on their order).
     """
     if text is not None and not str(text).strip():
-        raise UsageError(f"the {label}s are empty; give at least one condition, or leave the option out for the "
+        plural = label[:-1] + "ies" if label.endswith("y") else label + "s"
+        raise UsageError(f"the {plural} are empty; give at least one condition, or leave the option out for the "
                          "defaults")
     raw = str(text or "").split(",")
     if text is not None and any(not r.strip() for r in raw):
