@@ -44,8 +44,8 @@ from toolkit.core.errors import EXIT_CODES_TEXT, EXIT_FAIL, EXIT_INTERNAL, EXIT_
 from toolkit.core.text import printable
 from toolkit.logs.plog import SIGPIPE_EXIT, setup_logging, silence_stdout, stdout_closed
 from toolkit.ort.ort_env import enable_global_thread_pool
-from toolkit.profile.budget import DEFAULT_REQUESTS
 from toolkit.ort.terminate import watch_signals
+from toolkit.profile.budget import DEFAULT_REQUESTS
 
 _VERBOSITY = {"progress": None, "flags": set(), "t0": None}  # progress None: shown when stderr is a terminal
 
@@ -183,7 +183,7 @@ class FiniteFloatRange(click.FloatRange):
 
     def convert(self, value, param, ctx):
         got = super().convert(value, param, ctx)
-        if got != got:
+        if math.isnan(got):
             self.fail(f"{value!r} is not a number; give a finite value in the range {self._describe_range()}",
                       param, ctx)
         return got

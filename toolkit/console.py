@@ -24,7 +24,7 @@ def _while_importing(signum, _frame) -> None:
 signal.signal(signal.SIGINT, _while_importing)
 signal.signal(signal.SIGTERM, _while_importing)
 
-from toolkit.cli import main as _cli_main  # noqa: E402 - the handlers above must be set before this import
+from toolkit.cli import main as _cli_main  # after the handlers above: they cover this import
 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -81,6 +81,11 @@ def loaded_sha256(path: str | os.PathLike) -> str | None:
     return _LOADED.get(str(Path(path).resolve()))
 
 
+def _hash_into(key: tuple, data: bytes) -> None:
+    """Remember the sha256 of ``data`` for file identity ``key`` (the thread lets ``data`` go when it ends)."""
+    _DIGESTS.setdefault(key, hashlib.sha256(data).hexdigest())
+
+
 def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     """Read, check and normalise an ONNX model file. The sha256 of the bytes read is kept
     (:func:`loaded_sha256`).
@@ -114,8 +119,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise ModelError(f"model file '{p}' cannot be read ({exc.strerror or exc}); pass a readable .onnx file") from None
     hashing = None
     if key not in _DIGESTS:  # on a thread while the bytes are parsed and checked (hashlib releases the GIL)
-        hashing = threading.Thread(target=lambda: _DIGESTS.setdefault(key, hashlib.sha256(data).hexdigest()),
-                                   name="npuscope-model-sha256", daemon=True)
+        hashing = threading.Thread(target=_hash_into, args=(key, data), name="npuscope-model-sha256", daemon=True)
         hashing.start()
     try:
         # weights inside the file: lifted out of the bytes before parsing (toolkit.ir.wire), mapped in place

@@ -284,19 +284,27 @@ class NpuRuntime:
                 res.dumps.setdefault(name, np.array(val, copy=True))
         if before_kernel is not None:
             before_kernel(len(self.kernels), None)
+        res.outputs = self.read_outputs(feeds)
+        return res
+
+    def read_outputs(self, feeds: dict) -> dict:
+        """{graph output: copy} as the run in progress (or the last one) holds them now, as :meth:`run` returns
+        them: graph inputs from ``feeds``, folded constants from the plan, the rest from the arena or the run's
+        host values; a float32 output stored in FP16 is converted back (exactly); sequences element by element."""
+        out = {}
         for name in self.plan.graph_outputs:
             if name in self.plan.graph_inputs:
                 val = feeds[name]
             elif name in self.const_outputs:
                 val = self.const_outputs[name]
             else:
-                val = self._read(name, heap)
+                val = self.read(name)
             if val is None or isinstance(val, list):  # optional / sequence values: no array conversion
-                res.outputs[name] = None if val is None else [np.array(v, copy=True) for v in val]
+                out[name] = None if val is None else [np.array(v, copy=True) for v in val]
                 continue
             arr = np.array(val, copy=True)
             want = self.out_dtypes.get(name)
             if want is not None and arr.dtype != want and arr.dtype == np.float16:
                 arr = arr.astype(want)
-            res.outputs[name] = arr
-        return res
+            out[name] = arr
+        return out

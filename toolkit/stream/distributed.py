@@ -46,7 +46,7 @@ from toolkit.engine import Session, shapes_of
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.runtime.npu import RunResult
-from toolkit.stream.streamed import DEFAULT_KEEP_BYTES, StreamPass, Streamed, rss_bytes
+from toolkit.stream.streamed import DEFAULT_KEEP_BYTES, Streamed, StreamPass, rss_bytes
 
 #: Bytes of a worker process before any tensor: the interpreter, onnxruntime, numpy, pandas and npuscope.
 BASE_BYTES = 512 << 20
@@ -150,28 +150,6 @@ def check_feeds(runtime, feeds: dict) -> None:
                              f"{view.shape}; recompile with --input-shape or pass matching inputs")
 
 
-def read_outputs(runtime, feeds: dict) -> dict:
-    """The graph outputs after the last kernel, as NpuRuntime.run returns them (declared dtype: FP16 storage of
-    a float32 output converted back exactly; folded constants; inputs that are outputs)."""
-    out = {}
-    for name in runtime.plan.graph_outputs:
-        if name in runtime.plan.graph_inputs:
-            val = feeds[name]
-        elif name in runtime.const_outputs:
-            val = runtime.const_outputs[name]
-        else:
-            val = runtime.read(name)
-        if val is None or isinstance(val, list):
-            out[name] = None if val is None else [np.array(v, copy=True) for v in val]
-            continue
-        arr = np.array(val, copy=True)
-        want = runtime.out_dtypes.get(name)
-        if want is not None and arr.dtype != want and arr.dtype == np.float16:
-            arr = arr.astype(want)
-        out[name] = arr
-    return out
-
-
 def run_part(spec: dict, index: int, start: int, stop: int, handoff: dict | None) -> tuple[dict | None, dict]:
     """Part ``index`` of a split pass: kernels ``[start, stop)`` (module docstring). Runs in a Ray task, or in
     this process.
@@ -234,7 +212,7 @@ def run_part(spec: dict, index: int, start: int, stop: int, handoff: dict | None
     last = stop >= len(runtime.kernels)
     nxt, outputs = None, None
     if last:
-        outputs = read_outputs(runtime, feeds)
+        outputs = runtime.read_outputs(feeds)
         p.finish_reference()
     else:
         nxt = {"state": p.export(), "live": {t: _copied(runtime.read(t)) for t in runtime.live_at(stop)}}

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import numpy as np
-
 from toolkit.ort.ort_env import make_session
 from toolkit.runtime.npu import NpuRuntime, RunResult
 
@@ -129,29 +127,6 @@ class _MemoSource:
             self.inner.close()
 
 
-def read_outputs(rt: NpuRuntime, feed: dict) -> dict:
-    """The graph outputs of the run ``rt`` holds now, as NpuRuntime.run returns them: graph inputs from
-    ``feed``, folded constants from the plan, the rest copied from the arena or the run's host values, float32
-    outputs stored in FP16 converted (exactly) to float32."""
-    out = {}
-    for name in rt.plan.graph_outputs:
-        if name in rt.plan.graph_inputs:
-            val = feed[name]
-        elif name in rt.const_outputs:
-            val = rt.const_outputs[name]
-        else:
-            val = rt.read(name)
-        if val is None or isinstance(val, list):
-            out[name] = None if val is None else [np.array(v, copy=True) for v in val]
-            continue
-        arr = np.array(val, copy=True)
-        want = rt.out_dtypes.get(name)
-        if want is not None and arr.dtype != want and arr.dtype == np.float16:
-            arr = arr.astype(want)
-        out[name] = arr
-    return out
-
-
 class _Stored:
     __slots__ = ("sigs", "dumps")
 
@@ -226,7 +201,7 @@ class ResumeCache:
             self.kernels_run += n
         else:
             res = rt.run_range(restore, start, n, dump=True)
-            res.outputs = read_outputs(rt, feed)
+            res.outputs = rt.read_outputs(feed)
             written = {t for k in rt.plan.kernels[:start] for t in k.outputs}
             res.dumps = {**{t: v for t, v in donor.dumps.items() if t in written}, **res.dumps}
             self.kernels_run += n - start
