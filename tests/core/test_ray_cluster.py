@@ -33,8 +33,18 @@ def test_a_listening_port_passes_and_a_closed_one_is_refused():
 
 
 @pytest.mark.parametrize("address", ["auto", "local", "ray://head:10001", "headnode"])
-def test_addresses_ray_resolves_itself_are_left_to_it(address):
-    probe(address)
+def test_addresses_ray_resolves_itself_are_left_to_it(address, monkeypatch):
+    """No TCP probe for them (Ray resolves these itself): nothing is connected to, nothing raised."""
+    import toolkit.core.ray_cluster as rc
+
+    tried = []
+    monkeypatch.setattr(rc.socket, "create_connection", lambda *a, **k: tried.append(a) or (_ for _ in ()).throw(
+        OSError("refused")))
+    assert probe(address) is None
+    assert tried == []
+    with pytest.raises(UsageError):  # the same patch does refuse a host:port, so the check above is not vacuous
+        probe("127.0.0.1:1")
+    assert len(tried) == 1
 
 
 @pytest.mark.parametrize("address", ["host:port", "127.0.0.1:", "1.2.3.4:-1"])
