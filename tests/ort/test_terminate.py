@@ -104,3 +104,9 @@ def test_a_watched_signal_terminates_the_main_threads_run():
     _, err = proc.communicate(timeout=120)  # without the watcher: never (the Loop has no end)
     print(f"ended {time.perf_counter() - sent:.2f} s after SIGTERM")
     assert proc.returncode == 143, err
+
+
+def test_shared_run_options_name_no_graph_capture():
+    """onnxruntime's Python run wrappers read the ``gpu_graph_id`` entry on every call; unset, each read raises
+    and catches a RuntimeError. The shared options set it to -1 (no capture), which a CPU run ignores."""
+    assert terminate.run_options().get_run_config_entry("gpu_graph_id") == "-1"

@@ -63,50 +63,74 @@ def _same_bits(a: dict, b: dict) -> None:
         assert np.array_equal(a[k].view(np.uint8), b[k].view(np.uint8)), k  # bit for bit (NaN/inf included)
 
 
+@pytest.mark.parametrize("every", [1, 2, 3, 100])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_resumed_runs_equal_whole_runs_compiled_from_scratch_bit_for_bit():
+def test_resumed_runs_equal_whole_runs_compiled_from_scratch_bit_for_bit(every):
     model, feed = _chain()
     base = compile_model(model, CFG, input_shapes=shapes_of(feed))
-    memo, cache = KernelMemo(), ResumeCache([("x", feed)])
-    resumed_from = []
+    memo, cache = KernelMemo(), ResumeCache([("x", feed)], every=every)
+    resumed_from, stored_sigs = [], []
     for keep in KEEPS:
         rt = memo.runtime(recompile_precision(base, keep_config(CFG, keep)))
+        sigs = plan_signatures(rt.plan)
+        prefix = max((common_prefix(s, sigs) for s in stored_sigs[-4:]), default=0)
         before = cache.kernels_skipped
         res = cache.run(rt, 0)
-        resumed_from.append(cache.kernels_skipped - before)
+        skipped = cache.kernels_skipped - before
+        resumed_from.append(skipped)
+        stored_sigs.append(sigs)
         _same_bits(res.outputs, _scratch(model, feed, keep))
-        # every kernel output of the run (the prefix's, taken from a stored run, and this run's) is what a
-        # whole run of this plan dumps
+        # resumed at the differing kernel or at a kept boundary before it, never after it
+        assert skipped <= prefix and (skipped == prefix or skipped % every == 0), (keep, skipped, prefix)
+        # every value the store keeps of the run is what a whole run of this plan computes
         whole = npu_runtime(recompile_precision(base, keep_config(CFG, keep))).run(feed, dump=True).dumps
-        assert set(whole) <= set(res.dumps)
-        for t, v in whole.items():
-            assert np.array_equal(np.asarray(v).view(np.uint8), np.asarray(res.dumps[t]).view(np.uint8)), (keep, t)
+        assert res.dumps and set(res.dumps) <= set(whole)
+        for t, v in res.dumps.items():
+            assert np.array_equal(np.asarray(v).view(np.uint8), np.asarray(whole[t]).view(np.uint8)), (keep, t)
     assert resumed_from[0] == 0  # nothing stored yet: a whole run
-    # each later trial skipped a shared prefix, but the one keeping the first kernel in FP32
-    assert all(n > 0 for k, n in zip(KEEPS[1:], resumed_from[1:]) if k != ("mm1",)), resumed_from
+    if every == 1:  # each later trial skipped a shared prefix, but the one keeping the first kernel in FP32
+        assert all(n > 0 for k, n in zip(KEEPS[1:], resumed_from[1:]) if k != ("mm1",)), resumed_from
+    else:
+        assert any(resumed_from) or every > len(base.plan.kernels)
     assert memo.reused > 0
     # the same plan as a stored run: nothing to run, the outputs read back from the restored values
-    again = ResumeCache([("x", feed)])
+    again = ResumeCache([("x", feed)], every=every)
     again.add(0, base.plan, npu_runtime(base).run(feed, dump=True).dumps)
     res = again.run(memo.runtime(recompile_precision(base, CFG)), 0)
     assert again.kernels_run == 0 and again.kernels_skipped == len(base.plan.kernels)
     _same_bits(res.outputs, _scratch(model, feed, ()))
 
 
+def test_a_boundary_keeps_fewer_values_than_every_kernel_output():
+    model, feed = _chain(2)
+    base = compile_model(model, CFG, input_shapes=shapes_of(feed))
+    rt = npu_runtime(base)
+    whole = rt.run(feed, dump=True).dumps
+    for every in (2, 3):
+        res = ResumeCache([("x", feed)], every=every).run(npu_runtime(base), 0)
+        n = len(rt.kernels)
+        # independently: the values written before boundary k and read at or after it, k = every, 2*every, ..., n
+        live = set().union(*(rt.live_at(k) for k in [*range(every, n, every), n])) - set(feed)
+        assert set(res.dumps) == live and len(live) < len(whole), (every, sorted(live))
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_a_stored_run_missing_a_needed_value_falls_back_to_a_whole_run():
+def test_a_stored_run_missing_a_needed_value_resumes_from_an_earlier_boundary_or_whole():
     model, feed = _chain(1)
     base = compile_model(model, CFG, input_shapes=shapes_of(feed))
-    cache = ResumeCache([("x", feed)])
     dumps = npu_runtime(base).run(feed, dump=True).dumps
     rt = npu_runtime(recompile_precision(base, keep_config(CFG, ["mm3"])))
     start = common_prefix(plan_signatures(base.plan), plan_signatures(rt.plan))
     needed = [t for t in rt.live_at(start) if t not in feed]
     assert start > 0 and needed
-    cache.add(0, base.plan, {k: v for k, v in dumps.items() if k != needed[0]})  # a subset, as a diagnosis keeps
-    res = cache.run(rt, 0)
-    assert cache.kernels_skipped == 0 and cache.kernels_run == len(rt.kernels)
-    _same_bits(res.outputs, _scratch(model, feed, ["mm3"]))
+    for every in (1, 2):
+        cache = ResumeCache([("x", feed)], every=every)
+        cache.add(0, base.plan, {k: v for k, v in dumps.items() if k != needed[0]})  # a subset, as a diagnosis keeps
+        res = cache.run(rt, 0)
+        assert cache.kernels_skipped < start and cache.kernels_run + cache.kernels_skipped == len(rt.kernels)
+        # whatever boundary it resumed from, the values it restored did not include the missing one
+        assert all(needed[0] not in rt.live_at(k) for k in [cache.kernels_skipped] if k > 0)
+        _same_bits(res.outputs, _scratch(model, feed, ["mm3"]))
 
 
 def test_plan_signatures_change_only_from_the_first_changed_kernel():

@@ -9,15 +9,18 @@ computed in the earlier run, from the same values. So:
   earlier builds of this tune made, keyed by :func:`kernel_signature` (the KernelSpec and the dtype, shape and
   storage of its tensors, as toolkit.cache.kernel_entries.spec_digest keys a compile's bundle, plus the ONNX
   tensor each input Cast carries): a trial's runtime builds only the kernels no earlier trial had;
-- :class:`ResumeCache` stores the dumps of the last few runs per input (every kernel output, storage dtype) and
-  runs a new plan from the first kernel where it differs from the stored run sharing the longest prefix
-  (toolkit.runtime.npu.NpuRuntime.run_range over the values NpuRuntime.live_at names, taken from that run),
-  which gives the same outputs, bit for bit, as a whole run (tests/tuning/test_resume.py).
+- :class:`ResumeCache` stores, for the last few runs per input, the values live at every few kernel boundaries
+  (storage dtype) and runs a new plan from the latest such boundary at or before the first kernel where it
+  differs from the stored run sharing the longest prefix (toolkit.runtime.npu.NpuRuntime.run_range over the
+  values NpuRuntime.live_at names, taken from that run), which gives the same outputs, bit for bit, as a whole
+  run (tests/tuning/test_resume.py).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+
+import numpy as np
 
 from toolkit.ort.ort_env import make_session
 from toolkit.runtime.npu import NpuRuntime, RunResult
@@ -143,23 +146,59 @@ def common_prefix(a: list, b: list) -> int:
     return n
 
 
+def live_sets(rt: NpuRuntime, boundaries) -> dict[int, list[str]]:
+    """{k: NpuRuntime.live_at(k)} for every boundary ``k`` of ``boundaries`` (0..len(rt.kernels)), in one pass:
+    the tensors written before kernel k (by a kernel or as a graph input) that kernel k onwards, or the graph
+    outputs read back after the last kernel, read."""
+    n = len(rt.kernels)
+    written = {t: -1 for t in rt.plan.graph_inputs}
+    for i, ek in enumerate(rt.kernels):
+        for _, t in ek.fetches:
+            written.setdefault(t, i)
+    last: dict[str, int] = {}
+    for i, ek in enumerate(rt.kernels):
+        for _, t in ek.feeds:
+            if t in written:
+                last[t] = i
+    for t in rt.plan.graph_outputs:
+        if t in written:
+            last[t] = n
+    order = list(last)  # first-read order, as live_at lists them
+    return {k: [t for t in order if written[t] < k <= last[t]] for k in boundaries}
+
+
+def _copy(v):
+    return [np.array(x, copy=True) for x in v] if isinstance(v, list) else np.array(v, copy=True)
+
+
 class ResumeCache:
-    """The last ``keep`` runs per input (signatures and dumps) and resumed runs from them (module docstring).
+    """The last ``keep`` runs per input and resumed runs from them (module docstring).
+
+    A stored run keeps, by tensor name, the values live at every ``every``-th kernel boundary (each copied once,
+    when the run reaches the first such boundary it is live at; values a resumed run took from its donor are
+    shared, not copied), or every kernel output for a run given to :meth:`add`. A new plan resumes from the
+    latest boundary, at or before its first differing kernel, whose live values the stored run holds: at most
+    ``every`` - 1 kernels more than resuming at the differing kernel itself, for a copy of a fraction of the
+    kernel outputs (copies of every output cost ~25% of a run of PP-OCRv4 det: docs/benchmarks.md).
 
     Args:
         feeds: [(label, {input: array})], the inputs runs are made on (by index).
-        keep: stored runs per input (least recently used dropped first); each holds every kernel output of one
-            run, sharing the arrays of the prefix it resumed from.
+        keep: stored runs per input (least recently used dropped first).
+        every: boundaries kept, in kernels (1: every boundary, i.e. every kernel output a later kernel or the
+            graph outputs read).
     """
 
-    def __init__(self, feeds, keep: int = 4):
-        self.feeds, self.keep = feeds, keep
+    def __init__(self, feeds, keep: int = 4, every: int = 4):
+        if every < 1:
+            raise ValueError(f"ResumeCache(every={every}): the boundary step must be 1 or more")
+        self.feeds, self.keep, self.every = feeds, keep, every
         self.stored: dict[int, OrderedDict] = {}
         self.kernels_run = 0  # kernels executed by run()
         self.kernels_skipped = 0  # kernels whose outputs were taken from a stored run
 
     def add(self, i: int, plan, dumps: dict, sigs: list | None = None) -> None:
-        """Store a whole run of ``plan`` on input ``i`` (``dumps``: RunResult.dumps of a run with dump=True)."""
+        """Store a run of ``plan`` on input ``i``: ``dumps`` {tensor: value} holds every kernel output
+        (RunResult.dumps of a run with dump=True) or the values live at this cache's boundaries."""
         sigs = plan_signatures(plan) if sigs is None else sigs
         runs = self.stored.setdefault(i, OrderedDict())
         runs[id(dumps)] = _Stored(sigs, dumps)
@@ -176,18 +215,15 @@ class ResumeCache:
             self.stored[i].move_to_end(next(k for k, s in self.stored[i].items() if s is donor))
         return best, donor
 
-    def run(self, rt: NpuRuntime, i: int) -> RunResult:
-        """Run ``rt``'s plan on input ``i``: from the first kernel where it differs from the stored run that
-        shares the longest prefix with it, or whole when none does (or a value it needs is not stored). The
-        result's ``outputs`` are what NpuRuntime.run returns (same values, bit for bit), its ``dumps`` every
-        kernel output (this run's or the prefix's). The run is stored. Raises what NpuRuntime.run raises."""
-        feed = self.feeds[i][1]
-        sigs = plan_signatures(rt.plan)
-        start, donor = self._donor(i, sigs)
-        restore = None
-        if donor is not None:
+    def _restore(self, rt: NpuRuntime, feed: dict, donor: _Stored, prefix: int) -> tuple[int, dict | None]:
+        """(start, {tensor: value}): the latest boundary at or before ``prefix`` (``prefix`` itself, then the
+        multiples of ``every`` below it) whose live values ``donor`` holds (graph inputs from ``feed``), else
+        (0, None)."""
+        for k in dict.fromkeys([prefix, *range(prefix - prefix % self.every, 0, -self.every)]):
+            if k <= 0:
+                continue
             restore = {}
-            for t in rt.live_at(start):
+            for t in rt.live_at(k):
                 if t in rt.plan.graph_inputs and t in feed:
                     restore[t] = feed[t]
                 elif t in donor.dumps:
@@ -195,16 +231,41 @@ class ResumeCache:
                 else:
                     restore = None
                     break
+            if restore is not None:
+                return k, restore
+        return 0, None
+
+    def run(self, rt: NpuRuntime, i: int) -> RunResult:
+        """Run ``rt``'s plan on input ``i``: from the latest kept boundary at or before the first kernel where
+        it differs from the stored run sharing the longest prefix with it (class docstring), or whole when none
+        does. The result's ``outputs`` are what NpuRuntime.run returns (same values, bit for bit); its ``dumps``
+        are what the store keeps of this run (class docstring), not every kernel output. The run is stored.
+        Raises what NpuRuntime.run raises."""
+        feed = self.feeds[i][1]
+        sigs = plan_signatures(rt.plan)
+        prefix, donor = self._donor(i, sigs)
+        start, restore = self._restore(rt, feed, donor, prefix) if donor is not None else (0, None)
         n = len(rt.kernels)
+        ks = [*range(self.every * (start // self.every + 1), n, self.every), n]
+        lives = live_sets(rt, ks)
+        kept: dict[str, object] = {}
+        if restore is not None:
+            written = {t for k in rt.plan.kernels[:start] for t in k.outputs}
+            kept = {t: v for t, v in donor.dumps.items() if t in written}
+
+        def at_boundary(j, _spec, _outs):
+            for t in lives.get(j + 1, ()):
+                if t not in kept and t not in rt.plan.graph_inputs:
+                    kept[t] = _copy(rt.read(t))
+
         if restore is None:
-            res = rt.run(feed, dump=True)
+            res = rt.run(feed, on_kernel=at_boundary)
             self.kernels_run += n
         else:
-            res = rt.run_range(restore, start, n, dump=True)
+            res = rt.run_range(restore, start, n, dump=False, on_kernel=at_boundary)
             res.outputs = rt.read_outputs(feed)
-            written = {t for k in rt.plan.kernels[:start] for t in k.outputs}
-            res.dumps = {**{t: v for t, v in donor.dumps.items() if t in written}, **res.dumps}
             self.kernels_run += n - start
             self.kernels_skipped += start
-        self.add(i, rt.plan, res.dumps, sigs)
+        res.dumps = kept
+        self.add(i, rt.plan, kept, sigs)
         return res
