@@ -139,7 +139,7 @@ def recompile_precision(compiled: CompileResult, config: Config) -> CompileResul
             raise ValueError(f"config field {f} changed; compile again")
     base = compiled.stage
     t0 = time.perf_counter()
-    ctx = dataclasses.replace(base, config=config, kernels=copy.deepcopy(base.kernels), plan=None,
+    ctx = dataclasses.replace(base, config=config, kernels=[k.copy() for k in base.kernels], plan=None,
                               findings=[f for f in base.findings], provided=set(base.provided))
     logs = _run_stage(ctx, config, stages.PRECISION, ())
     plan = ctx.plan
@@ -165,7 +165,7 @@ def _log_pass(p: PassLog) -> None:
 
 def _snapshot(ctx: CompileContext) -> CompileContext:
     """The context at the end of the structure stage, kept apart from the one the precision stage changes."""
-    return dataclasses.replace(ctx, kernels=copy.deepcopy(ctx.kernels), findings=list(ctx.findings),
+    return dataclasses.replace(ctx, kernels=[k.copy() for k in ctx.kernels], findings=list(ctx.findings),
                                provided=set(ctx.provided), plan=None)
 
 

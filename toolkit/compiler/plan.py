@@ -37,6 +37,7 @@ derived name maps back to one ONNX name; ONNX tensors keep their own names where
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -75,6 +76,14 @@ class KernelSpec:
     cast_of: str | None = None
     placement: str = "NPU"
     exec_nodes: list[str] = field(default_factory=list)  # names of the compiled-graph nodes it executes
+
+    def copy(self) -> "KernelSpec":
+        """An independent copy (each list field copied; the other fields are strings or None): what
+        ``copy.deepcopy`` gives, ~10x faster (a tune trial copies every kernel of the partition snapshot)."""
+        k = copy.copy(self)
+        k.nodes, k.inputs, k.outputs = list(self.nodes), list(self.inputs), list(self.outputs)
+        k.internal, k.exec_nodes = list(self.internal), list(self.exec_nodes)
+        return k
 
 
 @dataclass
