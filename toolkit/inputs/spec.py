@@ -59,16 +59,28 @@ def _dims(tensor_type: onnx.TypeProto.Tensor) -> tuple[Dim, ...] | None:
     return tuple(dims)
 
 
-def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
-    """The feedable inputs of ``model`` in graph order (graph inputs minus initializers).
+class InputSpecs(list):
+    """A list of :class:`InputSpec` that also names the model's graph inputs that carry an initializer
+    (``defaults``): ONNX lets a runtime override those; npuscope runs them with the model's value, so they are
+    not feedable, and a feed naming one is refused with that reason (toolkit.inputs.validate.check_keys)."""
+
+    def __init__(self, specs=(), defaults=()):
+        super().__init__(specs)
+        self.defaults = tuple(defaults)
+
+
+def input_specs(model: onnx.ModelProto) -> InputSpecs:
+    """The feedable inputs of ``model`` in graph order (graph inputs minus initializers; those are listed in
+    the result's ``defaults``).
 
     Raises:
         ModelError: an input is not a dense tensor (sequence, map, optional, sparse) or has no element type.
     """
     init_names = {t.name for t in model.graph.initializer} | {t.values.name for t in model.graph.sparse_initializer}
-    specs = []
+    specs, defaults = [], []
     for value in model.graph.input:
         if value.name in init_names:
+            defaults.append(value.name)
             continue
         kind = value.type.WhichOneof("value")
         if kind != "tensor_type" or value.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
@@ -79,4 +91,4 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         elem = value.type.tensor_type.elem_type
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
         specs.append(InputSpec(value.name, dtype, _dims(value.type.tensor_type)))
-    return specs
+    return InputSpecs(specs, defaults)

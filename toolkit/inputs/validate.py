@@ -19,7 +19,9 @@ def _shape_text(shape: Sequence) -> str:
 def check_keys(names: Sequence[str], specs: Sequence[InputSpec], source: str) -> None:
     """Raise InputError unless ``names`` are exactly the spec names (order free).
 
-    The message names the missing and the unexpected keys and lists the expected names.
+    The message names the missing and the unexpected keys and lists the expected names; an unexpected key that is
+    a graph input with an initializer (``specs.defaults``, :class:`toolkit.inputs.spec.InputSpecs`) is named as
+    such.
     """
     expected = [s.name for s in specs]
     missing = [n for n in expected if n not in names]
@@ -31,6 +33,13 @@ def check_keys(names: Sequence[str], specs: Sequence[InputSpec], source: str) ->
         parts.append(f"missing {missing}")
     if extra:
         parts.append(f"unexpected {extra}")
+    defaults = [n for n in extra if n in getattr(specs, "defaults", ())]
+    if defaults:
+        raise InputError(
+            f"{source}: {' and '.join(parts)}; {defaults} {'is a graph input' if len(defaults) == 1 else 'are graph inputs'} "
+            f"with an initializer, which npuscope runs with the model's own value; the model's feedable inputs are "
+            f"{expected}: leave {defaults} out of the feed, or remove the initializer from the model to feed it"
+        )
     raise InputError(
         f"{source}: {' and '.join(parts)}; the model's inputs are {expected}: "
         "name each array after a model input"
