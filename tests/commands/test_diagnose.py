@@ -151,6 +151,12 @@ def test_corrupted_inputs_are_rows_not_crashes(case, tmp_path):
     assert res["verdict"] == "FAIL" and any("4 of 6 input(s) could not be evaluated" in r
                                             for r in res["diagnosis"].summary["reasons"])
     assert pd.read_csv(tmp_path / "out" / "dataset.csv").set_index("TensorName").loc["y", "Inputs"] == 2
+    # the ship sentence is the dataset's (its verdict and reasons), not the worst evaluated input's
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["verdict"] == "FAIL" and summary["ship"].startswith("Cannot ship")
+    assert "could not be evaluated" in summary["ship"] and "garbage.npz" in summary["ship"]
+    assert summary["dataset"]["worst_input_ship"].startswith("Can")  # the worst evaluated input's own, kept apart
+    assert any(line.strip() == summary["ship"] for line in res["summary"])
 
 
 # ------------------------------------------------------------------------------------------------ reports

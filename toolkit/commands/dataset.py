@@ -15,6 +15,7 @@ The dataset verdict is FAIL when any input fails or could not be evaluated, WARN
 
 from __future__ import annotations
 
+import copy
 import math
 import shutil
 import tempfile
@@ -51,7 +52,7 @@ from toolkit.dataset.source import (
 )
 from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
-from toolkit.diagnose import Prepared, device_tensors, diagnose, layer_analysis
+from toolkit.diagnose import Prepared, device_tensors, diagnose, layer_analysis, ship_sentence
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import input_specs
 from toolkit.inputs.loader import is_loader
@@ -329,7 +330,8 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         facts = dataset_facts(job, store, table, names, n_new, worst, verdict, reasons, jobs, ray)
         facts["worst_input_verdict"] = diag.summary["verdict"]
         facts["worst_input_reasons"] = diag.summary["reasons"]
-        diag.summary.update(verdict=verdict, reasons=reasons, dataset=facts,
+        facts["worst_input_ship"] = diag.summary.get("ship", "")
+        diag.summary.update(verdict=verdict, reasons=reasons, ship=ship_sentence(verdict, reasons), dataset=facts,
                             inputs=f"worst input '{worst}' of {len(job.refs)} in {inputs}")
         folder = store.folder
         progress("writing the report")
@@ -344,6 +346,7 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         files.update(dataset="dataset.csv", inputs="inputs.csv", manifest="manifest.json")
     summary = [f"dataset: {verdict} over {len(job.refs)} input(s) ({n_new} evaluated now, "
                f"{len(job.refs) - n_new} reused); worst input: {worst}"] + [f"  - {r}" for r in reasons]
+    summary.append(f"  {diag.summary['ship']}")
     if store.redone:
         summary.insert(1, redone_line(store.redone))
     summary += [f"worst input {worst}:"] + ["  " + line for line in diagnosis_lines(_worst_view(diag, facts))]
@@ -353,11 +356,11 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
 
 
 def _worst_view(diag, facts: dict):
-    """The worst input's own diagnosis (its verdict, not the dataset's) for the terminal lines."""
-    import copy
-
+    """The worst input's own diagnosis (its verdict and ship sentence, not the dataset's) for the terminal
+    lines."""
     view = copy.copy(diag)
-    view.summary = {**diag.summary, "verdict": facts["worst_input_verdict"], "reasons": facts["worst_input_reasons"]}
+    view.summary = {**diag.summary, "verdict": facts["worst_input_verdict"], "reasons": facts["worst_input_reasons"],
+                    "ship": facts["worst_input_ship"]}
     return view
 
 
