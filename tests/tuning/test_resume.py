@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
+from toolkit.runtime.npu import NpuRuntime
 from toolkit.tuning.resume import KernelMemo, ResumeCache, common_prefix, plan_signatures
 from toolkit.tuning.tune import keep_config, search_cheapest
 
@@ -175,3 +176,29 @@ def test_cheap_candidates_tried_together_first(need):
     cheap = [n for n in ranked if n not in cost]
     if not need <= set(cheap):  # the cheap phase is one try, all of them; then the whole ranking's search
         assert calls[:3] == [(), tuple(cheap), ()], calls
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_gone_runtimes_arena_is_reused_dirty_and_a_live_ones_never():
+    import gc
+
+    model, feed = _chain(3)
+    base = compile_model(model, CFG, input_shapes=shapes_of(feed))
+    memo = KernelMemo()
+    a = memo.runtime(base)
+    a.run(feed)
+    live = memo.runtime(recompile_precision(base, keep_config(CFG, ["mm2"])))
+    assert not np.shares_memory(a.arena, live.arena)  # both alive: each has its own
+    buf = a.arena.base if a.arena.base is not None else a.arena
+    del a
+    gc.collect()
+    for keep in ([], ["mm3"], ["mm1", "ex"]):  # the dirty buffer of the last trial, for plans of other sizes too
+        rt = memo.runtime(recompile_precision(base, keep_config(CFG, keep)))
+        if rt.plan.arena_bytes <= buf.size:
+            assert np.shares_memory(rt.arena, buf)
+        _same_bits(rt.run(feed).outputs, _scratch(model, feed, keep))
+        buf = rt.arena.base if rt.arena.base is not None else rt.arena
+        del rt
+        gc.collect()
+    with pytest.raises(ValueError, match="arena must be"):
+        NpuRuntime(base, arena=np.zeros(1, np.uint8))

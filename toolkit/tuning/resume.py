@@ -18,6 +18,7 @@ computed in the earlier run, from the same values. So:
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -76,14 +77,26 @@ class KernelMemo:
         self.inner = inner
         self.kernels: dict[tuple, tuple] = {}
         self.reused = 0
+        self.spare: list[np.ndarray] = []  # arena buffers of runtimes that are gone, for the next ones
 
     def source(self, plan, record, overflow_mode: str) -> "_MemoSource":
         inner = self.inner(plan, record, overflow_mode) if self.inner is not None else None
         return _MemoSource(self, inner, plan, overflow_mode)
 
     def runtime(self, compiled) -> NpuRuntime:
-        """An NpuRuntime of ``compiled`` built through this memo."""
-        return NpuRuntime(compiled, sessions=self.source)
+        """An NpuRuntime of ``compiled`` built through this memo. Its arena is the buffer of an earlier runtime
+        of this memo that is gone, when one is large enough (pages already mapped: NpuRuntime's ``arena``); the
+        buffer comes back to the memo when the runtime is garbage (at most two kept)."""
+        need = max(compiled.plan.arena_bytes, 1)
+        buf = next((b for b in self.spare if b.size >= need), None)
+        if buf is not None:
+            self.spare = [b for b in self.spare if b is not buf]
+        rt = NpuRuntime(compiled, sessions=self.source, arena=buf)
+        weakref.finalize(rt, self._give_back, rt.arena.base if rt.arena.base is not None else rt.arena)
+        return rt
+
+    def _give_back(self, buf: np.ndarray) -> None:
+        self.spare = [buf, *self.spare][:2]
 
 
 class _MemoSource:
