@@ -176,25 +176,46 @@ def test_dtype_mismatch_is_a_row(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize("spoil", ["all_misshaped", "disjoint_names"])
-def test_nothing_compared_fails_the_verdict(tmp_path, spoil):
-    """Kind: a verdict resting on nothing. Whether every pair is mis-shaped or the two sides share no name,
-    zero compared tensors is FAIL, never PASS/WARN with exit 0."""
+def test_nothing_compared_fails_the_verdict(tmp_path):
+    """Kind: a verdict resting on nothing. When every pair is mis-shaped, zero compared tensors is FAIL, never
+    PASS/WARN with exit 0."""
     x = feed()
     gold = golden_values(x)
     g = write_onnx_golden(tmp_path / "golden", gold)
-    if spoil == "all_misshaped":
-        t = write_device(tmp_path / "device", {k: np.zeros(np.asarray(v).size + 1, np.float16)
-                                               for k, v in gold.items()})
-    else:
-        t = tmp_path / "device"
-        t.mkdir()
-        for i, (name, op, tensor) in enumerate(NODES):
-            np.save(t / device_name(i, f"other_{name}", op), np.asarray(gold[tensor]).astype(np.float16))
+    t = write_device(tmp_path / "device", {k: np.zeros(np.asarray(v).size + 1, np.float16) for k, v in gold.items()})
     diag = compare_dumps(side(g, "golden"), side(t, "target"))
     assert not (diag.table["CompareFailReason"] == "").any()
     assert diag.summary["verdict"] == "FAIL"
     assert "no tensor could be compared" in diag.summary["reasons"][0]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("spoil", ["disjoint_names", "another_model"])
+def test_sides_that_do_not_pair_are_a_one_line_input_error(tmp_path, spoil):
+    """Kind: dumps that do not belong together. Golden and target folders sharing no name, or dumps of another
+    model than --model, pair no row: nothing is compared, so it is an input error naming both folders (exit 2),
+    not a FAIL verdict about the model."""
+    x = feed()
+    gold = golden_values(x)
+    g = write_onnx_golden(tmp_path / "golden", gold)
+    model = None
+    if spoil == "disjoint_names":
+        t = tmp_path / "device"
+        t.mkdir()
+        for i, (name, op, tensor) in enumerate(NODES):
+            np.save(t / device_name(i, f"other_{name}", op), np.asarray(gold[tensor]).astype(np.float16))
+    else:
+        t = write_device(tmp_path / "device", {k: np.asarray(v).astype(np.float16) for k, v in gold.items()})
+        other = helper.make_graph([helper.make_node("Relu", ["a"], ["b"], name="unrelated")], "other",
+                                  [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                                  [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+        model = str(tmp_path / "other.onnx")
+        onnx.save(helper.make_model(other, opset_imports=[helper.make_opsetid("", 17)]), model)
+    with pytest.raises(InputError) as err:
+        compare_dumps(side(g, "golden"), side(t, "target"), model=model)
+    msg = str(err.value)
+    assert "nothing to compare" in msg and str(g) in msg and str(t) in msg and "\n" not in msg
+    assert ("--model" in msg) == (model is not None)
 
 
 # ------------------------------------------------------------------------------------------ bad inputs

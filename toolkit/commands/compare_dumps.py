@@ -29,6 +29,7 @@ from toolkit.compare.metrics.registry import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.env import environment
+from toolkit.core.errors import InputError
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show_crossed
 from toolkit.dumps.entry import DumpSet
@@ -122,6 +123,7 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     progress(f"reading target {target.path}")
     t = read_side(target)
     pairing = pair_with_model(onnx_model, g, t, maps) if onnx_model is not None else pair_without_model(g, t, maps)
+    check_comparable(pairing, golden.path, target.path, model)
     check_tensors(lines, [p.tensor for p in pairing.pairs], "compared tensor")
     read_ms = (time.perf_counter() - t0) * 1e3
     progress(f"comparing {len(pairing.pairs)} tensor(s)")
@@ -139,6 +141,24 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     summary = _summary(golden, target, g, t, pairing, df, mapping, model_info, lines, verdict, reasons, first, timings)
     return Diagnosis(summary=summary, table=df, findings=findings, environment=environment(),
                      kernel_times=pd.DataFrame(columns=KERNEL_TIME_COLUMNS))
+
+
+def check_comparable(pairing: Pairing, golden: str, target: str, model: str | None) -> None:
+    """Raise InputError when no row has a golden and a target dump to compare (dumps of another model than
+    ``--model``, or golden and target folders of different models): a verdict over nothing would vouch for
+    nothing. The message names the first row and why it is not compared."""
+    if any(p.golden is not None and p.target is not None and not p.reason for p in pairing.pairs):
+        return
+    first = pairing.pairs[0] if pairing.pairs else None
+    if first is None:
+        why = "no dump was read"
+    else:
+        why = first.reason or ("no target dump" if first.target is None else "no golden dump")
+        why = f"first row '{first.tensor}': {why}"
+    hint = ("pass the model the dumps were taken from as --model, or leave --model out" if model else
+            "check that both folders hold dumps of one model (names as the compare tool writes them)")
+    raise InputError(f"nothing to compare between '{golden}' and '{target}': none of the {len(pairing.pairs)} "
+                     f"row(s) has both a golden and a target dump ({why}); {hint}")
 
 
 def compare_dumps_command(golden: str, target: str, *, mapping: str | None = None, model: str | None = None,
