@@ -210,3 +210,36 @@ def test_ppocr_rec_default_precision_has_no_error_under_its_verdict_and_agrees_w
         assert not [f for f in diag.findings if f.severity == "error"]
     res = tune(prep.model, [("x", prep.feeds)], cfg, DEFAULT_TARGET, tasks=task_functions(prep.zoo_name))
     assert sorted(fix.keep_dtype) == sorted(res.chosen)
+
+
+# ------------------------------------------------------------------ a reference that is already NaN/Inf
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("why", ["nan_input", "sqrt_of_negative", "log_of_zero"])
+@pytest.mark.parametrize("fusion_level", [0, 2])
+def test_no_fix_is_searched_when_the_fp32_reference_itself_is_not_finite(tmp_path, why, fusion_level):
+    """Kind: outputs the FP32 reference already computes as NaN/Inf (NaN inputs, a Sqrt of a negative, a Log of
+    zero). No precision setting can help, so diagnose says so and searches no keep set."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(0, 0.5, (8, 8)).astype(np.float32)
+    x = rng.normal(0, 1, (4, 8)).astype(np.float32)
+    shift = {"nan_input": 0.0, "sqrt_of_negative": -100.0, "log_of_zero": 0.0}[why]
+    tail = {"nan_input": "Relu", "sqrt_of_negative": "Sqrt", "log_of_zero": "Log"}[why]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "s"], ["a"], name="shift"),
+             helper.make_node("Relu" if why == "log_of_zero" else "Identity", ["a"], ["r"], name="pre"),
+             helper.make_node("Mul", ["r", "z"] if why == "log_of_zero" else ["r", "one"], ["p"], name="scale"),
+             helper.make_node(tail, ["p"], ["y"], name="tail")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4, 8])],
+                          [helper.make_tensor_value_info("y", F, [4, 8])],
+                          [_c("w", w), _c("s", np.full(8, shift)), _c("one", 1.0), _c("z", 0.0)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    if why == "nan_input":
+        x[:] = np.nan
+    ref = _ort(model, {"x": x})["y"]
+    assert not np.isfinite(ref).all()  # independently: the FP32 reference is not finite
+    cfg = Config(precision_mode="force_fp16", fusion_level=fusion_level, op_compiler_cache_mode="disable")
+    _, diag, fix = _diagnose(*_save(tmp_path, model, {"x": x}), cfg)
+    assert any(f.kind == "golden_nonfinite" for f in diag.findings)
+    assert not fix.searched and not fix.met and fix.keep_dtype == []
+    assert "NaN/Inf" in fix.sentence() and "no keep_dtype fix" in fix.sentence()
+    assert fix.trials == 0 and fix.summary()["not_searched"]

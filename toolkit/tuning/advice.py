@@ -80,13 +80,14 @@ class VerifiedFix:
     log: list[str] = field(default_factory=list)
     config: Config | None = None
     verdict: str = "FAIL"
+    not_searched: str = ""  # why no search ran under FAIL (a compile-stage fault, a reference that is NaN/Inf)
 
     def summary(self) -> dict:
         return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
                 "met": self.met, "keep_dtype": list(self.keep_dtype), "output_cosine_before": self.before,
                 "output_cosine_after": self.after,
                 "output_nonfinite_before": self.before_nonfinite, "output_nonfinite_after": self.after_nonfinite,
-                "trials": self.trials, "search_log": list(self.log)}
+                "trials": self.trials, "search_log": list(self.log), "not_searched": self.not_searched}
 
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
@@ -101,8 +102,8 @@ class VerifiedFix:
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
                     f"{change_text(self.rows_before, self.rows_after)}, target {target} met (recompiled and re-run)")
         if not self.searched:
-            return (f"no keep_dtype fix: the plan diverges even in force_fp32 (a compile-stage fault), so no "
-                    f"precision setting restores the target ({target})")
+            why = self.not_searched or "the plan diverges even in force_fp32 (a compile-stage fault)"
+            return f"no keep_dtype fix: {why}, so no precision setting restores the target ({target})"
         return (f"no verified fix: keeping every ranked kernel in FP32 does not meet the target ({target}); "
                 f"{change_text(self.rows_before, self.rows_after)} at best")
 
@@ -198,7 +199,11 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
         fix.after_nonfinite, fix.verdict = fix.before_nonfinite, verdict
         return fix
-    if stage != "compile":
+    if any(f.kind == "golden_nonfinite" for f in findings):
+        fix.not_searched = "the FP32 reference's own outputs hold NaN/Inf (see the golden_nonfinite finding)"
+    elif stage == "compile":
+        fix.not_searched = "the plan diverges even in force_fp32 (a compile-stage fault)"
+    else:
         fix.searched = True
         progress("searching the smallest keep_dtype set that meets the target (as tune)")
         ranking = _rank(tuner, extras["runtime"], 0, golden, top_k, progress,
