@@ -121,9 +121,9 @@ def _evaluate(model: onnx.ModelProto, nodes: list, shape_values: dict, wanted: l
     sub = onnx.helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     try:
         external = {t.name: array_of(t) for t in sub.graph.initializer if is_mapped(t)}
-        folder = for_onnxruntime(sub)  # weights left on disk: onnxruntime maps their files
+        folder = for_onnxruntime(sub)  # weights left on disk: onnxruntime reads our maps of them in place
         sess = make_session(sub.SerializeToString(), optimize=False, folder=folder,
-                            external=None if folder else external)
+                            shared=external if folder else None, external=None if folder else external)
         values = sess.run(wanted, {}, run_options())
     except Exception as exc:  # noqa: BLE001 - onnxruntime's refusal, one line
         reraise_if_terminated(exc)

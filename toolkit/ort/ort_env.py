@@ -141,15 +141,25 @@ DISABLED_OPTIMIZERS = ["LayerNormFusion", "SimplifiedLayerNormFusion", "GeluFusi
 
 
 def make_session(model_bytes: bytes, optimize: bool | str = True, external: dict | None = None,
-                 folder: str | None = None) -> ort.InferenceSession:
+                 folder: str | None = None, shared: dict | None = None) -> ort.InferenceSession:
     """A CPU session of ``model_bytes``. ``folder``: the folder the model's external data locations are relative
-    to (onnxruntime memory-maps the files itself: no copy). ``external``: {initializer name: array} given with
+    to (onnxruntime maps or reads the files itself). ``shared``: {initializer name: C-contiguous array}, with
+    ``folder``: external initializers onnxruntime uses in place of reading their data
+    (``SessionOptions.add_initializer``: the arrays' own memory, not copied; our memory maps of the weights,
+    so that the pages are mapped once in the process). ``external``: {initializer name: array} given with
     ``SessionOptions.add_external_initializers`` instead (onnxruntime copies them when it builds the session).
-    Either way weight prepacking is off, so no packed copy of the weights is made."""
+    Weight prepacking is off in all three cases, so no packed copy of the weights is made."""
     so = session_options(optimize)
     if folder:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
         so.add_session_config_entry("session.disable_prepacking", "1")
+        if shared:
+            names = list(shared)
+            values = [ort.OrtValue.ortvalue_from_numpy(shared[n]) for n in names]
+            for n, v in zip(names, values):
+                so.add_initializer(n, v)
+            return _keep(ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"],
+                                              disabled_optimizers=DISABLED_OPTIMIZERS), values)
     if external:
         names = list(external)
         values = [ort.OrtValue.ortvalue_from_numpy(external[n]) for n in names]

@@ -80,12 +80,13 @@ class ReferenceRunner:
         self.output_names = [o.name for o in m.graph.output]
         # outputs onnxruntime's run() cannot return as numpy (bfloat16, float8, int4...) or returns sparse
         self._ortvalues = any(ort_values.is_exotic_elem(o.type.tensor_type.elem_type) for o in m.graph.output)
-        # weights left on disk (toolkit.ir.weights): onnxruntime maps their files itself (from several folders:
-        # handed over as external initializers, which it copies)
+        # weights left on disk (toolkit.ir.weights): onnxruntime reads our memory maps of them in place (from
+        # several folders: handed over as external initializers, which it copies)
+        maps = mapped_initializers(m)
         folder = for_onnxruntime(m)
         try:
             self.session = make_session(m.SerializeToString(), optimize=False, folder=folder,
-                                        external=None if folder else mapped_initializers(m))
+                                        shared=maps if folder else None, external=None if folder else maps)
         except ORT_ERRORS as exc:  # onnxruntime refuses the model itself (e.g. a value_info type the op contradicts)
             why = " ".join(str(exc).split()).split(" : ", 2)[-1][:300]
             raise ModelError(f"onnxruntime cannot load the model for the FP32 reference ({why}); fix the model "
