@@ -220,3 +220,55 @@ def test_a_file_replaced_after_loading_does_not_change_the_loaded_weights(tmp_pa
     fresh.replace(target)
     for t in model.graph.initializer:
         np.testing.assert_array_equal(weights.array_of(t), inits[t.name], err_msg=t.name)
+
+
+RELEASE = r"""
+import json, sys
+import numpy as np
+from toolkit.ir.load import load_model
+from toolkit.ir.weights import mapped_initializers, release_pages
+from toolkit.cache.compile_entry import constant_values
+
+def file_rss():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssFile:"))
+
+model = load_model(sys.argv[1])
+maps = mapped_initializers(model)
+base = file_rss()
+sums = {k: float(np.asarray(v, np.float64).sum()) for k, v in maps.items()}  # every page touched
+touched = file_rss()
+for v in maps.values():
+    release_pages(v)
+released = file_rss()
+again = {k: float(np.asarray(v, np.float64).sum()) for k, v in maps.items()}  # read back from the page cache
+for v in maps.values():
+    release_pages(v)
+constant_values(model)  # the compile cache's value digests read every weight and release them
+hashed = file_rss()
+release_pages(np.ones(4))  # not a map: nothing happens
+print(json.dumps({"base": base, "touched": touched, "released": released, "hashed": hashed,
+                  "same": sums == again}))
+"""
+
+
+def test_released_weight_pages_leave_the_process_and_read_back_the_same(tmp_path):
+    """Kind: whole-weight scans (the constant screen, the compile cache's value digests) of weights left on
+    disk. Afterwards their pages are no longer counted in the process' RSS, and a later read gives the same
+    values (from the page cache)."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((1024, 4096)).astype(np.float32)  # 16 MiB
+    g = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
+                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 4096])],
+                               [onnx.numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)]), path,
+              save_as_external_data=True, location="w.bin", size_threshold=1024)
+    out = subprocess.run([sys.executable, "-c", RELEASE, str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["touched"] - got["base"] >= 0.9 * w.nbytes, got  # the scan mapped them in
+    assert got["released"] - got["base"] <= 0.1 * w.nbytes, got
+    assert got["hashed"] - got["base"] <= 0.1 * w.nbytes, got
+    assert got["same"]

@@ -109,3 +109,48 @@ def test_a_declared_output_shape_the_ops_contradict_is_a_model_error(declared):
     text = str(exc.value)
     assert "\n" not in text and f"declares output '{out.name}' as [{declared}, " in text
     assert f"[{real[0]}, " in text and "fix or remove the declared shape" in text
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("precision_mode", ["force_fp16", "force_fp32", "allow_mix_precision"])
+def test_kernels_rounding_a_large_mapped_weight_shrink_the_arena_and_compute_the_same(tmp_path, precision_mode,
+                                                                                       monkeypatch):
+    """FP16 kernels that read a weight left on disk of at least SHRINK_MIN_BYTES run with the shrinking
+    RunOptions (their FP16 rounding buffers go back after the run); they are exactly those, and the outputs are
+    bit for bit those of runs without it."""
+    from toolkit.ort import terminate
+    from toolkit.runtime import npu
+
+    rng = np.random.default_rng(3)
+    path, _ = mlp_model(tmp_path, rng)
+    m = onnx.load(str(path))
+    onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=True, size_threshold=0)
+    model = load_model(path)
+    cfg = Config(precision_mode=precision_mode, op_compiler_cache_mode="disable")
+    feeds = {"ids": rng.integers(0, 600, (1, 16))}
+    plain = Session(model, cfg, input_shapes={"ids": (1, 16)}).run(feeds).outputs
+    limit = 2048  # small enough that this model's weights count as large
+    monkeypatch.setattr(npu, "SHRINK_MIN_BYTES", limit)
+    compiled = compile_model(model, cfg, input_shapes={"ids": (1, 16)})
+    rt = NpuRuntime(compiled)
+    want = {i for i, ek in enumerate(rt.kernels) if ek.spec.precision == "fp16"
+            and any(isinstance(rt.weights.get(t), np.memmap) and rt.weights[t].nbytes >= limit for _, t in ek.feeds)}
+    assert rt.shrink == want
+    assert bool(want) == (precision_mode != "force_fp32")
+    seen = []
+    real = terminate.run_options
+    monkeypatch.setattr(npu, "run_options", lambda shrink=False: seen.append(shrink) or real(shrink))
+    for _ in range(2):
+        got = rt.run(feeds).outputs
+        assert got.keys() == plain.keys()
+        for k in got:
+            np.testing.assert_array_equal(got[k].view(np.uint8), plain[k].view(np.uint8), err_msg=k)
+    assert seen.count(True) == 2 * len(want)
+    opts = real(True)
+    assert opts.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    terminate.terminate_runs()
+    try:
+        assert opts.terminate and real().terminate  # a signal stops both shared options
+    finally:
+        terminate.reset()
+    assert not opts.terminate

@@ -19,7 +19,7 @@ from toolkit.compiler.context import CompileContext, CompileResult, Group
 from toolkit.compiler.plan import KernelSpec, Plan
 from toolkit.core.records import Finding, PassLog
 from toolkit.ir.graph import Graph
-from toolkit.ir.weights import array_of
+from toolkit.ir.weights import array_of, release_pages
 
 FORMAT = 1
 
@@ -143,10 +143,16 @@ def value_digest(arr) -> str:
 
 
 def constant_values(model: onnx.ModelProto) -> dict[str, str]:
-    """{tensor name: value_digest} of the initializers and ``Constant`` (``value``) node outputs of ``model``."""
+    """{tensor name: value_digest} of the initializers and ``Constant`` (``value``) node outputs of ``model``.
+    Weights left on disk are hashed through their maps, whose pages are then released (toolkit.ir.weights.
+    release_pages: a run may read few of them)."""
     from onnx import numpy_helper
 
-    out = {t.name: value_digest(array_of(t)) for t in model.graph.initializer}
+    out = {}
+    for t in model.graph.initializer:
+        arr = array_of(t)
+        out[t.name] = value_digest(arr)
+        release_pages(arr)
     for n in model.graph.node:
         if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and len(n.attribute) == 1 \
                 and n.attribute[0].name == "value" and n.output:

@@ -24,18 +24,26 @@ import threading
 
 import onnxruntime as ort
 
-_STATE: dict = {"options": None, "terminated": None, "watcher": None, "lock": threading.Lock(), "own": []}
+_STATE: dict = {"options": None, "shrink": None, "terminated": None, "watcher": None, "lock": threading.Lock(),
+                "own": []}
 
 
-def run_options() -> ort.RunOptions:
+def run_options(shrink_arena: bool = False) -> ort.RunOptions:
     """The process-wide ``onnxruntime.RunOptions`` to pass to every ``run`` / ``run_with_iobinding`` /
     ``run_with_ort_values`` (created on first use; log severity 4 = fatal only, as our session options: a
     terminated run's error line is not printed; run config ``gpu_graph_id`` = -1: no CUDA/WebGPU graph
-    capture). Its ``terminate`` is True once :func:`terminate_runs` ran."""
-    opts = _STATE["options"]
+    capture). Its ``terminate`` is True once :func:`terminate_runs` ran.
+
+    ``shrink_arena``: the second shared RunOptions, which also sets ``memory.enable_memory_arena_shrinkage`` =
+    ``cpu:0``: after the run, onnxruntime gives the CPU arena's unused extensions back to the system. For runs
+    with large transient buffers only (a kernel rounding a mapped weight of hundreds of MiB to FP16): kept, a
+    later kernel splits such a buffer and the next run extends the arena again (Llama 2-layer: +400 MiB on the
+    second run); on every kernel it costs ~50% of the run time."""
+    key = "shrink" if shrink_arena else "options"
+    opts = _STATE[key]
     if opts is None:
         with _STATE["lock"]:
-            if _STATE["options"] is None:
+            if _STATE[key] is None:
                 opts = ort.RunOptions()
                 opts.log_severity_level = 4
                 opts.terminate = _STATE["terminated"] is not None
@@ -43,8 +51,10 @@ def run_options() -> ort.RunOptions:
                 # absence raises in onnxruntime's Python run wrappers (~50 µs a kernel call, 5% of a PP-OCRv4
                 # det run)
                 opts.add_run_config_entry("gpu_graph_id", "-1")
-                _STATE["options"] = opts
-            opts = _STATE["options"]
+                if shrink_arena:
+                    opts.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+                _STATE[key] = opts
+            opts = _STATE[key]
     return opts
 
 
@@ -71,7 +81,7 @@ def terminate_runs(signum: int = signal.SIGTERM) -> None:
     with _STATE["lock"]:
         if _STATE["terminated"] is None:
             _STATE["terminated"] = signum
-        for opts in [_STATE["options"], *_STATE["own"]]:
+        for opts in [_STATE["options"], _STATE["shrink"], *_STATE["own"]]:
             if opts is not None:
                 opts.terminate = True
 
@@ -85,8 +95,9 @@ def reset() -> None:
     """Let runs go on again after :func:`terminate_runs` (library callers and tests)."""
     with _STATE["lock"]:
         _STATE["terminated"] = None
-        if _STATE["options"] is not None:
-            _STATE["options"].terminate = False
+        for key in ("options", "shrink"):
+            if _STATE[key] is not None:
+                _STATE[key].terminate = False
 
 
 def reraise_if_terminated(exc: BaseException) -> None:

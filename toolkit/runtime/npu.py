@@ -41,6 +41,10 @@ class RunResult:
     total_ms: float = 0.0
 
 
+#: bytes of a mapped weight from which an FP16 kernel reading it shrinks the arena after its run (64 MiB)
+SHRINK_MIN_BYTES = 64 << 20
+
+
 class NpuRuntime:
     """Run a :class:`CompileResult` in simulated NPU mode.
 
@@ -92,6 +96,10 @@ class NpuRuntime:
                 raw = self.arena[t.offset:t.offset + t.nbytes]
                 self.views[t.name] = raw.view(np.dtype(t.dtype)).reshape(t.shape)
         self.bindings = self._bind_arena()
+        # FP16 kernels reading a large weight left on disk round it in onnxruntime's shared arena on every run:
+        # they give those buffers back after their run (toolkit.ort.terminate.run_options(shrink_arena=True))
+        self.shrink = {i for i, ek in enumerate(self.kernels) if ek.spec.precision == "fp16" and any(
+            isinstance(w := self.weights.get(t), np.memmap) and w.nbytes >= SHRINK_MIN_BYTES for _, t in ek.feeds)}
         self._heap: dict[str, object] = {}  # the host values of the run in progress (or the last one)
         for ek in self.kernels:  # dtypes onnxruntime's run() cannot exchange (bfloat16, float8, int4...)
             ek.ortvalues = ek.session is not None and any(
@@ -177,7 +185,7 @@ class NpuRuntime:
             t0 = time.perf_counter()
             try:
                 if io is not None:
-                    ek.session.run_with_iobinding(io, run_options())
+                    ek.session.run_with_iobinding(io, run_options(i in self.shrink))
                     outs = None
                 else:
                     outs = ek(values)

@@ -48,7 +48,7 @@ from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.core.records import Finding
 from toolkit.core.text import show
-from toolkit.ir.weights import array_of
+from toolkit.ir.weights import array_of, release_pages
 from toolkit.precision.contract import FP16_INT_EXACT, FP16_MAX, FP16_MIN_NORMAL
 
 #: Relative change of a constant (per value for small constants, L2 for larger tensors) that is material:
@@ -284,12 +284,15 @@ _ISSUES: dict[tuple[int, bool], tuple[weakref.ref, dict]] = {}
 
 
 def cached_material_issues(arr: np.ndarray, additive: bool = False) -> dict:
-    """:func:`material_issues` of ``arr``, computed once per array object (see :data:`_ISSUES`)."""
+    """:func:`material_issues` of ``arr``, computed once per array object (see :data:`_ISSUES`). A weight left
+    on disk has its pages released from the process once screened (toolkit.ir.weights.release_pages): the
+    screen reads every value, a run may read few (an embedding table's Gather)."""
     key = (id(arr), additive)
     hit = _ISSUES.get(key)
     if hit is not None and hit[0]() is arr:
         return hit[1]
     ev = material_issues(arr, additive)
+    release_pages(arr)
     try:
         ref = weakref.ref(arr, lambda _r, k=key: _ISSUES.pop(k, None))
     except TypeError:  # an object without weak references: not cached
