@@ -79,3 +79,30 @@ def test_bad_selections_are_one_line_errors(kw, msg):
 def test_layers_on_a_model_without_layer_names():
     with pytest.raises(ConfigError, match="no node name of the model carries a layer index"):
         select(layered_model(style="blk{i}_"), Subset(layers="0"))
+
+
+@pytest.mark.parametrize("option", ["nodes", "layers", "until"])
+@pytest.mark.parametrize("empty", ["", " ", ",", " , ,"])
+def test_an_option_that_names_nothing_is_refused_not_read_as_everything(option, empty):
+    from toolkit.compare.subset import check_options
+
+    with pytest.raises(ConfigError, match=f"--{option} .* names nothing") as e:
+        check_options(Subset(**{option: empty}))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match="names nothing"):
+        select(layered_model(), Subset(**{option: empty}))
+
+
+@pytest.mark.parametrize("kw", [{"nodes": "*/Relu"}, {"layers": "0"}, {"until": "/layers.1/Relu"},
+                                {"nodes": "*", "layers": "0-1"}])
+def test_outputs_only_with_another_selection_is_refused_not_half_ignored(kw):
+    with pytest.raises(ConfigError, match="--outputs-only .* would be ignored") as e:
+        select(layered_model(), Subset(outputs_only=True, **kw))
+    for option in kw:
+        assert f"--{option}" in str(e.value)
+
+
+def test_until_a_graph_input_says_it_is_one():
+    m = layered_model()
+    with pytest.raises(ConfigError, match="'x' is a graph input"):
+        select(m, Subset(until=m.graph.input[0].name))

@@ -12,7 +12,7 @@ from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds, with_shorthands
 from toolkit.compare.metrics.thresholds import check_tensors
-from toolkit.compare.subset import Subset
+from toolkit.compare.subset import Subset, check_options
 from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
@@ -57,6 +57,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     """
     thresholds = with_shorthands(thresholds, atol, rtol)
     lines = resolve_thresholds(thresholds) if thresholds is not None else None  # a bad line: a usage error now
+    if subset is not None:
+        check_options(subset)  # an empty or ignored subset option: a usage error before any work
     if device_dumps or device_profile or mapping:
         if several_sets(inputs):
             raise UsageError("--device-dumps / --device-profile compare one device run: give the one .npz it ran "

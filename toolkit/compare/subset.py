@@ -98,11 +98,28 @@ def _by_layers(names: list[str], spec: str) -> set[str]:
 def _by_until(model: onnx.ModelProto, names: list[str], until: str) -> set[str]:
     produced = {o: n.name for n in model.graph.node for o in n.output if o}
     target = until if until in names else produced.get(until)
+    if target is None and until in {i.name for i in model.graph.input}:
+        raise ConfigError(f"--until '{until}' is a graph input, which no node produces: nothing comes before it; "
+                          "give a node name or a tensor a node produces")
     if target is None:
         near = difflib.get_close_matches(until, names + list(produced), n=1)
         raise ConfigError(f"--until '{until}' names no node or tensor of the model"
                           + (f" (did you mean '{near[0]}'?)" if near else "") + "; give a node name")
     return set(names[:names.index(target) + 1])
+
+
+def check_options(subset: Subset) -> None:
+    """Raise ConfigError for options that select nothing as given: an empty ``--nodes`` / ``--layers`` /
+    ``--until`` (an empty string would otherwise mean "not narrowed", i.e. everything), or ``--outputs-only``
+    with any of them (it keeps only the graph outputs, so the others would be ignored)."""
+    for option, value in (("--nodes", subset.nodes), ("--layers", subset.layers), ("--until", subset.until)):
+        if value is not None and not value.replace(",", " ").strip():
+            raise ConfigError(f"{option} {value!r} names nothing; give what to keep (see --help) or leave "
+                              f"{option} out to compare every tensor")
+    given = [o for o, v in (("--nodes", subset.nodes), ("--layers", subset.layers), ("--until", subset.until)) if v]
+    if subset.outputs_only and given:
+        raise ConfigError(f"--outputs-only compares the graph outputs only, so {' and '.join(given)} would be "
+                          f"ignored; use one or the other")
 
 
 def select(model: onnx.ModelProto, subset: Subset) -> dict:
@@ -114,8 +131,11 @@ def select(model: onnx.ModelProto, subset: Subset) -> dict:
 
     Raises:
         ConfigError: a pattern or name that matches nothing, a malformed range, ``--layers`` on a model
-            without layer indices in its node names, a subset that keeps no node (besides outputs-only).
+            without layer indices in its node names, a subset that keeps no node (besides outputs-only), an
+            empty option or ``--outputs-only`` with another (:func:`check_options`), ``--until`` a graph
+            input.
     """
+    check_options(subset)
     names = [n.name for n in model.graph.node]
     keep = set(names)
     if subset.nodes:
