@@ -519,6 +519,27 @@ def test_cli_dataset_run_reports_bad_task_results_as_failing(tmp_path, checks_mo
         _assert_task_results(tasks)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("dataset", [False, True])
+@pytest.mark.parametrize("command", ["compare", "diagnose"])
+def test_cli_a_task_check_broken_on_the_reference_is_a_usage_error(tmp_path, checks_module, command, dataset):
+    """Kind: a --task-metric that raises whatever it is given (here on the FP32 reference itself): exit 2 with
+    one line naming it, no report, on one input and on a dataset alike; not a FAIL of the model."""
+    model = relu_model(tmp_path / "relu.onnx")
+    inputs = []
+    if dataset:
+        ds = tmp_path / "ds"
+        ds.mkdir()
+        for i in range(2):
+            np.savez(ds / f"in{i}.npz", x=np.random.RandomState(i).standard_normal((1, 8)).astype(np.float32))
+        inputs = ["--inputs", ds]
+    res = npuscope_with_path(command, model, *inputs, *_task_args(["ok", "always_raises"]), "--out", "o",
+                             cwd=tmp_path, pythonpath=checks_module)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr and "r3checks:always_raises raises ZeroDivisionError" in res.stderr
+    assert not (tmp_path / "o").exists() or not (tmp_path / "o" / "summary.json").exists()
+
+
 def random_add(path: Path, op: str = "RandomUniformLike", **attrs) -> Path:
     """x float32[1, 64] -> <op> 'rnd' -> r; y = Add(x, r)."""
     return save(path, [helper.make_node(op, ["x"], ["r"], name="rnd", **attrs),

@@ -24,7 +24,11 @@ def missing_key(g, n, m): return {"value": 1}
 def returns_int(g, n, m): return 5
 def returns_none(g, n, m): return None
 def returns_list(g, n, m): return [("name", "x"), ("passed", True), ("value", 1), ("detail", "")]
-def raises(g, n, m): raise KeyError("nope")
+def raises(g, n, m):  # raises on the device outputs only (a check the run breaks), not on the reference itself
+    if n is not g:
+        raise KeyError("nope")
+    return {"name": "raises", "passed": True, "value": 0.0, "detail": "the reference"}
+def always_raises(g, n, m): return 1 / 0  # a broken check: raises on the reference itself
 '''
 
 #: function -> text the failing detail must hold (besides the function's label)

@@ -18,9 +18,21 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 def test_run_tasks_judges_every_kind_of_return_value(checks_module):
     specs = [f"r3checks:{f}" for f in [*BAD, *GOOD, "raises"]]
-    tasks = run_tasks(None, specs, {"y": np.zeros(2)}, {"y": np.zeros(2)}, onnx.ModelProto())
+    tasks = run_tasks(None, specs, {"y": np.zeros(2)}, {"y": np.ones(2)}, onnx.ModelProto())
     assert len(tasks) == len(specs)
     _assert_task_results(tasks)
+
+
+@pytest.mark.parametrize("npu", [{"y": np.ones(2)}, {"y": np.zeros(2)}])
+def test_a_check_that_raises_on_the_reference_itself_is_a_usage_error(checks_module, npu):
+    """Kind: a broken check. One that raises even when given the FP32 reference as the device outputs cannot
+    judge any run: a one-line usage error naming it, not a FAIL of the model. One that raises only on device
+    outputs (the `raises` fixture) stays a failing result (test above)."""
+    from toolkit.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="r3checks:always_raises raises ZeroDivisionError .* FP32 reference") as e:
+        run_tasks(None, ["r3checks:always_raises"], {"y": np.zeros(2)}, npu, onnx.ModelProto())
+    assert "\n" not in str(e.value)
 
 
 @pytest.mark.parametrize("passed, expected", [(True, True), (False, False), (np.True_, True), (np.False_, False)])

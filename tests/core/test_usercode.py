@@ -132,13 +132,22 @@ def test_keyboard_interrupt_in_user_code_keeps_its_meaning():
 
 
 def test_ordinary_exceptions_keep_each_hooks_contract():
-    """A task check raising ValueError is a failing check (not an error); --pre raising one is an error."""
+    """A task check raising ValueError on the device outputs is a failing check (not an error); one raising on
+    the reference itself is a usage error (toolkit/compare/tasks.py); --pre raising one is an error."""
     from toolkit.compare.tasks import run_check
+    from toolkit.core.errors import UsageError
     from toolkit.profile import e2e
 
     def check(g, n, m):
-        raise ValueError("boom")
+        if n is not g:
+            raise ValueError("boom")
+        return {"name": "c", "passed": True, "value": None, "detail": ""}
     res = run_check(check, {}, {}, None)
     assert res["passed"] is False and "raised ValueError: boom" in res["detail"]
+
+    def broken(g, n, m):
+        raise ValueError("boom")
+    with pytest.raises(UsageError, match="raises ValueError"):
+        run_check(broken, {}, {}, None)
     with pytest.raises(InputError, match="--pre raised ValueError on request 2: nope"):
         e2e.time_call(lambda i: _raise(ValueError("nope")), (2,), "--pre", 2)

@@ -137,16 +137,25 @@ def validate_result(fn: Callable, res) -> dict:
 
 def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> dict:
     """One task check's result (:func:`validate_result`); a check that raises an Exception gives a failing
-    result whose detail reads "task check <label> raised <Exception>: <message>".
+    result whose detail reads "task check <label> raised <Exception>: <message>", when it does not raise on
+    the FP32 reference given as both sides (then the device outputs made it raise).
 
     Raises:
+        UsageError: the check raises on the FP32 reference given as both sides too: the check is broken, not
+            the run (exit 2).
         UserError: the check raised SystemExit (sys.exit(), any code) or another BaseException that is not
             KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 2.
     """
     label = check_label(fn)
     res, exc = usercode.capture(fn, golden, npu, model, what=f"task check {label}")
-    if exc is not None:  # a user's check that fails by raising must not end the run
+    if exc is not None:  # a user's check that fails by raising must not end the run...
         msg = " ".join(str(exc).split())
+        if npu is not golden:  # ...unless it raises on the FP32 reference itself: then the check is broken
+            _, again = usercode.capture(fn, golden, golden, model, what=f"task check {label}")
+            if again is not None:
+                raise UsageError(f"task check {label} raises {type(exc).__name__} ({msg[:200]}) even when given "
+                                 "the FP32 reference as the device outputs: it cannot judge any run; fix the "
+                                 "check (it receives golden, npu: {output name: array}, model)")
         return {"name": label, "passed": False, "value": None,
                 "detail": f"task check {label} raised {type(exc).__name__}: {msg}"}
     return validate_result(fn, res)
