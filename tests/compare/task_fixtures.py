@@ -24,10 +24,19 @@ def missing_key(g, n, m): return {"value": 1}
 def returns_int(g, n, m): return 5
 def returns_none(g, n, m): return None
 def returns_list(g, n, m): return [("name", "x"), ("passed", True), ("value", 1), ("detail", "")]
-def raises(g, n, m):  # raises on the device outputs only (a check the run breaks), not on the reference itself
-    if n is not g:
+def _differ(g, n): return any(not np.array_equal(np.asarray(g[k]), np.asarray(v)) for k, v in n.items() if k in g)
+def raises(g, n, m):  # raises on device outputs that differ from the reference (a check the run breaks)
+    if _differ(g, n):
         raise KeyError("nope")
     return {"name": "raises", "passed": True, "value": 0.0, "detail": "the reference"}
+def fails_on_device(g, n, m): return {"name": "exact", "passed": not _differ(g, n), "value": None, "detail": "bits"}
+def always_false(g, n, m): return {"name": "never", "passed": False, "value": None, "detail": "never passes"}
+def mutates(g, n, m):  # changes what it is given: must change nothing of the caller's
+    for k in n:
+        if isinstance(n[k], np.ndarray) and n[k].size:
+            n[k][...] = 0
+            g[k][...] = 0
+    return {"name": "mutates", "passed": True, "value": None, "detail": ""}
 def always_raises(g, n, m): return 1 / 0  # a broken check: raises on the reference itself
 '''
 
@@ -58,16 +67,13 @@ def checks_module(tmp_path, monkeypatch):
     sys.modules.pop("r3checks", None)
 
 def _assert_task_results(tasks: list[dict]) -> None:
+    """Results of GOOD + raises + fails_on_device on device outputs that differ from the reference."""
     by_label = {}
     for t in tasks:
         assert set(RESULT_KEYS) <= set(t)
         assert type(t["passed"]) is bool  # a Python bool, whatever the check returned
         by_label[t["name"]] = t
-    for fn, what in BAD.items():
-        t = by_label[f"r3checks:{fn}"]
-        assert t["passed"] is False
-        assert t["detail"].startswith(f"task check r3checks:{fn} returned ")
-        assert what in t["detail"] and "raised" not in t["detail"]
+    assert by_label["exact"]["passed"] is False and not by_label["exact"].get("fails_on_reference")
     raised = by_label["r3checks:raises"]
     assert raised["passed"] is False and raised["detail"] == "task check r3checks:raises raised KeyError: 'nope'"
     for name, passed in GOOD.items():

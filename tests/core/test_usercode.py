@@ -139,10 +139,10 @@ def test_ordinary_exceptions_keep_each_hooks_contract():
     from toolkit.profile import e2e
 
     def check(g, n, m):
-        if n is not g:
+        if n["y"] != g["y"]:
             raise ValueError("boom")
         return {"name": "c", "passed": True, "value": None, "detail": ""}
-    res = run_check(check, {}, {}, None)
+    res = run_check(check, {"y": 0}, {"y": 1}, None)
     assert res["passed"] is False and "raised ValueError: boom" in res["detail"]
 
     def broken(g, n, m):

@@ -135,30 +135,72 @@ def validate_result(fn: Callable, res) -> dict:
             "detail": f"task check {label} {problem}: fix what the check returns"}
 
 
+def _copies(values: dict) -> dict:
+    """A copy of {name: array or list of arrays} a check may change freely (its caller's arrays stay as
+    they were)."""
+    out = {}
+    for k, v in values.items():
+        if isinstance(v, np.ndarray):
+            out[k] = v.copy()
+        elif isinstance(v, list):
+            out[k] = [x.copy() if isinstance(x, np.ndarray) else x for x in v]
+        else:
+            out[k] = v
+    return out
+
+
+def _call(fn: Callable, label: str, golden: dict, npu: dict, model) -> tuple[dict | None, str]:
+    """(the validated result, "") of one call of ``fn`` on copies of ``golden`` / ``npu``, or (None, what
+    went wrong: "raises <Exception> (<message>)" or "returned ...") when it raised or broke the contract."""
+    res, exc = usercode.capture(fn, _copies(golden), _copies(npu), model, what=f"task check {label}")
+    if exc is not None:
+        msg = " ".join(str(exc).split())
+        return None, f"raises {type(exc).__name__} ({msg[:200]})" if msg else f"raises {type(exc).__name__}"
+    problem = result_problem(res)
+    return (None, problem) if problem is not None else ({**res, "passed": bool(res["passed"])}, "")
+
+
 def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> dict:
-    """One task check's result (:func:`validate_result`); a check that raises an Exception gives a failing
-    result whose detail reads "task check <label> raised <Exception>: <message>", when it does not raise on
-    the FP32 reference given as both sides (then the device outputs made it raise).
+    """One task check's result (:func:`validate_result`), the check given copies of ``golden`` and ``npu`` (a
+    check that changes its arguments changes nothing of ours).
+
+    A check that fails (raises, returns something else than a result, or passes=False) is asked again with the
+    FP32 reference as the device outputs, to tell the device's fault from the check's:
+    - it cannot judge the reference either (raises, or no result): UsageError;
+    - it fails the reference too: a failing result with ``fails_on_reference`` True and a detail that says so
+      (no precision setting can pass it: diagnose and tune search no keep set for it);
+    - it passes the reference: the failing result as is (a check that raised: detail "task check <label>
+      raised <Exception>: <message>"; a result that breaks the contract: "task check <label> returned ...").
 
     Raises:
-        UsageError: the check raises on the FP32 reference given as both sides too: the check is broken, not
-            the run (exit 2).
+        UsageError: the check cannot judge this input's FP32 reference given as both sides (exit 2).
         UserError: the check raised SystemExit (sys.exit(), any code) or another BaseException that is not
             KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 2.
     """
     label = check_label(fn)
-    res, exc = usercode.capture(fn, golden, npu, model, what=f"task check {label}")
-    if exc is not None:  # a user's check that fails by raising must not end the run...
-        msg = " ".join(str(exc).split())
-        if npu is not golden:  # ...unless it raises on the FP32 reference itself: then the check is broken
-            _, again = usercode.capture(fn, golden, golden, model, what=f"task check {label}")
-            if again is not None:
-                raise UsageError(f"task check {label} raises {type(exc).__name__} ({msg[:200]}) even when given "
-                                 "the FP32 reference as the device outputs: it cannot judge any run; fix the "
-                                 "check (it receives golden, npu: {output name: array}, model)")
+    res, problem = _call(fn, label, golden, npu, model)
+    if res is not None and res["passed"]:
+        return res
+    if npu is not golden:
+        ref, ref_problem = _call(fn, label, golden, golden, model)
+        if ref is None:
+            raise UsageError(f"task check {label} {ref_problem} even when given this input's FP32 reference as "
+                             "the device outputs: it cannot judge the run; fix the check (it receives golden, "
+                             "npu: {output name: array}, model and returns a dict with keys "
+                             f"{', '.join(RESULT_KEYS)})")
+        if not ref["passed"]:
+            out = res if res is not None else {"name": label, "passed": False, "value": None, "detail": problem}
+            why = f"{out['detail']}; " if out.get("detail") else ""
+            return {**out, "fails_on_reference": True,
+                    "detail": f"{why}it fails the FP32 reference too: the check, not the device precision, "
+                              f"decides it (task check {label})"}
+    if res is not None:
+        return res
+    if problem.startswith("raises "):
         return {"name": label, "passed": False, "value": None,
-                "detail": f"task check {label} raised {type(exc).__name__}: {msg}"}
-    return validate_result(fn, res)
+                "detail": f"task check {label} raised {problem[len('raises '):].replace(' (', ': ', 1).rstrip(')')}"}
+    return {"name": label, "passed": False, "value": None, "detail": f"task check {label} {problem}: fix what the "
+            "check returns"}
 
 
 def run_tasks(zoo_name: str | None, extra: list[str], golden: dict, npu: dict, model: onnx.ModelProto) -> list[dict]:

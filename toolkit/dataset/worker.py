@@ -27,7 +27,7 @@ from toolkit.compare.advisor import first_divergence
 from toolkit.compare.metrics import METRICS, compare_tensors
 from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
-from toolkit.core.errors import InputError, ModelError, UsageError, UserError
+from toolkit.core.errors import InputError, ModelError, UserError
 from toolkit.dataset.source import (
     InputRef,
     load_feed,
@@ -159,15 +159,13 @@ class Worker:
 
     def evaluate(self, name: str, data: bytes) -> Record:
         """Evaluate the ``.npz`` bytes of input ``name``. User errors (bad file, shape that does not compile)
-        become an error record; a UsageError (the invocation's fault, e.g. a task check that raises on the
-        reference itself) and anything else (a bug) raise."""
+        become an error record (a task check that cannot judge this input's reference too); anything else is a
+        bug and raises."""
         sha = sha256_bytes(data)
         try:
             feeds = load_feed(name, data, self.specs)
             self._check_shapes(name, feeds)
             return self._evaluate(name, sha, feeds)
-        except UsageError:  # the invocation's fault (a task check broken on the reference itself): ends the run
-            raise
         except UserError as exc:
             return error_record(name, sha, str(exc))
 
