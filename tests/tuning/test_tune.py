@@ -337,7 +337,9 @@ def test_parse_target_refuses_with_a_reason(text, err):
 @pytest.mark.parametrize("passed", ["false", "yes", 1, None, np.array([True, False])])
 def test_task_check_passed_must_be_a_real_bool(passed):
     """A task check whose ``passed`` is not a bool (a string "false" is truthy) never counts as met: tune
-    validates results as diagnose does (toolkit.compare.tasks.run_check)."""
+    validates results as diagnose does (toolkit.compare.tasks.run_check); one off the contract on the FP32
+    reference itself is a usage error naming it, and one failing the reference too is refused as no keep set
+    can pass it."""
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
     g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
@@ -350,11 +352,15 @@ def test_task_check_passed_must_be_a_real_bool(passed):
     def good(golden, npu, m):
         return {"name": "acc", "passed": bool(np.array_equal(npu["y"], np.maximum(x, 0))), "value": 1.0, "detail": ""}
 
+    def never(golden, npu, m):
+        return {"name": "never", "passed": False, "value": 0.0, "detail": "never passes"}
+
     cfg = Config(precision_mode="force_fp32")
     assert tune(model, [("x", {"x": x})], cfg, tasks=[good]).met  # Relu in FP32 is exact: the target holds
-    res = tune(model, [("x", {"x": x})], cfg, tasks=[check])
-    assert not res.met
-    assert res.tasks_after and not any(t["passed"] for t in res.tasks_after)
+    with pytest.raises(UsageError, match="even when given this input's FP32 reference"):
+        tune(model, [("x", {"x": x})], cfg, tasks=[check])
+    with pytest.raises(UsageError, match="fails the FP32 reference too.*no keep set can pass it"):
+        tune(model, [("x", {"x": x})], cfg, tasks=[never])
 
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_tune.py"
@@ -477,3 +483,29 @@ def test_host_time_of_a_runtime_that_ran_already_takes_no_warm_up():
 
     fake = Fake([5.0, 1.0, 4.0])
     assert host_time_ms(fake, {}, runs=3, warm_up=False) == 4.0 and not fake.times
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("why", ["nan_input", "sqrt_of_negative"])
+def test_tune_refuses_an_input_whose_fp32_reference_is_not_finite(why):
+    """Kind: outputs the FP32 reference computes as NaN/Inf. No keep set can meet a target on them: tune names
+    the input and the output (one line) instead of keeping every kernel in FP32 without a reason."""
+    from toolkit.core.errors import InputError
+
+    rng = np.random.default_rng(0)
+    good = rng.normal(0, 1, (1, 8)).astype(np.float32)
+    bad = good.copy()
+    bad[0, 3] = np.nan
+    op = "Sqrt" if why == "sqrt_of_negative" else "Relu"
+    g = helper.make_graph([helper.make_node("Sub", ["x", "c"], ["s"], name="sub"),
+                           helper.make_node(op, ["s"], ["y"], name="tail")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(np.float32(50.0 if why == "sqrt_of_negative" else 0.0), "c")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [("good.npz", {"x": good}), ("second.npz", {"x": bad if why == "nan_input" else good})]
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert not np.isfinite(ref.run(None, feeds[1][1])[0]).all()  # independently: the reference is not finite
+    with pytest.raises(InputError, match="FP32 reference output 'y' already holds") as e:
+        tune(model, feeds, Config(precision_mode="force_fp16"))
+    assert ("'second.npz'" in str(e.value) or "'good.npz'" in str(e.value)) and "\n" not in str(e.value)

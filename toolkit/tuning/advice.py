@@ -96,7 +96,7 @@ class VerifiedFix:
             return f"no fix needed: the outputs meet the default target ({target}) as compiled"
         if self.verdict != "FAIL":
             return (f"no fix needed to ship: the outputs hold the abnormal lines; they miss tune's stricter default "
-                    f"target ({target}), which `npuscope tune` meets with a keep set")
+                    f"target ({target}); `npuscope tune` searches a keep set that meets it")
         if self.met:
             names = ", ".join(f"'{k}'" for k in self.keep_dtype)
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
@@ -199,8 +199,11 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
         fix.after_nonfinite, fix.verdict = fix.before_nonfinite, verdict
         return fix
+    on_ref = [t for t in tasks if t.get("fails_on_reference")]
     if any(f.kind == "golden_nonfinite" for f in findings):
         fix.not_searched = "the FP32 reference's own outputs hold NaN/Inf (see the golden_nonfinite finding)"
+    elif on_ref:
+        fix.not_searched = f"task check {on_ref[0]['name']} fails the FP32 reference too"
     elif stage == "compile":
         fix.not_searched = "the plan diverges even in force_fp32 (a compile-stage fault)"
     else:

@@ -48,7 +48,7 @@ from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import suggest
-from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
+from toolkit.engine import Session, compile_model, shapes_of
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
@@ -506,6 +506,19 @@ class _Start:
     baseline_ms: float = 0.0
 
 
+def _refuse_nonfinite_reference(golden_out: dict, label: str) -> None:
+    """Raise InputError when a float graph output of the FP32 reference holds NaN/Inf on input ``label``: the
+    model computes it in FP32 already (NaN inputs, a Sqrt of a negative, a Log of zero), so no keep set can
+    meet a target on it (diagnose's golden_nonfinite finding says the same)."""
+    for name, v in golden_out.items():
+        a = np.asarray(v) if not isinstance(v, list) else None
+        if a is not None and a.dtype.kind == "f" and a.size and not np.isfinite(a).all():
+            nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+            raise InputError(f"input '{label}': the FP32 reference output '{name}' already holds {nan} NaN and "
+                             f"{inf} Inf, so no keep set can meet a target on it; fix the input (or the model), "
+                             "or leave this input out")
+
+
 def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress) -> _Start:
     """Per input: the FP32 reference of every tensor (folded into ``ranges``; the graph outputs kept as the
     golden), then the given config's plan checked against it. The full reference of the input with the worst
@@ -520,11 +533,16 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
         g.update(feed)
         ranges.add(g)
         tuner.golden_out.append({o: g[o] for o in tuner.outputs if o in g})
+        _refuse_nonfinite_reference(tuner.golden_out[-1], label)
         if i == 0:
             st.shapes = {k: v.shape for k, v in g.items() if isinstance(v, np.ndarray)}
         t = time.perf_counter()
         ok, rows, err, tk, res = tuner.check_one(base_rt, i, dump=True)
         st.baseline_ms += (time.perf_counter() - t) * 1e3
+        for task in tk:
+            if task.get("fails_on_reference"):
+                raise UsageError(f"input '{label}': {task['detail']}; no keep set can pass it: fix the check or "
+                                 "leave it out of --task-metric")
         st.rows += rows
         st.tasks += tk
         st.met &= ok
