@@ -340,7 +340,7 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if n_ab else set())
     errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
     if errors:
-        reasons.append(f"{len(errors)} error finding(s) stand: "
+        reasons.append(f"{len(errors)} finding(s) to read before signoff: "
                        + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5])
                        + (" ..." if len(errors) > 5 else "") + " (see findings)")
     judged = resolve_thresholds(None) if lines is None else lines

@@ -57,3 +57,20 @@ def test_safe_filename_normalises_and_caps_bytes():
     long = safe_filename("日本" * 100)
     assert len(long.encode("utf-8")) <= 120 and long == "日本" * 20  # 3 bytes each: whole characters only
     assert unicodedata.is_normalized("NFC", long)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), np.float32("nan"), np.float64("-inf")])
+def test_written_json_is_strict_whatever_floats_it_holds(tmp_path, value):
+    """Kind: non-finite floats (a -inf cosine of a NaN output, a NaN error) in any JSON file we write
+    (summary.json of tune and the others): strict JSON (null), which parsers other than Python's read."""
+    import json
+
+    from toolkit.core.artifacts import write_json
+
+    path = write_json(tmp_path / "s.json", {"a": value, "b": [1, value, np.int64(3)], "c": {"d": np.array([value])}})
+
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+
+    got = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
+    assert got == {"a": None, "b": [1, None, 3], "c": {"d": [None]}}

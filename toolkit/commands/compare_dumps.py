@@ -233,7 +233,7 @@ def judge(df: pd.DataFrame, outputs: list[str] | None, findings=()) -> tuple[str
     explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if bad.any() else set())
     errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
     if errors:
-        reasons.append(f"{len(errors)} error finding(s) stand: "
+        reasons.append(f"{len(errors)} finding(s) to read before signoff: "
                        + ", ".join(f"{f.kind} at '{f.subject}'" for f in errors[:5]) + " (see findings)")
     if reasons:
         return "WARN", reasons

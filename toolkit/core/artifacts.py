@@ -8,7 +8,6 @@ failed command removes the folder it created (no partial report left behind).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.core.csvjson import json_text
 from toolkit.core.dtypes import standard
 from toolkit.core.errors import ModelError, UsageError
 from toolkit.core.text import printable
@@ -133,21 +133,8 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, data) -> Path:
-    return write_text(path, json.dumps(data, indent=1, default=_jsonable))
-
-
-def _jsonable(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
+    """Write ``data`` as strict JSON (toolkit.core.csvjson.json_text: NaN / inf as null) to ``path``, atomically."""
+    return write_text(path, json_text(data))
 
 
 def write_compile_artifacts(compiled, out: Path) -> dict[str, Path]:

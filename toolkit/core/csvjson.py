@@ -73,8 +73,14 @@ def atomic_write_text(path: Path, text: str) -> None:
             tmp.unlink()
 
 
-def _dumps(data) -> str:
+def json_text(data) -> str:
+    """``data`` as strict JSON text (:func:`json_safe`: NaN and ±inf become null, numpy scalars and arrays
+    plain numbers and lists), indented, UTF-8 characters kept, one trailing newline. Every JSON file we write
+    goes through it, so that any JSON parser (not only Python's) reads them."""
     return json.dumps(json_safe(data), indent=1, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+_dumps = json_text
 
 
 #: First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection": = + - @ TAB CR).
