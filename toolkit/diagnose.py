@@ -292,12 +292,13 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
     docs/thresholds.md). ``kernels``: how many kernels the plan runs; 0 (the whole graph computed at compile
     time) is a WARN that says nothing of the device was simulated."""
-    def metric_text(m, v, crossed):
+    def metric_text(m, v, crossed, tensor):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             return f"{m} {v}"
         if m not in crossed or m not in METRICS:
             return f"{m} {show(v)}"
-        below, line = METRICS[m].direction == HIGHER_IS_BETTER, (lines or {}).get(m)
+        own = _for_tensor(lines, tensor) if lines is not None else None  # this tensor's own lines
+        below, line = METRICS[m].direction == HIGHER_IS_BETTER, (own or {}).get(m)
         if line is None:
             return f"{m} {show_crossed(v, below)}"
         v_txt, l_txt = show_vs(v, line)
@@ -311,7 +312,7 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
         crossed = list(crossed) if isinstance(crossed, (list, tuple)) else []
         shown = {m: r.get(m) for m in (crossed or ["CosineSimilarity", "RelativeEuclideanDistance"])
                  if m in r and r.get(m) == r.get(m)}
-        evidence = ", ".join(metric_text(m, v, crossed) for m, v in shown.items())
+        evidence = ", ".join(metric_text(m, v, crossed, r["TensorName"]) for m, v in shown.items())
         reasons.append(f"output '{r['TensorName']}' is abnormal ({evidence or 'not comparable: ' + str(r.get('CompareFailReason', ''))})")
     for _, r in out_rows[~(out_rows["Abnormal"] | out_rows["OverFlow"])].iterrows():
         why = not_compared_reason(r)

@@ -649,3 +649,25 @@ def test_the_ship_sentence_says_each_thing_once(verdict, reasons):
     assert (verdict == "FAIL") == s.startswith("Cannot ship")
     if verdict != "PASS":
         assert reasons[0].removesuffix("; outputs and task checks hold") in s
+
+
+@pytest.mark.parametrize("atol", [["--atol", "1", "--atol", "y:1e-9"], ["--atol", "y:1e-3"]])
+def test_a_fail_reason_prints_the_line_of_the_tensor_that_crossed_it(atol):
+    """Kind: per-tensor lines (``--atol y:...`` beside a global one, or alone). The reason prints the line the
+    output crossed, its own, not the global one (it printed "0.0167 > 1") nor none."""
+    from toolkit.compare.metrics import resolve_thresholds, with_shorthands
+    from toolkit.diagnose import _verdict
+
+    golden = np.linspace(1.0, 2.0, 64)
+    device = golden.copy()
+    device[7] += 0.016695
+    pairs = list(zip(atol[0::2], atol[1::2]))
+    lines = resolve_thresholds(with_shorthands(None, [v for _, v in pairs], []))
+    df = pd.DataFrame([_table_row(device, golden, lines.for_tensor("y") if hasattr(lines, "for_tensor") else lines)])
+    df["Role"] = ""
+    verdict, reasons = _verdict(df, ["y"], [], "none", [], lines=lines)
+    own = 1e-9 if len(pairs) == 2 else 1e-3
+    assert verdict == "FAIL"
+    m = re.search(r"MaxAbsoluteError ([-+0-9.e]+) > ([-+0-9.e]+)", reasons[0])
+    assert m, reasons[0]
+    assert float(m.group(2)) == own and float(m.group(1)) > own, reasons[0]
