@@ -11,7 +11,7 @@ from toolkit.commands.common import (
 from toolkit.commands.dataset import diagnose_dataset
 from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
 from toolkit.compare.metrics import resolve_thresholds, with_shorthands
-from toolkit.compare.metrics.thresholds import check_tensors
+from toolkit.compare.metrics.thresholds import check_tensors, unjudged_lines
 from toolkit.compare.subset import Subset, check_options
 from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
@@ -86,6 +86,12 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                            subset=subset, stream=stream,
                            segment_bytes=int(segment_mb * 2**20) if segment_mb else DEFAULT_SEGMENT_BYTES,
                            ray=ray, ray_parts=ray_parts)
+    unjudged = unjudged_lines(lines, diag.table)
+    if unjudged:  # a line the user set that judged nothing: a PASS would rest on it
+        raise UsageError(f"--thresholds/--atol/--rtol: {unjudged[0]}, so the line set for it judged nothing"
+                         f"{f' ({len(unjudged) - 1} more such line(s))' if len(unjudged) > 1 else ''}; set lines on "
+                         "compared tensors of their dtype (ExactMatchRate for integer/bool outputs), or widen the "
+                         "subset or lower the fusion level to compare an inner tensor")
     fix = None
     if verify and not (subset is not None and subset.active):  # a subset keeps too few tensors to rank kernels
         fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],

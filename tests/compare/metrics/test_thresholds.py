@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import onnx
+import pandas as pd
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.compare.metrics import DEFAULT_THRESHOLDS, Thresholds, line_origins, noise_covers, parse_thresholds
+from toolkit.compare.metrics.thresholds import unjudged_lines
 from toolkit.core.errors import UsageError
 from toolkit.core.text import show_line
 
@@ -75,3 +80,51 @@ def test_parse_thresholds_errors(text, fragment):
     with pytest.raises(UsageError) as info:
         parse_thresholds(text)
     assert fragment in str(info.value)
+
+
+# ------------------------------------------------------------------ lines that judged nothing
+
+
+def _unjudged_table():
+    return pd.DataFrame([
+        {"TensorName": "y", "CompareFailReason": "", "DataType": "float32", "MaxAbsoluteError": 0.1,
+         "CosineSimilarity": 0.99, "ExactMatchRate": np.nan},
+        {"TensorName": "cls", "CompareFailReason": "", "DataType": "int64", "MaxAbsoluteError": np.nan,
+         "CosineSimilarity": np.nan, "ExactMatchRate": 0.5},
+        {"TensorName": "h1", "CompareFailReason": "fused into kernel mm", "DataType": "float32",
+         "MaxAbsoluteError": np.nan, "CosineSimilarity": np.nan, "ExactMatchRate": np.nan}])
+
+
+@pytest.mark.parametrize("text,want", [
+    ("y:MaxAbsoluteError<=1e-3", []),
+    ("MaxAbsoluteError<=1e-3", []),  # a global line: not applying to the int output is fine
+    ("cls:ExactMatchRate>=1", []),
+    ("cls:MaxAbsoluteError<=0", ["MaxAbsoluteError does not apply to 'cls' (int64)"]),
+    ("h1:MaxAbsoluteError<=1e-9", ["'h1' was not compared (fused into kernel mm)"]),
+    ("gone:CosineSimilarity<0.9", ["'gone' was not compared (it has no row in the comparison)"]),
+    ("y:CosineSimilarity<0.9,cls:CosineSimilarity<0.9,h1:MaxAbsoluteError>1",
+     ["CosineSimilarity does not apply to 'cls' (int64)", "'h1' was not compared (fused into kernel mm)"]),
+])
+def test_lines_named_for_a_tensor_that_judged_nothing_are_named(text, want):
+    assert unjudged_lines(parse_thresholds(text), _unjudged_table()) == want
+
+
+def test_diagnose_refuses_a_line_on_an_integer_output_before_writing(tmp_path):
+    """End to end: MatMul -> ArgMax (int64 output 'cls'). A float metric named for 'cls' would be ignored and
+    the verdict PASS on nothing: a usage error instead, no report folder."""
+    from toolkit.commands.diagnose import diagnose_command
+    from toolkit.config.schema import Config
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+                           helper.make_node("ArgMax", ["y"], ["cls"], name="am", axis=1, keepdims=0)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info("cls", TensorProto.INT64, [4])],
+                          [numpy_helper.from_array(rng.normal(0, 1, (8, 16)).astype(np.float32), "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(tmp_path / "x.npz", x=rng.normal(0, 1, (4, 8)).astype(np.float32))
+    with pytest.raises(UsageError, match="MaxAbsoluteError does not apply to 'cls'"):
+        diagnose_command(str(path), Config(), inputs=str(tmp_path / "x.npz"), thresholds="cls:MaxAbsoluteError<=0",
+                         out=str(tmp_path / "o"), html=False)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -144,6 +144,33 @@ def check_tensors(lines, names, what: str = "tensor of the model") -> None:
                              f"name a tensor of the model before ':' or drop the '{tensor}:' prefix")
 
 
+def unjudged_lines(lines, table) -> list[str]:
+    """What keeps the lines set for a tensor (``NAME:METRIC<VALUE``, :attr:`Thresholds.per_tensor`) from
+    judging anything in ``table`` (a comparison's rows: TensorName, CompareFailReason, DataType and the metric
+    columns), one text per fault: the tensor has no compared row (fused inside a kernel, left out by a subset,
+    not comparable: "'h1' was not compared (fused into 'mm')"), or a metric named for it has no value there
+    (a float metric on an integer output: "MaxAbsoluteError does not apply to 'cls' (int64)"). Only metrics
+    named for that tensor count (a global line that does not apply to an integer output is simply not used).
+    Empty when every such line judged its tensor."""
+    per = getattr(lines, "per_tensor", None) or {}
+    if not per or table is None or not len(table):
+        return []
+    rows = {str(r["TensorName"]): r for r in table.to_dict("records")}
+    common = getattr(lines, "explicit", frozenset())
+    out = []
+    for tensor, own in per.items():
+        row = rows.get(tensor)
+        reason = "" if row is None else str(row.get("CompareFailReason") or "")
+        if row is None or reason:
+            out.append(f"'{tensor}' was not compared ({reason or 'it has no row in the comparison'})")
+            continue
+        for metric in sorted(set(getattr(own, "explicit", own)) - set(common)):
+            v = row.get(metric)
+            if v is None or (isinstance(v, float) and v != v):
+                out.append(f"{metric} does not apply to '{tensor}' ({row.get('DataType') or 'its dtype'})")
+    return out
+
+
 def noise_covers(name: str, lines: Mapping[str, float]) -> bool:
     """True when the expected-noise allowance (``compare_tensors(expected_noise=...)``, the FP16 noise of the
     numerics contract) may excuse a crossing of ``name``'s line in ``lines``: only a default line is covered —
