@@ -240,6 +240,39 @@ class _TriageScreen:
             self.see(t, v)
 
 
+#: findings that name where the error starts and advise a keep_dtype for it
+_ORIGIN_KINDS = frozenset({"first_divergence", "divergence_origin", "fp16_overflow", "accumulated_error"})
+
+
+def subset_origins(findings: list[Finding], first: dict | None, model: onnx.ModelProto, kept: dict):
+    """(findings, first divergence) of a subset run (``kept``: toolkit.compare.subset.select), where an origin
+    cannot be told when what its node reads was left out: the error may start before it. Each origin finding
+    (:data:`_ORIGIN_KINDS`) whose node reads a tensor the subset did not compare (the graph inputs are) is
+    replaced by one ``origin_outside_subset`` warning that names the first abnormal node inside the subset, the
+    tensors it reads that were not compared, and how to find the origin; it advises no keep_dtype (advice from
+    a subset is not verified). The first divergence gets ``basis`` "subset" and ``reads_uncompared``."""
+    produced = {o for n in model.graph.node for o in n.output if o}  # constants and graph inputs: not left out
+    reads = {n.name: [i for i in n.input if i in produced] for n in model.graph.node}
+    compared = set(kept["tensors"])
+    out, replaced = [], {}
+    for f in findings:
+        missing = [i for i in reads.get(f.subject, ()) if i not in compared]
+        if f.kind not in _ORIGIN_KINDS or not missing:
+            out.append(f)
+            continue
+        replaced.setdefault(f.subject, missing)
+    for node, missing in replaced.items():
+        out.append(Finding(
+            "warning", "origin_outside_subset", node, {"reads_uncompared": missing, "subset": kept["options"]},
+            f"'{node}' is the first abnormal node inside the subset ({kept['options']}), but what it reads "
+            f"({', '.join(repr(m) for m in missing[:4])}{' ...' if len(missing) > 4 else ''}) was not compared, so "
+            "the error may start before it: run without the subset (or widen it) to find where it starts and a "
+            "verified keep_dtype fix; no advice from a subset"))
+    if first and first.get("node") in replaced:
+        first = {**first, "basis": "subset", "reads_uncompared": replaced[first["node"]]}
+    return out, first
+
+
 def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None) -> dict:
     """Run the same compilation in force_fp32 (keep_dtype cleared; with ``compiled``, the NPU compile, only
     the precision passes run again: recompile_precision): a divergence there is a compile-stage fault (a
@@ -568,6 +601,8 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
                                        f"input '{name}' holds NaN/Inf values; metrics cover only positions where both "
                                        "runs are finite: check the input data"))
     first = first_divergence(df)
+    if kept is not None:
+        findings, first = subset_origins(findings, first, prep.model, kept)
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
     progress("stage triage: re-running the plan in force_fp32")
     ts = time.perf_counter()

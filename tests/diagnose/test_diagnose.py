@@ -671,3 +671,51 @@ def test_a_fail_reason_prints_the_line_of_the_tensor_that_crossed_it(atol):
     m = re.search(r"MaxAbsoluteError ([-+0-9.e]+) > ([-+0-9.e]+)", reasons[0])
     assert m, reasons[0]
     assert float(m.group(2)) == own and float(m.group(1)) > own, reasons[0]
+
+
+def _overflow_chain(tmp_path, k: int = 64):
+    """x (5s) -> MatMul 'mm' (W 300s: |big| = 96000 > 65504 in FP16) -> Mul 'scale_down' (1e-3) -> Relu 'act'
+    -> y. Computed with numpy here: the reference stays finite, FP16 storage of 'big' overflows."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = np.full((1, k), 5.0, np.float32)
+    w = np.full((k, 4), 300.0, np.float32)
+    assert float(np.abs(x @ w).max()) > 65504 and np.isfinite(x @ w * 1e-3).all()
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["big"], name="mm"),
+                           helper.make_node("Mul", ["big", "s"], ["small"], name="scale_down"),
+                           helper.make_node("Relu", ["small"], ["y"], name="act")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(1e-3), "s")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    np.savez(tmp_path / "x.npz", x=x)
+    return str(path), str(tmp_path / "x.npz")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("subset,origin_inside", [
+    ({"outputs_only": True}, False), ({"nodes": "act"}, False), ({"nodes": "scale_down,act"}, False),
+    ({"until": "act"}, True), ({"nodes": "mm,scale_down,act"}, True), ({}, True)])
+def test_a_subset_names_no_origin_whose_inputs_it_did_not_compare(tmp_path, subset, origin_inside):
+    """Kind: a subset leaving out what the first abnormal node inside it reads. The error may start before
+    it, so no origin finding nor keep advice names that node: an origin_outside_subset warning says so and
+    names the tensors left out. When the subset compares the origin's inputs, the origin finding stays."""
+    from toolkit.compare.subset import Subset
+    from toolkit.config.schema import Config
+
+    path, inputs = _overflow_chain(tmp_path)
+    diag, _ = diagnose(prepare(path, inputs), Config(precision_mode="force_fp16", fusion_level=0),
+                       subset=Subset(**subset) if subset else None)
+    kinds = {(f.kind, f.subject) for f in diag.findings}
+    outside = [f for f in diag.findings if f.kind == "origin_outside_subset"]
+    origins = [f for f in diag.findings if f.kind in ("first_divergence", "fp16_overflow", "divergence_origin")]
+    assert diag.summary["verdict"] == "FAIL"
+    if origin_inside:
+        assert not outside and origins and all(f.subject == "mm" for f in origins), kinds
+    else:
+        assert outside and not origins, kinds
+        assert all("big" in f.evidence["reads_uncompared"] or "small" in f.evidence["reads_uncompared"]
+                   for f in outside)
+        assert "keep_dtype fix" in outside[0].recommendation and "keep '" not in outside[0].recommendation
+        assert diag.summary["first_divergence"]["basis"] == "subset"

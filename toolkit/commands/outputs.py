@@ -54,8 +54,9 @@ def diagnosis_lines(diag) -> list[str]:
     if s["stage"] == "compile":
         summary.append("stage: compile (the plan diverges even in force_fp32)")
     if fd:
+        where = " (first inside the subset: what it reads was not compared)" if fd.get("basis") == "subset" else ""
         summary.append(f"first divergence: node '{fd['node']}' ({fd['op_type']}, kernel {fd['kernel']}, "
-                       f"{fd['precision']}) [{fd['kind']}]")
+                       f"{fd['precision']}) [{fd['kind']}]{where}")
     for f in diag.findings[:5]:
         summary.append(f"{f.severity.upper():7} {f.kind}: {f.subject}: {f.recommendation}")
     if len(diag.findings) > 5:
