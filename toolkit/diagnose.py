@@ -471,8 +471,9 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
              segment_bytes: int = DEFAULT_SEGMENT_BYTES, ray: str | None = None,
              ray_parts: int | None = None) -> tuple[Diagnosis, dict]:
     """Run the whole diagnosis; returns (Diagnosis, extras {"golden", "device", "compiled", "origin_nodes",
-    "npu_outputs", "runtime"}: the reference tensors, the device side, the CompileResult, the nodes a reproducer
-    needs, the plan's graph outputs and the NpuRuntime that ran, with its built kernels).
+    "npu_outputs", "runtime", "lines"}: the reference tensors, the device side, the CompileResult, the nodes a
+    reproducer needs, the plan's graph outputs, the NpuRuntime that ran, with its built kernels, and the
+    abnormal lines it judged with (a Thresholds)).
 
     The FP32 reference runs on a thread while the plan compiles (onnxruntime releases the GIL while it runs).
     When the diagnosis fails before it needs the reference (a compile error), that thread is waited for before
@@ -655,4 +656,4 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
                 "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
         environment=environment(), neighbourhood=neighbourhood(prep.model, origin_nodes))
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
-                  "npu_outputs": npu.outputs, "runtime": sess.runtime}
+                  "npu_outputs": npu.outputs, "runtime": sess.runtime, "lines": lines}

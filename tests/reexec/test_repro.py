@@ -113,3 +113,30 @@ def test_reproducer_of_a_model_with_weights_on_disk_holds_them(tmp_path, node):
     got = onnxruntime.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"]).run(
         None, {f"x{i}": x})[0]
     np.testing.assert_allclose(got, x @ inits[f"W{i}"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("text", [None, "MaxAbsoluteError<=1e-3", "CosineSimilarity<0.999,RMSE=off"])
+def test_the_reproducer_command_judges_with_the_diagnosis_lines(text, tmp_path):
+    """Kind: a diagnosis run with lines of the user's (--thresholds/--atol): README.txt's command carries them,
+    so the reproducer judges as the diagnosis did (it gave a PASS where the diagnosis failed); lines of a tensor
+    the reproducer does not hold are left out (its command would be refused)."""
+    import shlex
+
+    from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.reexec.repro import write_repro
+
+    model = CPU_MODELS["STRING"]
+    feeds = {"x": FEED}
+    from toolkit.ort.reference import ReferenceRunner
+
+    golden = {**ReferenceRunner(model).run(feeds), **feeds}
+    lines = resolve_thresholds(None if text is None else text + ",nowhere:CosineSimilarity<0.5")
+    folder = write_repro(model, [model.graph.node[-1].name], golden, Config().to_dict(), tmp_path / "repro",
+                         thresholds=lines)
+    run = next(line for line in (folder / "README.txt").read_text().splitlines() if line.startswith("Run:"))
+    args = shlex.split(run[len("Run:"):])
+    if text is None:
+        assert "--thresholds" not in args
+        return
+    written = resolve_thresholds(args[args.index("--thresholds") + 1])
+    assert dict(written) == dict(lines) and written.explicit == lines.explicit and not written.per_tensor

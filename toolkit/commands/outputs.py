@@ -23,7 +23,8 @@ def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html
     if extra["origin_nodes"]:
         try:
             write_repro(model, extra["origin_nodes"], extra["golden"], config.to_dict(), folder / "repro",
-                        stored_fp16=fp16_tensors_of(extra["compiled"].plan, model))
+                        stored_fp16=fp16_tensors_of(extra["compiled"].plan, model),
+                        thresholds=extra.get("lines"))
             files["repro"] = "repro/"
             diag.summary["repro"] = "repro/model.onnx"
         except KeyError as exc:

@@ -18,6 +18,7 @@ reproducer reads them, comes from compiling the full model again and the subgrap
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from toolkit.compare.layerwise import kernel_inputs
+from toolkit.compare.metrics.thresholds import Thresholds, thresholds_text
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import save_npz, write_json, write_text
 from toolkit.core.text import printable
@@ -155,12 +157,15 @@ def read_wider(sub: onnx.ModelProto, config: dict, feeds: dict, candidates) -> s
     return {i for i in candidates if any(k.precision != "fp16" for k, reads in readers if i in reads)}
 
 
-def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp16=None) -> Path:
+def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp16=None,
+                thresholds=None) -> Path:
     """Write the reproducer files (module docstring) and return the folder.
 
     ``stored_fp16``: tensors the full plan stores in FP16; None: found by :func:`fp16_stored_tensors`. Of the
     subgraph's inputs among them, those a kernel of the reproducer would read in FP32 (:func:`read_wider`)
-    enter as FP16 graph inputs and a Cast.
+    enter as FP16 graph inputs and a Cast. ``thresholds``: the diagnosis' own lines (a Thresholds; None: the
+    defaults), written into README.txt's command as ``--thresholds`` text (thresholds_text) so that the
+    reproducer judges with them; lines of tensors the subgraph does not hold are left out.
     """
     cfg = dict(config)
     cfg["keep_dtype"] = [k for k in cfg.get("keep_dtype", []) if k.startswith("OpType::") or k in set(node_names)]
@@ -171,6 +176,12 @@ def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp
     cands = [i for i in feeds if i in set(stored_fp16) and feeds[i].dtype == np.float32]
     if cands:
         sub, feeds, expected = extract_subgraph(model, node_names, golden, read_wider(sub, cfg, feeds, cands))
+    text = ""
+    if thresholds is not None:
+        held = {o for n in sub.graph.node for o in n.output}
+        text = thresholds_text(Thresholds(dict(thresholds), getattr(thresholds, "explicit", ()),
+                                          {t: v for t, v in (getattr(thresholds, "per_tensor", None) or {}).items()
+                                           if t in held}))
     folder.mkdir(parents=True, exist_ok=True)
     big = sum(len(t.raw_data) for t in sub.graph.initializer) > REPRO_INLINE_MAX
     onnx.save(sub, folder / "model.onnx", save_as_external_data=big, location="model.onnx.data")
@@ -183,5 +194,6 @@ def write_repro(model, node_names, golden, config: dict, folder: Path, stored_fp
                          " cast to FP32 by node '" + printable(c.name) + "'.\n"
                          for c in sub.graph.node if c.op_type == "Cast" and c.input[0] in feeds
                          and feeds[c.input[0]].dtype == np.float16)
-               + "Run:  npuscope diagnose model.onnx --inputs inputs.npz --config config.json\n")
+               + "Run:  npuscope diagnose model.onnx --inputs inputs.npz --config config.json"
+               + (f" --thresholds {shlex.quote(text)}" if text else "") + "\n")
     return folder

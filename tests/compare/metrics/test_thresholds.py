@@ -128,3 +128,22 @@ def test_diagnose_refuses_a_line_on_an_integer_output_before_writing(tmp_path):
         diagnose_command(str(path), Config(), inputs=str(tmp_path / "x.npz"), thresholds="cls:MaxAbsoluteError<=0",
                          out=str(tmp_path / "o"), html=False)
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize("text", [None, "MaxAbsoluteError<=1e-3", "CosineSimilarity<0.99999999,RMSE=off",
+                                  "y:MaxAbsoluteError>1e-9,MaxAbsoluteError>1", "CosineSimilarity<0.99",
+                                  "y:RMSE=off,logits:CosineSimilarity<0.999", "MaxRelativeError<=0.125"])
+def test_thresholds_text_reads_back_to_the_same_lines(text):
+    """Kind: any lines a diagnosis judged with, written as --thresholds text (a reproducer's command): they read
+    back to the same lines, the same user-set ones (default lines are not named: they keep the FP16 noise
+    allowance) and the same per-tensor lines."""
+    from toolkit.compare.metrics import resolve_thresholds
+    from toolkit.compare.metrics.thresholds import thresholds_text
+
+    a = resolve_thresholds(text)
+    written = thresholds_text(a)
+    b = resolve_thresholds(written or None)
+    assert dict(a) == dict(b) and a.explicit == b.explicit, written
+    assert {t: (dict(v), v.explicit) for t, v in a.per_tensor.items()} == \
+        {t: (dict(v), v.explicit) for t, v in b.per_tensor.items()}, written
+    assert (written == "") == (text is None)

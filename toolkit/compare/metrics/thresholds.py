@@ -144,6 +144,28 @@ def check_tensors(lines, names, what: str = "tensor of the model") -> None:
                              f"name a tensor of the model before ':' or drop the '{tensor}:' prefix")
 
 
+def thresholds_text(lines) -> str:
+    """``lines`` (a :class:`Thresholds`) as ``--thresholds`` text that :func:`resolve_thresholds` reads back to
+    the same lines, the same user-set (``explicit``) ones and the same per-tensor lines: each user-set line as
+    ``METRIC<VALUE`` (higher is better: abnormal below) or ``METRIC>VALUE``, a default line it lacks as
+    ``METRIC=off``, a tensor's own as ``TENSOR:...``; values in their shortest exact form (repr). Default lines
+    are left out (named, they would count as set by the user and lose the FP16 noise allowance). "" for the
+    defaults. A reproducer's command carries it, so that it judges with the lines the diagnosis used."""
+    def items(own: Mapping[str, float], prefix: str = "", removed_above=frozenset()) -> list[str]:
+        out = [f"{prefix}{name}=off" for name in DEFAULT_THRESHOLDS if name not in own and name not in removed_above]
+        for name, value in own.items():
+            if name in getattr(own, "explicit", own):
+                op = "<" if METRICS[name].direction == HIGHER_IS_BETTER else ">"
+                out.append(f"{prefix}{name}{op}{float(value)!r}")
+        return out
+
+    parts = items(lines)
+    gone = frozenset(n for n in DEFAULT_THRESHOLDS if n not in lines)
+    for tensor, own in (getattr(lines, "per_tensor", None) or {}).items():
+        parts += items(own, f"{tensor}:", gone)
+    return ",".join(parts)
+
+
 def unjudged_lines(lines, table) -> list[str]:
     """What keeps the lines set for a tensor (``NAME:METRIC<VALUE``, :attr:`Thresholds.per_tensor`) from
     judging anything in ``table`` (a comparison's rows: TensorName, CompareFailReason, DataType and the metric
