@@ -36,7 +36,8 @@ def check_keys(names: Sequence[str], specs: Sequence[InputSpec], source: str) ->
     defaults = [n for n in extra if n in getattr(specs, "defaults", ())]
     if defaults:
         raise InputError(
-            f"{source}: {' and '.join(parts)}; {defaults} {'is a graph input' if len(defaults) == 1 else 'are graph inputs'} "
+            f"{source}: {' and '.join(parts)}; {defaults} "
+            f"{'is a graph input' if len(defaults) == 1 else 'are graph inputs'} "
             f"with an initializer, which npuscope runs with the model's own value; the model's feedable inputs are "
             f"{expected}: leave {defaults} out of the feed, or remove the initializer from the model to feed it"
         )

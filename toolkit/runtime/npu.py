@@ -58,7 +58,7 @@ class NpuRuntime:
             arena instead of a new zeroed one (its first ``arena_bytes`` bytes; their contents are overwritten
             by the runs, which write every tensor before reading it). A tune hands a finished trial's buffer to
             the next trial (toolkit.tuning.resume.KernelMemo): its pages are already mapped, where a fresh
-            arena of PP-OCRv4 det faults in ~100 MB on its first run. Default None.
+            arena faults its pages in on its first run (11 MiB on PP-OCRv4 det). Default None.
 
     Raises:
         ModelError: a kernel cannot be built by onnxruntime, or the plan's arena would take more than 80% of
