@@ -449,3 +449,24 @@ def test_compare_dumps_golden_nonfinite_output_is_not_overflow(tmp_path):
     assert diag.summary["verdict"] == "WARN"
     row = diag.table[diag.table["TensorName"] == "y"].iloc[0]
     assert (row["GoldenNaN"], row["GoldenInf"]) == (int(np.isnan(y).sum()), int(np.isinf(y).sum()))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("with_model", [False, True])
+@pytest.mark.parametrize("poison", [np.nan, np.inf])
+def test_a_golden_dump_holding_nan_is_never_a_silent_pass(tmp_path, with_model, poison):
+    """Kind: a golden (reference) dump that holds NaN/Inf. With or without --model the verdict says so (WARN at
+    least, compared where finite); without a model it had been a PASS with no word of it."""
+    x = feed()
+    gold = golden_values(x)
+    dev = {k: np.asarray(v).astype(np.float16) for k, v in gold.items()}
+    out = NODES[-1][2]  # the last node's tensor: the model's output
+    gold = {k: np.array(v, copy=True) for k, v in gold.items()}
+    gold[out].flat[0] = poison
+    g = write_onnx_golden(tmp_path / "golden", gold)
+    t = write_device(tmp_path / "device", dev)
+    model = str(build_model(tmp_path / "m.onnx")) if with_model else None
+    diag = compare_dumps(side(g, "golden"), side(t, "target"), model=model)
+    assert diag.summary["verdict"] in ("WARN", "FAIL"), diag.summary["reasons"]
+    name = out if with_model else f"{NODES[-1][0]}:0"  # without a model, rows are named node:output index
+    assert any("holds NaN/Inf" in r and f"'{name}'" in r for r in diag.summary["reasons"]), diag.summary["reasons"]

@@ -205,7 +205,8 @@ def _load_model(model: str | None, progress):
 def judge(df: pd.DataFrame, outputs: list[str] | None, findings=()) -> tuple[str, list[str]]:
     """(verdict, reasons): see module docstring. ``outputs``: the model's output tensors, None without a model.
     ``findings``: the advisor's; an error-severity finding the table does not already explain (abnormal rows,
-    an output whose golden holds NaN/Inf) makes a PASS a WARN: never PASS beside an error finding."""
+    an output whose golden holds NaN/Inf) makes a PASS a WARN: never PASS beside an error finding. A golden
+    dump holding NaN/Inf (any tensor without a model, the outputs with one) is a WARN reason."""
     bad = df["Abnormal"] | df["OverFlow"]
     failing = df[bad & df["TensorName"].isin(outputs)] if outputs is not None else df[bad]
     reasons = []
@@ -224,9 +225,14 @@ def judge(df: pd.DataFrame, outputs: list[str] | None, findings=()) -> tuple[str
     reasons = []
     if bad.any():
         reasons.append(f"{int(bad.sum())} intermediate tensor(s) abnormal; the model outputs hold")
-    for r in golden_nonfinite_rows(df, outputs or []).itertuples():
-        reasons.append(f"the golden output '{r.TensorName}' holds NaN/Inf ({int(r.GoldenNaN)} NaN, "
+    # without a model no tensor is known to be an output: a golden dump holding NaN/Inf is named wherever it is
+    what, names = ("output", outputs) if outputs is not None else ("dump", list(df["TensorName"]))
+    nonfinite = golden_nonfinite_rows(df, names)
+    for r in nonfinite.head(5).itertuples():
+        reasons.append(f"the golden {what} '{r.TensorName}' holds NaN/Inf ({int(r.GoldenNaN)} NaN, "
                        f"{int(r.GoldenInf)} Inf): the model computes it; compared where finite")
+    if len(nonfinite) > 5:
+        reasons.append(f"... and {len(nonfinite) - 5} more golden {what}(s) holding NaN/Inf (result.csv)")
     gaps = _gap_counts(df)
     if gaps:
         reasons.append("not compared: " + ", ".join(f"{n} {kind}" for kind, n in gaps.items()))
