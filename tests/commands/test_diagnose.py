@@ -613,3 +613,44 @@ def test_the_advice_is_verified_against_the_users_failing_lines(tmp_path, lines)
         got = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds)).run(prep.feeds).outputs["logits"]
         ref = ReferenceRunner(prep.model, expose=False).run(prep.feeds)["logits"]
         assert float(np.max(np.abs(got.astype(np.float64) - ref))) <= 1e-7
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_dataset_diagnosis_verifies_the_worst_inputs_fix_as_a_single_input_does(tmp_path):
+    """Kind: a dataset whose worst input FAILs. Its diagnosis carries what a single input's carries: the
+    advisor's findings, the verified fix (keep_dtype.txt, fixed_config.json, naming the input it was verified
+    on), and the fix applied to that input meets the target against onnxruntime's FP32 output (numpy here)."""
+    import dataclasses
+
+    from toolkit.engine import Session, shapes_of
+
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(0, 1, (16, 64)).astype(np.float32)
+    w2 = rng.normal(0, 1, (64, 8)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+                           helper.make_node("Relu", ["h"], ["r"], name="relu"),
+                           helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i, scale in enumerate((0.1, 0.2, 3.0)):  # the last one: errors large enough to cross the line
+        np.savez(ds / f"in{i}.npz", x=(rng.normal(0, 1, (1, 16)) * scale).astype(np.float32))
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    res = diagnose_command(str(path), cfg, inputs=str(ds), thresholds="MaxAbsoluteError<=1e-3",
+                           out=str(tmp_path / "o"), html=False)
+    assert res["verdict"] == "FAIL"
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    fix = summary["fix"]
+    assert fix["met"] and fix["keep_dtype"] and fix["input"] == summary["dataset"]["worst_input"]
+    assert json.loads((tmp_path / "o" / "findings.json").read_text())  # the advisor's findings are there
+    fixed = Config.from_dict(json.loads((tmp_path / "o" / "fixed_config.json").read_text()))
+    assert (tmp_path / "o" / "keep_dtype.txt").read_text().split() == fix["keep_dtype"]
+    feed = dict(np.load(ds / fix["input"]))
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = Session(onnx.load(path), dataclasses.replace(fixed, op_compiler_cache_mode="disable"),
+                  input_shapes=shapes_of(feed)).run(feed).outputs["y"]
+    assert float(np.abs(got.astype(np.float64) - want).max()) <= 1e-3

@@ -30,6 +30,7 @@ from toolkit.commands.outputs import (
     diagnosis_lines,
     signoff_lines,
     write_diagnosis,
+    write_fix,
     write_signoff,
 )
 from toolkit.compare.metrics import resolve_thresholds
@@ -64,6 +65,8 @@ from toolkit.signoff.criteria import Result
 from toolkit.signoff.policy import check_policy_model
 from toolkit.signoff.run import conclude, dataset_evidence, worst_case_table
 from toolkit.source import _zoo_name_of, resolve_model
+from toolkit.tuning.advice import verify_advice
+from toolkit.tuning.tune import lines_target
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "Kernel", "Precision", "NPUDump", "DataType"]
 VERDICT_RANK = {"ERROR": 3, "FAIL": 2, "WARN": 1, "PASS": 0}
@@ -307,9 +310,12 @@ def check_workers(jobs: int, ray: str | None) -> None:
 
 def diagnose_dataset(model: str | None, config: Config, *, inputs: str, thresholds: str | None = None,
                      task_metrics=(), out: str | None = None, html: bool = True, jobs: int = 1,
-                     ray: str | None = None, percentiles: str | None = None, progress=_noop) -> dict:
+                     ray: str | None = None, percentiles: str | None = None, verify: bool = True,
+                     progress=_noop) -> dict:
     """``diagnose`` / ``compare`` over a folder of inputs (module docstring). Returns the api dict: summary,
-    out, files, diagnosis (of the worst input, its summary carrying the dataset verdict), verdict, dataset."""
+    out, files, diagnosis (of the worst input, its summary carrying the dataset verdict), verdict, dataset.
+    ``verify``: the worst input's advice applied and re-run, and its verified fix searched as a single input's
+    is (toolkit.tuning.advice.verify_advice; keep_dtype.txt and fixed_config.json in the folder)."""
     check_workers(jobs, ray)
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     job = prepare_job("diagnose", model, config, inputs, thresholds, task_metrics, percentiles, progress)
@@ -326,6 +332,12 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         prep = Prepared(job.model, job.src.name, job.src.path, job.spec.zoo_name, _feeds_of(job, worst),
                         f"loader {job.inputs_dir} ({ref.name})" if job.loader_dir else f"file {ref.path}", None)
         diag, extra = diagnose(prep, config, thresholds=job.thresholds, task_metrics=task_metrics, progress=progress)
+        fix = None
+        if verify:  # the worst input's advice verified and its fix searched, as for a single input
+            fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
+                                target=lines_target(prep.model, thresholds), task_metrics=task_metrics,
+                                progress=progress)
+            diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence(), "input": worst}
         layers = dataset_layers(diag.table, agg)
         facts = dataset_facts(job, store, table, names, n_new, worst, verdict, reasons, jobs, ray)
         facts["worst_input_verdict"] = diag.summary["verdict"]
@@ -338,18 +350,20 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         atomic_write_text(folder / "dataset.csv", _csv_text(layers))
         atomic_write_text(folder / "inputs.csv", _csv_text(table))
         diag.artifacts = {"dataset": "dataset.csv", "inputs": "inputs.csv", "manifest": "manifest.json"}
+        written, note = write_fix(fix, diag, folder)
         render = None
         if html:
             def render(d, f):
                 return render_dataset_report(d, f, layers, table, facts)
         files = write_diagnosis(job.model, diag, extra, config, folder, html, render=render)
-        files.update(dataset="dataset.csv", inputs="inputs.csv", manifest="manifest.json")
+        files.update(dataset="dataset.csv", inputs="inputs.csv", manifest="manifest.json", **written)
     summary = [f"dataset: {verdict} over {len(job.refs)} input(s) ({n_new} evaluated now, "
                f"{len(job.refs) - n_new} reused); worst input: {worst}"] + [f"  - {r}" for r in reasons]
     summary.append(f"  {diag.summary['ship']}")
     if store.redone:
         summary.insert(1, redone_line(store.redone))
     summary += [f"worst input {worst}:"] + ["  " + line for line in diagnosis_lines(_worst_view(diag, facts))]
+    summary += [f"  {note}"] if note else []
     summary.append(f"report: {(folder / ('index.html' if html else 'summary.json')).resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": verdict,
             "dataset": {"layers": layers, "inputs": table, "facts": facts}}

@@ -9,13 +9,12 @@ from toolkit.commands.common import (
     check_out_for,
 )
 from toolkit.commands.dataset import diagnose_dataset
-from toolkit.commands.outputs import diagnosis_lines, write_diagnosis
+from toolkit.commands.outputs import diagnosis_lines, write_diagnosis, write_fix
 from toolkit.compare.metrics import resolve_thresholds, with_shorthands
 from toolkit.compare.metrics.thresholds import check_tensors, unjudged_lines
 from toolkit.compare.subset import Subset, check_options
-from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
-from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
+from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
 from toolkit.core.errors import ConfigError, UsageError
 from toolkit.dataset.worker import tensor_order
@@ -25,7 +24,7 @@ from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.source import several_sets
-from toolkit.tuning.advice import fix_config, verify_advice
+from toolkit.tuning.advice import verify_advice
 from toolkit.tuning.tune import lines_target
 
 
@@ -78,7 +77,8 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
             raise ConfigError(f"{subset.describe()} applies to one input; pass one .npz with --inputs, not a folder")
         _no_ray_parts(ray_parts, "a dataset run gives whole inputs to the Ray workers")
         return diagnose_dataset(model, config, inputs=inputs, thresholds=thresholds, task_metrics=task_metrics,
-                                out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, progress=progress)
+                                out=out, html=html, jobs=jobs, ray=ray, percentiles=percentiles, verify=verify,
+                                progress=progress)
     _single_input_only(jobs, None, percentiles)  # --ray on one input: the streamed pass split across the cluster
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     check_tensors(lines, tensor_order(prep.model))
@@ -100,24 +100,10 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
         diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
-        fixed = fix_config(fix) if fix is not None else None
-        written = {}
-        if fixed is not None:
-            keep_text = keep_file_text(fixed.keep_dtype)  # None: a node name no line of the file can hold
-            if keep_text is not None:
-                write_text(folder / "keep_dtype.txt", keep_text)
-                written["keep_dtype"] = "keep_dtype.txt"
-            write_json(folder / "fixed_config.json", fixed.to_dict())
-            written["fixed_config"] = "fixed_config.json"
-            diag.summary["fix"]["files"] = {("config" if k == "fixed_config" else k): v for k, v in written.items()}
-            diag.artifacts.update(written)  # listed by the page
+        written, note = write_fix(fix, diag, folder)
         files = write_diagnosis(prep.model, diag, extra, config, folder, html)
         files.update(written)
-    summary = diagnosis_lines(diag)
-    if fixed is not None and "keep_dtype" not in written:
-        summary.append(f"keep_dtype.txt not written: node name {unwritable_entry(fixed.keep_dtype)!r} cannot be one "
-                       "line of it (a line break, or spaces at an end); pass fixed_config.json, whose keep_dtype "
-                       "list holds it")
+    summary = diagnosis_lines(diag) + ([note] if note else [])
     target = folder / ("index.html" if html else "summary.json")
     summary.append(f"report: {target.resolve()}")
     return {"summary": summary, "out": folder, "files": files, "diagnosis": diag, "verdict": diag.summary["verdict"]}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
-from toolkit.core.artifacts import write_compile_artifacts
+from toolkit.core.artifacts import write_compile_artifacts, write_json, write_text
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text, json_safe
 from toolkit.reexec.repro import fp16_tensors_of, write_repro
 from toolkit.report.assets import PLOTLY_FILE
@@ -13,6 +14,31 @@ from toolkit.report.html import render_report
 from toolkit.report.signoff_html import render_signoff
 from toolkit.report.tables import write_tables
 from toolkit.signoff.junit import junit_xml
+from toolkit.tuning.advice import fix_config
+
+
+def write_fix(fix, diag, folder: Path) -> tuple[dict, str | None]:
+    """Write a verified fix (toolkit.tuning.advice.VerifiedFix, or None) into ``folder``: keep_dtype.txt (when
+    every entry fits one line) and fixed_config.json, listed in ``diag``'s summary["fix"]["files"] and
+    artifacts. Returns ({label: file name} written, a terminal line when keep_dtype.txt could not be written,
+    else None)."""
+    fixed = fix_config(fix) if fix is not None else None
+    if fixed is None:
+        return {}, None
+    written = {}
+    keep_text = keep_file_text(fixed.keep_dtype)  # None: a node name no line of the file can hold
+    if keep_text is not None:
+        write_text(folder / "keep_dtype.txt", keep_text)
+        written["keep_dtype"] = "keep_dtype.txt"
+    write_json(folder / "fixed_config.json", fixed.to_dict())
+    written["fixed_config"] = "fixed_config.json"
+    diag.summary["fix"]["files"] = {("config" if k == "fixed_config" else k): v for k, v in written.items()}
+    diag.artifacts.update(written)  # listed by the page
+    note = None
+    if "keep_dtype" not in written:
+        note = (f"keep_dtype.txt not written: node name {unwritable_entry(fixed.keep_dtype)!r} cannot be one line "
+                "of it (a line break, or spaces at an end); pass fixed_config.json, whose keep_dtype list holds it")
+    return written, note
 
 
 def write_diagnosis(model, diag, extra: dict, config: Config, folder: Path, html: bool, render=None) -> dict:
