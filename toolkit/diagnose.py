@@ -240,14 +240,14 @@ class _TriageScreen:
             self.see(t, v)
 
 
-#: findings that name where the error starts and advise a keep_dtype for it
-_ORIGIN_KINDS = frozenset({"first_divergence", "divergence_origin", "fp16_overflow", "accumulated_error"})
+#: the advisor's findings that name where the error starts and advise a keep_dtype for it
+_ADVISED_ORIGINS = frozenset({"first_divergence", "divergence_origin", "fp16_overflow"})
 
 
 def subset_origins(findings: list[Finding], first: dict | None, model: onnx.ModelProto, kept: dict):
     """(findings, first divergence) of a subset run (``kept``: toolkit.compare.subset.select), where an origin
     cannot be told when what its node reads was left out: the error may start before it. Each origin finding
-    (:data:`_ORIGIN_KINDS`) whose node reads a tensor the subset did not compare (the graph inputs are) is
+    (:data:`_ADVISED_ORIGINS`) whose node reads a tensor the subset did not compare (the graph inputs are) is
     replaced by one ``origin_outside_subset`` warning that names the first abnormal node inside the subset, the
     tensors it reads that were not compared, and how to find the origin; it advises no keep_dtype (advice from
     a subset is not verified). The first divergence gets ``basis`` "subset" and ``reads_uncompared``."""
@@ -257,7 +257,7 @@ def subset_origins(findings: list[Finding], first: dict | None, model: onnx.Mode
     out, replaced = [], {}
     for f in findings:
         missing = [i for i in reads.get(f.subject, ()) if i not in compared]
-        if f.kind not in _ORIGIN_KINDS or not missing:
+        if f.kind not in _ADVISED_ORIGINS or not missing:
             out.append(f)
             continue
         replaced.setdefault(f.subject, missing)

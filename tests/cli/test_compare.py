@@ -503,7 +503,7 @@ def test_cli_a_task_check_that_cannot_judge_the_reference(tmp_path, checks_modul
     res = npuscope_with_path(command, model, *inputs, *_task_args(["ok", fn]), "--out", "o", cwd=tmp_path,
                              pythonpath=checks_module)
     assert "Traceback" not in res.stderr
-    what = BAD.get(fn, "raises ZeroDivisionError")
+    what = BAD.get(fn, "raised ZeroDivisionError")
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert f"r3checks:{fn}" in res.stderr and what in res.stderr and "FP32 reference" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

@@ -34,7 +34,7 @@ def test_a_check_that_cannot_judge_the_reference_itself_is_a_usage_error(checks_
     with pytest.raises(UsageError, match=f"r3checks:{fn} .* FP32 reference") as e:
         run_tasks(None, [f"r3checks:{fn}"], {"y": np.zeros(2)}, npu, onnx.ModelProto())
     assert "\n" not in str(e.value)
-    assert BAD.get(fn, "raises ZeroDivisionError") in str(e.value)
+    assert BAD.get(fn, "raised ZeroDivisionError") in str(e.value)
 
 
 def test_a_check_failing_the_reference_too_says_so(checks_module):
@@ -71,3 +71,12 @@ def test_name_and_detail_types_are_checked(bad, what):
     with pytest.raises(UsageError) as e:
         run_check(check, {}, {}, onnx.ModelProto())
     assert what in str(e.value) and check.__qualname__ in str(e.value)
+
+
+def test_a_raised_message_is_kept_whole_in_the_failing_detail():
+    def check(g, n, m):  # raises on device outputs only, with parentheses at the end of its message
+        if n["y"] != g["y"]:
+            raise ValueError("bad value (x)")
+        return {"name": "c", "passed": True, "value": None, "detail": ""}
+    res = run_check(check, {"y": 0}, {"y": 1}, onnx.ModelProto())
+    assert res["passed"] is False and res["detail"].endswith("raised ValueError: bad value (x)"), res["detail"]

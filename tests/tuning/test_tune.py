@@ -357,7 +357,7 @@ def test_task_check_passed_must_be_a_real_bool(passed):
 
     cfg = Config(precision_mode="force_fp32")
     assert tune(model, [("x", {"x": x})], cfg, tasks=[good]).met  # Relu in FP32 is exact: the target holds
-    with pytest.raises(UsageError, match="even when given this input's FP32 reference"):
+    with pytest.raises(UsageError, match="also when given this input's FP32 reference"):
         tune(model, [("x", {"x": x})], cfg, tasks=[check])
     with pytest.raises(UsageError, match="fails the FP32 reference too.*no keep set can pass it"):
         tune(model, [("x", {"x": x})], cfg, tasks=[never])

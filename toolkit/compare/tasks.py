@@ -150,14 +150,15 @@ def _copies(values: dict) -> dict:
 
 
 def _call(fn: Callable, label: str, golden: dict, npu: dict, model) -> tuple[dict | None, str]:
-    """(the validated result, "") of one call of ``fn`` on copies of ``golden`` / ``npu``, or (None, what
-    went wrong: "raises <Exception> (<message>)" or "returned ...") when it raised or broke the contract."""
+    """(the validated result, "") of one call of ``fn`` on copies of ``golden`` / ``npu``, or (None, the
+    detail of the failing result that stands for it) when it raised ("task check <label> raised <Exception>:
+    <message>") or broke the contract (:func:`validate_result`'s "task check <label> returned ...")."""
     res, exc = usercode.capture(fn, _copies(golden), _copies(npu), model, what=f"task check {label}")
     if exc is not None:
-        msg = " ".join(str(exc).split())
-        return None, f"raises {type(exc).__name__} ({msg[:200]})" if msg else f"raises {type(exc).__name__}"
-    problem = result_problem(res)
-    return (None, problem) if problem is not None else ({**res, "passed": bool(res["passed"])}, "")
+        return None, f"task check {label} raised {type(exc).__name__}: {' '.join(str(exc).split())}"
+    if result_problem(res) is not None:
+        return None, validate_result(fn, res)["detail"]
+    return {**res, "passed": bool(res["passed"])}, ""
 
 
 def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> dict:
@@ -178,29 +179,24 @@ def run_check(fn: Callable, golden: dict, npu: dict, model: onnx.ModelProto) -> 
             KeyboardInterrupt: "task check <label> raised SystemExit(0): ..." (toolkit.core.usercode), exit 2.
     """
     label = check_label(fn)
-    res, problem = _call(fn, label, golden, npu, model)
+    res, detail = _call(fn, label, golden, npu, model)
     if res is not None and res["passed"]:
         return res
+    failed = res if res is not None else {"name": label, "passed": False, "value": None, "detail": detail}
     if npu is not golden:
-        ref, ref_problem = _call(fn, label, golden, golden, model)
-        if ref is None:
-            raise UsageError(f"task check {label} {ref_problem} even when given this input's FP32 reference as "
-                             "the device outputs: it cannot judge the run; fix the check (it receives golden, "
-                             "npu: {output name: array}, model and returns a dict with keys "
-                             f"{', '.join(RESULT_KEYS)})")
+        ref, ref_detail = _call(fn, label, golden, golden, model)
+        if ref is None:  # a contract break's detail already says how to fix it
+            fix = "" if ref_detail.endswith("fix what the check returns") else (
+                "; fix the check (it receives golden, npu: {output name: array}, model and returns a dict with "
+                f"keys {', '.join(RESULT_KEYS)})")
+            raise UsageError(f"{ref_detail[:300]} (also when given this input's FP32 reference as the device "
+                             f"outputs, so it cannot judge the run){fix}")
         if not ref["passed"]:
-            out = res if res is not None else {"name": label, "passed": False, "value": None, "detail": problem}
-            why = f"{out['detail']}; " if out.get("detail") else ""
-            return {**out, "fails_on_reference": True,
+            why = f"{failed['detail']}; " if failed.get("detail") else ""
+            return {**failed, "fails_on_reference": True,
                     "detail": f"{why}it fails the FP32 reference too: the check, not the device precision, "
                               f"decides it (task check {label})"}
-    if res is not None:
-        return res
-    if problem.startswith("raises "):
-        return {"name": label, "passed": False, "value": None,
-                "detail": f"task check {label} raised {problem[len('raises '):].replace(' (', ': ', 1).rstrip(')')}"}
-    return {"name": label, "passed": False, "value": None, "detail": f"task check {label} {problem}: fix what the "
-            "check returns"}
+    return failed
 
 
 def run_tasks(zoo_name: str | None, extra: list[str], golden: dict, npu: dict, model: onnx.ModelProto) -> list[dict]:
