@@ -35,7 +35,7 @@ import pandas as pd
 
 from toolkit.compare.layerwise import kernel_inputs
 from toolkit.compare.metrics import METRICS, compare_tensors
-from toolkit.compare.metrics.reductions import as_flat64, reduce_pair
+from toolkit.compare.metrics.reductions import reduce_pair
 from toolkit.precision.ranges import FP16_MAX
 from toolkit.reexec.isolate import isolate
 
@@ -64,7 +64,7 @@ def compare_metrics(x, y, names) -> dict:
         specs = [METRICS[n] for n in names]
         if any(sp.from_sums is None or sp.dtype_class != "float" for sp in specs):
             return compare_tensors(xa, ya, thresholds={})
-        sums = reduce_pair(as_flat64(xa), as_flat64(ya), families={sp.family for sp in specs})
+        sums = reduce_pair(xa, ya, families={sp.family for sp in specs})
         row = {sp.name: sp.from_sums(sums) for sp in specs}
     row.update(CompareFailReason="", OverFlow=False, DeviceNaN=0, DeviceInf=0, GoldenNaN=0, GoldenInf=0)
     return row

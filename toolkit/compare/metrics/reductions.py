@@ -1,21 +1,30 @@
 """Shared reductions: every float metric is a tiny formula over the sums computed here once.
 
-Memory budget (n elements): besides the float64 views/copies of x and y, :func:`reduce_pair` allocates
-at most two float64 scratch buffers of n elements (``a`` and ``b``) and reuses them for every family:
+The sums are taken chunk by chunk (:data:`CHUNK` elements at a time, converted to float64 into fixed scratch
+buffers that stay in the CPU cache), in at most two passes over the tensors, instead of one full-size float64
+pass per step: the inputs are never copied whole. Partial sums of the chunks are added with ``math.fsum``
+(correctly rounded), each chunk's own sum is numpy's pairwise sum (the same bits whatever the BLAS thread
+count). Memory besides the inputs: six float64 buffers of :data:`CHUNK` elements.
 
-1. ``a = |x − y|``                         → Σ|d|, max|d|, Σd², Σxy, Σx², Σy² (products into ``b``, numpy
-   pairwise sums: the same bits whatever the BLAS thread count)
-2. ``b = |y|``; expected-noise check in chunks (no extra full-size temporary)
-3. ``b = |x − y| / |y|`` where |y| > rel_eps, else 0  → max, Σ, count of qualifying elements
-4. ``a = x − mean(x)`` then ``a = y − mean(y)``        → population std of each side
-5. ``a = p`` (golden), ``b = q`` (device), then ``b = log(p / q)`` → KL(p‖q) = p·b
+Pass 1 (per chunk ``X``, ``Y``; ``A = |X − Y|``):
+
+- error: Σxy, Σx², Σy², Σd², Σ|d|, max|d|;
+- relative: ``|X − Y| / |Y|`` where |Y| > rel_eps, else 0 → max, Σ, count of qualifying elements;
+- std: Σx, Σy (the means); kl: min and max of each side.
+
+Pass 2 (only for std, kl or the expected-noise test), with the pass-1 results:
+
+- noise: Σ n_i² with n_i = atol + rtol·max(|y_i|, rms(y)) (:func:`noise_scale`), against Σd² from pass 1;
+- std: Σ(x − x̄)², Σ(y − ȳ)² (two-pass population std);
+- kl: p′ = max(minmax(y), KL_EPS), q′ likewise: Σp′, Σq′ and T = Σ p′·ln(p′/q′); KL(p‖q) = T/Σp′ + ln(Σq′/Σp′),
+  which equals Σ p·ln(p/q) for p = p′/Σp′, q = q′/Σq′ (the sum-normalised distributions).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -29,9 +38,10 @@ DEFAULT_REL_EPS = 1e-6
 KL_EPS = float(np.finfo(np.float32).eps)
 #: Largest finite FP16 value.
 FP16_MAX = 65504.0
+#: Elements per chunk of :func:`reduce_pair` (six float64 buffers of this many elements: 3 MiB).
+CHUNK = 1 << 16
 
 FAMILIES = ("error", "relative", "std", "kl")
-_NOISE_CHUNK = 1 << 20
 
 
 @dataclass
@@ -59,58 +69,133 @@ def as_flat64(v) -> np.ndarray:
     return np.asarray(v, dtype=np.float64).reshape(-1)
 
 
+def _flat_float(v) -> np.ndarray:
+    """``v`` as a flat float16/32/64 array (other dtypes converted to float64); no copy when it already is one."""
+    a = np.asarray(v)
+    if a.dtype not in (np.float16, np.float32, np.float64):
+        a = a.astype(np.float64)
+    return a.reshape(-1)
+
+
+class _Chunks:
+    """Float64 chunks of two flat float arrays, :data:`CHUNK` elements at a time, in scratch buffers kept for
+    every pass (a float64 input is read in place); each step yields ``(X, Y, A, B)`` with ``A``, ``B`` two free
+    scratch buffers of the chunk's length."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, chunk: int = CHUNK):
+        self.x, self.y, self.n = x, y, x.size
+        m = min(chunk, self.n)
+        self.chunk = chunk
+        self.buf = [np.empty(m) for _ in range(4)]
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        bx, by, ba, bb = self.buf
+        for start in range(0, self.n, self.chunk):
+            stop = min(start + self.chunk, self.n)
+            m = stop - start
+            yield (_as64(self.x[start:stop], bx[:m]), _as64(self.y[start:stop], by[:m]), ba[:m], bb[:m])
+
+
+def _as64(part: np.ndarray, buf: np.ndarray) -> np.ndarray:
+    if part.dtype == np.float64:
+        return part
+    np.copyto(buf, part)
+    return buf
+
+
 def reduce_pair(x, y, *, families: Iterable[str] = FAMILIES, rel_eps: float = DEFAULT_REL_EPS,
                 noise: tuple[float, float] | None = None) -> PairSums:
-    """Compute the shared sums of x (device) and y (golden).
+    """Compute the shared sums of x (device) and y (golden), chunk by chunk (module docstring).
 
     Args:
-        x, y: equal-length arrays (any float dtype; reduced in float64), finite values expected.
+        x, y: equal-length arrays (any float dtype, any shape: read flat; reduced in float64), finite values
+            expected. Not modified, never copied whole.
         families: which of ``"error"``, ``"relative"``, ``"std"``, ``"kl"`` to compute.
         rel_eps: relative-error floor on |y| (see :data:`DEFAULT_REL_EPS`).
         noise: ``(rtol, atol)``; when given, ``within_noise`` says whether the error is within the expected
-            noise of the values (:func:`within_noise`).
+            noise of the values (:func:`within_noise`; the error family is computed too).
 
     Raises:
         ValueError: the arrays differ in length or are empty.
     """
-    x, y = as_flat64(x), as_flat64(y)
+    x, y = _flat_float(x), _flat_float(y)
     if x.size != y.size or x.size == 0:
         raise ValueError(f"reduce_pair needs two non-empty arrays of equal length, got {x.size} and {y.size}")
     fams = set(families)
     s = PairSums(n=int(x.size))
-    a = np.empty_like(x)
-    b = np.empty_like(x) if (fams & {"error", "relative", "kl", "std"} or noise is not None) else None
-    if fams & {"error", "relative"} or noise is not None:
-        np.subtract(x, y, out=a)
-        np.abs(a, out=a)
-        if "error" in fams:
-            _error_sums(x, y, a, s, b)
-        if noise is not None or "relative" in fams:
-            np.abs(y, out=b)
-        if noise is not None:
-            s.within_noise = within_noise(a, b, *noise)
-        if "relative" in fams:
-            _relative_sums(a, b, rel_eps, s)
-    if "std" in fams:
-        s.std_x, s.std_y = _std(x, a, b), _std(y, a, b)
-    if "kl" in fams:
-        s.kl = _kl(y, x, a, b)
+    err, rel, std, kl = "error" in fams or noise is not None, "relative" in fams, "std" in fams, "kl" in fams
+    chunks = _Chunks(x, y)
+    parts: dict[str, list[float]] = {k: [] for k in ("xy", "xx", "yy", "dd", "ad", "rel", "x", "y")}
+    max_ad = max_rel = -math.inf
+    lo_x = lo_y = math.inf
+    hi_x = hi_y = -math.inf
+    count = 0
+    for X, Y, A, B in chunks:  # pass 1
+        if err or rel:
+            np.subtract(X, Y, out=A)
+            np.abs(A, out=A)
+        if err:
+            for key, u, v in (("xy", X, Y), ("xx", X, X), ("yy", Y, Y), ("dd", A, A)):
+                np.multiply(u, v, out=B)
+                parts[key].append(float(B.sum()))
+            parts["ad"].append(float(A.sum()))
+            max_ad = max(max_ad, float(A.max()))
+        if rel:
+            np.abs(Y, out=B)
+            qualifies = B > rel_eps
+            np.divide(A, B, out=B, where=qualifies)
+            np.copyto(B, 0.0, where=~qualifies)
+            count += int(np.count_nonzero(qualifies))
+            parts["rel"].append(float(B.sum()))
+            max_rel = max(max_rel, float(B.max()))
+        if std:
+            parts["x"].append(float(X.sum()))
+            parts["y"].append(float(Y.sum()))
+        if kl:
+            lo_x, hi_x = min(lo_x, float(X.min())), max(hi_x, float(X.max()))
+            lo_y, hi_y = min(lo_y, float(Y.min())), max(hi_y, float(Y.max()))
+    if err:
+        s.sum_xy, s.sum_xx, s.sum_yy, s.sum_sq_diff, s.sum_abs_diff = \
+            (math.fsum(parts[k]) for k in ("xy", "xx", "yy", "dd", "ad"))
+        s.max_abs_diff = max_ad
+    if rel:
+        s.rel_count, s.rel_sum, s.rel_max = count, math.fsum(parts["rel"]), max_rel
+    if noise is not None or std or kl:
+        _second_pass(chunks, s, noise, std, kl, math.fsum(parts["x"]) / s.n, math.fsum(parts["y"]) / s.n,
+                     (lo_x, hi_x), (lo_y, hi_y))
     return s
 
 
-def _dot(u: np.ndarray, v: np.ndarray, scratch: np.ndarray) -> float:
-    """Σ u·v by numpy's pairwise summation into ``scratch``: the same bits whatever the BLAS thread count (a
-    BLAS dot splits the sum by threads, so a dataset worker with one thread and the parent with two disagreed
-    in the last digits)."""
-    np.multiply(u, v, out=scratch)
-    return float(scratch.sum())
-
-
-def _error_sums(x: np.ndarray, y: np.ndarray, absd: np.ndarray, s: PairSums, scratch: np.ndarray) -> None:
-    s.sum_xy, s.sum_xx, s.sum_yy = _dot(x, y, scratch), _dot(x, x, scratch), _dot(y, y, scratch)
-    s.sum_sq_diff = _dot(absd, absd, scratch)
-    s.sum_abs_diff = float(absd.sum())
-    s.max_abs_diff = float(absd.max())
+def _second_pass(chunks: _Chunks, s: PairSums, noise, std: bool, kl: bool, mean_x: float, mean_y: float,
+                 range_x: tuple[float, float], range_y: tuple[float, float]) -> None:
+    """Pass 2 of :func:`reduce_pair` (module docstring): ``within_noise``, ``std_x`` / ``std_y``, ``kl``."""
+    parts: dict[str, list[float]] = {k: [] for k in ("noise", "vx", "vy", "p", "q", "t")}
+    rms = math.sqrt(s.sum_yy / s.n) if noise is not None else 0.0
+    for X, Y, A, B in chunks:
+        if noise is not None:
+            np.abs(Y, out=B)
+            parts["noise"].append(_noise_sq_sum(B, noise[0], noise[1], rms))
+        if std:
+            for key, v, mean in (("vx", X, mean_x), ("vy", Y, mean_y)):
+                np.subtract(v, mean, out=A)
+                np.multiply(A, A, out=B)
+                parts[key].append(float(B.sum()))
+        if kl:
+            _distribution(Y, range_y, A)
+            _distribution(X, range_x, B)
+            parts["p"].append(float(A.sum()))
+            parts["q"].append(float(B.sum()))
+            np.divide(A, B, out=B)
+            np.log(B, out=B)
+            np.multiply(A, B, out=B)
+            parts["t"].append(float(B.sum()))
+    if noise is not None:
+        s.within_noise = s.sum_sq_diff <= math.fsum(parts["noise"])
+    if std:
+        s.std_x, s.std_y = (math.sqrt(math.fsum(parts[k]) / s.n) for k in ("vx", "vy"))
+    if kl:
+        sp, sq = math.fsum(parts["p"]), math.fsum(parts["q"])
+        s.kl = max(math.fsum(parts["t"]) / sp + math.log(sq / sp), 0.0)
 
 
 def noise_scale(absy: np.ndarray, rtol: float, atol: float, rms: float) -> np.ndarray:
@@ -118,9 +203,18 @@ def noise_scale(absy: np.ndarray, rtol: float, atol: float, rms: float) -> np.nd
     return atol + rtol * np.maximum(absy, rms)
 
 
+def _noise_sq_sum(absy: np.ndarray, rtol: float, atol: float, rms: float) -> float:
+    """Σ :func:`noise_scale`² of a chunk of |y| (overwrites ``absy``, a float64 scratch buffer)."""
+    np.maximum(absy, rms, out=absy)
+    absy *= rtol
+    absy += atol
+    np.multiply(absy, absy, out=absy)
+    return float(absy.sum())
+
+
 def within_noise(absd: np.ndarray, absy: np.ndarray, rtol: float, atol: float) -> bool:
     """Whether the error |x − y| (``absd``) is within the FP16 noise expected for the golden values |y|
-    (``absy``), both flat float64 arrays of one length.
+    (``absy``), both flat float arrays of one length.
 
     The expected noise of value i is n_i = atol + rtol·max(|y_i|, rms(y)) (:func:`noise_scale`): relative to
     the value, floored at the tensor's RMS magnitude, because the rounding behind a value comes from the
@@ -129,53 +223,31 @@ def within_noise(absd: np.ndarray, absy: np.ndarray, rtol: float, atol: float) -
     for. The tensor is within noise when its error, in root mean square, is no larger than that noise:
     sqrt(mean(|x − y|²)) <= sqrt(mean(n²)). The RMS and not the maximum, because rounding accumulated over
     many FP16 layers spreads like random noise, with tails that a per-element bound would flag on any large
-    tensor. Computed in chunks of 2**20 elements (no full-size temporary)."""
+    tensor. :func:`reduce_pair` with ``noise`` computes the same test in its passes."""
     if absd.size == 0:
         return True
-    rms = math.sqrt(float(np.square(absy).sum()) / absy.size)  # pairwise sums: no BLAS thread dependence
-    err = noise = 0.0
-    for start in range(0, absd.size, _NOISE_CHUNK):
-        stop = start + _NOISE_CHUNK
-        d = absd[start:stop]
-        n = noise_scale(absy[start:stop], rtol, atol, rms)
-        err += float(np.square(d).sum())
-        noise += float(np.square(n).sum())
-    return err <= noise
+    absd, absy = _flat_float(absd), _flat_float(absy)
+    sq_y, sq_d, noise = [], [], []
+    for D, Y, _A, B in _Chunks(absd, absy):
+        np.multiply(Y, Y, out=B)
+        sq_y.append(float(B.sum()))
+        np.multiply(D, D, out=B)
+        sq_d.append(float(B.sum()))
+    rms = math.sqrt(math.fsum(sq_y) / absy.size)
+    for _D, Y, _A, B in _Chunks(absd, absy):
+        np.copyto(B, Y)
+        noise.append(_noise_sq_sum(B, rtol, atol, rms))
+    return math.fsum(sq_d) <= math.fsum(noise)
 
 
-def _relative_sums(absd: np.ndarray, absy_then_rel: np.ndarray, rel_eps: float, s: PairSums) -> None:
-    """Overwrites the |y| buffer with |x − y|/|y| (0 where |y| <= rel_eps); |x/y − 1| == |x − y|/|y|."""
-    qualifies = absy_then_rel > rel_eps
-    np.divide(absd, absy_then_rel, out=absy_then_rel, where=qualifies)
-    np.copyto(absy_then_rel, 0.0, where=~qualifies)
-    s.rel_count = int(np.count_nonzero(qualifies))
-    s.rel_sum = float(absy_then_rel.sum())
-    s.rel_max = float(absy_then_rel.max())
-
-
-def _std(v: np.ndarray, scratch: np.ndarray, scratch2: np.ndarray) -> float:
-    """Population standard deviation (ddof=0, as np.std and the Ascend tool), two-pass for accuracy."""
-    np.subtract(v, v.mean(), out=scratch)
-    return math.sqrt(_dot(scratch, scratch, scratch2) / v.size)
-
-
-def _distribution(v: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """Min-max normalise to [0, 1] (constant tensor → all ones), floor at KL_EPS, then divide by the sum."""
-    lo, hi = float(v.min()), float(v.max())
+def _distribution(v: np.ndarray, value_range: tuple[float, float], out: np.ndarray) -> np.ndarray:
+    """``out`` = max(minmax(v), KL_EPS) over the whole tensor's (min, max) ``value_range`` (a constant tensor:
+    all ones), not yet divided by its sum."""
+    lo, hi = value_range
     if hi > lo:
         np.subtract(v, lo, out=out)
         out /= hi - lo
     else:
         out.fill(1.0)
     np.maximum(out, KL_EPS, out=out)
-    out /= out.sum()
     return out
-
-
-def _kl(golden: np.ndarray, device: np.ndarray, a: np.ndarray, b: np.ndarray) -> float:
-    p = _distribution(golden, a)
-    q = _distribution(device, b)
-    np.divide(p, q, out=q)
-    np.log(q, out=q)
-    np.multiply(p, q, out=q)
-    return max(float(q.sum()), 0.0)
