@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -284,21 +285,37 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
     first abnormal one in the model's node order is the fp32 first divergence. Graph outputs folded at compile
     time are screened as the constants the plan returns. Tensors that depend on a nondeterministic op
     (toolkit.compare.nondeterminism) are skipped: the two runs draw different random numbers, which is no
-    compile-stage fault.
+    compile-stage fault. A streamed diagnosis runs the same triage inside its pass (:class:`SteppedTriage`).
 
     Returns:
         {"fp32_first_divergence": None or {node, op_type, tensor, kernel, precision, kind, evidence},
          "fp32_tensors_checked": tensors compared up to and including the first divergence (all when none)}."""
+    sess = _triage_session(prep, config, compiled)
+    order, producer = _node_order(prep.model)
+    screen = _TriageScreen(golden, thresholds, dependent_tensors(prep.model, golden), order)
+    sess.runtime.run(prep.feeds, on_kernel=screen.on_kernel)
+    return _triage_result(screen, sess, order, producer)
+
+
+def _triage_session(prep: Prepared, config: Config, compiled) -> Session:
     cfg = dataclasses.replace(config, precision_mode="force_fp32", keep_dtype=[])
     again = recompile_precision(compiled, cfg) if compiled is not None else None
-    sess = Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
+    return Session(prep.model, cfg, input_shapes=shapes_of(prep.feeds), compiled=again)
+
+
+def _node_order(model: onnx.ModelProto) -> tuple[dict[str, int], dict]:
+    """({tensor: position in the model's node order}, {tensor: the node that writes it})."""
     order, producer = {}, {}
-    for node in prep.model.graph.node:
+    for node in model.graph.node:
         for t in node.output:
             if t and t not in order:
                 order[t], producer[t] = len(order), node
-    screen = _TriageScreen(golden, thresholds, dependent_tensors(prep.model, golden), order)
-    sess.runtime.run(prep.feeds, on_kernel=screen.on_kernel)
+    return order, producer
+
+
+def _triage_result(screen: "_TriageScreen", sess: Session, order: dict, producer: dict) -> dict:
+    """:func:`triage`'s result once ``sess``'s force_fp32 run went through ``screen`` (the folded graph outputs
+    are screened here)."""
     for name, value in sess.runtime.const_outputs.items():
         screen.see(name, value)
     owner = sess.plan.kernel_of_tensor()
@@ -316,6 +333,99 @@ def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=No
                                           "kind": "compile_stage", "evidence": ev},
                 "fp32_tensors_checked": sum(1 for c in screen.checked if order[c] <= order[t])}
     return {"fp32_first_divergence": None, "fp32_tensors_checked": len(screen.checked)}
+
+
+class _SegmentFirst(Mapping):
+    """The reference values of a streamed pass for the triage screen: those of the segment just run
+    (``values``), else the golden store's (which computes a segment again from its stored boundary)."""
+
+    def __init__(self, store: Mapping):
+        self.store, self.values = store, {}
+
+    def __getitem__(self, name: str):
+        got = self.values.get(name)
+        return got if got is not None else self.store[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.store
+
+    def __iter__(self):
+        return iter(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+
+class SteppedTriage:
+    """:func:`triage` run inside a streamed pass (toolkit.stream.streamed, its ``on_segment`` hook) instead of
+    after it: the force_fp32 plan advances, kernel by kernel in plan order, as far as the reference segments
+    computed so far reach (every kernel whose outputs lie in segments up to the one just run), and each output is
+    screened against that segment's values while the pass holds them, so the reference is not computed a second
+    time. The same screen on the same values as :func:`triage`: the same result.
+
+    Args: as :func:`triage` (``compiled`` the NPU compile), plus ``only`` (a subset's tensors; None: all)."""
+
+    def __init__(self, prep: Prepared, config: Config, thresholds, compiled, only: set | None = None):
+        self.prep, self.thresholds, self.only = prep, thresholds, only
+        self.sess = _triage_session(prep, config, compiled)
+        self.order, self.producer = _node_order(prep.model)
+        self.view: _SegmentFirst | None = None
+        self.screen: _TriageScreen | None = None
+        self.need: list[int] = []
+        self.next = 0
+        self.ms = 0.0
+
+    def _setup(self, golden: Mapping, segment_of: dict) -> None:
+        self.view = _SegmentFirst(golden)
+        self.screen = _TriageScreen(self.view, self.thresholds, dependent_tensors(self.prep.model, golden), self.order)
+        self.need = _kernel_segments(self.sess.runtime, segment_of)
+
+    def __call__(self, stream_pass, segment: int, values: dict) -> None:
+        t0 = time.perf_counter()
+        if self.screen is None:
+            golden = stream_pass.golden if self.only is None else Restricted(stream_pass.golden, self.only)
+            self._setup(golden, stream_pass.reference.segment_of)
+        stop = self.next
+        while stop < len(self.need) and self.need[stop] <= segment:
+            stop += 1
+        self._advance(stop, values)
+        self.ms += (time.perf_counter() - t0) * 1e3
+
+    def _advance(self, stop: int, values: dict) -> None:
+        if stop <= self.next:
+            return
+        self.view.values = values
+        try:
+            if self.next == 0:
+                self.sess.runtime.run_range(dict(self.prep.feeds), 0, stop, dump=False, on_kernel=self.screen.on_kernel)
+            else:
+                self.sess.runtime.continue_range(self.next, stop, on_kernel=self.screen.on_kernel)
+        finally:
+            self.view.values = {}
+        self.next = stop
+
+    def result(self, golden: Mapping) -> dict:
+        """:func:`triage`'s result. Kernels the pass's segments did not reach (none when every segment ran) run
+        now, screened against ``golden`` (the pass's store as the pass left it, restricted to the subset)."""
+        t0 = time.perf_counter()
+        if self.screen is None:  # the pass ran no reference segment
+            self._setup(golden, {})
+        self._advance(len(self.sess.runtime.kernels), {})
+        out = _triage_result(self.screen, self.sess, self.order, self.producer)
+        self.ms += (time.perf_counter() - t0) * 1e3
+        return out
+
+
+def _kernel_segments(runtime, segment_of: dict) -> list[int]:
+    """Per kernel of ``runtime``'s plan: the last reference segment (index) it needs to be screened, i.e. the
+    highest segment of its outputs and of every earlier kernel's (plan order is kept; outputs no segment
+    computes count 0)."""
+    out, last = [], 0
+    for ek in runtime.kernels:
+        for _, t in ek.fetches:
+            last = max(last, segment_of.get(t, 0))
+        out.append(last)
+    return out
 
 
 def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | None = None) -> tuple[str, list[str]]:
@@ -527,9 +637,11 @@ def diagnose(prep: Prepared, config: Config, thresholds=None, task_metrics=(), p
 
 
 def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: dict, progress, t: dict):
-    """(npu RunResult, golden, device, layer table) of a streamed pass (toolkit.stream.streamed) and its
-    ``summary["streamed"]`` record; ``t`` gets the timings."""
+    """(npu RunResult, golden, device, layer table, ``summary["streamed"]`` record, SteppedTriage or None) of a
+    streamed pass (toolkit.stream.streamed); on one machine the force_fp32 triage runs inside the pass
+    (:class:`SteppedTriage`), across a Ray cluster after it. ``t`` gets the timings."""
     only = set(kept["tensors"]) if kept is not None else None
+    stepped = None
     ts = time.perf_counter()
     try:
         if streaming.get("ray"):  # the kernels split across a Ray cluster (toolkit.stream.distributed)
@@ -538,14 +650,16 @@ def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: di
                                         parts=streaming.get("ray_parts"), segment_bytes=streaming["segment_bytes"],
                                         only=only, types=streaming["types"], progress=progress)
         else:
+            stepped = SteppedTriage(prep, streaming["config"], thresholds, sess.compiled, only)
             st = streamed_comparison(prep.model, sess.runtime, prep.feeds, thresholds,
                                      segment_bytes=streaming["segment_bytes"], only=only,
-                                     options=streaming["options"], types=streaming["types"], progress=progress)
+                                     options=streaming["options"], types=streaming["types"], progress=progress,
+                                     on_segment=stepped)
     except KernelRuntimeError as exc:
         raise_if_reference_fails(prep.model, prep.feeds, exc)
         raise
     t["reference_run_ms"] = st.reference_ms
-    t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3 - st.reference_ms
+    t["npu_run_ms"] = (time.perf_counter() - ts) * 1e3 - st.reference_ms - (stepped.ms if stepped else 0.0)
     golden, device = st.golden, st.device
     if only is not None:
         golden, device = Restricted(golden, only), Restricted(device, only)
@@ -557,7 +671,7 @@ def _streamed(prep: Prepared, sess, thresholds, kept: dict | None, streaming: di
               "peak_rss_bytes": st.peak_rss_bytes}
     if st.parts:
         record.update({"ray": streaming["ray"], "parts": st.parts})
-    return st.run, golden, device, df, record
+    return st.run, golden, device, df, record, stepped
 
 
 def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress, reference,
@@ -569,12 +683,12 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     t["compile_ms"] = sess.compiled.compile_ms
     t["kernel_build_ms"] = sess.runtime.build_ms
     outputs = [o.name for o in prep.model.graph.output]
-    streamed = None
+    streamed = stepped = None
     if streaming is not None:
         progress(f"streaming: the NPU plan ({len(sess.plan.kernels)} kernels) and the FP32 reference segment by "
                  "segment, each tensor compared as it is written")
         ts = time.perf_counter()
-        npu, golden, device, df, streamed = _streamed(prep, sess, thresholds, kept, streaming, progress, t)
+        npu, golden, device, df, streamed, stepped = _streamed(prep, sess, thresholds, kept, streaming, progress, t)
         t["stream_ms"] = (time.perf_counter() - ts) * 1e3  # both runs, the comparison and the refinement
         ts = time.perf_counter()
     else:
@@ -605,10 +719,14 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     if kept is not None:
         findings, first = subset_origins(findings, first, prep.model, kept)
     t["compare_ms"] = (time.perf_counter() - ts) * 1e3
-    progress("stage triage: re-running the plan in force_fp32")
     ts = time.perf_counter()
-    tri, t["triage_run_ms"] = _timed(triage, prep, config, golden, thresholds, sess.compiled)
-    t["triage_ms"] = (time.perf_counter() - ts) * 1e3
+    if stepped is not None:  # the force_fp32 run went along the streamed pass
+        tri = stepped.result(golden)
+        t["triage_run_ms"] = t["triage_ms"] = stepped.ms
+    else:
+        progress("stage triage: re-running the plan in force_fp32")
+        tri, t["triage_run_ms"] = _timed(triage, prep, config, golden, thresholds, sess.compiled)
+        t["triage_ms"] = (time.perf_counter() - ts) * 1e3
     fp32_first = tri["fp32_first_divergence"]
     stage = "compile" if fp32_first else ("precision" if first else "none")
     if stage == "compile":

@@ -77,6 +77,48 @@ def test_streamed_diagnosis_equals_the_all_in_memory_one(tmp_path, precision_mod
         assert dm.summary["verdict"] != "PASS"  # the planted fault is seen (both ways)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("layer", [0, 2])
+@pytest.mark.parametrize("segment_bytes", [1, 40_000, 1 << 30])
+@pytest.mark.parametrize("subset", [None, Subset(layers="1-2")])
+def test_streamed_triage_runs_in_the_pass_and_finds_the_compile_stage_fault(tmp_path, monkeypatch, layer,
+                                                                           segment_bytes, subset):
+    """A compile-time rewrite planted in a layer (early or late, inside a subset or before it): the streamed
+    diagnosis screens its force_fp32 run inside the pass and finds the same fp32 first divergence (or none,
+    as the in-memory one) without running any reference segment a second time."""
+    from tests.faultkinds.builders import planted_pass
+    from toolkit import diagnose as dg
+    from toolkit.stream import stores
+
+    path, _, _ = _model(tmp_path)
+    cfg = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
+    with planted_pass(f"/layers.{layer}/MatMul_1", 1.5):
+        prep = prepare(str(path), str(tmp_path / "in.npz"))
+        mem, _ = diagnose(prep, cfg, stream=False, subset=subset)
+        computed, screening = [], []
+        real, see = stores.GoldenStore._compute, dg._TriageScreen.see
+
+        def spy_see(self, *a):
+            screening.append(True)
+            try:
+                return see(self, *a)
+            finally:
+                screening.pop()
+        monkeypatch.setattr(dg._TriageScreen, "see", spy_see)
+        monkeypatch.setattr(stores.GoldenStore, "_compute",
+                            lambda self, s, *a, **k: computed.append((s, bool(screening))) or real(self, s, *a, **k))
+        st, _ = diagnose(prep, cfg, stream=True, segment_bytes=segment_bytes, subset=subset)
+    assert st.triage == mem.triage
+    first = mem.triage["fp32_first_divergence"]
+    if subset is None or layer >= 1:  # the rescaled MatMul's kernel (fused with the residual Add)
+        assert first["kernel"] == f"/layers.{layer}/MatMul_1"
+    else:  # before the subset: the first compared tensor it changes, in layer 1
+        assert first["node"].startswith("/layers.1/")
+    assert st.summary["stage"] == mem.summary["stage"] == "compile"
+    # the triage screen read the pass's values: no segment computed again for it
+    assert not [seg for seg, by_triage in computed if by_triage]
+
+
 def test_streamed_reference_is_onnxruntimes_whole_model_run(tmp_path):
     """Independently of our runner: each streamed reference tensor equals onnxruntime's own run of the whole
     model file with that tensor as an output."""
@@ -115,11 +157,16 @@ def test_tensors_not_kept_are_computed_again_from_the_stored_boundaries(tmp_path
     assert ds.summary["streamed"]["boundary_bytes"] > 0 and ds.summary["streamed"]["checkpoint_bytes"] > 0
 
 
-def test_streamed_subset_equals_the_all_in_memory_subset(tmp_path):
-    """--layers with streaming compares and keeps what the all-in-memory run with --layers does."""
+@pytest.mark.parametrize("segment_bytes", [1, 40_000])
+@pytest.mark.parametrize("subset", [Subset(layers="1-2"), Subset(nodes="/layers.2/*"), Subset(outputs_only=True)],
+                         ids=str)
+def test_streamed_subset_equals_the_all_in_memory_subset(tmp_path, segment_bytes, subset):
+    """--layers / --nodes / --outputs-only with streaming compares and keeps what the all-in-memory run with the
+    same subset does, also with segments of one node, many of which then expose nothing and hand nothing on
+    (they are not run: onnxruntime refuses a graph asked for no output)."""
     path, _, _ = _model(tmp_path, blowup_layer=1)
     cfg = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
-    (dm, em), (ds, es) = _both(path, tmp_path / "in.npz", cfg, 40_000, subset=Subset(layers="1-2"))
+    (dm, em), (ds, es) = _both(path, tmp_path / "in.npz", cfg, segment_bytes, subset=subset)
     pd.testing.assert_frame_equal(dm.table, ds.table)
     assert dm.summary["subset"] == ds.summary["subset"] and dm.summary["verdict"] == ds.summary["verdict"]
     _same_values(em["golden"], es["golden"], "golden")

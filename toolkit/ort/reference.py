@@ -93,11 +93,15 @@ class ReferenceRunner:
                              "(a declared type or shape that its ops contradict is the usual cause)") from None
 
     def run(self, feeds: dict[str, np.ndarray], options=None) -> dict[str, np.ndarray]:
-        """{tensor name: array} for graph outputs and exposed intermediates. ``options``: the onnxruntime
-        RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal terminates).
+        """{tensor name: array} for graph outputs and exposed intermediates ({} without running when there are
+        none: a segment of a subset run whose tensors are neither compared nor read later). ``options``: the
+        onnxruntime RunOptions to run with (default toolkit.ort.terminate.run_options(), which a signal
+        terminates).
 
         Raises:
             ModelError: onnxruntime fails on these inputs (:func:`cannot_run`)."""
+        if not self.output_names:
+            return {}
         options = run_options() if options is None else options
         try:
             if self._ortvalues or ort_values.needs_ortvalues(feeds.values()):

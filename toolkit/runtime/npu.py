@@ -253,6 +253,20 @@ class NpuRuntime:
         res.total_ms = (time.perf_counter() - t_all) * 1e3
         return res
 
+    def continue_range(self, start: int, stop: int, on_kernel=None) -> RunResult:
+        """Kernels ``start`` to ``stop`` (exclusive) of the run in progress: over the arena and the host values
+        the last :meth:`run_range` / :meth:`continue_range` left, so that ``run_range(feeds, 0, a)`` then
+        ``continue_range(a, b)``, ``continue_range(b, n)`` computes what one run does, bit for bit. No dumps;
+        ``RunResult.outputs`` stays empty.
+
+        Raises:
+            KernelRuntimeError: a kernel failed at run time."""
+        res = RunResult({})
+        t_all = time.perf_counter()
+        self._loop(self._heap, start, stop, res, False, on_kernel, None)
+        res.total_ms = (time.perf_counter() - t_all) * 1e3
+        return res
+
     def run(self, feeds: dict[str, np.ndarray], dump: bool = False, on_kernel=None,
             before_kernel=None) -> RunResult:
         """Execute the plan once.

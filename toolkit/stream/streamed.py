@@ -106,6 +106,10 @@ class StreamPass:
 
     Args: as :func:`streamed_comparison`.
 
+    ``on_segment``: optional callable(pass, segment index, {tensor: reference value}) called once per reference
+    segment, in order, right after it ran and its rows were built, while its values are held (toolkit.diagnose
+    screens its force_fp32 triage run against them there instead of computing the reference again).
+
     State: ``golden`` / ``device`` (the stores; ``golden.done`` the last reference segment run), ``pending``
     ({tensor: reference value} of tensors a kernel writes whose segment ran before the kernel came), ``rowed``
     (tensors with a row), ``rows`` (the rows so far, in the order built), ``kept`` (bytes of crossing tensors
@@ -115,8 +119,9 @@ class StreamPass:
 
     def __init__(self, model, runtime, feeds: dict, thresholds=None, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                  keep_bytes: int = DEFAULT_KEEP_BYTES, only=None, options=None, types: dict | None = None,
-                 progress=None, memory_bytes: int | None = None):
+                 progress=None, memory_bytes: int | None = None, on_segment=None):
         self.model, self.runtime, self.feeds, self.only = model, runtime, feeds, only
+        self.on_segment = on_segment
         self.keep_bytes = keep_bytes
         self.say = progress or (lambda _m: None)
         types = inferred_types(model) if types is None else types
@@ -181,6 +186,8 @@ class StreamPass:
                         self.pending[t] = g
                     else:
                         self.row_now(t, g, device.kept.get(t), t in device)
+            if self.on_segment is not None:
+                self.on_segment(self, s, values)
             self.peak = max(self.peak, rss_bytes())
             self.say(f"reference segment {s + 1}/{self.n_seg} compared ({seg.stop - seg.start} nodes; RSS "
                      f"{self.peak / 2**30:.2f} GiB)")
@@ -254,7 +261,7 @@ def _copied(value):
 
 def streamed_comparison(model, runtime, feeds: dict, thresholds=None, *, segment_bytes: int = DEFAULT_SEGMENT_BYTES,
                         keep_bytes: int = DEFAULT_KEEP_BYTES, only=None, options=None, types: dict | None = None,
-                        progress=None, memory_bytes: int | None = None) -> Streamed:
+                        progress=None, memory_bytes: int | None = None, on_segment=None) -> Streamed:
     """One streamed pass (module docstring), on this machine (:class:`StreamPass` over one device run).
 
     Args:
@@ -270,12 +277,14 @@ def streamed_comparison(model, runtime, feeds: dict, thresholds=None, *, segment
         progress: callable(str) told each reference segment done, with the RSS.
         memory_bytes: bytes of stored boundary tensors held in memory on each side before they go to disk
             (toolkit.stream.spill; default: 2 x ``segment_bytes``).
+        on_segment: optional callable(pass, segment index, {tensor: reference value}) after each reference
+            segment (:class:`StreamPass`).
 
     Raises:
         InputError / KernelRuntimeError as NpuRuntime.run; ModelError when onnxruntime refuses a segment.
     """
     p = StreamPass(model, runtime, feeds, thresholds, segment_bytes=segment_bytes, keep_bytes=keep_bytes, only=only,
-                   options=options, types=types, progress=progress, memory_bytes=memory_bytes)
+                   options=options, types=types, progress=progress, memory_bytes=memory_bytes, on_segment=on_segment)
     p.input_rows()
     run = runtime.run(feeds, dump=False, on_kernel=p.on_kernel, before_kernel=p.before_kernel)
     p.finish_reference()
