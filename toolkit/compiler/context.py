@@ -51,6 +51,10 @@ class CompileContext:
     provenance: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     #: tensor name -> node name that absorbed it (a rewrite removed the tensor)
     absorbed: dict[str, str] = field(default_factory=dict)
+    #: facts about nodes of the partitioned graph that precision-stage passes cache, keyed (pass, node name); the
+    #: graph no longer changes after partition, and recompile_precision's contexts share this dict with the
+    #: compile's, so its re-runs do not work them out again
+    memo: dict = field(default_factory=dict)
 
     def add_group(self, group: Group) -> None:
         self.groups[group.name] = group

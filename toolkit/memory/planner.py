@@ -35,7 +35,8 @@ def plan_greedy_by_size(blocks: list[Block]) -> int:
     placed: list[Block] = []
     arena = 0
     for blk in sorted(blocks, key=lambda b: (-b.size, b.first, b.name)):
-        live = sorted((p for p in placed if overlaps(p, blk)), key=lambda p: p.offset)
+        first, last = blk.first, blk.last
+        live = sorted((p for p in placed if p.first <= last and first <= p.last), key=lambda p: p.offset)  # overlaps
         best, best_gap, cursor = None, None, 0
         for p in live:
             gap = p.offset - cursor

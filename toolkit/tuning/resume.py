@@ -28,6 +28,8 @@ from toolkit.runtime.npu import NpuRuntime, RunResult
 
 
 def _frozen(v):
+    if v is None or type(v) in (str, int, float, bool):
+        return v
     if isinstance(v, (list, tuple)):
         return tuple(_frozen(x) for x in v)
     if isinstance(v, dict):
@@ -60,9 +62,10 @@ def kernel_signature(spec, plan, cast_src: dict, overflow_mode: str) -> tuple:
     Cast's output carries for each input (``cast_src``), and the overflow mode. Two kernels of plans of one
     compiled graph with equal signatures compute the same outputs from the same inputs."""
     tensors = plan.tensors
-    fields = tuple(tuple(v) if isinstance(v, list) else _frozen(v) for v in vars(spec).values())
-    io = tuple((t, tt.dtype, _frozen(tt.shape), tt.storage) if (tt := tensors.get(t)) is not None else (t,)
-               for t in (*spec.inputs, *spec.outputs))
+    # KernelSpec fields are strings, None or lists of strings; tensor shapes lists of ints (None: unknown)
+    fields = tuple(tuple(v) if type(v) is list else _frozen(v) for v in vars(spec).values())
+    io = tuple((t, tt.dtype, tuple(tt.shape) if type(tt.shape) is list else _frozen(tt.shape), tt.storage)
+               if (tt := tensors.get(t)) is not None else (t,) for t in (*spec.inputs, *spec.outputs))
     return fields, io, tuple(cast_src.get(t) for t in spec.inputs), overflow_mode
 
 
@@ -80,8 +83,8 @@ class KernelMemo:
         self.spare: list[np.ndarray] = []  # arena buffers of runtimes that are gone, for the next ones
 
     def source(self, plan, record, overflow_mode: str) -> "_MemoSource":
-        inner = self.inner(plan, record, overflow_mode) if self.inner is not None else None
-        return _MemoSource(self, inner, plan, overflow_mode)
+        make = (lambda: self.inner(plan, record, overflow_mode)) if self.inner is not None else None
+        return _MemoSource(self, make, plan, overflow_mode)
 
     def runtime(self, compiled) -> NpuRuntime:
         """An NpuRuntime of ``compiled`` built through this memo. Its arena is the buffer of an earlier runtime
@@ -100,11 +103,20 @@ class KernelMemo:
 
 
 class _MemoSource:
-    """The SessionSource of one build_kernels call (see :class:`KernelMemo`)."""
+    """The SessionSource of one build_kernels call (see :class:`KernelMemo`). The wrapped source (the compile
+    cache's, which opens its store) is made only when a kernel is not in the memo."""
 
-    def __init__(self, memo: KernelMemo, inner, plan, overflow_mode: str):
-        self.memo, self.inner, self.plan, self.overflow = memo, inner, plan, overflow_mode
+    def __init__(self, memo: KernelMemo, make_inner, plan, overflow_mode: str):
+        self.memo, self.make_inner, self.plan, self.overflow = memo, make_inner, plan, overflow_mode
+        self._inner = None
         self.sigs: list[tuple] | None = None
+
+    @property
+    def inner(self):
+        if self._inner is None and self.make_inner is not None:
+            self._inner = self.make_inner()
+            self.make_inner = None
+        return self._inner
 
     def _sig(self, i: int) -> tuple:
         if self.sigs is None:
@@ -135,12 +147,12 @@ class _MemoSource:
             if ek.session is not None and ek.numpy_fn is None and not ek.ortvalues:
                 self.memo.kernels.setdefault(self._sig(i), (ek.session, list(ek.feeds), list(ek.fetches),
                                                             bool(ek.native_fp16), ek.digest))
-        if self.inner is not None:
-            self.inner.finish(kernels)
+        if self._inner is not None:
+            self._inner.finish(kernels)
 
     def close(self) -> None:
-        if self.inner is not None:
-            self.inner.close()
+        if self._inner is not None:
+            self._inner.close()
 
 
 class _Stored:

@@ -61,7 +61,10 @@ def decide(ctx, node, entries: dict) -> tuple[str, str, str | None, object]:
     key = next((n for n in names if n in entries), None)
     if key is None and node.op_type in entries:
         key = node.op_type
-    why = unsupported_reason(node, _touches_host_values(ctx.graph, node))
+    key_memo = ("place_ops", node.name)
+    if key_memo not in ctx.memo:  # the graph no longer changes here (CompileContext.memo)
+        ctx.memo[key_memo] = unsupported_reason(node, _touches_host_values(ctx.graph, node))
+    why = ctx.memo[key_memo]
     if why is not None:
         return "CPU", "unsupported", key, why
     if key is not None:

@@ -19,6 +19,9 @@ get exclusive ranges after everything else. A plan larger than ``device_memory_b
 
 from __future__ import annotations
 
+import functools
+import math
+
 import numpy as np
 
 from toolkit.compiler.context import PassResult
@@ -31,6 +34,12 @@ from toolkit.memory.aliases import find_aliases
 from toolkit.memory.capacity import check_capacity
 from toolkit.memory.lifetimes import lifetimes
 from toolkit.memory.planner import POLICIES, Block, align, lower_bound, place_exclusive
+
+
+@functools.cache
+def _name(dtype: np.dtype) -> str:
+    """``dtype.name``, which numpy works out anew on every access (~5 µs: most of a TensorSpec's cost)."""
+    return dtype.name
 
 
 def _spec(g, name, kernel, precision, cast_of=None, placement="NPU", dtype=None):
@@ -46,13 +55,13 @@ def _spec(g, name, kernel, precision, cast_of=None, placement="NPU", dtype=None)
             dtype = np.dtype(np.float16 if precision == "fp16" else np.float32)
     dtype = np.dtype(dtype)
     if placement == "CPU" or dtype == np.dtype(object):  # host memory; string tensors hold Python objects
-        nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize if vt.static and dtype.kind != "O" else 0
-        return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape is not None else None, nbytes, "host",
+        nbytes = math.prod(vt.shape) * dtype.itemsize if vt.static and dtype.kind != "O" else 0
+        return TensorSpec(name, _name(dtype), list(vt.shape) if vt.shape is not None else None, nbytes, "host",
                           producer=kernel)
     if not vt.static:
-        return TensorSpec(name, dtype.name, list(vt.shape) if vt.shape else None, storage="dynamic", producer=kernel)
-    nbytes = int(np.prod(vt.shape, dtype=np.int64)) * dtype.itemsize
-    return TensorSpec(name, dtype.name, list(vt.shape), nbytes, "arena", producer=kernel)
+        return TensorSpec(name, _name(dtype), list(vt.shape) if vt.shape else None, storage="dynamic", producer=kernel)
+    nbytes = math.prod(vt.shape) * dtype.itemsize
+    return TensorSpec(name, _name(dtype), list(vt.shape), nbytes, "arena", producer=kernel)
 
 
 def _output_spec(g, t, k, tensors, mode) -> TensorSpec:
@@ -129,6 +138,8 @@ def check_disable_reuse(cfg, graph, kernels, tensors) -> None:
     """Refuse a ``disable_reuse`` name that is no tensor, node or kernel of the model (as keep_dtype refuses
     unknown nodes); a model tensor fused inside a kernel has no range and is accepted. Raises ConfigError
     (exit 2) naming the config file, with a did-you-mean."""
+    if not cfg.disable_reuse:
+        return
     _, unknown = exclusive_tensors(cfg.disable_reuse, kernels, tensors)
     model_names = {n.name for n in graph.nodes} | {t for n in graph.nodes for t in (*n.input, *n.output) if t}
     unknown = [u for u in unknown if u not in model_names]
