@@ -350,8 +350,8 @@ def _diag_options(fn):
                          "and compare each tensor as the plan writes it, keeping only the arrays the report needs "
                          "(bounded memory; the same results). Default: automatic, when the model's tensors pass "
                          "256 MiB."),
-            click.option("--segment-mb", type=FiniteFloatRange(min=0.001, max=1 << 20), default=64.0,
-                         show_default=True, help="With streaming: MiB of tensors per segment."),
+            click.option("--segment-mb", type=FiniteFloatRange(min=0.001, max=1 << 20), default=None,
+                         help="With streaming: MiB of tensors per segment.  [default: 64]"),
             click.option("--verify/--no-verify", default=True, show_default=True,
                          help="Apply and re-run every advised keep_dtype set, and search the verified fix as tune "
                          "does when the outputs miss tune's default target (keep_dtype.txt, fixed_config.json)."),
@@ -369,7 +369,7 @@ def _diag_options(fn):
 
 def _diag(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, thresholds, atol,
           rtol, task_metrics, out, device_dumps, device_profile, mapping, nodes, layers, until, outputs_only, verify,
-          jobs, ray_address, percentiles, html, stream=None, segment_mb=64.0, ray_parts=None):
+          jobs, ray_address, percentiles, html, stream=None, segment_mb=None, ray_parts=None):
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = diagnose_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
                            atol=atol, rtol=rtol, task_metrics=task_metrics, out=out, html=html, jobs=jobs,

@@ -1378,3 +1378,17 @@ def test_a_signal_while_modules_load_ends_quietly(tmp_path, delay, sig, code):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "interrupted" in err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize("verb", ["compare", "diagnose"])
+def test_segment_mb_with_no_stream_is_refused_not_ignored(verb, tmp_path):
+    """A segment size with --no-stream would size nothing: refused in one line naming both options, before any
+    work (no report folder)."""
+    r = subprocess.run([sys.executable, "-m", "toolkit", verb, "--no-stream", "--segment-mb", "8",
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--segment-mb 8" in r.stderr and "--no-stream" in r.stderr
+    assert not (tmp_path / "o").exists()
+    ok = subprocess.run([sys.executable, "-m", "toolkit", "--quiet", verb, "--no-stream", "--out",
+                         str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr  # --no-stream alone still runs

@@ -51,11 +51,16 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     (:func:`device_diagnose_command`); ``device_profile`` alone: the precision audit of its data types
     (:func:`profile_audit_command`). ``subset``: compare and keep only those tensors (toolkit.compare.subset;
     a single input only, else ConfigError; the advice is not verified then). ``stream`` (None: automatic) and
-    ``segment_mb`` (MiB of tensors per segment, default 64): the streamed comparison of
+    ``segment_mb`` (MiB of tensors per segment; None: 64): the streamed comparison of
     :func:`toolkit.diagnose.diagnose` (single input).
+
+    Raises UsageError (exit 2) for ``segment_mb`` with ``stream=False``, besides the errors of the steps it runs.
     """
     thresholds = with_shorthands(thresholds, atol, rtol)
     lines = resolve_thresholds(thresholds) if thresholds is not None else None  # a bad line: a usage error now
+    if segment_mb is not None and stream is False:
+        raise UsageError(f"--segment-mb {segment_mb:g} sizes the segments of the streamed pass, and --no-stream "
+                         "runs everything in memory: drop one of them")
     if subset is not None:
         check_options(subset)  # an empty or ignored subset option: a usage error before any work
     if device_dumps or device_profile or mapping:
