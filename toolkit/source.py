@@ -40,6 +40,7 @@ from toolkit.inputs import (
     realistic_inputs,
 )
 from toolkit.inputs.loader import is_loader, load_sets
+from toolkit.inputs.npz import npz_files
 from toolkit.inputs.synthetic import ALL_INPUTS, check_val_range
 from toolkit.ir.load import file_sha256
 
@@ -278,7 +279,7 @@ def input_sets(model: onnx.ModelProto, src: ModelSource, inputs: str | None, see
     if input_kind(inputs) == "loader":
         return load_sets(inputs, specs, max_sets, too_many)
     p = Path(inputs)
-    files = sorted(p.glob("*.npz"))
+    files = npz_files(p)
     if not files:
         raise InputError(f"--inputs directory '{p}' holds no .npz files; write one per input set")
     if len(files) > max_sets:
@@ -297,7 +298,7 @@ def _prepare(model, src, inputs, seed, val_range, input_shapes, bind_fix=BIND_FI
     if inputs:
         p = Path(inputs)
         if p.is_dir():
-            files = sorted(p.glob("*.npz"))
+            files = npz_files(p)
             if not files:
                 raise InputError(f"--inputs directory '{p}' holds no .npz files; write one per input set")
             if len(files) > 1:  # never a silent choice of one set among many

@@ -167,3 +167,35 @@ def test_load_npz_missing_or_not_npz(tmp_path):
     with pytest.raises(InputError) as err:
         load_npz(bad, SPECS)
     assert "bad.npz" in _one_line(err)
+
+
+def test_an_inputs_folder_lists_npz_files_in_any_letter_case(tmp_path):
+    """`A.NPZ`, `b.npz` and `c.Npz` are three input sets wherever a folder is read (single run, dataset, tune);
+    other suffixes are not; a folder named like a set is listed (reading it is then a one-line error)."""
+    from toolkit.dataset.source import list_inputs
+    from toolkit.inputs.npz import npz_files
+    from toolkit.source import ModelSource, input_sets
+    from toolkit.tuning.feeds import load_feed_sets
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    folder = tmp_path / "sets"
+    folder.mkdir()
+    for i, name in enumerate(["b.npz", "A.NPZ", "c.Npz"]):
+        with open(folder / name, "wb") as fh:  # np.savez would append ".npz" to a name ending in ".NPZ"
+            np.savez(fh, x=np.full((1, 2), i, np.float32))
+    (folder / "notes.txt").write_text("not a set")
+    (folder / "x.npz.bak").write_text("not a set")
+    want = ["A.NPZ", "b.npz", "c.Npz"]
+    assert [p.name for p in npz_files(folder)] == want
+    assert [r.name for r in list_inputs(folder)] == want
+    src = ModelSource(tmp_path / "m.onnx", "m", "file")
+    sets = input_sets(model, src, str(folder))
+    assert [label for label, _ in sets] == want
+    assert [float(f["x"][0, 0]) for _, f in sets] == [1.0, 0.0, 2.0]  # each file's own values
+    assert len(load_feed_sets(model, src, str(folder))) == 3
+    with pytest.raises(InputError, match="3 .npz files"):
+        load_feed_sets(model, src, str(folder), max_sets=2)
+    (folder / "d.NPZ").mkdir()
+    assert [p.name for p in npz_files(folder)] == [*want[:1], "b.npz", "c.Npz", "d.NPZ"]

@@ -19,7 +19,7 @@ from toolkit.core.artifacts import save_npz
 from toolkit.core.errors import InputError
 from toolkit.inputs import check_feed
 from toolkit.inputs.loader import load_sets, split_spec
-from toolkit.inputs.npz import restore_declared
+from toolkit.inputs.npz import npz_files, restore_declared
 from toolkit.inputs.npzread import npz_headers, read_npz
 from toolkit.inputs.validate import conform_feed
 
@@ -38,7 +38,7 @@ def list_inputs(folder: str | Path) -> list[InputRef]:
     into one-line errors, so they become error rows instead of being skipped. Paths are absolute (symbolic
     links are kept, not resolved). Raises InputError when there is no entry."""
     folder = Path(folder)
-    files = sorted(folder.glob("*.npz"))
+    files = npz_files(folder)
     if not files:
         raise InputError(f"--inputs directory '{folder}' holds no .npz files; write one per input set "
                          "(np.savez(path, name=array))")

@@ -15,6 +15,13 @@ from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed
 
 
+def npz_files(folder: str | os.PathLike) -> list[Path]:
+    """Every entry directly in ``folder`` whose name ends in ``.npz`` in any letter case (``A.NPZ`` too), sorted
+    by name: the input sets of an ``--inputs`` folder. Entries that are not regular files (folders, broken links)
+    are listed too, so that reading them gives a one-line error instead of a silent skip."""
+    return sorted((p for p in Path(folder).iterdir() if p.name.lower().endswith(".npz")), key=lambda p: p.name)
+
+
 def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
     """Read ``path`` (``np.savez`` / ``np.savez_compressed`` output) and return input name -> array.
 

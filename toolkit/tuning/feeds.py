@@ -12,11 +12,10 @@ The loader itself lives in toolkit.inputs.loader, the --inputs forms in toolkit.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import onnx
 
 from toolkit.core.errors import InputError
+from toolkit.inputs.npz import npz_files
 from toolkit.source import input_kind, input_sets
 
 #: Default for ``max_sets`` (``tune --max-inputs``): every input set is held in memory with its FP32 reference
@@ -36,7 +35,7 @@ def load_feed_sets(model: onnx.ModelProto, src, inputs: str | None, seed: int = 
         InputError: a bad file, loader or feed; more than ``max_sets`` sets (naming the count and the option).
     """
     if input_kind(inputs) == "folder":
-        files = sorted(Path(inputs).glob("*.npz"))
+        files = npz_files(inputs)
         if len(files) > max_sets:
             raise InputError(f"--inputs directory '{inputs}' holds {len(files)} .npz files, more than tune's limit "
                              f"of {max_sets} input sets (--max-inputs {max_sets}; each set is kept in memory "
