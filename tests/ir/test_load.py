@@ -120,6 +120,24 @@ def test_external_data_outside_is_refused_before_reading(ext_ws, monkeypatch, lo
     assert not opened, f"the outside file was opened: {opened}"
 
 
+@pytest.mark.parametrize("loc, said", [(".", "is a folder, not a data file"), ("sub", "is a folder, not a data file"),
+                                        ("sub/", "is a folder, not a data file"), ("fifo", "not a regular file"),
+                                        ("gone.bin", "is missing; copy it next to the model")])
+def test_external_data_location_that_is_no_data_file_says_what_it_is(ext_ws, loc, said):
+    """A location naming the model's own folder ('.'), a subfolder or a FIFO is not "missing": the message says
+    what it is; only an absent file is missing. One line, naming the tensor."""
+    from toolkit.core.errors import ModelError
+    from toolkit.ir.load import load_model
+
+    (ext_ws / "model" / "sub").mkdir()
+    os.mkfifo(ext_ws / "model" / "fifo")
+    path = _external_model(ext_ws / "model", loc)
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    msg = str(info.value)
+    assert said in msg and "'one'" in msg and f"'{loc}'" in msg and "\n" not in msg
+
+
 def test_checker_message_keeps_the_node_name(tmp_path):
     from toolkit.ir.load import load_model
 

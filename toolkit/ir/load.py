@@ -296,7 +296,11 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
             raise ModelError(f"{where} points to external data '{loc}' outside the model's "
                              f"folder '{base}'; move the data file next to the model")
         if not target.is_file():
-            raise ModelError(f"{where}: external data file '{loc}' is missing; copy it next to the model")
+            if not target.exists():
+                raise ModelError(f"{where}: external data file '{loc}' is missing; copy it next to the model")
+            kind = "a folder" if target.is_dir() else "not a regular file"
+            raise ModelError(f"{where}: external data location '{loc}' is {kind}, not a data file; the location "
+                             "must name the data file next to the model (re-save the model's external data)")
         fsize = target.stat().st_size
         offset, length = _extent_field(fields, "offset", where), _extent_field(fields, "length", where)
         need = raw_bytes_needed(t) or 0  # STRING tensors: unknown (0)
