@@ -106,3 +106,38 @@ def test_until_a_graph_input_says_it_is_one():
     m = layered_model()
     with pytest.raises(ConfigError, match="'x' is a graph input"):
         select(m, Subset(until=m.graph.input[0].name))
+
+
+@pytest.mark.parametrize("dup,other", [(0, 2), (4, 9), (1, -1)])
+def test_until_a_name_the_file_gives_several_nodes_is_ambiguous(tmp_path, dup, other):
+    """Nodes the file names alike are loaded as 'n', 'n__2', ...: --until 'n' could mean any of them, so it is
+    refused naming each; the loaded names and the tensors still select one node."""
+    import onnx
+
+    from toolkit.ir.load import load_model
+
+    m = layered_model()
+    names = [n.name for n in m.graph.node]
+    other = other % len(names)
+    twin = names[other]
+    m.graph.node[dup].name = twin  # two nodes of the file called `twin`: the earlier one keeps the name
+    onnx.save(m, tmp_path / "dup.onnx")
+    loaded = load_model(tmp_path / "dup.onnx")
+    with pytest.raises(ConfigError, match="ambiguous") as e:
+        select(loaded, Subset(until=twin))
+    assert f"'{twin}__2'" in str(e.value) and "\n" not in str(e.value)
+    loaded_names = [n.name for n in loaded.graph.node]
+    assert loaded_names[dup] == twin and loaded_names[other] == f"{twin}__2"
+    for target, k in ((f"{twin}__2", other), (loaded.graph.node[dup].output[0], dup),
+                      (loaded.graph.node[other].output[0], other)):
+        assert select(loaded, Subset(until=target))["nodes"] == set(loaded_names[:k + 1])
+    unique = load_model(_saved(tmp_path, layered_model()))  # no renaming: a name is never ambiguous
+    assert select(unique, Subset(until=names[dup]))["nodes"] == set(names[:dup + 1])
+
+
+def _saved(tmp_path, model):
+    import onnx
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    return path
