@@ -58,3 +58,35 @@ def test_rules_and_passes_changed_at_run_time_invalidate(tmp_path, monkeypatch, 
     got, _ = build(make_model(), c)
     assert got.cache["key"] != base.cache["key"]
     assert got.cache["status"] == "miss"
+
+
+IMPORT_ORDER = """
+import importlib, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+from toolkit.cache.keys import registry_digest
+print(registry_digest())
+"""
+
+
+@pytest.mark.parametrize("first", [["toolkit.compiler.passes.buffer_fusion", "toolkit.compiler.passes.insert_casts"],
+                                   ["toolkit.compiler.passes.plan_memory"], ["toolkit.compiler.rules.norm"], []])
+def test_registry_digest_is_the_same_whatever_modules_a_process_imported_first(first, monkeypatch):
+    """A process that imported some pass or rule modules before the pipeline (a test, a plugin) registers the
+    passes in another order: its compile keys must still be a fresh process's, or it misses every entry that
+    process wrote."""
+    import subprocess
+    import sys
+
+    from toolkit.cache import keys
+    from toolkit.compiler import registry
+
+    def fresh(mods):
+        out = subprocess.run([sys.executable, "-c", IMPORT_ORDER, *mods], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert fresh(first) == fresh([]) == keys.registry_digest()
+    monkeypatch.setattr(registry, "PASSES", dict(reversed(list(registry.PASSES.items()))))
+    monkeypatch.setattr(keys, "PASSES", registry.PASSES)
+    assert keys.registry_digest() == fresh([])  # the dict's order is not part of the key

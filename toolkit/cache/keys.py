@@ -93,10 +93,14 @@ def _code_text(code) -> str:
 def registry_digest() -> str:
     """sha256 over the registered compiler passes and graph-fusion rules as they are now (names, order,
     functions): part of every compile key, so a pass or rule registered or replaced in this process after
-    import cannot be served an entry compiled without it. Not cached: registries may change at run time."""
+    import cannot be served an entry compiled without it. The same in every process whatever the order its
+    modules were imported in (passes by name, the stages in their order, rules in load_rules' order). Not cached:
+    registries may change at run time."""
     order = stages.STRUCTURE + ("|",) + stages.PRECISION
     parts = [f"order:{','.join(order)}"]
-    parts += [f"pass:{n}:{p.min_level}:{p.switch}:{_code_digest(p.fn)}" for n, p in PASSES.items()]
+    # by name: PASSES fills in the order the pass modules happened to be imported, which differs between
+    # processes (a test importing one pass module first gave its process other keys than a fresh one)
+    parts += [f"pass:{n}:{p.min_level}:{p.switch}:{_code_digest(p.fn)}" for n, p in sorted(PASSES.items())]
     parts += [f"rule:{r.name}:{r.level}:{sorted(r.anchors)}:{_code_digest(r.match)}" for r in load_rules()]
     return _sha(*parts)
 
