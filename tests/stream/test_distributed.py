@@ -74,6 +74,10 @@ def cluster():
     port = _free_port()
     procs: list = []
     log = open(os.path.join(tmp, "start.log"), "wb")
+    # a home of its own: a ~/.ray/auth_token left by another cluster on this machine made the nodes and this
+    # process disagree on authentication (the connection failed)
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = tmp
 
     def start(*args):
         procs.append(subprocess.Popen([RAY, "start", *args, "--num-cpus=1", "--block"], stdout=log,
@@ -96,6 +100,10 @@ def cluster():
         ray.shutdown()
         _stop(procs)
         log.close()
+        if home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = home
         shutil.rmtree(tmp, ignore_errors=True)
 
 
