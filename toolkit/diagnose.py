@@ -428,6 +428,21 @@ def _kernel_segments(runtime, segment_of: dict) -> list[int]:
     return out
 
 
+def _nothing_compared(df, outputs) -> str:
+    """'' unless the layer table compared tensors and every one of them holds no element (an input with a
+    dimension of size 0: two empty tensors agree exactly, so every metric passes on nothing); then a short
+    text naming an output's shape, e.g. "output 'b' is 0x4"."""
+    if not len(df) or "ComparedCount" not in df.columns:
+        return ""
+    compared = df[df["CompareFailReason"].fillna("").astype(str).str.strip() == ""]
+    if not len(compared) or (compared["ComparedCount"].fillna(0) > 0).any():
+        return ""
+    outs = compared[compared["TensorName"].isin(outputs)]
+    r = outs.iloc[0] if len(outs) else compared.iloc[0]
+    what = "output" if len(outs) else "tensor"
+    return f"{what} '{r['TensorName']}' is {r.get('Shape') or 'empty'}"
+
+
 def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | None = None) -> tuple[str, list[str]]:
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
     the reasons then print them, each value next to its line (toolkit.core.text.show_vs: the line exactly,
@@ -481,6 +496,10 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     if kernels == 0:
         reasons.append("no kernel ran: the whole graph was computed at compile time (every output is a constant), "
                        "so nothing of the NPU was simulated; feed the model an input to check it")
+    empty = _nothing_compared(df, outputs)
+    if empty:
+        reasons.append(f"no element was compared: every compared tensor is empty ({empty}), so nothing vouches for "
+                       "the device; feed inputs that give the model data (no dimension of size 0)")
     explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if n_ab else set())
     errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
     if errors:

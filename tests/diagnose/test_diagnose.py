@@ -719,3 +719,44 @@ def test_a_subset_names_no_origin_whose_inputs_it_did_not_compare(tmp_path, subs
                    for f in outside)
         assert "keep_dtype fix" in outside[0].recommendation and "keep '" not in outside[0].recommendation
         assert diag.summary["first_divergence"]["basis"] == "subset"
+
+
+def _empty_model(tmp_path, rows: int, slice_to_empty: bool):
+    """y = Relu(x · 3) on x (rows, 4); ``slice_to_empty``: the output is then sliced to 0 rows (a detector that
+    found nothing: its intermediates hold data, its output none)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 4])
+    inits = [numpy_helper.from_array(np.float32(3.0), "three"), numpy_helper.from_array(np.int64([0]), "zero"),
+             numpy_helper.from_array(np.int64([0]), "axis")]
+    nodes = [helper.make_node("Mul", ["x", "three"], ["m"], name="mul"),
+             helper.make_node("Relu", ["m"], ["r" if slice_to_empty else "y"], name="relu")]
+    if slice_to_empty:
+        nodes.append(helper.make_node("Slice", ["r", "zero", "zero", "axis"], ["y"], name="take_none"))
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=np.random.default_rng(0).standard_normal((rows, 4)).astype(np.float32))
+    return diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "in.npz")),
+                    Config(precision_mode="force_fp16"))[0]
+
+
+def test_a_run_that_compared_no_element_is_not_a_pass(tmp_path):
+    """An input with a dimension of size 0: every tensor is empty on both sides, every metric "passes" on
+    nothing. The verdict is a WARN that says no element was compared, naming the output's shape."""
+    diag = _empty_model(tmp_path, 0, slice_to_empty=False)
+    table = diag.table
+    compared = table[table["CompareFailReason"].fillna("") == ""]
+    assert len(compared) and (compared["ComparedCount"] == 0).all()  # precondition: all empty, all "compared"
+    assert diag.summary["verdict"] == "WARN"
+    assert any("no element was compared" in r and "'y' is 0x4" in r for r in diag.summary["reasons"])
+
+
+def test_an_empty_output_after_data_is_still_judged_by_its_intermediates(tmp_path):
+    """A detector that found nothing: the output is empty on both sides (an exact match), but the tensors
+    before it held data and were compared, so the run is judged as usual."""
+    diag = _empty_model(tmp_path, 3, slice_to_empty=True)
+    table = diag.table
+    assert int(table.loc[table["TensorName"] == "y", "ComparedCount"].iloc[0]) == 0
+    assert (table["ComparedCount"].fillna(0) > 0).any()
+    assert not any("no element was compared" in r for r in diag.summary["reasons"])
+    assert diag.summary["verdict"] in ("PASS", "WARN")
