@@ -332,7 +332,7 @@ def _diag_options(fn):
             click.option("--out", help="Report folder (must be new or empty). Default reports/<model>-<time>/."),
             click.option("--device-dumps", type=click.Path(), help="A real device's dump folder (raw dump files or "
                          ".npy conversions): compared with the FP32 reference instead of the simulated run, with the "
-                         "advisor and a precision audit. Give the input it ran on as --inputs."),
+                         "advisor and a precision audit. Needs --inputs: the .npz it ran on."),
             click.option("--device-profile", type=click.Path(), help="A real device's op_summary_*.csv / "
                          "kernel_details.csv: audit its Input/Output Data Types against the options (alone, or with "
                          "--device-dumps)."),

@@ -377,15 +377,21 @@ def test_device_profile_alone_audits_its_data_types(tmp_path):
 
 
 @pytest.mark.parametrize("args,code,said", [
-    (["--device-dumps", "{tmp}/empty"], 2, "is an empty folder"),  # bad input and usage errors: exit 2
-    (["--device-dumps", "{tmp}/nope"], 2, "does not exist"),
+    (["--device-dumps", "{tmp}/empty", "--inputs", "{tmp}/in.npz"], 2, "is an empty folder"),  # exit 2
+    (["--device-dumps", "{tmp}/nope", "--inputs", "{tmp}/in.npz"], 2, "does not exist"),
     (["--mapping", "{tmp}/m.json"], 2, "--mapping names the fused ops of --device-dumps"),
     (["--device-profile", "{tmp}/nope.csv"], 2, "device profile"),
+    (["--device-dumps", "{tmp}/dumps"], 2, "give the .npz it ran on with --inputs"),  # the reference needs them
 ])
 def test_device_inputs_that_cannot_be_read_are_one_line_errors(tmp_path, args, code, said):
     from toolkit import samples
 
     (tmp_path / "empty").mkdir()
+    (tmp_path / "dumps").mkdir()
+    np.save(tmp_path / "dumps" / "stem_conv.npy", np.zeros((1, 8, 16, 16), np.float16))
+    model = onnx.load(str(samples.sample_path("resnet_small")))
+    np.savez(tmp_path / "in.npz", **{i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32)
+                                     for i in model.graph.input})
     p = _cli("diagnose", samples.sample_path("resnet_small"), *[a.format(tmp=tmp_path) for a in args],
              "--out", tmp_path / "rep")
     assert_one_line_error(p, code, said, out=tmp_path / "rep")

@@ -71,6 +71,10 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
         _no_ray_parts(ray_parts, "--device-dumps / --device-profile compare a device run")
         if mapping and not device_dumps:
             raise UsageError("--mapping names the fused ops of --device-dumps; give --device-dumps DIR too")
+        if device_dumps and not inputs:
+            raise UsageError("--device-dumps compares what the device computed from its inputs: give the .npz it "
+                             "ran on with --inputs (without it the reference would run on generated data, and every "
+                             "difference would be the inputs', not the device's)")
         if device_dumps:
             return device_diagnose_command(model, config, device_dumps, profile=device_profile, mapping=mapping,
                                            inputs=inputs, seed=seed, val_range=val_range, thresholds=thresholds,
