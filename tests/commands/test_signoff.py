@@ -316,6 +316,34 @@ def tomllib_loads(text: str) -> dict:
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.skipif(not C08.is_dir(), reason="shared case c08 not available")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("names", [{"a_short.npz": 1, "b_long.npz": 512}, {"a_long.npz": 512, "b_short.npz": 1}],
+                         ids=["short-first", "long-first"])
+@pytest.mark.parametrize("path", ["dataset", "in-memory"])
+def test_memory_budget_is_judged_on_the_largest_arena_whatever_the_file_order(tmp_path, names, path):
+    """[memory] max_arena_bytes between the arenas of the two input shapes: it fails on the longer one, named,
+    whichever file comes first (only the first input set's plan had been checked)."""
+    from toolkit.engine import compile_model
+    from toolkit.ir.load import load_model
+    from toolkit.signoff.run import run_signoff
+    from toolkit.source import resolve_model
+
+    _seq_inputs(tmp_path / "in", names)
+    model = load_model(resolve_model(SEQ).path)
+    short, long_ = (compile_model(model, Config(), input_shapes={"x": [1, n, 64]}).plan.arena_bytes for n in (1, 512))
+    assert long_ > short
+    text = f"[memory]\nmax_arena_bytes = {(short + long_) // 2}\n"
+    if path == "dataset":
+        res = signoff(tmp_path, text, {}, model=SEQ, inputs=str(tmp_path / "in"))["run"]
+    else:
+        res = run_signoff(SEQ, policy_from_dict(tomllib_loads(text)), Config(), inputs=str(tmp_path / "in"))
+    r = next(r for r in res.results if r.name == "memory.peak_arena_bytes")
+    long_name = next(n for n, seq in names.items() if seq == 512)
+    assert not r.passed and r.evidence["arena_bytes"] == long_
+    assert f"arena {long_} bytes at x 1x512x64 (input set '{long_name}'; worst of 2 input shapes)" in r.message
+    assert sorted(x["arena_bytes"] for x in r.evidence["per_shape"]) == [short, long_]
+
+
 def test_latency_with_one_shape_passes_between_the_two_budgets(tmp_path):
     _seq_inputs(tmp_path / "in", {"a.npz": 1, "b.npz": 1})
     short = _shape_timing(1)

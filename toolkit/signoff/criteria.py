@@ -262,18 +262,41 @@ def arena_conflicts(plan) -> list[tuple[str, str]]:
     return find_conflicts(list(groups.values()))
 
 
+def shape_plans(ev: Evidence) -> list[dict]:
+    """{"plan", "shape" (label), "inputs" (labels)} of every distinct input shape of ``ev`` (its compiled plan in
+    ``ev.compiled_by_shape``), in first-seen order; without shapes or plans per shape: ``ev.plan`` alone, for
+    every input set."""
+    groups: dict[tuple, list[str]] = {}
+    for label, shapes in zip(ev.inputs, ev.shapes):
+        groups.setdefault(shape_key(shapes), []).append(label)
+    if not groups or any(k not in ev.compiled_by_shape for k in groups):
+        note = "input shapes not recorded: checked on the first input set's plan only"
+        return [{"plan": ev.plan, "shape": "", "inputs": list(ev.inputs), "shape_note": note}]
+    return [{"plan": ev.compiled_by_shape[k].plan, "shape": shape_label(k), "inputs": labels}
+            for k, labels in groups.items()]
+
+
 def check_memory(section: dict, ev: Evidence) -> list[Result]:
+    """[memory]: the arena budget and the absence of conflicts, on the plan of every distinct input shape (the
+    largest arena is the one bounded)."""
     out = []
-    plan = ev.plan
+    plans = shape_plans(ev)
     if "max_arena_bytes" in section:
         lim = section["max_arena_bytes"]
+        worst = max(plans, key=lambda p: p["plan"].arena_bytes)
+        plan = worst["plan"]
         out.append(Result("memory.peak_arena_bytes", "memory", plan.arena_bytes <= lim,
-                          f"memory.peak_arena_bytes: arena {plan.arena_bytes} bytes (budget {lim})",
-                          {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes, "limit": lim}))
+                          f"memory.peak_arena_bytes: arena {plan.arena_bytes} bytes{_at(worst, plans)} (budget {lim})",
+                          {"arena_bytes": plan.arena_bytes, "lower_bound_bytes": plan.lower_bound_bytes, "limit": lim,
+                           "shape": worst["shape"], "per_shape": [{"shape": p["shape"], "input_sets": len(p["inputs"]),
+                                                                   "arena_bytes": p["plan"].arena_bytes}
+                                                                  for p in plans]}))
     if not section.get("allow_conflicts", False):
-        pairs = arena_conflicts(plan)
+        found = [(p, pairs) for p in plans if (pairs := arena_conflicts(p["plan"]))]
+        pairs = found[0][1] if found else []
+        where = _at(found[0][0], plans) if found else ""
         out.append(Result("memory.no_conflicts", "memory", not pairs,
-                          f"memory.no_conflicts: {len(pairs)} pair(s) of live tensors share arena bytes"
+                          f"memory.no_conflicts: {len(pairs)} pair(s) of live tensors share arena bytes{where}"
                           + (f": {pairs[0][0]} / {pairs[0][1]}" if pairs else ""),
                           {"conflicts": [list(p) for p in pairs[:50]], "source": "toolkit.memory.planner.find_conflicts"}))
     return out

@@ -189,10 +189,11 @@ def conclude(src, policy: Policy, config: Config, config_path: str | None, ev: E
 
 def _compile_shapes(policy: Policy, config: Config, ev: Evidence, compiled, model, model_path) -> None:
     """Fill ``ev.compiled_by_shape`` for every distinct shape of ``ev.shapes`` when the policy simulates
-    [latency] (``compiled`` is the plan of the first input set; other shapes are compiled here, through the
-    compile cache)."""
+    [latency] or bounds [memory] (``compiled`` is the plan of the first input set; other shapes are compiled
+    here, through the compile cache): both are checked on every shape, whatever the file order."""
     lat = policy.section("latency")
-    if lat is None or lat.get("source", "schedule") == "host" or not ev.shapes:
+    simulated = lat is not None and lat.get("source", "schedule") != "host"
+    if not (simulated or policy.section("memory") is not None) or not ev.shapes:
         return
     if compiled is not None:
         ev.compiled_by_shape.setdefault(shape_key(ev.shapes[0]), compiled)
