@@ -269,6 +269,16 @@ def test_bad_atol_names_the_option_and_a_valid_value(value):
     with_shorthands(None, ["1e-3", "logits:1e-3"])  # the two examples it gives
 
 
+@pytest.mark.parametrize("option", ["--atol", "--rtol"])
+@pytest.mark.parametrize("value", ["", "  ", ",", " , "])
+def test_an_atol_or_rtol_that_names_no_bound_is_refused_not_ignored(option, value):
+    """An empty --atol '' had been dropped silently (the run then judged with no bound), where an empty
+    --thresholds is refused: refused the same way, naming the option."""
+    with pytest.raises(UsageError) as err:
+        with_shorthands(None, [value] if option == "--atol" else (), [value] if option == "--rtol" else ())
+    assert str(err.value).startswith(f"{option} {value!r} names no bound") and "\n" not in str(err.value)
+
+
 def test_the_users_lines_replace_a_policys_line_by_line():
     from toolkit.compare.metrics import overridden
 

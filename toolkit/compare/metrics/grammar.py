@@ -321,6 +321,9 @@ def shorthand_items(option: str, values) -> list[str]:
     metric = SHORTHANDS[option]
     out = []
     for value in ([values] if isinstance(values, str) else list(values or ())):
+        if not items(value):
+            raise UsageError(f"{option} {value!r} names no bound; give [OUTPUT:]VALUE with VALUE a number >= 0, "
+                             f"e.g. {option} 1e-3, or leave {option} out")
         for part in items(value):
             output, sep, raw = part.rpartition(":")
             head = f"{output.strip()}:" if sep and output.strip() not in ("", "*") else ""

@@ -140,8 +140,9 @@ def check_tensors(lines, names, what: str = "tensor of the model") -> None:
     known = list(dict.fromkeys(str(n) for n in names))
     for tensor in getattr(lines, "per_tensor", None) or {}:
         if tensor not in set(known):
-            raise UsageError(f"--thresholds sets a line for '{tensor}', which is no {what}{suggest(tensor, known)}; "
-                             f"name a tensor of the model before ':' or drop the '{tensor}:' prefix")
+            raise UsageError(f"a line is set for '{tensor}' (the '{tensor}:' prefix of a --thresholds, --atol or "
+                             f"--rtol item), which is no {what}{suggest(tensor, known)}; name a tensor of the model "
+                             f"before ':' or drop the '{tensor}:' prefix")
 
 
 def thresholds_text(lines) -> str:
