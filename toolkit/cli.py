@@ -559,8 +559,9 @@ def compare_dumps_cmd(golden, target, mapping, model, thresholds, atol, rtol, go
               "(calibrated_device.json) and predicts the what-ifs on the calibrated profile.")
 @click.option("--fusion-ops", type=click.Path(), help="msprof fusion_op_*.csv: the original ops behind each fused "
               "device op (with --device-profile).")
-@click.option("--holdout", default=0.25, show_default=True, type=float,
-              help="Share of matched device rows held out of the calibration (0..0.9).")
+@click.option("--holdout", default=None, type=float,
+              help="Share of matched device rows held out of the calibration (0..0.9; with --device-profile).  "
+              "[default: 0.25]")
 @click.option("--whatif-keep-dtype", multiple=True, help="keep_dtype entry (node name or OpType::X) for the "
               "precision what-if; repeat for a set (with --device-profile).")
 @click.option("--whatif-gears", type=click.Path(), help="Config file whose input_shape (-1 dims) and "

@@ -201,12 +201,25 @@ def prepare_inputs(model: onnx.ModelProto, src: ModelSource, inputs: str | None 
     """The feed for one run (see module docstring). ``input_shapes`` ({name: dims}, the converter's
     input_shape) sets the shapes of generated data and must agree with given data. ``bind_fix``: what the
     message for an unbound dynamic dim suggests (:data:`BIND_FIX`, :data:`CONFIG_BIND_FIX`). Raises
-    InputError; UsageError (exit 2) for a bad --val-range / --input-shape."""
+    InputError; UsageError (exit 2) for a bad --val-range / --input-shape, or --seed / --val-range with
+    ``inputs`` (:func:`check_generation_options`)."""
+    check_generation_options(inputs, seed, val_range)
     feed = _prepare(model, src, inputs, seed, val_range, input_shapes or {}, bind_fix)
     feed.arrays = {k: (np.asarray(v) if v is not None and not isinstance(v, list) else v)
                    for k, v in feed.arrays.items()}
     _check_shapes(feed.arrays, input_shapes or {}, feed.origin)
     return feed
+
+
+def check_generation_options(inputs, seed: int, val_range: str | None) -> None:
+    """--seed (other than 0, its default) and --val-range shape the data generated when ``--inputs`` is not
+    given; with ``inputs`` they would do nothing: UsageError (exit 2) naming them."""
+    if input_kind(inputs) is None:
+        return
+    given = [o for o, v in (("--seed", seed), ("--val-range", val_range)) if v]
+    if given:
+        raise UsageError(f"{' and '.join(given)} shape{'s' if len(given) == 1 else ''} the inputs generated without "
+                         f"--inputs, and --inputs '{inputs}' gives them: drop {' and '.join(given)} or --inputs")
 
 
 def _val_ranges(text: str, specs=None) -> dict:
@@ -271,6 +284,7 @@ def input_sets(model: onnx.ModelProto, src: ModelSource, inputs: str | None, see
         InputError: a bad file, loader or feed; too many sets. UsageError: a bad --val-range / --input-shape.
     """
     too_many = too_many or f"the limit of this command ({max_sets})"
+    check_generation_options(inputs, seed, val_range)
     if input_kind(inputs) not in ("folder", "loader"):
         feed = prepare_inputs(model, src, inputs, seed, val_range, input_shapes)
         return [(Path(inputs).name if inputs else feed.origin, feed.arrays)]

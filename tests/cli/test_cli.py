@@ -1140,6 +1140,25 @@ def test_generated_inputs_take_seed_val_range_and_input_shape(tmp_path, command)
     assert bad.returncode == 2 and "--val-range names 'w'" in strict_error_line(bad)
 
 
+@pytest.mark.parametrize("command", ["compare", "run", "tune", "signoff", "profile", "memcheck"])
+@pytest.mark.parametrize("given", [["--seed", "7"], ["--val-range", "x:[2,3]"], ["--seed", "1", "--val-range", "[0,1]"]])
+@pytest.mark.parametrize("inputs", ["one", "folder"])
+def test_seed_and_val_range_with_inputs_are_refused_not_ignored(tmp_path, command, given, inputs):
+    """--seed / --val-range shape generated inputs; with --inputs they did nothing, silently: a usage error naming
+    them, before any report folder exists."""
+    _dynamic(tmp_path)
+    (tmp_path / "sets").mkdir()
+    np.savez(tmp_path / "sets" / "a.npz", x=np.ones((3, 4), np.float32))
+    (tmp_path / "policy.toml").write_text('[outputs]\n"*" = "CosineSimilarity>=0.99"\n')
+    extra = {"signoff": ["--policy", "policy.toml"], "profile": ["--requests", "1"]}.get(command, [])
+    where = "sets/a.npz" if inputs == "one" else "sets"
+    proc = npuscope_run(command, "dyn.onnx", *extra, "--inputs", where, *given, "--out", "o", cwd=tmp_path)
+    line = strict_error_line(proc)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert all(o in line for o in given if o.startswith("--")) and f"--inputs '{where}'" in line
+    assert not (tmp_path / "o").exists()
+
+
 def test_run_keeps_output_as_a_hidden_alias(inputs_work):
     help_text = npuscope_run("run", "--help").stdout
     assert "--save-outputs" in help_text and "--output " not in help_text

@@ -119,4 +119,6 @@ def test_bad_device_profiles_are_one_line_errors(tmp_path):
     assert "only 1 matched device unit(s) usable for calibration" in line
     line = one_line_error(cli("profile", "resnet_small", "--fusion-ops", "f.csv", "--out", "o4", cwd=tmp_path), 2)
     assert "--fusion-ops needs --device-profile" in line
-    assert not any((tmp_path / d).exists() for d in ("o1", "o2", "o3", "o4"))
+    line = one_line_error(cli("profile", "resnet_small", "--holdout", "0.5", "--out", "o5", cwd=tmp_path), 2)
+    assert "--holdout 0.5" in line and "give --device-profile too" in line  # it had been ignored
+    assert not any((tmp_path / d).exists() for d in ("o1", "o2", "o3", "o4", "o5"))

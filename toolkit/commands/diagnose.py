@@ -23,7 +23,7 @@ from toolkit.dumps.audit import audit_findings
 from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
-from toolkit.source import several_sets
+from toolkit.source import check_generation_options, several_sets
 from toolkit.tuning.advice import verify_advice
 from toolkit.tuning.tune import lines_target
 
@@ -58,6 +58,7 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
     """
     thresholds = with_shorthands(thresholds, atol, rtol)
     lines = resolve_thresholds(thresholds) if thresholds is not None else None  # a bad line: a usage error now
+    check_generation_options(inputs, seed, val_range)
     if segment_mb is not None and stream is False:
         raise UsageError(f"--segment-mb {segment_mb:g} sizes the segments of the streamed pass, and --no-stream "
                          "runs everything in memory: drop one of them")

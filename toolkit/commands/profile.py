@@ -74,6 +74,8 @@ from toolkit.source import resolve_model
 
 REPORTS_DIR = Path("reports")
 MAX_REQUESTS = 10000
+#: Share of matched device-profile rows held out of the calibration when --holdout is not given.
+DEFAULT_HOLDOUT = 0.25
 REQUEST_COLUMNS = ["Request", "FeedShapes", "Plan", "Pre(ms)", "Device(ms)", "Post(ms)", "Serial latency(ms)",
                    "Pipelined latency(ms)"]
 
@@ -252,7 +254,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
                   post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
                   inputs: str | None = None, seed: int = 0, val_range: str | None = None,
                   device_profile: str | None = None, fusion_ops: str | None = None,
-                  holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                  holdout: float | None = None, whatif_keep_dtype: list[str] | None = None,
                   whatif_gears: str | None = None, progress=_noop) -> ProfileResult:
     """Profile ``model`` (a path, sample or zoo name) end to end (module docstring).
 
@@ -263,6 +265,7 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
 
     With ``device_profile`` (a real device's op_summary_*.csv or kernel_details.csv; ``fusion_ops`` its
     fusion_op_*.csv) the main plan is attributed, the device profile calibrated (``holdout`` share held out,
+    default :data:`DEFAULT_HOLDOUT`; given without ``device_profile``: UsageError,
     ``seed``) and the what-ifs predicted on the calibrated profile (toolkit.profile.device_fit): the advisor's
     recommendation (when ``advise``), ``whatif_keep_dtype`` entries, and every gear of ``whatif_gears`` (a config
     file whose input_shape has -1 dims and whose dynamic_batch_size / dynamic_dims give the gears, docs/gears.md).
@@ -274,6 +277,10 @@ def profile_model(model: str | None, config: Config, *, device: str | None = Non
         ModelError: the model cannot be loaded or compiled. InputError too for an unreadable device profile or
         too few matched rows to calibrate; UsageError for ``holdout`` outside [0, 0.9].
     """
+    if holdout is not None and not device_profile:
+        raise UsageError(f"--holdout {holdout:g} is the share of --device-profile rows held out of the calibration; "
+                         "give --device-profile too, or leave --holdout out")
+    holdout = DEFAULT_HOLDOUT if holdout is None else holdout
     if not 0 <= holdout <= 0.9:
         raise UsageError(f"--holdout {holdout} is out of range; give 0..0.9 (the share of matched rows held out)")
     if fusion_ops and not device_profile:
@@ -483,7 +490,7 @@ def profile_command(model: str | None, config: Config, *, device: str | None = N
                     post: str | None = None, requests: int = DEFAULT_REQUESTS, advise: bool = True,
                     inputs: str | None = None, seed: int = 0, out: str | None = None, html: bool = True,
                     val_range: str | None = None, device_profile: str | None = None,
-                    fusion_ops: str | None = None, holdout: float = 0.25, whatif_keep_dtype: list[str] | None = None,
+                    fusion_ops: str | None = None, holdout: float | None = None, whatif_keep_dtype: list[str] | None = None,
                     whatif_gears: str | None = None, progress=_noop) -> dict:
     """Run :func:`profile_model` and write its files (module docstring) into a new output folder.
 

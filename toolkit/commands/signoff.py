@@ -15,7 +15,7 @@ from toolkit.config.schema import Config
 from toolkit.core.artifacts import output_dir
 from toolkit.signoff.policy import load_policy
 from toolkit.signoff.run import run_signoff
-from toolkit.source import several_sets
+from toolkit.source import check_generation_options, several_sets
 
 
 def signoff_command(model: str | None, policy_path: str, config: Config, *, config_path: str | None = None,
@@ -34,6 +34,7 @@ def signoff_command(model: str | None, policy_path: str, config: Config, *, conf
     if lines_text is not None:
         resolve_thresholds(lines_text)  # a bad line is a usage error before any work
     check_workers(jobs, ray)
+    check_generation_options(inputs, seed, val_range)
     check_out_for(out, inputs)  # before the policy, the model or the inputs are read
     policy = load_policy(policy_path)
     thresholds = overridden(policy.thresholds(), lines_text)  # the user's lines replace the policy's, metric by metric
