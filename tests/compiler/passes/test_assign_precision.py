@@ -446,3 +446,38 @@ def test_keep_dtype_unknown_node_suggests():
     with pytest.raises(ConfigError) as exc:
         Session(model, Config(precision_mode="force_fp16", keep_dtype=["softmaxx"]))
     assert "did you mean 'softmax'" in str(exc.value)
+
+
+MODES = ["force_fp16", "allow_mix_precision", "allow_fp32_to_fp16", "must_keep_origin_dtype", "force_fp32"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kernels_without_float32_or_float16_data_are_fp32_in_every_mode(mode):
+    """A float64 MatMul and an integer Add have nothing the FP16 contract lowers: they are labelled FP32 (they
+    run on their data as given, bit-exact with onnxruntime), while the float32 MatMul beside them follows the
+    mode. They had been labelled FP16 and counted as FP16 coverage."""
+    rng = np.random.default_rng(0)
+    w64, w32 = rng.standard_normal((4, 4)), rng.standard_normal((4, 4)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w64"], ["y64"], name="mm64"),
+         helper.make_node("Add", ["i", "one"], ["yi"], name="add_int"),
+         helper.make_node("MatMul", ["b", "w32"], ["y32"], name="mm32")], "g",
+        [helper.make_tensor_value_info("a", TP.DOUBLE, [2, 4]), helper.make_tensor_value_info("i", TP.INT64, [2, 4]),
+         helper.make_tensor_value_info("b", TP.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y64", TP.DOUBLE, [2, 4]), helper.make_tensor_value_info("yi", TP.INT64, [2, 4]),
+         helper.make_tensor_value_info("y32", TP.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w64, "w64"), numpy_helper.from_array(np.int64(1), "one"),
+         numpy_helper.from_array(w32, "w32")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    sess = Session(model, Config(precision_mode=mode, op_compiler_cache_mode="disable"))
+    prec = {k.name: k.precision for k in sess.plan.kernels if k.fusion != "cast"}
+    assert prec["mm64"] == prec["add_int"] == "fp32"
+    assert prec["mm32"] == ("fp32" if mode in ("force_fp32", "must_keep_origin_dtype") else "fp16")
+    feeds = {"a": rng.standard_normal((2, 4)), "i": np.arange(8).reshape(2, 4), "b": rng.standard_normal((2, 4)).astype(np.float32)}
+    out = sess.runtime.run(feeds).outputs
+    import onnxruntime as ort
+
+    want = dict(zip(["y64", "yi"], ort.InferenceSession(model.SerializeToString()).run(["y64", "yi"], feeds)))
+    np.testing.assert_array_equal(out["y64"], want["y64"])
+    np.testing.assert_array_equal(out["yi"], feeds["i"] + 1)
+    np.testing.assert_allclose(out["y64"], feeds["a"] @ w64, rtol=1e-14)

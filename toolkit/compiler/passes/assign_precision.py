@@ -11,7 +11,9 @@ precision_mode (the converter's names):
   declared dtype, so gray kernels on FP16-origin inputs stay FP16. modify_mixlist edits the lists (this mode
   only).
 keep_dtype entries (node names, ``OpName::name`` or ``OpType::X``: toolkit.precision.options) force the kernels
-holding them to FP32 in every mode but must_keep_origin_dtype. CPU-placed kernels are always FP32.
+holding them to FP32 in every mode but must_keep_origin_dtype. CPU-placed kernels are always FP32, and so are
+kernels with no float32 or float16 tensor (float64 or integer data only): the FP16 contract has nothing to lower
+there, and the kernel runs on its data as given.
 The label is the precision a kernel computes and stores in, whatever the model's dtypes: an FP32 kernel on
 FP16-origin tensors (force_fp32, keep_dtype, black list) reads them cast up and stores its outputs in FP32
 (insert_casts, plan_memory).
@@ -85,6 +87,8 @@ def assign(ctx, ops, mode: str, lists, keep_names, keep_types) -> dict[str, str]
         kops = ops[k.name]
         if k.placement == "CPU" or mode == "force_fp32":
             prec = "fp32"
+        elif not any(origin(g, t) for t in (*k.inputs, *k.outputs)):
+            prec = "fp32"  # no float32/float16 tensor (float64, integers only): nothing to run in FP16
         elif mode == "must_keep_origin_dtype":
             prec = origin_precision(g, k)
         elif set(k.nodes) & keep_names or kops & keep_types:
