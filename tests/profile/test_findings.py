@@ -119,3 +119,14 @@ def test_launch_overhead_advice_follows_the_config(cfg, says, never):
             if f.kind == "launch_overhead"]
     assert all(w in f.recommendation for w in says) and not any(w in f.recommendation for w in never), f.recommendation
     assert f.evidence["fusion_level"] == cfg["fusion_level"]
+
+
+def test_a_plan_with_no_kernel_says_nothing_was_timed():
+    """No kernel (every output folded at compile time): a 0 ms device time and an unbounded throughput are
+    flagged as saying nothing of the device; any kernel at all silences it."""
+    empty_costs = _costs([{"Kernel": "k", "DurationUs": 3.0}]).iloc[0:0]  # the columns, no row
+    no_events = pd.DataFrame(columns=["Task", "Stream", "StartUs", "EndUs", "DurationUs", "Kernel", "Deps", "Name"])
+    found = [f for f in run_rules(ProfileData(empty_costs, no_events, load_device())) if f.kind == "nothing_timed"]
+    assert len(found) == 1 and found[0].severity == "warning" and "compile time" in found[0].recommendation
+    costs = _costs([{"Kernel": "k", "DurationUs": 3.0}])
+    assert not [f for f in run_rules(ProfileData(costs, no_events, load_device())) if f.kind == "nothing_timed"]
