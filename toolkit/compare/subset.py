@@ -140,7 +140,8 @@ def select(model: onnx.ModelProto, subset: Subset) -> dict:
 
     Returns:
         {"nodes": set of node names kept, "tensors": set of tensor names kept (the kept nodes' outputs, graph
-        inputs and outputs), "left_out_nodes": int, "left_out_tensors": int, "options": str}.
+        inputs and outputs), "left_out_nodes": nodes none of whose outputs is compared, "left_out_tensors": int,
+        "options": str}.
 
     Raises:
         ConfigError: a pattern or name that matches nothing, a malformed range, ``--layers`` on a model
@@ -167,5 +168,7 @@ def select(model: onnx.ModelProto, subset: Subset) -> dict:
     if subset.outputs_only:
         tensors &= outputs
     tensors |= outputs | {i.name for i in model.graph.input}
-    return {"nodes": keep, "tensors": tensors, "left_out_nodes": len(names) - len(keep),
+    # a node counts as left out when none of its outputs is compared (a graph output's node is always compared)
+    left_out = sum(1 for n in model.graph.node if not any(o in tensors for o in n.output if o))
+    return {"nodes": keep, "tensors": tensors, "left_out_nodes": left_out,
             "left_out_tensors": len(all_tensors - tensors), "options": subset.describe()}
