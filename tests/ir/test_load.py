@@ -138,6 +138,51 @@ def test_external_data_location_that_is_no_data_file_says_what_it_is(ext_ws, loc
     assert said in msg and "'one'" in msg and f"'{loc}'" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("rows", [4, 512])  # a weight read in (16 kB), one left on disk, memory-mapped (2 MiB)
+def test_a_hugging_face_cache_layout_loads_and_runs_as_onnxruntime_runs_it(tmp_path, rows):
+    """snapshots/<rev>/model.onnx and model.onnx_data are symbolic links into blobs/ (the Hugging Face hub cache):
+    the data lies next to the model's real file, which onnxruntime accepts. It loads, and the simulated FP32 run
+    equals onnxruntime's; a link from the model's folder to a file outside both folders is still refused."""
+    import onnxruntime as ort
+
+    from toolkit.config.schema import Config
+    from toolkit.engine import Session
+    from toolkit.ir.load import load_model
+
+    w = np.random.default_rng(0).standard_normal((rows, 1024)).astype(np.float32)
+    t = numpy_helper.from_array(w, "W")
+    raw = t.raw_data
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "model.onnx_data"), ("offset", "0"), ("length", str(len(raw)))):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, rows])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1024])], [t])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    blobs, snap = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "rev1"
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    onnx.save(m, blobs / "aaa111")
+    (blobs / "bbb222").write_bytes(raw)
+    (snap / "model.onnx").symlink_to("../../blobs/aaa111")
+    (snap / "model.onnx_data").symlink_to("../../blobs/bbb222")
+    x = np.random.default_rng(1).standard_normal((2, rows)).astype(np.float32)
+    want = ort.InferenceSession(str(snap / "model.onnx")).run(None, {"x": x})[0]
+    loaded = load_model(snap / "model.onnx")
+    got = Session(loaded, Config(precision_mode="force_fp32", op_compiler_cache_mode="disable")).runtime.run(
+        {"x": x}).outputs["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # FP32, another summation order
+    np.testing.assert_allclose(want, x @ w, rtol=1e-4, atol=1e-4)
+    (tmp_path / "elsewhere.bin").write_bytes(raw)
+    (snap / "model.onnx_data").unlink()
+    (snap / "model.onnx_data").symlink_to(tmp_path / "elsewhere.bin")
+    with pytest.raises(ModelError, match="a symbolic link to"):
+        load_model(snap / "model.onnx")
+
+
 def test_checker_message_keeps_the_node_name(tmp_path):
     from toolkit.ir.load import load_model
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import external_data_helper
 
 from toolkit.core.errors import ModelError
 from toolkit.ir.proto_checks import (
@@ -222,8 +221,10 @@ def _parse_checked(p: Path, data: bytes, lifted=()) -> tuple[onnx.ModelProto, ob
     check_known_ops(model, str(p))
     if lifted:  # checked by the caller once the bytes read are freed; the weights lifted out stay out of it
         return model, _checker_view(model)
-    # tensors left on disk: the checker reads the file (in memory it would look for their data in the cwd)
-    _check(p, model, str(p) if mapped else data if pristine else model)
+    # tensors left on disk: the checker gets them as graph inputs (their files, extents and sizes were checked
+    # above; the checker's own path check refuses the symbolic links of a Hugging Face cache, which onnxruntime
+    # reads)
+    _check(p, model, _checker_view(model) if mapped else data if pristine else model)
     _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
     return model, None
 
@@ -273,8 +274,11 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
     Raises ModelError naming the tensor and the field."""
     ext = list(_tensors_with_external_data(model))
     inits = {id(t) for t in model.graph.initializer}
+    # the model's folder, and the folder of the file it is when its path is a symbolic link (a Hugging Face
+    # cache: snapshots/<rev>/model.onnx and model.onnx_data both link into blobs/, where the data then lies)
+    roots = {base, src.resolve().parent}
     mapped = 0
-    trim = []  # (tensor, bytes it needs) for tensors without a length: read to the end of the file by onnx
+    reads = []  # (tensor, checked file, offset, bytes to read) of the tensors read into memory
     for t in ext:
         fields = {e.key: e.value for e in t.external_data}
         where = f"tensor '{t.name}' in '{src}'"
@@ -292,8 +296,9 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
         except (OSError, RuntimeError) as exc:  # a symbolic-link loop
             raise ModelError(f"{where}: external data '{loc}' cannot be resolved ({exc}); copy the data file next "
                              "to the model") from None
-        if os.path.commonpath([str(target), str(base)]) != str(base):
-            raise ModelError(f"{where} points to external data '{loc}' outside the model's "
+        if not any(os.path.commonpath([str(target), str(root)]) == str(root) for root in roots):
+            link = f" (a symbolic link to '{target}')" if (base / loc).is_symlink() else ""
+            raise ModelError(f"{where} points to external data '{loc}'{link} outside the model's "
                              f"folder '{base}'; move the data file next to the model")
         if not target.is_file():
             if not target.exists():
@@ -313,23 +318,21 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
             array_of(t)  # mapped now: a data file replaced later (a new inode) does not change this model
             mapped += 1
             continue
-        if length is None and need:
-            trim.append((t, need))
+        # read below from the file checked here (not by onnx's reader: it refuses the symbolic links of a Hugging
+        # Face cache, which onnxruntime reads); without a length, only the bytes the tensor needs
+        reads.append((t, target, offset or 0, length if length is not None else (need or -1)))
     if len(ext) == mapped:
         return mapped
     try:
-        for t in ext:
-            if is_mapped(t):
-                continue
-            external_data_helper.load_external_data_for_tensor(t, str(base))
+        for t, target, offset, size in reads:
+            with open(target, "rb") as fh:
+                fh.seek(offset)
+                t.raw_data = fh.read(size)
             t.data_location = onnx.TensorProto.DEFAULT
             del t.external_data[:]
     except OSError as exc:
         raise ModelError(f"external data of '{src}' cannot be read ({exc.strerror or exc}); check the data files "
                          "next to the model") from None
-    for t, need in trim:  # the same messages, now holding their data in raw_data
-        if len(t.raw_data) > need:
-            t.raw_data = t.raw_data[:need]
     return mapped
 
 

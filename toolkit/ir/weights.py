@@ -165,12 +165,16 @@ def for_onnxruntime(model: onnx.ModelProto) -> str | None:
     mapped weights itself: their :data:`PATH_KEY` entries are removed, leaving ONNX's relative ``location``,
     ``offset`` and ``length``. Returns the folder they are relative to (onnxruntime's session option
     ``session.model_external_initializers_file_folder_path``; onnxruntime memory-maps the files), or None when
-    the model maps nothing or its mapped weights come from several folders (then nothing is changed)."""
+    the model maps nothing, its mapped weights come from several folders, or a checked file is not at
+    folder/location (a location that is a symbolic link): then nothing is changed."""
     folders = set()
     for t in model.graph.initializer:
         if is_mapped(t):
             f = _fields(t)
-            folders.add(os.path.normpath(f[PATH_KEY][: len(f[PATH_KEY]) - len(os.path.normpath(f["location"]))]))
+            path, loc = f[PATH_KEY], os.path.normpath(f["location"])
+            if not path.endswith(os.sep + loc):  # the checked file is not folder/location (a symbolic link)
+                return None
+            folders.add(os.path.normpath(path[: len(path) - len(loc)]))
     if len(folders) != 1:
         return None
     for t in model.graph.initializer:
