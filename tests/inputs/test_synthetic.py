@@ -121,3 +121,19 @@ def test_random_inputs_errors():
         random_inputs(SPECS, dim_values={"x": (1, 2, 4)})
     with pytest.raises(InputError, match="holds no int64 value"):
         random_inputs(SPECS, val_ranges={"ids": (0.2, 0.8)})
+
+
+@pytest.mark.parametrize("shape", [(0, 4), ("batch", 0), (2, 0, 3)])
+def test_a_static_zero_dimension_is_named_as_the_models_not_the_users(shape):
+    """A model declaring a static dimension of size 0: the message says it is the model's declaration, that
+    --input-shape cannot change it, and what can be done (the advice had been to give sizes >= 1 with
+    --input-shape, which is then refused for a static dim). A user's own 0 still gets the --input-shape advice."""
+    from toolkit.inputs.synthetic import resolve_shape
+
+    spec = InputSpec("a", np.dtype("float32"), shape)
+    with pytest.raises(InputError) as err:
+        random_inputs([spec])
+    msg = str(err.value)
+    assert "static dimension of size 0" in msg and "--inputs" in msg and "re-export" in msg
+    with pytest.raises(InputError, match="give sizes >= 1 with --input-shape"):
+        resolve_shape(InputSpec("b", np.dtype("float32"), ("batch", 4)), {"batch": 0})

@@ -73,10 +73,17 @@ def resolve_shape(spec: InputSpec, dim_values: DimValues | None = None) -> tuple
     """Concrete shape for ``spec``: static dims kept, dynamic dims from ``dim_values`` or 1.
 
     ``dim_values`` maps a symbolic dim name (e.g. ``"batch"``) to a size, or an input name to a full shape
-    (checked against the static dims). Raises InputError for a non-positive size, a full shape that does not
-    fit, or an input of unknown rank without a full shape.
+    (checked against the static dims). Raises InputError for a non-positive size (a static one naming the
+    model's declaration, which --input-shape cannot change), a full shape that does not fit, or an input of
+    unknown rank without a full shape.
     """
     dim_values = dim_values or {}
+    if spec.shape is not None and any(isinstance(d, int) and d <= 0 for d in spec.shape):
+        raise InputError(
+            f"input {spec.describe()} has a static dimension of size 0: generated data would hold no element, and "
+            "no --input-shape can change a static dimension; give its data with --inputs, or re-export the model "
+            "with that dimension dynamic or of size >= 1"
+        )
     full = dim_values.get(spec.name)
     if full is not None and not isinstance(full, int | np.integer):
         shape = tuple(int(d) for d in full)
@@ -109,7 +116,8 @@ def _fits(shape: tuple[int, ...], declared: tuple) -> bool:
 def _positive(shape: tuple[int, ...], name: str) -> tuple[int, ...]:
     if any(d <= 0 for d in shape):
         raise InputError(
-            f"input {name!r}: resolved shape {shape} has a non-positive dim; give sizes >= 1 with --input-shape (the model declares a zero-size dim)"
+            f"input {name!r}: resolved shape {shape} has a dimension of size 0 or less; give sizes >= 1 with "
+            "--input-shape"
         )
     return shape
 
