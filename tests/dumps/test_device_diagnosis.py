@@ -86,3 +86,28 @@ def test_dumps_of_another_model_are_refused(tmp_path):
     _, folder, _ = device_folder(tmp_path, "resnet_small")
     with pytest.raises(InputError, match="names a node of the model"):
         read_device_dumps(onnx.load(str(samples.sample_path("transformer_block"))), str(folder))
+
+
+@pytest.mark.parametrize("tensor", ["stem_bn", "block1_add"])
+@pytest.mark.parametrize("spoiled", [False, True])
+def test_a_tensor_the_device_dumps_is_compared_even_where_our_plan_fuses_it(tmp_path, tensor, spoiled):
+    """The device ran unfused (fusion_level 0: every node's output dumped) while our plan, under the default
+    options, fuses ``tensor`` into a kernel. Its dump is what the device computed, so it is compared: faithful,
+    a normal row with metrics; spoiled (+5 on a channel), abnormal, and the verdict is no PASS. It had kept the
+    "fused into" row and the run PASSed over a wrong device tensor."""
+    def plus5(a):
+        b = a.astype(np.float32).copy()
+        b[:, 0] += 5.0
+        return b.astype(a.dtype)
+
+    model, folder, npz = device_folder(tmp_path, "resnet_small", config=Config(fusion_level=0),
+                                       spoil={tensor: plus5} if spoiled else None)
+    diag, extra, _ = _diagnose(model, folder, npz)
+    row = diag.table.set_index("TensorName").loc[tensor]
+    assert not str(row["CompareFailReason"]).startswith("fused into"), row["CompareFailReason"]
+    golden, dumped = extra["golden"][tensor], extra["device"][tensor]
+    want = float(np.abs(dumped.astype(np.float64) - golden.astype(np.float64)).max())
+    assert row["MaxAbsoluteError"] == pytest.approx(want, rel=1e-12)  # numpy on the dump and the reference
+    assert bool(row["Abnormal"]) is spoiled
+    if spoiled:
+        assert diag.summary["verdict"] != "PASS" and diag.summary["first_divergence"]["tensor"] == tensor

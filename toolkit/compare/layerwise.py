@@ -92,12 +92,15 @@ class LayerRows:
     the tensors its kernel reads (any topological order: the model's node order or the plan's kernel order).
 
     Args: as :func:`layer_table`; ``random_src``: :func:`toolkit.compare.nondeterminism.dependent_tensors` of
-    the model (the tensors not compared because they depend on a nondeterministic op).
+    the model (the tensors not compared because they depend on a nondeterministic op); ``device_decides``: the
+    device values are a real device's dumps, so a tensor the device holds is compared even where ``plan`` fuses
+    it into a kernel (the device may not have fused it; toolkit.dumps.device_diagnosis).
     """
 
     def __init__(self, model: onnx.ModelProto, plan, thresholds=None, use_noise: bool = True,
-                 random_src: dict | None = None):
+                 random_src: dict | None = None, device_decides: bool = False):
         self.plan, self.thresholds, self.use_noise = plan, thresholds, use_noise
+        self.device_decides = device_decides
         self.owner = plan.kernel_of_tensor()
         self.reads16 = fp16_affected_kernels(plan)
         self.ins = kernel_inputs(plan)
@@ -156,7 +159,7 @@ class LayerRows:
             row["CompareFailReason"] = nondeterministic_reason(self.random_src[t])
         elif t in self.folded and not stored:
             row["CompareFailReason"] = f"{COMPILE_TIME} (constant folding)"
-        elif k is not None and t in k.internal:
+        elif k is not None and t in k.internal and not (self.device_decides and stored):
             row["CompareFailReason"] = f"{FUSED_INTO} {k.name}"
         elif not stored:
             row["CompareFailReason"] = "not stored by the NPU plan"
@@ -188,7 +191,7 @@ class LayerRows:
 
 
 def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresholds=None,
-                use_noise: bool = True) -> pd.DataFrame:
+                use_noise: bool = True, device_decides: bool = False) -> pd.DataFrame:
     """DataFrame of per-tensor rows (see toolkit.compare.diagnosis for the columns), built by :class:`LayerRows`.
 
     Args:
@@ -199,8 +202,10 @@ def layer_table(model: onnx.ModelProto, plan, golden: dict, device: dict, thresh
         thresholds: abnormal lines (toolkit.compare.metrics.parse_thresholds syntax or a dict).
         use_noise: apply the contract's expected FP16 noise to the outputs of kernels affected by FP16
             rounding (see :func:`fp16_affected_kernels`); it excuses default lines only (module docstring).
+        device_decides: ``device`` holds a real device's dumps: every tensor it holds is compared, also one
+            ``plan`` fuses into a kernel (:class:`LayerRows`).
     """
-    rows_of = LayerRows(model, plan, thresholds, use_noise, dependent_tensors(model, golden))
+    rows_of = LayerRows(model, plan, thresholds, use_noise, dependent_tensors(model, golden), device_decides)
     rows = []
     for name in plan.graph_inputs:
         rows.append(rows_of.input_row(name, (golden[name], device[name]) if name in golden and name in device

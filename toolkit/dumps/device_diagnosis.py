@@ -21,7 +21,8 @@ and the FP32 reference runs on the same inputs (give the inputs the device ran: 
 :func:`audit_profile` is the audit alone, when only a device profile (op_summary) is given.
 
 Rows our plan stores but the device did not dump read "no device dump"; unreadable dumps keep their reason.
-A tensor the device dumps but our plan fuses away keeps the "fused into" row (our plan decides the rows).
+A tensor the device dumps is compared even where our plan fuses it into a kernel: the device may not have fused
+it, and its dump is what it computed (a fused-away tensor the device did not dump keeps the "fused into" row).
 """
 
 from __future__ import annotations
@@ -176,7 +177,8 @@ def diagnose_device(prep: Prepared, config: Config, device_dumps: str | None = N
     golden = _reference_run(prep)
     device = {**dumps.arrays, **prep.feeds}
     outputs = [o.name for o in prep.model.graph.output]
-    from_table = layer_table(prep.model, sess.plan, golden, device, thresholds)
+    # the device's dumps decide what is compared: a tensor it dumped is compared even where our plan fuses it
+    from_table = layer_table(prep.model, sess.plan, golden, device, thresholds, device_decides=True)
     df = _device_rows(refine_device_origins(from_table, sess.runtime, golden, device, thresholds), dumps)
     findings = _deviation_findings(df) + advise(df, sess.plan, sess.compiled.findings, outputs=outputs,
                                                 model=prep.model, values=golden)
