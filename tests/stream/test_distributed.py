@@ -62,6 +62,14 @@ def _stop(procs: list) -> None:
             pass
 
 
+def _refresh_ray_config(ray) -> None:
+    """Make this process read RAY_AUTH_MODE again (Ray caches its config; ray._private.authentication
+    refreshes it the same way when it turns token mode on for a local cluster)."""
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A head node and a second node on 127.0.0.1, one CPU each, in a private temp dir; this process connected
@@ -74,10 +82,12 @@ def cluster():
     port = _free_port()
     procs: list = []
     log = open(os.path.join(tmp, "start.log"), "wb")
-    # a home of its own: a ~/.ray/auth_token left by another cluster on this machine made the nodes and this
-    # process disagree on authentication (the connection failed)
-    home = os.environ.get("HOME")
-    os.environ["HOME"] = tmp
+    # authentication off and a home of its own, for the nodes and this process alike: a ~/.ray/auth_token left
+    # on the machine, or RAY_AUTH_MODE=token set in this process by an earlier local ray.init(), made the nodes
+    # and this process disagree on authentication (the connection or `ray start` failed)
+    saved = {k: os.environ.get(k) for k in ("HOME", "RAY_AUTH_MODE")}
+    os.environ.update(HOME=tmp, RAY_AUTH_MODE="disabled")
+    _refresh_ray_config(ray)  # this process reads the mode from its cached config, as Ray itself refreshes it
 
     def start(*args):
         procs.append(subprocess.Popen([RAY, "start", *args, "--num-cpus=1", "--block"], stdout=log,
@@ -100,10 +110,12 @@ def cluster():
         ray.shutdown()
         _stop(procs)
         log.close()
-        if home is None:
-            os.environ.pop("HOME", None)
-        else:
-            os.environ["HOME"] = home
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _refresh_ray_config(ray)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
