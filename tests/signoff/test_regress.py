@@ -305,6 +305,31 @@ def test_regress_undamaged_copy_still_compares(report, tmp_path):
     assert rep["verdict"] == "NO REGRESSION"
 
 
+@pytest.mark.parametrize("tolerance,column", [("CosineSimilarity>=0.999", "CosineSimilarity"),
+                                              ("y:MaxAbsoluteError<=1", "MaxAbsoluteError"),
+                                              (None, "RelativeEuclideanDistance"),  # a default allowed change
+                                              ("KullbackLeiblerDivergence=0.1", "KullbackLeiblerDivergence")])
+@pytest.mark.parametrize("side", ["baseline", "new"])
+def test_regress_refuses_a_result_csv_without_a_column_the_tolerance_checks(report, tmp_path, tolerance, column,
+                                                                           side):
+    """A result.csv without the column of a metric the tolerance checks (hand-edited, another tool's) had been
+    skipped silently: NO REGRESSION on a check that never ran. Refused in one line naming the file and the
+    column; leaving the metric out (METRIC=off) runs the rest."""
+    from toolkit.signoff.regress import regress
+
+    for name in ("baseline", "new"):
+        shutil.copytree(report, tmp_path / name)
+    table = pd.read_csv(tmp_path / side / "result.csv")
+    table.drop(columns=[column]).to_csv(tmp_path / side / "result.csv", index=False)
+    with pytest.raises(InputError) as err:
+        regress(tmp_path / "baseline", tmp_path / "new", parse_tolerance(tolerance))
+    msg = str(err.value)
+    assert f"{side}/result.csv' has no {column} column" in msg and "\n" not in msg
+    if tolerance is None:  # a default metric: turned off, the rest is compared
+        rep = regress(tmp_path / "baseline", tmp_path / "new", parse_tolerance(f"{column}=off"))
+        assert rep["verdict"] == "NO REGRESSION"
+
+
 def compare_run(tmp: Path, name: str, cfg: dict) -> Path:
     from toolkit import api
 

@@ -495,6 +495,22 @@ def _compared(df: pd.DataFrame) -> pd.Series:
     return reason.isna() | (reason.astype(object).where(reason.notna(), "").astype(str).str.strip() == "")
 
 
+def check_columns(tol, tables: dict) -> None:
+    """Raise InputError when a result.csv of ``tables`` ({run folder: DataFrame or None}) lacks the column of a
+    metric ``tol`` checks (an allowed change or a bound, for every tensor or one): that check would be skipped
+    silently (a hand-edited file, or one another tool wrote)."""
+    per = getattr(tol, "per_tensor", {}) or {}
+    wanted = list(dict.fromkeys([*tol, *(m for d in per.values() for m in d),
+                                 *(b.metric for b in getattr(tol, "bounds", []) or [])]))
+    for folder, table in tables.items():
+        if table is None or not len(table):
+            continue
+        missing = [m for m in wanted if m not in table.columns]
+        if missing:
+            raise InputError(f"'{folder}/result.csv' has no {', '.join(missing)} column, which the tolerance checks; "
+                             f"re-run the command that wrote it, or leave the metric out ({missing[0]}=off)")
+
+
 def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -> dict:
     """{"newly_abnormal": [...], "layer_deltas": [...] (worse beyond the tolerance), "newly_normal": [...],
     "layer_improvements": [...] (better beyond the tolerance), "tensor_changes": [...]} by TensorName."""
@@ -620,6 +636,7 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     verdicts = verdict_changes(sa, sb)
     if any(c["key"] != "policy_path" for c in policy):  # the same policy text moved to another path judges alike
         warnings.insert(0, policy_warning(sa, sb, policy))
+    check_columns(tol, {baseline: ra["table"], new: rb["table"]})
     layers = layer_changes(ra["table"], rb["table"], tol)
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
