@@ -376,6 +376,23 @@ def test_device_profile_alone_audits_its_data_types(tmp_path):
     assert audit["OpName"].tolist() == ["stem_conv"] and audit["DataType"].tolist() == ["float32"]
 
 
+@pytest.mark.parametrize("rows,said", [
+    ([("TransData_17", "TransData", "FLOAT16", "FLOAT16"), ("other_model_conv", "Conv2D", "FLOAT16", "FLOAT")],
+     "none of its rows names an op of this model"),  # another model's profile
+    ([("stem_conv", "Conv2D", "", ""), ("block2_a_conv", "Conv2D", "", "")],
+     "no row has an Input Data Types / Output Data Types value"),  # exported without the data types
+])
+def test_a_device_profile_that_audits_nothing_is_refused_not_passed(tmp_path, rows, said):
+    """The audit alone (--device-profile without dumps) over a profile none of whose rows it could audit had been
+    a PASS with '0 profile row(s) matched': a one-line input error saying why, and no report folder."""
+    from tests.dumps.test_audit import _op_summary
+    from toolkit import samples
+
+    prof = _op_summary(tmp_path / "op_summary_0_1.csv", rows)
+    p = _cli("diagnose", samples.sample_path("resnet_small"), "--device-profile", prof, "--out", tmp_path / "rep")
+    assert_one_line_error(p, 2, said, out=tmp_path / "rep")
+
+
 @pytest.mark.parametrize("args,code,said", [
     (["--device-dumps", "{tmp}/empty", "--inputs", "{tmp}/in.npz"], 2, "is an empty folder"),  # exit 2
     (["--device-dumps", "{tmp}/nope", "--inputs", "{tmp}/in.npz"], 2, "does not exist"),

@@ -16,13 +16,14 @@ from toolkit.compare.subset import Subset, check_options
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir
 from toolkit.core.csvjson import _csv_text, _dumps, atomic_write_text
-from toolkit.core.errors import ConfigError, UsageError
+from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.dataset.worker import tensor_order
 from toolkit.diagnose import diagnose, prepare
 from toolkit.dumps.audit import audit_findings
 from toolkit.dumps.device_diagnosis import audit_profile, diagnose_device
 from toolkit.engine import Session, shapes_of
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
+from toolkit.profile.attribution import read_device_profile
 from toolkit.source import check_generation_options, several_sets
 from toolkit.tuning.advice import verify_advice
 from toolkit.tuning.tune import lines_target
@@ -152,12 +153,21 @@ def profile_audit_command(model: str | None, config: Config, device_profile: str
                           progress=_noop) -> dict:
     """``diagnose MODEL --device-profile FILE`` without dumps: the precision audit from op_summary's Input/Output
     Data Types (toolkit.dumps.audit.audit_op_summary). Writes precision_audit.csv and summary.json; verdict WARN
-    when an op ran in another dtype than the options imply, else PASS."""
+    when an op ran in another dtype than the options imply, else PASS. InputError (exit 2) when no row of the
+    profile could be audited (no data-type columns, or no row naming an op of the model)."""
     check_out(out)
     prep = prepare(model, None, 0, None, progress=progress, input_shapes=config.input_shapes())
     progress("compiling (our plan stands for the options given)")
     sess = Session(prep.model, config, input_shapes=shapes_of(prep.feeds), model_path=str(prep.path))
     audit, matched = audit_profile(sess.plan, prep.model, config, device_profile)
+    if not matched:  # a PASS would rest on nothing
+        rows = read_device_profile(device_profile)[0]
+        typed = any(rows[c].notna().any() and rows[c].astype(str).str.strip().ne("").any()
+                    for c in ("Input Data Types", "Output Data Types") if c in rows.columns)
+        why = ("no row has an Input Data Types / Output Data Types value: export op_summary with the data types"
+               if not typed else
+               "none of its rows names an op of this model with a float data type: is it this model's profile?")
+        raise InputError(f"--device-profile '{device_profile}' audits nothing: {why}")
     findings = audit_findings(audit)
     verdict = "WARN" if len(audit) else "PASS"
     summary = {"verdict": verdict, "model": str(prep.path), "device_profile": str(device_profile),
