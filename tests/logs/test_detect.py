@@ -22,3 +22,24 @@ def test_detection_of_empty_binary_and_unknown_files(tmp_path):
                        "other.json": "unknown format", "other.csv": "unknown format"}
     assert detect_format(tmp_path / "missing.log").reason == "not found"
     assert detect_format(tmp_path).reason == "not a file"
+
+
+def test_nul_padding_after_the_last_line_is_not_binary_and_utf16_is_named(tmp_path):
+    """A plog a crash left with 4 KiB of NUL bytes after its last line is a plog (the NUL run becomes a
+    malformed line, the lines before it are read); a UTF-16 export says so instead of "binary"; NUL bytes inside
+    the text (no padding) are still binary."""
+    from tests.logs.helpers import plog_line
+    from toolkit.logs.registry import parsers
+
+    lines = [plog_line("ERROR", "GE", 100 + i, "python", 1.7e9 + i, "graph_builder.cc", 10 + i, f"build failed {i}")
+             for i in range(9)]
+    text = "\n".join(lines) + "\n"
+    (tmp_path / "padded.log").write_bytes(text.encode() + b"\x00" * 4096)
+    (tmp_path / "plain.log").write_text(text)
+    (tmp_path / "utf16.csv").write_bytes("Op Name,OP Type\nconv,Conv2D\n".encode("utf-16"))
+    (tmp_path / "inner.log").write_bytes(text.encode()[:200] + b"\x00\x01\x02" * 20 + text.encode()[200:])
+    padded, plain = detect_format(tmp_path / "padded.log"), detect_format(tmp_path / "plain.log")
+    assert padded.parser is not None and padded.parser is plain.parser and padded.reason == ""
+    assert "UTF-16" in detect_format(tmp_path / "utf16.csv").reason
+    assert detect_format(tmp_path / "inner.log").reason == "binary"
+    assert padded.parser in parsers()

@@ -72,6 +72,10 @@ def detect_format(path: str | Path) -> Detection:
         return Detection(path, None, str(exc))
     except OSError as exc:
         return Detection(path, None, f"unreadable: {exc.strerror or exc}")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return Detection(path, None, "UTF-16 text (a byte-order mark): re-save it as UTF-8")
+    # NUL padding after the last line (what a crash or a power loss leaves in a log) is not binary content
+    head = head.rstrip(b"\x00")
     if not head.strip():
         return Detection(path, None, "empty")
     if is_binary(head):
