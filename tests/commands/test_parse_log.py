@@ -53,7 +53,11 @@ def test_workflow_merges_files_and_reports_skipped_and_malformed(tmp_path):
     assert list(stat.columns) == OP_STATISTIC_COLUMNS
     assert stat["Total Time(us)"].sum() == pytest.approx(30 + 4 + 6 + 5 + 7.5 + 2)
     levels = pd.read_csv(out / "log_levels.csv")
-    assert list(levels.columns[:1]) == ["File"] and levels["Count"].sum() == 10
+    assert list(levels.columns[:1]) == ["LogFile"] and levels["Count"].sum() == 10
+    messages = pd.read_csv(out / "log_messages.csv", keep_default_na=False)
+    # the file each row came from, and a plog line's own source file: both kept (File had been overwritten)
+    assert set(messages["LogFile"]) == {"plog.log"} and "File" in messages.columns
+    assert (messages["File"] != "plog.log").all() and (messages["File"] != "").any()
     html = (out / "profile.html").read_text()
     assert "unknown.txt: unknown format" in html and "plog.log: 2" in html
     kinds = {f["kind"] for f in json.loads((out / "findings.json").read_text())}

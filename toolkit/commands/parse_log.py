@@ -8,7 +8,7 @@ Files written into the output folder (new or empty; default ``reports/<first fil
   Kind; Ratio(%) within each Time Kind); when no file had per-task rows but op_statistic CSVs were read, their
   rows merged per (Time Kind, OP Type, Core Type);
 - ``<table>.csv`` for every other table a parser produced (log_levels, log_messages, compile_passes,
-  fusion_decisions, fusion_counts, ort_sessions, ...), rows of all files with a leading ``File`` column;
+  fusion_decisions, fusion_counts, ort_sessions, ...), rows of all files with a leading ``LogFile`` column (the file a row was read from);
 - ``findings.json`` and ``parse_summary.json`` (files with detected format, status, records, malformed and
   notes; skipped files and why; totals; findings);
 - ``profile.html`` (toolkit.report.profile_html.render_profile) unless ``html=False``.
@@ -193,16 +193,17 @@ def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def merge_tables(results: list[ParseResult]) -> dict[str, pd.DataFrame]:
-    """Every non-op-statistic table, rows of all files concatenated, with a leading File column."""
+    """Every non-op-statistic table, rows of all files concatenated, with a leading LogFile column (the name of
+    the file each row was read from; a table's own File column, e.g. a plog line's source file, is kept)."""
     by_name: dict[str, list[pd.DataFrame]] = {}
     for r in results:
         for name, df in r.tables.items():
             if name != "op_statistic" and df is not None and len(df):
-                by_name.setdefault(name, []).append(df.assign(File=Path(r.path).name))
+                by_name.setdefault(name, []).append(df.assign(LogFile=Path(r.path).name))
     out = {}
     for name, dfs in by_name.items():
         df = pd.concat(dfs, ignore_index=True)
-        out[name] = df[["File"] + [c for c in df.columns if c != "File"]]
+        out[name] = df[["LogFile"] + [c for c in df.columns if c != "LogFile"]]
     return out
 
 
