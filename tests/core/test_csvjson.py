@@ -12,7 +12,7 @@ from toolkit.core.csvjson import csv_text, formula_safe, map_text_cells, to_csv_
 
 def ordinary() -> pd.DataFrame:
     df = pd.DataFrame({
-        "name": ["=1+2", "ok", "'x", "-3", None],
+        "name": ["=1+2", "ok", "'x", "-3-A1", None],
         "n": [-1, 2, 3, 4, 5],
         "f": [-1.5, 0.0, np.nan, 2.5, 1e9],
         "cat": pd.Categorical(["@a", "b", "@a", "c", "b"]),
@@ -30,7 +30,7 @@ def test_formula_safe_values_on_an_ordinary_frame():
     before = df.copy()
     out = formula_safe(df)
     assert list(out.columns) == ["name", "n", "dup", "dup", "f", "cat", "s", "mixed", "'=col"]
-    assert out.iloc[:4, 0].tolist() == ["'=1+2", "ok", "''x", "'-3"] and pd.isna(out.iloc[4, 0])  # None: pandas' str NaN
+    assert out.iloc[:4, 0].tolist() == ["'=1+2", "ok", "''x", "'-3-A1"] and pd.isna(out.iloc[4, 0])  # None: NaN
     assert out.iloc[:, 1].tolist() == [-1, 2, 3, 4, 5] and out.iloc[:, 1].dtype == np.int64
     assert out.iloc[:, 2].tolist() == ["'=d", "e", "f", "g", "h"]
     assert out.iloc[:, 3].tolist() == [1, 2, 3, 4, 5] and out.iloc[:, 3].dtype == np.int64
@@ -39,6 +39,19 @@ def test_formula_safe_values_on_an_ordinary_frame():
     assert out.iloc[:, 6].tolist()[:2] == ["'\tt", "u"] and out.iloc[:, 6].tolist()[3:] == ["'+v", "w"]
     assert out.iloc[:, 7].tolist()[:4] == [1, "'+x", -2, "y"] and np.isnan(out.iloc[4, 7])
     pd.testing.assert_frame_equal(df, before)  # the input is never modified
+
+
+@pytest.mark.parametrize("text,defused", [("-1", False), ("+3.5", False), ("-2e-3", False), ("-.5", False),
+                                          ("-1-1", True), ("-A1", True), ("+", True), ("-", True), ("=1", True),
+                                          ("-1e", True), ("@2", True), ("\t1", True)])
+def test_a_plain_number_in_a_text_column_is_not_defused(text, defused):
+    """A text cell that is a plain decimal number ("-1": a log's process id) is what a spreadsheet reads as that
+    number, never a formula: it is written as it is (it had become "'-1"); anything else starting with a formula
+    character still gets the quote, and undo_formula_safe gives every cell back."""
+    df = pd.DataFrame({"PID": [text, "7"]})
+    out = formula_safe(df)
+    assert out.iloc[0, 0] == ("'" + text if defused else text)
+    assert undo_formula_safe(out).iloc[:, 0].tolist() == [text, "7"]
 
 
 def test_undo_formula_safe_inverts_it_and_keeps_string_dtype():

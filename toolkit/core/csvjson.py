@@ -25,6 +25,7 @@ import csv
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -87,10 +88,17 @@ _dumps = json_text
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: A plain decimal number ("-1", "+3.5", "-2e-3"): a spreadsheet reads it as that number, never as a formula.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 def _defuse(value):
     """``'`` + value for a text value starting with a formula character or with ``'`` itself (so that
-    :func:`undo_formula_safe` can tell our prefix from a name's own quote)."""
-    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS + ("'",)) else value
+    :func:`undo_formula_safe` can tell our prefix from a name's own quote); a plain number such as ``-1`` (a
+    process id a log writes) is left as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS + ("'",)) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
 
 
 def _restore(value):
