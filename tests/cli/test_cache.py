@@ -126,3 +126,15 @@ def test_cache_clear_does_not_follow_a_linked_namespace_folder(tmp_path):
     clear = _cli("cache", "clear", env=env)
     assert clear.returncode == 0, clear.stderr
     assert precious.read_text() == "precious"
+
+
+def test_cache_info_on_a_folder_that_does_not_exist_says_so_and_creates_nothing(tmp_path):
+    """`cache info --dir` on a mistyped folder had read as an empty cache: it says the folder does not exist
+    (and that a compile would create it), exit 0, and creates nothing."""
+    from toolkit.commands.cache import cache_command
+
+    res = cache_command("info", str(tmp_path / "typo_cache"))
+    assert any("does not exist yet" in line and "--dir" in line for line in res["summary"])
+    assert not (tmp_path / "typo_cache").exists()
+    (tmp_path / "real").mkdir()
+    assert not any("does not exist" in line for line in cache_command("info", str(tmp_path / "real"))["summary"])

@@ -42,6 +42,8 @@ def cache_command(action: str, folder: str | None = None) -> dict:
     info = store.info()
     out["info"] = info
     counts = ", ".join(f"{n} {ns}" for ns, n in sorted(info["entries"].items())) or "no entries"
+    if not settings.root.exists():  # an info on a mistyped --dir would otherwise read as an empty cache
+        counts += f" (the folder does not exist yet: {_source(folder)} names it; a compile creates it)"
     lines = [f"compile cache: {info['dir']}",
              f"entries: {counts}; {_human(info['bytes'])} of {_human(info['limit_bytes'])} "
              "(NPUSCOPE_COMPILE_CACHE_MAX_BYTES)"]
