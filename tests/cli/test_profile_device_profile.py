@@ -117,6 +117,8 @@ def test_bad_device_profiles_are_one_line_errors(tmp_path):
     line = one_line_error(cli("profile", "resnet_small", "--device-profile", "few.csv", "--out", "o3",
                               cwd=tmp_path), 2)
     assert "only 1 matched device unit(s) usable for calibration" in line
+    # no report folder is written then: the line itself names the unmatched rows and why
+    assert "1 device row(s) unmatched, e.g. 'not_ours': no plan kernel named 'not_ours'" in line
     line = one_line_error(cli("profile", "resnet_small", "--fusion-ops", "f.csv", "--out", "o4", cwd=tmp_path), 2)
     assert "--fusion-ops needs --device-profile" in line
     line = one_line_error(cli("profile", "resnet_small", "--holdout", "0.5", "--out", "o5", cwd=tmp_path), 2)

@@ -312,6 +312,16 @@ def split(n: int, holdout: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[k:]), np.sort(perm[:k])
 
 
+def _unmatched_text(attr) -> str:
+    """Why rows were left out, in a line (no report folder exists when calibration is refused): the first few
+    unmatched device rows with their reasons, and the count."""
+    rows = getattr(attr, "unmatched", None)
+    if rows is None or not len(rows):
+        return "no device row was left unmatched: the profile holds too few ops of this model's kernels"
+    shown = "; ".join(f"'{r['Op Name']}': {r['Reason']}" for _, r in rows.head(3).iterrows())
+    return f"{len(rows)} device row(s) unmatched, e.g. {shown}" + (" ..." if len(rows) > 3 else "")
+
+
 def calibrate(attr: Attribution, costs: pd.DataFrame, base: DeviceProfile, *, holdout: float = 0.25,
               seed: int = 0, starts: int = 6, name: str | None = None, source: str = "a device profile") -> Calibration:
     """Fit ``base``'s figures (:data:`PARAMS`) to the matched device times of ``attr`` (module docstring).
@@ -337,7 +347,7 @@ def calibrate(attr: Attribution, costs: pd.DataFrame, base: DeviceProfile, *, ho
     n = len(feats.units)
     if n < MIN_UNITS:
         raise InputError(f"only {n} matched device unit(s) usable for calibration (need at least {MIN_UNITS}); "
-                         "check the attribution's unmatched rows")
+                         f"{_unmatched_text(attr)}")
     train_pos, test_pos = split(n, holdout, seed)
     if len(train_pos) < 3:
         raise InputError(f"{len(train_pos)} unit(s) left to fit after holding out {len(test_pos)}; lower the hold-out")
