@@ -85,6 +85,10 @@ def judge(df: pd.DataFrame, lines: dict | None = None) -> pd.DataFrame:
     return df
 
 
+#: NPU dump data types (the compare tool's names) that are FP32 or wider: an overflow there is no FP16 overflow.
+_WIDE_FLOATS = frozenset({"DT_FLOAT", "DT_DOUBLE", "FLOAT", "FLOAT32", "DOUBLE", "FLOAT64"})
+
+
 def _is_input(r) -> bool:
     return ":input:" in f":{r['TensorIndex'].lower()}:" or r["TensorIndex"].lower().startswith("input")
 
@@ -95,9 +99,16 @@ def advise(df: pd.DataFrame) -> list[Finding]:
     over = df[df["OverFlow"].map(lambda v: v is True)]
     if len(over):
         r = over.iloc[0]
-        out.append(Finding("error", "fp16_overflow", r["NPUDump"] or r["GroundTruth"], _ev(r),
-                           f"FP16 overflow at '{r['NPUDump']}' (the compare tool's OverFlow = YES; {len(over)} row(s) "
-                           "in all): keep it in FP32 (keep_dtype) or scale its inputs, then compare again"))
+        dtype = str(r.get("DataType", "") or "").strip().upper()
+        if dtype in _WIDE_FLOATS:  # the NPU side already computed in FP32 (or wider): keep_dtype cannot help
+            out.append(Finding("error", "fp32_overflow", r["NPUDump"] or r["GroundTruth"], _ev(r),
+                               f"overflow at '{r['NPUDump']}', whose NPU dump is {dtype} (the compare tool's OverFlow = "
+                               f"YES; {len(over)} row(s) in all): it already runs in FP32, so keep_dtype cannot help; "
+                               "check its inputs and their scale (a value beyond the float range)"))
+        else:
+            out.append(Finding("error", "fp16_overflow", r["NPUDump"] or r["GroundTruth"], _ev(r),
+                               f"FP16 overflow at '{r['NPUDump']}' (the compare tool's OverFlow = YES; {len(over)} "
+                               "row(s) in all): keep it in FP32 (keep_dtype) or scale its inputs, then compare again"))
     bad = df[df["Abnormal"].astype(bool)]
     first_out = next((i for i, r in bad.iterrows() if not _is_input(r)), None)
     ins = [i for i, r in bad.iterrows() if _is_input(r) and (first_out is None or i < first_out)]

@@ -125,3 +125,17 @@ def test_our_result_csv_is_read_with_the_same_meanings(tmp_path):
     assert back.loc["block2_a_relu", "DataType"] == "float16" and back.loc["block2_a_relu",
                                                                           "GroundTruthDataType"] == "float32"
     assert np.isclose(back.loc["block2_a_relu", "CosineSimilarity"], row["CosineSimilarity"])
+
+
+@pytest.mark.parametrize("dtype,kind", [("DT_FLOAT16", "fp16_overflow"), ("DT_BF16", "fp16_overflow"),
+                                        ("DT_FLOAT", "fp32_overflow"), ("DT_DOUBLE", "fp32_overflow")])
+def test_an_overflow_on_an_fp32_dump_is_not_advised_keep_dtype(tmp_path, dtype, kind):
+    """The compare tool's OverFlow on a row whose NPU dump is already FP32 (DT_FLOAT) is no FP16 overflow:
+    keeping the op in FP32 cannot help, and the finding says so instead of advising keep_dtype."""
+    head = header()
+    rows = [row(head, 0, "Exp", "exp", "exp", "NaN", overflow="YES", dtypes=(dtype, "float32"))]
+    res = msaccucmp_csv.parse(write(tmp_path / "result_1.csv", head, rows))
+    f = next(f for f in res.findings if f.kind.endswith("_overflow"))
+    assert f.kind == kind and f.subject == "exp"
+    assert ("keep_dtype cannot help" in f.recommendation) is (kind == "fp32_overflow")
+    assert ("keep it in FP32" in f.recommendation) is (kind == "fp16_overflow")
