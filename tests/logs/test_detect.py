@@ -43,3 +43,20 @@ def test_nul_padding_after_the_last_line_is_not_binary_and_utf16_is_named(tmp_pa
     assert "UTF-16" in detect_format(tmp_path / "utf16.csv").reason
     assert detect_format(tmp_path / "inner.log").reason == "binary"
     assert padded.parser in parsers()
+
+
+def test_a_semicolon_or_tab_separated_table_gets_a_hint():
+    """A profiler CSV re-saved with ';' or tabs (some locales' spreadsheets) is unknown, with the fix named;
+    other unknown text gets no such hint."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        for name, text, hint in (("semi.csv", "Op Name;OP Type;Task Duration(us)\nconv;Conv2D;5\n", "';'"),
+                                 ("tabs.csv", "Op Name\tOP Type\tTask Duration(us)\nconv\tConv2D\t5\n", "tabs"),
+                                 ("notes.txt", "hello; world, and more, text\n", None)):
+            path = Path(d) / name
+            path.write_text(text)
+            reason = detect_format(path).reason
+            assert reason.startswith("unknown format")
+            assert (f"separated by {hint}" in reason) if hint else ("separated" not in reason)

@@ -84,4 +84,14 @@ def detect_format(path: str | Path) -> Detection:
     for parser in parsers():
         if parser.detect(path, text):
             return Detection(path, parser)
-    return Detection(path, None, "unknown format")
+    return Detection(path, None, "unknown format" + _separator_hint(text))
+
+
+def _separator_hint(text: str) -> str:
+    """A hint for a table whose first line is split by ';' or tabs rather than commas (a spreadsheet's export in
+    some locales): the profiler CSVs parse-log reads are comma-separated."""
+    first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    for sep, name in ((";", "';'"), ("\t", "tabs")):
+        if first.count(sep) >= 1 and first.count(sep) > first.count(","):
+            return f" (its first line is separated by {name}, not commas: re-save it comma-separated if it is a profiler CSV)"
+    return ""
