@@ -204,3 +204,25 @@ def test_malformed_rows_are_counted_and_bad_files_are_one_line_errors(tmp_path):
     (tmp_path / "fo.csv").write_text("Fusion Op,Ops\na,b\n")
     with pytest.raises(InputError, match="no 'Fusion Op' and 'Original Ops' columns"):
         read_fusion_ops(tmp_path / "fo.csv")
+
+
+def test_a_profiler_folder_is_read_through_its_one_table(tmp_path):
+    """--device-profile may name the profiler's folder (PROF_*/mindstudio_profiler_output, or the folder above
+    it) as parse-log accepts it: its one op_summary table is read, the same rows as the file; a folder with none,
+    or one per device, is a one-line error naming what it found."""
+    from tests.dumps.test_audit import _op_summary
+
+    out = tmp_path / "run" / "PROF_000001_20261207" / "mindstudio_profiler_output"
+    out.mkdir(parents=True)
+    table = _op_summary(out / "op_summary_0_1.csv", [("stem_conv", "Conv2D", "FLOAT16", "FLOAT16"),
+                                                     ("head_pool", "GlobalAvgPool", "FLOAT16", "FLOAT")])
+    want, _ = read_device_profile(table)
+    for folder in (tmp_path / "run", out.parent, out):
+        got, _ = read_device_profile(folder)
+        pd.testing.assert_frame_equal(got, want)
+    _op_summary(out / "op_summary_1_1.csv", [("stem_conv", "Conv2D", "FLOAT16", "FLOAT16")])
+    with pytest.raises(InputError, match="holds 2 tables .*op_summary_0_1.csv, op_summary_1_1.csv"):
+        read_device_profile(out)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds no op_summary"):
+        read_device_profile(tmp_path / "empty")

@@ -46,6 +46,7 @@ import pandas as pd
 
 from toolkit.core.errors import InputError
 from toolkit.logs.detect import detect_format
+from toolkit.logs.profdirs import output_folder
 from toolkit.logs.parsers import fusion_op_csv, kernel_details_csv, op_summary_csv
 from toolkit.profile.optable import op_summary_frame
 
@@ -87,19 +88,37 @@ class Attribution:
 
 
 # ---------------------------------------------------------------- reading
+def _profile_table(folder: Path) -> Path:
+    """The one op_summary_*.csv / kernel_details.csv of a profiler folder (toolkit.logs.profdirs.output_folder).
+    Raises InputError for none or several (one per device: give the file)."""
+    out = output_folder(folder)
+    found = sorted([*out.glob("op_summary*.csv"), *out.glob("kernel_details*.csv")])
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise InputError(f"device profile folder '{folder}' holds no op_summary_*.csv or kernel_details.csv "
+                         f"(looked in '{out}'); give the file, or export the profile with msprof --export")
+    raise InputError(f"device profile folder '{folder}' holds {len(found)} tables ({', '.join(f.name for f in found[:4])}"
+                     f"{' ...' if len(found) > 4 else ''}); give the one of the device to audit")
+
+
 def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     """(op summary of a real device's profile, notes): msprof op_summary_*.csv
     (toolkit.logs.parsers.op_summary_csv) or torch_npu kernel_details.csv (toolkit.logs.parsers.kernel_details_csv),
-    told apart by their headers (toolkit.logs.detect).
+    told apart by their headers (toolkit.logs.detect). ``path`` may be the profiler's folder (a PROF_* folder,
+    its mindstudio_profiler_output, an ASCEND_PROFILER_OUTPUT or the folder above one: toolkit.logs.profdirs)
+    holding exactly one such table.
 
     Raises:
         InputError: the file is missing, not a CSV of either format (the columns each needs are named), or holds
             no readable row.
     """
     p = Path(path)
+    if p.is_dir():
+        p = _profile_table(p)
     if not p.is_file():
         raise InputError(f"device profile '{p}' does not exist or is not a file; give an msprof op_summary_*.csv "
-                         "or a torch_npu kernel_details.csv")
+                         "or a torch_npu kernel_details.csv (or the profiler folder holding one)")
     try:
         found = detect_format(p).parser
     except (OSError, ValueError) as exc:
