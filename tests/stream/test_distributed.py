@@ -101,7 +101,7 @@ def cluster():
             assert procs[0].poll() is None and time.monotonic() < deadline, open(log.name).read()[-2000:]
             time.sleep(0.5)
         start(f"--address=127.0.0.1:{port}")
-        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False)
+        ray.init(address=f"127.0.0.1:{port}", log_to_driver=False, _node_ip_address="127.0.0.1")
         while sum(1 for n in ray.nodes() if n["Alive"]) < 2:
             assert procs[1].poll() is None and time.monotonic() < deadline, open(log.name).read()[-2000:]
             time.sleep(0.5)
@@ -129,6 +129,42 @@ def _model(tmp_path):
 CFG = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
 
 
+RUNS = r"""
+import json, sys
+from toolkit.commands.diagnose import diagnose_command
+from toolkit.config.schema import Config
+
+path, folder, address = sys.argv[1:4]
+cfg = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
+kw = dict(inputs=f"{folder}/in.npz", html=False, stream=True, segment_mb=0.04)
+runs = {"local": diagnose_command(path, cfg, out=f"{folder}/local", **kw),
+        "ray": diagnose_command(path, cfg, out=f"{folder}/ray", ray=address, ray_parts=2, **kw),
+        "one": diagnose_command(path, cfg, out=f"{folder}/one", ray=address, ray_parts=1, verify=False, **kw)}
+print(json.dumps({k: {"verdict": r["verdict"], "summary": r["diagnosis"].summary,
+                      "findings": [f.to_dict() for f in r["diagnosis"].findings]} for k, r in runs.items()},
+                 default=str))
+"""
+
+
+class _Run(dict):
+    """A diagnose_command result as the child process reported it: ["verdict"], ["diagnosis"].summary / .findings."""
+
+    def __init__(self, got: dict):
+        super().__init__(verdict=got["verdict"],
+                         diagnosis=type("D", (), {"summary": got["summary"], "findings": got["findings"]}))
+
+
+def _runs_in_a_fresh_process(path, tmp_path, address) -> dict:
+    """The local, two-part and one-part runs, in a child process: a Ray driver of its own (a process that ran a
+    local Ray cluster before, as another test of the same worker may, registered objects at an address the nodes
+    could not reach)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", RUNS, str(path), str(tmp_path), address], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow  # a Ray cluster's start and stop (~35 s) and three diagnoses: about 65 s on 2 cores
 def test_ray_parts_write_the_single_machine_result(cluster, tmp_path):
     """A six-layer residual stack with a planted FP16 overflow, its weights as external data: compare split in
@@ -136,9 +172,8 @@ def test_ray_parts_write_the_single_machine_result(cluster, tmp_path):
     findings; the two parts ran distinct, contiguous, non-empty kernel ranges (and reference segments) on the
     cluster's two nodes, each with a Ray memory budget under what the whole model asks for."""
     path, _ = _model(tmp_path)
-    kw = dict(inputs=str(tmp_path / "in.npz"), html=False, stream=True, segment_mb=0.04)
-    local = diagnose_command(str(path), CFG, out=str(tmp_path / "local"), **kw)
-    remote = diagnose_command(str(path), CFG, out=str(tmp_path / "ray"), ray=cluster, ray_parts=2, **kw)
+    got = _runs_in_a_fresh_process(path, tmp_path, cluster)
+    local, remote, one = (_Run(got[k]) for k in ("local", "ray", "one"))
 
     csv = (tmp_path / "local" / "result.csv").read_bytes()
     assert csv == (tmp_path / "ray" / "result.csv").read_bytes()
@@ -146,7 +181,7 @@ def test_ray_parts_write_the_single_machine_result(cluster, tmp_path):
     assert local["verdict"] == remote["verdict"] == "FAIL"  # the planted overflow reaches the output
     for key in ("reasons", "stage", "first_divergence", "origin_nodes", "counts"):
         assert dl.summary[key] == dr.summary[key], key
-    assert [f.to_dict() for f in dl.findings] == [f.to_dict() for f in dr.findings] and dl.findings
+    assert dl.findings == dr.findings and dl.findings
     assert json.loads((tmp_path / "local" / "findings.json").read_text()) == \
         json.loads((tmp_path / "ray" / "findings.json").read_text())
 
@@ -169,7 +204,6 @@ def test_ray_parts_write_the_single_machine_result(cluster, tmp_path):
     assert weights > 0
     for p in parts:
         assert p["assigned"].get("memory") == p["memory_bytes"]  # Ray gave the task the budget it asked for
-    one = diagnose_command(str(path), CFG, out=str(tmp_path / "one"), ray=cluster, ray_parts=1, verify=False, **kw)
     whole = one["diagnosis"].summary["streamed"]["parts"]
     assert len(whole) == 1 and tuple(whole[0]["kernels"]) == (0, kernels)
     assert all(p["memory_bytes"] < whole[0]["memory_bytes"] for p in parts)
