@@ -262,18 +262,24 @@ def arena_conflicts(plan) -> list[tuple[str, str]]:
     return find_conflicts(list(groups.values()))
 
 
-def shape_plans(ev: Evidence) -> list[dict]:
-    """{"plan", "shape" (label), "inputs" (labels)} of every distinct input shape of ``ev`` (its compiled plan in
-    ``ev.compiled_by_shape``), in first-seen order; without shapes or plans per shape: ``ev.plan`` alone, for
-    every input set."""
+def shape_groups(ev: Evidence, done: str) -> list[dict]:
+    """{"compiled" (CompileResult), "shape" (label), "key", "inputs" (labels of the input sets with that shape)}
+    of every distinct input shape of ``ev`` (its compiled plan in ``ev.compiled_by_shape``), in first-seen order.
+    Without shapes or plans per shape: one entry for ``ev.compiled`` with ``key`` () and a "shape_note" saying
+    the check was ``done`` ("simulated", "checked") on the first input set's plan only."""
     groups: dict[tuple, list[str]] = {}
     for label, shapes in zip(ev.inputs, ev.shapes):
         groups.setdefault(shape_key(shapes), []).append(label)
     if not groups or any(k not in ev.compiled_by_shape for k in groups):
-        note = "input shapes not recorded: checked on the first input set's plan only"
-        return [{"plan": ev.plan, "shape": "", "inputs": list(ev.inputs), "shape_note": note}]
-    return [{"plan": ev.compiled_by_shape[k].plan, "shape": shape_label(k), "inputs": labels}
+        return [{"compiled": ev.compiled, "shape": "", "key": (), "inputs": list(ev.inputs),
+                 "shape_note": f"input shapes not recorded: {done} on the first input set's plan only"}]
+    return [{"compiled": ev.compiled_by_shape[k], "shape": shape_label(k), "key": k, "inputs": labels}
             for k, labels in groups.items()]
+
+
+def shape_plans(ev: Evidence) -> list[dict]:
+    """:func:`shape_groups` with each group's "plan" (``ev.plan`` for the single entry without shapes)."""
+    return [{**g, "plan": g["compiled"].plan if g["key"] else ev.plan} for g in shape_groups(ev, "checked")]
 
 
 def check_memory(section: dict, ev: Evidence) -> list[Result]:
@@ -328,19 +334,12 @@ def check_latency(section: dict, ev: Evidence) -> list[Result]:
 
 
 def shape_timings(section: dict, ev: Evidence) -> list[dict]:
-    """toolkit.profile.budget.device_timing of every distinct input shape of ``ev`` (its compiled plan in
-    ``ev.compiled_by_shape``), each with "shape" (label), "key" and "inputs" (labels of the input sets with that
-    shape), in first-seen order. Without shapes or plans per shape: one entry for ``ev.compiled``."""
+    """toolkit.profile.budget.device_timing of every distinct input shape of ``ev`` (:func:`shape_groups`), each
+    with "shape" (label), "key" and "inputs" (labels of the input sets with that shape), in first-seen order.
+    Without shapes or plans per shape: one entry for ``ev.compiled``."""
     requests = int(section.get("requests", DEFAULT_REQUESTS))
-    groups: dict[tuple, list[str]] = {}
-    for label, shapes in zip(ev.inputs, ev.shapes):
-        groups.setdefault(shape_key(shapes), []).append(label)
-    if not groups or any(k not in ev.compiled_by_shape for k in groups):
-        note = "input shapes not recorded: simulated on the first input set's plan only"
-        return [{**device_timing(ev.compiled, section.get("device"), requests), "shape": "", "key": (),
-                 "inputs": list(ev.inputs), "shape_note": note}]
-    return [{**device_timing(ev.compiled_by_shape[k], section.get("device"), requests), "shape": shape_label(k),
-             "key": k, "inputs": labels} for k, labels in groups.items()]
+    return [{**device_timing(g["compiled"], section.get("device"), requests),
+             **{k: v for k, v in g.items() if k != "compiled"}} for g in shape_groups(ev, "simulated")]
 
 
 def _at(t: dict, timings: list[dict]) -> str:

@@ -107,6 +107,6 @@ def test_inputs_are_neither_modified_nor_copied_whole():
     finally:
         tracemalloc.stop()
     assert np.array_equal(x, x0) and np.array_equal(y, y0)
-    # the chunk buffers (6 x CHUNK float64 = 3 MiB) and compare_tensors' boolean masks (n bytes each): no
+    # the chunk buffers (4 x CHUNK float64 = 2 MiB) and compare_tensors' boolean masks (n bytes each): no
     # full-size float64 copy (16 MiB) of either side
     assert peak < 3 * 2**20 + 3 * n, peak

@@ -4,7 +4,8 @@ The sums are taken chunk by chunk (:data:`CHUNK` elements at a time, converted t
 buffers that stay in the CPU cache), in at most two passes over the tensors, instead of one full-size float64
 pass per step: the inputs are never copied whole. Partial sums of the chunks are added with ``math.fsum``
 (correctly rounded), each chunk's own sum is numpy's pairwise sum (the same bits whatever the BLAS thread
-count). Memory besides the inputs: six float64 buffers of :data:`CHUNK` elements.
+count). Memory besides the inputs: four float64 buffers of :data:`CHUNK` elements (2 MiB) and a chunk's boolean
+mask (64 KiB).
 
 Pass 1 (per chunk ``X``, ``Y``; ``A = |X − Y|``):
 
@@ -38,7 +39,7 @@ DEFAULT_REL_EPS = 1e-6
 KL_EPS = float(np.finfo(np.float32).eps)
 #: Largest finite FP16 value.
 FP16_MAX = 65504.0
-#: Elements per chunk of :func:`reduce_pair` (six float64 buffers of this many elements: 3 MiB).
+#: Elements per chunk of :func:`reduce_pair` (four float64 buffers of this many elements: 2 MiB).
 CHUNK = 1 << 16
 
 FAMILIES = ("error", "relative", "std", "kl")
