@@ -247,11 +247,7 @@ class NpuRuntime:
                 heap[name] = val
             else:
                 np.copyto(view, np.asarray(val).astype(view.dtype, copy=False))
-        res = RunResult({})
-        t_all = time.perf_counter()
-        self._loop(heap, start, stop, res, dump, on_kernel, None)
-        res.total_ms = (time.perf_counter() - t_all) * 1e3
-        return res
+        return self._range(heap, start, stop, dump, on_kernel)
 
     def continue_range(self, start: int, stop: int, on_kernel=None) -> RunResult:
         """Kernels ``start`` to ``stop`` (exclusive) of the run in progress: over the arena and the host values
@@ -261,9 +257,12 @@ class NpuRuntime:
 
         Raises:
             KernelRuntimeError: a kernel failed at run time."""
+        return self._range(self._heap, start, stop, False, on_kernel)
+
+    def _range(self, heap: dict, start: int, stop: int, dump: bool, on_kernel) -> RunResult:
         res = RunResult({})
         t_all = time.perf_counter()
-        self._loop(self._heap, start, stop, res, False, on_kernel, None)
+        self._loop(heap, start, stop, res, dump, on_kernel, None)
         res.total_ms = (time.perf_counter() - t_all) * 1e3
         return res
 
