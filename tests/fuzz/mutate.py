@@ -13,7 +13,12 @@ Mutation kinds (:data:`KINDS`), each an edit of the proto or of its serialised b
   sparse initializer, strings that are not UTF-8 (node name, op_type, producer, graph name, tensor names,
   domain), declared output dims that are wrong (0 or 5), zero-size input dims, ir_version 0 / 3, value_info
   without a type, a duplicate opset_import, negative or huge attribute integers, a dangling node input, a
-  negative initializer dim;
+  negative initializer dim; an attribute of another type than the op takes, or left out; a cycle (a node reading a
+  later node's output, or its own); two nodes writing one tensor; an opset version that does not exist (0, 27, 99);
+  an unknown op type or domain; a node with an input too many, no input, no output or an extra output; nodes out
+  of topological order; a graph output no node writes; a huge input dim (2^31, 2^40); a graph input/output of a
+  dtype the device has no kernels for (string, complex, bfloat16, float8, uint4, bool); the first output routed
+  through an If whose branches disagree (dtype, output count, or a branch reading a tensor that exists nowhere);
 - bytes: bit flips (1 to 16 random bits) and truncation (at a random point).
 
 Strings that are not UTF-8 cannot be set through protobuf's Python API: a marker of the same length is set
@@ -288,6 +293,156 @@ def _negative_dim(m, rng):
     return _ser(m)
 
 
+def _attribute_type(m, rng):
+    cands = [(n, a) for n in m.graph.node for a in n.attribute
+             if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.INTS, onnx.AttributeProto.FLOAT,
+                           onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRING)]
+    pick = _pick(rng, cands)
+    if pick is None:
+        return None
+    node, a = pick
+    value = _pick(rng, [1.5, "fuzz", [1, 2], 3, [0.5, 0.25], [b"a", b"b"]])
+    new = helper.make_attribute(a.name, value)
+    if new.type == a.type:
+        new = helper.make_attribute(a.name, "fuzz")
+    a.CopyFrom(new)
+    return _ser(m)
+
+
+def _drop_attribute(m, rng):
+    node = _pick(rng, [n for n in m.graph.node if n.attribute])
+    if node is None:
+        return None
+    del node.attribute[rng.randrange(len(node.attribute))]
+    return _ser(m)
+
+
+def _cycle(m, rng):
+    nodes = [n for n in m.graph.node if n.input and n.output]
+    if len(nodes) < 2:
+        return None
+    i, j = sorted(rng.sample(range(len(nodes)), 2))
+    a, b = nodes[i], nodes[j]
+    if rng.random() < 0.5:  # an earlier node reads a later node's output: a cycle when b depends on a
+        a.input[rng.randrange(len(a.input))] = b.output[0]
+    else:  # a node reads its own output
+        b.input[rng.randrange(len(b.input))] = b.output[0]
+    return _ser(m)
+
+
+def _duplicate_output(m, rng):
+    nodes = [n for n in m.graph.node if n.output]
+    if len(nodes) < 2:
+        return None
+    i, j = sorted(rng.sample(range(len(nodes)), 2))
+    nodes[j].output[0] = nodes[i].output[0]
+    return _ser(m)
+
+
+def _opset_version(m, rng):
+    ops = [o for o in m.opset_import if o.domain in ("", "ai.onnx")]
+    if not ops:
+        return None
+    ops[0].version = _pick(rng, [0, 1, 6, 27, 99, -1])
+    return _ser(m)
+
+
+def _unknown_op(m, rng):
+    node = _pick(rng, m.graph.node)
+    if node is None:
+        return None
+    if rng.random() < 0.6:
+        node.op_type = _pick(rng, ["NoSuchOp", "conv", "Conv2D", "", "Relu "])
+    else:
+        node.domain = _pick(rng, ["com.example", "ai.onnx.ml", "com.microsoft", "ai.onnx.preview.training"])
+    return _ser(m)
+
+
+def _arity(m, rng):
+    node = _pick(rng, [n for n in m.graph.node if n.input])
+    if node is None:
+        return None
+    how = rng.randrange(4)
+    if how == 0:  # one input too many (a tensor that exists)
+        node.input.append(node.input[0])
+    elif how == 1:
+        del node.input[:]
+    elif how == 2:
+        del node.output[:]
+    else:  # an extra output nobody declared
+        node.output.append(node.output[0] + "_fuzz_extra" if node.output else "fuzz_extra")
+    return _ser(m)
+
+
+def _shuffle_nodes(m, rng):
+    if len(m.graph.node) < 2:
+        return None
+    nodes = list(m.graph.node)
+    rng.shuffle(nodes)
+    if [n.SerializeToString() for n in nodes] == [n.SerializeToString() for n in m.graph.node]:
+        nodes.reverse()
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    return _ser(m)
+
+
+def _undefined_output(m, rng):
+    name = _pick(rng, ["fuzz_missing", m.graph.input[0].name if m.graph.input else "fuzz_missing", ""])
+    m.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return _ser(m)
+
+
+def _huge_input_dim(m, rng):
+    i = _pick(rng, m.graph.input)
+    if i is None or not i.type.tensor_type.shape.dim:
+        return None
+    d = _pick(rng, i.type.tensor_type.shape.dim)
+    d.Clear()
+    d.dim_value = _pick(rng, [2**31, 2**40, 10**12, 65536])
+    return _ser(m)
+
+
+def _exotic_io_dtype(m, rng):
+    vi = _pick(rng, list(m.graph.input) + list(m.graph.output))
+    if vi is None:
+        return None
+    vi.type.tensor_type.elem_type = _pick(rng, [TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.BFLOAT16,
+                                                TensorProto.FLOAT8E4M3FN, TensorProto.UINT4, TensorProto.BOOL])
+    return _ser(m)
+
+
+def _bad_subgraph(m, rng):
+    """The graph's first output routed through an If whose branches disagree (dtype, rank or output count), or a
+    Loop whose body has a wrong signature."""
+    if not m.graph.output or not m.graph.node:
+        return None
+    out = m.graph.output[0].name
+    inner = out + "_fuzz_pre"
+    for n in m.graph.node:
+        for k, o in enumerate(n.output):
+            if o == out:
+                n.output[k] = inner
+    how = rng.randrange(3)
+    then_g = helper.make_graph([helper.make_node("Identity", [inner], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    if how == 0:  # else yields another dtype
+        else_g = helper.make_graph([helper.make_node("Cast", [inner], ["e_out"], to=TensorProto.INT64)], "else", [],
+                                   [helper.make_tensor_value_info("e_out", TensorProto.INT64, None)])
+    elif how == 1:  # else yields two outputs
+        else_g = helper.make_graph([helper.make_node("Identity", [inner], ["e_out"]),
+                                    helper.make_node("Identity", [inner], ["e_out2"])], "else", [],
+                                   [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None),
+                                    helper.make_tensor_value_info("e_out2", TensorProto.FLOAT, None)])
+    else:  # else reads a tensor that exists nowhere
+        else_g = helper.make_graph([helper.make_node("Identity", ["fuzz_nowhere"], ["e_out"])], "else", [],
+                                   [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, None)])
+    cond = numpy_helper.from_array(np.array(rng.random() < 0.5), "fuzz_cond")
+    m.graph.initializer.append(cond)
+    m.graph.node.append(helper.make_node("If", ["fuzz_cond"], [out], then_branch=then_g, else_branch=else_g,
+                                         name="fuzz_if"))
+    return _ser(m)
+
+
 # ----------------------------------------------------------------------------------------- byte edits
 def _bit_flips(m, rng):
     data = bytearray(_ser(m))
@@ -310,7 +465,11 @@ KINDS: dict[str, Callable] = {
     "sparse_initializer": _sparse_initializer, "non_utf8": _non_utf8, "output_dim": _output_dim,
     "zero_input_dim": _zero_input_dim, "ir_version": _ir_version, "untyped_value_info": _untyped_value_info,
     "duplicate_opset": _duplicate_opset, "attribute_int": _attribute_int, "dangling_input": _dangling_input,
-    "negative_dim": _negative_dim, "bit_flips": _bit_flips, "truncate": _truncate,
+    "negative_dim": _negative_dim, "attribute_type": _attribute_type, "drop_attribute": _drop_attribute,
+    "cycle": _cycle, "duplicate_output": _duplicate_output, "opset_version": _opset_version,
+    "unknown_op": _unknown_op, "arity": _arity, "shuffle_nodes": _shuffle_nodes, "undefined_output": _undefined_output,
+    "huge_input_dim": _huge_input_dim, "exotic_io_dtype": _exotic_io_dtype, "bad_subgraph": _bad_subgraph,
+    "bit_flips": _bit_flips, "truncate": _truncate,
 }
 
 
