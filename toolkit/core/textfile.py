@@ -7,13 +7,23 @@ character that then breaks the first TOML statement, the first JSON token or the
 :func:`open_regular` (and ``read_user_text(..., regular_only=True)``) reads only regular files: a FIFO, socket,
 device or a symbolic link to one (``/dev/zero``) is refused with :class:`NotRegularFile` naming what it is,
 without blocking (the file is opened ``O_NONBLOCK`` and checked with ``fstat`` before any byte is read).
+
+Device files that parse-log reads (plogs, compile.log, profiler CSVs, JSON traces) are not refused for their
+bytes: :class:`TextReader` (streamed) and :func:`decode_text` (whole) drop a leading UTF-8 byte-order mark and
+decode them as UTF-8, or as GB18030 when they are not UTF-8 but are GB18030 (files saved on Chinese-locale
+Windows, e.g. a profiler CSV re-saved by Excel: GBK is a subset of GB18030); bytes neither decodes are replaced
+with U+FFFD and counted, and :meth:`TextReader.notes` says so (with the fix: re-save as UTF-8). Sources: the
+Unicode Standard §23.8 (U+FEFF as a signature), GB 18030-2005 (Python's ``gb18030`` codec).
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolkit.core.errors import UserError
@@ -115,5 +125,181 @@ def open_regular(path: str | os.PathLike) -> io.BufferedReader:
 
 def open_regular_text(path: str | os.PathLike, encoding: str = "utf-8-sig", errors: str = "replace",
                       newline: str | None = None) -> io.TextIOWrapper:
-    """:func:`open_regular` as text (default UTF-8, optional BOM, invalid bytes replaced). Same errors."""
+    """:func:`open_regular` as text (default UTF-8, invalid bytes replaced). A leading UTF-8 byte-order mark is
+    dropped whenever ``encoding`` is UTF-8 in any spelling (``"utf-8"`` is read as ``"utf-8-sig"``), so the first
+    line never starts with U+FEFF. Same errors as :func:`open_regular`; ``LookupError`` for an unknown encoding."""
+    if codecs.lookup(encoding).name == "utf-8":
+        encoding = "utf-8-sig"
     return io.TextIOWrapper(open_regular(path), encoding=encoding, errors=errors, newline=newline)
+
+
+# ------------------------------------------------------------------------------------------ device text files
+UTF8_BOM = codecs.BOM_UTF8
+#: The head of a streamed file from which :class:`TextReader` decides its encoding (a smaller file is checked
+#: whole); bytes past it are decoded with that encoding and any it cannot decode are counted.
+SNIFF_BYTES = 4 << 20
+#: Bytes read per decoded chunk by :meth:`TextReader.lines`.
+LINE_CHUNK_BYTES = 1 << 20
+
+_ERRORS = "npuscope.replace_counted"
+_COUNTING = threading.local()  # the Decoder running in this thread (its decode() is the only caller of codecs)
+
+
+def _replace_counted(exc: UnicodeError):
+    """Codec error handler: U+FFFD for each undecodable run, counted on the :class:`Decoder` decoding."""
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    reader = getattr(_COUNTING, "reader", None)
+    if reader is not None:
+        reader.replaced_bytes += exc.end - exc.start
+        reader.replaced_chars += 1
+    return "\ufffd", exc.end
+
+
+codecs.register_error(_ERRORS, _replace_counted)
+
+
+def _decodes(data: bytes, encoding: str, final: bool) -> bool:
+    """True when ``data`` decodes strictly as ``encoding`` (a multi-byte character cut at its end is fine unless
+    ``final``)."""
+    try:
+        codecs.getincrementaldecoder(encoding)("strict").decode(data, final)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def choose_encoding(head: bytes, whole: bool) -> str:
+    """``"utf-8"``, or ``"gb18030"`` when ``head`` (BOM already removed) is not UTF-8 but decodes as GB18030.
+
+    Args:
+        head: the file's first bytes, or all of them.
+        whole: ``head`` is the whole file (a character cut at its end is then an error, not the head's edge).
+    """
+    if _decodes(head, "utf-8", whole) or not _decodes(head, "gb18030", whole):
+        return "utf-8"
+    return "gb18030"
+
+
+def encoding_notes(encoding: str, replaced_bytes: int, replaced_chars: int) -> list[str]:
+    """What a reader should tell about a file decoded as ``encoding`` with ``replaced_bytes`` undecodable bytes in
+    ``replaced_chars`` runs (each now U+FFFD): nothing for clean UTF-8."""
+    notes = ["decoded as GB18030 (not UTF-8)"] if encoding == "gb18030" else []
+    if replaced_bytes:
+        name = "GB18030" if encoding == "gb18030" else "UTF-8"
+        notes.append(f"{replaced_bytes:,} byte(s) that are not {name} text were replaced by {replaced_chars:,} "
+                     "U+FFFD character(s) (text in another encoding, or a damaged file); re-save it as UTF-8")
+    return notes
+
+
+class Decoder:
+    """An incremental decoder of ``encoding`` that replaces undecodable bytes with U+FFFD and counts them:
+    ``replaced_bytes`` bytes in ``replaced_chars`` runs (one U+FFFD each)."""
+
+    def __init__(self, encoding: str):
+        self.encoding = encoding
+        self.replaced_bytes = self.replaced_chars = 0
+        self._decoder = codecs.getincrementaldecoder(encoding)(_ERRORS)
+
+    def decode(self, data: bytes, final: bool = False) -> str:
+        """The text of ``data`` (bytes of a character cut at its end are kept for the next call unless ``final``)."""
+        _COUNTING.reader = self
+        try:
+            return self._decoder.decode(data, final)
+        finally:
+            _COUNTING.reader = None
+
+    def notes(self) -> list[str]:
+        """:func:`encoding_notes` for what was decoded so far."""
+        return encoding_notes(self.encoding, self.replaced_bytes, self.replaced_chars)
+
+
+def decode_text(data: bytes) -> tuple[str, list[str]]:
+    """(``data`` as text, notes) by the rules of :class:`TextReader`, for bytes already read whole (a JSON file):
+    a leading UTF-8 BOM dropped, UTF-8 or else GB18030 when all of ``data`` is GB18030, undecodable bytes
+    replaced with U+FFFD and counted in the notes (:func:`encoding_notes`). Never raises."""
+    if data.startswith(UTF8_BOM):
+        data = data[len(UTF8_BOM):]
+    decoder = Decoder(choose_encoding(data, True))
+    text = decoder.decode(data, True)
+    return text, decoder.notes()
+
+
+class TextReader:
+    """A device text file (a plog, compile.log, profiler CSV) decoded as it is read, in bounded memory.
+
+    Only a regular file is opened (:func:`open_regular`). A leading UTF-8 byte-order mark (``EF BB BF``, which
+    Windows editors and Excel's "CSV UTF-8" write) is dropped. The encoding is decided from the first
+    :data:`SNIFF_BYTES` (the whole file when smaller: :func:`choose_encoding`): UTF-8, or GB18030 when those bytes
+    are not UTF-8 but are GB18030 (GBK / GB2312 files from Chinese-locale Windows). Bytes the chosen encoding
+    cannot decode, anywhere in the file, become U+FFFD and are counted (:attr:`decoder`); :meth:`notes` reports
+    the encoding and the count once the file is read. A UTF-16 file is not decoded as such (toolkit.logs.detect
+    names it and how to re-save it).
+
+    Use as a context manager; read once, with :meth:`chunks` (text blocks) or :meth:`lines` (lines with their
+    endings, split at ``\\n``, ``\\r\\n`` and ``\\r`` as ``open(..., newline="")`` splits them).
+
+    Attributes:
+        encoding: ``"utf-8"`` or ``"gb18030"``.
+        bom: the file started with a UTF-8 byte-order mark (dropped).
+        decoder: the :class:`Decoder` (its replacement counts).
+
+    Raises (on construction): NotRegularFile, OSError as :func:`open_regular`.
+    """
+
+    def __init__(self, path: str | os.PathLike, sniff: int = SNIFF_BYTES):
+        self._fh = open_regular(path)
+        try:
+            head = self._fh.read(sniff)
+            whole = len(head) < sniff or not self._fh.peek(1)
+        except BaseException:
+            self._fh.close()
+            raise
+        self.bom = head.startswith(UTF8_BOM)
+        self._head = head[len(UTF8_BOM):] if self.bom else head
+        self.encoding = choose_encoding(self._head, whole)
+        self.decoder = Decoder(self.encoding)
+
+    def __enter__(self) -> TextReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def chunks(self, size: int = LINE_CHUNK_BYTES) -> Iterator[str]:
+        """The text in blocks decoded from about ``size`` bytes each (a block may end inside a line; never
+        inside a character)."""
+        head, self._head = self._head, b""
+        for at in range(0, len(head), size):
+            text = self.decoder.decode(head[at:at + size])
+            if text:
+                yield text
+        while True:
+            data = self._fh.read(size)
+            text = self.decoder.decode(data, not data)
+            if text:
+                yield text
+            if not data:
+                return
+
+    def lines(self, size: int = LINE_CHUNK_BYTES) -> Iterator[str]:
+        """The lines of the text with their endings (class docstring), the last one possibly without; memory is
+        bounded by the longest line."""
+        pending: list[str] = []
+        for text in self.chunks(size):
+            cut = max(text.rfind("\n"), text.rfind("\r", 0, len(text) - 1))  # a final \r may start a \r\n
+            if cut < 0:
+                pending.append(text)
+                continue
+            block = "".join(pending) + text[:cut + 1] if pending else text[:cut + 1]
+            pending = [text[cut + 1:]] if cut + 1 < len(text) else []
+            yield from io.StringIO(block, newline="")
+        if pending:
+            yield from io.StringIO("".join(pending), newline="")
+
+    def notes(self) -> list[str]:
+        """:func:`encoding_notes` for what was read so far (complete once the text was read to its end)."""
+        return self.decoder.notes()
