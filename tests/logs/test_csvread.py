@@ -1,5 +1,5 @@
-"""CSV reading shared by the parsers (toolkit/logs/csvread.py): rows wider or narrower than the header, and
-columns named twice."""
+"""CSV reading shared by the parsers (toolkit/logs/csvread.py): rows wider or narrower than the header, columns
+named twice, a BOM, and files that are not UTF-8 (GBK decoded as GB18030, other bytes counted)."""
 
 from __future__ import annotations
 
@@ -63,3 +63,42 @@ def test_an_unread_column_named_twice_is_noted(tmp_path):
     res = _parse(p, "op_summary_csv")
     assert res.records == 1 and res.op_summary["Task Duration(us)"].tolist() == [5.0]
     assert any("'extra' 2 times" in n for n in res.notes)
+
+
+# ------------------------------------------------------------------------------------------- bytes of the file
+def test_a_gbk_csv_is_decoded_as_gb18030_and_said_so(tmp_path):
+    """Kind: a profiler CSV re-saved by Excel on Chinese-locale Windows (GBK): the op names come back as written
+    and a note says how the file was decoded; no byte is replaced."""
+    names = ["卷积", "池化层"]
+    p = tmp_path / "g.csv"
+    p.write_bytes(("Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us)\n"
+                   + "".join(f"{n},Conv2D,AI_CORE,{i * 100},100\n" for i, n in enumerate(names))).encode("gbk"))
+    res = _parse(p, "op_summary_csv")
+    assert res.op_summary["Op Name"].tolist() == names and res.malformed == 0
+    assert "decoded as GB18030 (not UTF-8)" in res.notes and not any("U+FFFD" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("module, head, row", [
+    ("op_summary_csv", "Op Name,OP Type,Task Duration(us)", "café,Conv,5"),
+    ("op_statistic_csv", "OP Type,Count,Total Time(us)", "Convé,2,10"),
+    ("kernel_times_csv", "Kernel,OpType,Precision,Nodes,HostMs", "k1,Conv,fp16,nœud é,0.5"),
+])
+def test_bytes_no_encoding_decodes_are_counted_in_a_note(tmp_path, module, head, row):
+    """Kind: Latin-1 / cp1252 text (neither UTF-8 nor GB18030): read with U+FFFD, and every CSV parser's notes
+    count the replaced bytes and give the fix."""
+    data = f"{head}\n{row}\n".encode("cp1252")
+    p = tmp_path / "l.csv"
+    p.write_bytes(data)
+    res = _parse(p, module)
+    n_bad = sum(b >= 0x80 for b in data)
+    assert res.records == 1
+    assert any(n.startswith(f"{n_bad} byte(s) that are not UTF-8 text were replaced by {n_bad} U+FFFD")
+               and n.endswith("re-save it as UTF-8") for n in res.notes), res.notes
+
+
+def test_a_csv_with_a_utf8_bom_reads_its_first_column(tmp_path):
+    p = tmp_path / "b.csv"
+    p.write_bytes(b"\xef\xbb\xbfOp Name,OP Type,Task Duration(us)\nconv,Conv,5\n")
+    res = _parse(p, "op_summary_csv")
+    assert res.op_summary["Op Name"].tolist() == ["conv"]
+    assert not any("U+FFFD" in n or "GB18030" in n for n in res.notes), res.notes

@@ -1,4 +1,5 @@
-"""Format detection (toolkit/logs/detect.py) of empty, binary and unknown files."""
+"""Format detection (toolkit/logs/detect.py) of empty, binary and unknown files, and of heads with a BOM or GBK
+bytes."""
 
 from __future__ import annotations
 
@@ -60,3 +61,17 @@ def test_a_semicolon_or_tab_separated_table_gets_a_hint():
             reason = detect_format(path).reason
             assert reason.startswith("unknown format")
             assert (f"separated by {hint}" in reason) if hint else ("separated" not in reason)
+
+
+def test_detection_reads_through_a_bom_and_gbk_bytes(tmp_path):
+    """Kind: the head a parser's detect sees is decoded as the parser reads the file: a BOM is not part of the
+    first line, a GBK CSV's header is read as GB18030, and a file holding only a BOM is empty."""
+    from tests.logs.helpers import plog_line
+
+    (tmp_path / "bom.log").write_bytes(b"\xef\xbb\xbf" + plog_line("ERROR", "GE", 1, "atc", 1.7e9, "g.cc", 1, "x").encode()
+                                       + b"\n")
+    (tmp_path / "gbk.csv").write_bytes("Op Name,OP Type,Task Duration(us),备注\n卷积,Conv2D,5,无\n".encode("gbk"))
+    (tmp_path / "bom_only.csv").write_bytes(b"\xef\xbb\xbf")
+    assert detect_format(tmp_path / "bom.log").parser.name == "plog"
+    assert detect_format(tmp_path / "gbk.csv").parser.name == "op_summary_csv"
+    assert detect_format(tmp_path / "bom_only.csv").reason == "empty"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.core.csvjson import undo_formula_safe
-from toolkit.core.textfile import open_regular_text
+from toolkit.core.textfile import TextReader
 from toolkit.logs.detect import head_lines
 
 
@@ -40,7 +40,8 @@ class CsvRows:
         malformed: rows skipped because their number of fields differs from the header's (more *or* fewer:
             a row is never shifted into other columns nor padded) or the csv module could not read them (a NUL
             byte, a field over :data:`MAX_FIELD_CHARS`).
-        notes: what was skipped or ignored, one line each.
+        notes: what was skipped, ignored or decoded otherwise than as UTF-8 (toolkit.core.textfile.TextReader:
+            "decoded as GB18030 (not UTF-8)", a count of bytes replaced with U+FFFD), one line each.
     """
 
     frame: pd.DataFrame
@@ -53,8 +54,10 @@ MAX_FIELD_CHARS = 1 << 20
 
 
 def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None) -> CsvRows:
-    """Read a CSV with a header row (the first non-blank row) with Python's csv module, UTF-8 (BOM skipped,
-    invalid bytes replaced), from a regular file only (toolkit.core.textfile.open_regular).
+    """Read a CSV with a header row (the first non-blank row) with Python's csv module, streamed from a regular
+    file only, decoded by toolkit.core.textfile.TextReader: a UTF-8 BOM skipped; UTF-8, or GB18030 for a file that
+    is not UTF-8 but GB18030 (a CSV re-saved by Excel on Chinese-locale Windows); other bytes replaced with U+FFFD,
+    counted in a note.
 
     Rows of only blank cells are skipped (not malformed). A row with more or fewer fields than the header is
     malformed (counted, skipped; pandas would have shifted every cell of such rows one column to the right, its
@@ -71,8 +74,8 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None
     limit = csv.field_size_limit()
     try:
         csv.field_size_limit(MAX_FIELD_CHARS)
-        with open_regular_text(path, newline="") as fh:
-            reader = csv.reader(fh)
+        with TextReader(path) as text:
+            reader = csv.reader(text.lines())
             while True:
                 try:
                     row = next(reader)
@@ -103,6 +106,7 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None
     frame = pd.DataFrame(cells, columns=[head[i] for i in keep], dtype=object)
     frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.core.csvjson)
     frame.columns = [str(c).strip() for c in frame.columns]
+    notes += text.notes()
     if bad:
         notes.append(f"{bad} row(s) with a number of fields other than the header's {width} skipped (malformed)")
     return CsvRows(frame, bad, notes)

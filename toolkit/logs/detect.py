@@ -3,7 +3,11 @@
 ``detect_format(path) -> Detection``: ``parser`` is the first registered parser whose ``detect(path, head)``
 is true, or None with ``reason`` one of "not found", "not a file" (a folder), "not a regular file but a FIFO
 (named pipe)" (or a socket, device; toolkit.core.textfile.not_regular_reason: never opened), "a broken symbolic link (...)",
-"unreadable: ...", "empty", "binary" or "unknown format".
+"unreadable: ...", "empty", "binary", "UTF-16 text (a byte-order mark): re-save it as UTF-8" or "unknown format".
+
+The head given to ``detect`` is decoded as the parsers decode the file (:func:`head_text`): a leading UTF-8
+byte-order mark removed, UTF-8, or GB18030 when the head is not UTF-8 but GB18030
+(toolkit.core.textfile.choose_encoding).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.core.textfile import NotRegularFile, not_regular_reason, open_regular
+from toolkit.core.textfile import UTF8_BOM, NotRegularFile, choose_encoding, not_regular_reason, open_regular
 from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
 
 #: A head with a NUL byte, or with more than this share of control characters, is binary.
@@ -43,9 +47,13 @@ def is_binary(head: bytes) -> bool:
     return controls / len(head) > BINARY_CONTROL_SHARE
 
 
-def head_text(head: bytes) -> str:
-    """``head`` decoded as UTF-8 (invalid bytes replaced, a leading BOM removed)."""
-    return head.decode("utf-8", errors="replace").lstrip("\ufeff")
+def head_text(head: bytes, whole: bool = False) -> str:
+    """``head`` (the first bytes of a file; all of them when ``whole``) as text: a leading UTF-8 BOM removed,
+    decoded as UTF-8, or as GB18030 when it is not UTF-8 but GB18030 (toolkit.core.textfile.choose_encoding);
+    bytes neither decodes replaced with U+FFFD."""
+    if head.startswith(UTF8_BOM):
+        head = head[len(UTF8_BOM):]
+    return head.decode(choose_encoding(head, whole), errors="replace")
 
 
 def head_lines(head: str, n: int) -> list[str]:
@@ -74,13 +82,15 @@ def detect_format(path: str | Path) -> Detection:
         return Detection(path, None, f"unreadable: {exc.strerror or exc}")
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         return Detection(path, None, "UTF-16 text (a byte-order mark): re-save it as UTF-8")
+    whole = len(head) < HEAD_BYTES
+    head = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head  # a file of a BOM alone is empty
     # NUL padding after the last line (what a crash or a power loss leaves in a log) is not binary content
     head = head.rstrip(b"\x00")
     if not head.strip():
         return Detection(path, None, "empty")
     if is_binary(head):
         return Detection(path, None, "binary")
-    text = head_text(head)
+    text = head_text(head, whole)
     for parser in parsers():
         if parser.detect(path, text):
             return Detection(path, parser)

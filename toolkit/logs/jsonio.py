@@ -4,6 +4,9 @@
 the ``traceEvents`` array of an object. When the file is not complete JSON, events are recovered one by one
 with ``json.JSONDecoder.raw_decode``; an unreadable fragment is counted and skipped up to the next line that
 starts an object. The Trace Event Format itself allows the array form to lack its closing ``]``.
+
+The text is decoded by toolkit.core.textfile.decode_text: a leading UTF-8 BOM dropped, UTF-8 (RFC 8259 §8.1), or
+GB18030 for a file that is not UTF-8 but all GB18030; other bytes become U+FFFD, counted in a note.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.core.boundedjson import MAX_DEPTH, nesting_depth, read_limited_bytes
+from toolkit.core.textfile import decode_text
 from toolkit.logs.numbers import sane
 
 _SKIP = re.compile(r"[\s,]*")
@@ -32,10 +36,15 @@ class Events:
     notes: list[str] = field(default_factory=list)
 
 
-def read_text(path: Path) -> str:
-    """The file as text (UTF-8, invalid bytes replaced, BOM removed). Only a regular file within
-    toolkit.core.boundedjson.LIMITS["artifact"] is read (OSError naming the file otherwise)."""
-    return read_limited_bytes(path, "JSON file", OSError, limit="artifact").decode("utf-8-sig", "replace")
+def read_text(path: Path) -> tuple[str, list[str]]:
+    """(the file as text, notes on its decoding: toolkit.core.textfile.decode_text — BOM removed, UTF-8 or
+    GB18030, undecodable bytes replaced and counted). Only a regular file within
+    toolkit.core.boundedjson.LIMITS["artifact"] is read.
+
+    Raises:
+        OSError: naming the file, when it is not a regular file, cannot be read or is over the limit.
+    """
+    return decode_text(read_limited_bytes(path, "JSON file", OSError, limit="artifact"))
 
 
 def too_deep(text: str) -> str:
@@ -72,8 +81,15 @@ def _from_object(obj: dict) -> Events:
 
 
 def load_events(path: Path) -> Events:
-    """Events of a JSON trace file (module docstring); never raises for bad content."""
-    text = read_text(path)
+    """Events of a JSON trace file (module docstring); never raises for bad content (OSError as
+    :func:`read_text` for a file it cannot read)."""
+    text, decoded = read_text(path)
+    events = _events(text)
+    events.notes += decoded
+    return events
+
+
+def _events(text: str) -> Events:
     deep = too_deep(text)
     if deep:
         return Events([], 1, notes=[deep])

@@ -48,3 +48,14 @@ def test_compile_log_parser_reads_a_real_compile_log(tmp_path):
     assert res.tables["compile_memory"]["ArenaBytes"].iloc[0] == compiled.plan.arena_bytes
     fr = fusion_result.parse(files["fusion_result"]).tables["fusion_counts"]
     assert sorted(fr["Pass"]) == sorted(k for lvl in compiled.fusion_stats.values() for k in lvl)
+
+
+def test_a_compile_log_with_a_utf8_bom_keeps_its_first_pass(tmp_path):
+    """Kind: a BOM before the first pass header: the header is read, not malformed."""
+    first = COMPILE_LOG.splitlines()[0]
+    path = tmp_path / "compile.log"
+    path.write_bytes(b"\xef\xbb\xbf" + COMPILE_LOG.encode())
+    assert detect_format(path).parser.name == "compile_log"
+    res = compile_log.parse(path)
+    assert res.tables["compile_passes"]["Pass"].iloc[0] == first[1:first.index("]")]
+    assert res.malformed == 2  # the two bad lines COMPILE_LOG holds ("garbage between passes", the cut header)

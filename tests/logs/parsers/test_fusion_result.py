@@ -81,3 +81,12 @@ def test_our_fusion_result_uses_the_converters_keys(tmp_path):
     path = tmp_path / "fusion_result.json"
     path.write_text(json.dumps(fr))
     assert fusion_result.parse(path).records == len(entries)
+
+
+def test_a_fusion_result_with_a_bom_is_read(tmp_path):
+    data = _graph("0_0")
+    path = tmp_path / "fusion_result.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(data).encode())
+    assert detect_format(path).parser.name == "fusion_result"
+    assert fusion_result.parse(path).tables["fusion_counts"]["Pass"].tolist() == \
+        [p for level in data["session_and_graph_id_0_0"].values() for p in level]

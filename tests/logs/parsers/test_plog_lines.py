@@ -1,5 +1,5 @@
-"""The plog line parser (toolkit/logs/parsers/plog_lines.py): malformed lines, records across blocks, and a
-30 MB message truncated with its length."""
+"""The plog line parser (toolkit/logs/parsers/plog_lines.py): malformed lines, records across blocks, a
+30 MB message truncated with its length, a BOM and logs that are not UTF-8."""
 
 from __future__ import annotations
 
@@ -94,3 +94,44 @@ def test_toolchain_line_forms_keep_tid_and_source_columns(tmp_path):
     assert got == [want for _, want in TOOLCHAIN]
     levels = res.tables["log_levels"].set_index("Module")["Count"]
     assert levels["TSCH"] == 1 and levels["TEFUSION"] == 1
+
+
+# ------------------------------------------------------------------------------------------- bytes of the file
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_plog_starting_with_a_utf8_bom_keeps_its_first_line(tmp_path):
+    """Kind: a BOM before the first record (a log saved by a Windows editor): the first line is a record like
+    the others, not malformed, and its ERROR is a finding."""
+    lines = [plog_line("ERROR", "GE", 1, "atc", 1.7e9, "g.cc", 1, "1 op failed"),
+             plog_line("WARNING", "FE", 1, "atc", 1.7e9 + 1, "f.cc", 1, "1 x")]
+    path = tmp_path / "b.log"
+    path.write_bytes(BOM + ("\n".join(lines) + "\n").encode())
+    assert detect_format(path).parser.name == "plog"
+    res = plog_lines.parse(path)
+    assert (res.records, res.malformed) == (len(lines), 0)
+    msgs = res.tables["log_messages"]
+    assert msgs["Level"].tolist() == ["ERROR", "WARNING"] and msgs["Message"].tolist() == ["op failed", "x"]
+    assert ("log_errors", "GE") in {(f.kind, f.subject) for f in res.findings}
+
+
+def test_a_gbk_plog_is_read_as_gb18030_and_a_latin1_one_is_counted(tmp_path):
+    """Kind: a log that is not UTF-8. GBK (Chinese-locale Windows) decodes whole as GB18030: its text is kept and
+    a note says so; Latin-1 does not: its non-ASCII bytes become U+FFFD and a note counts them."""
+    message = "算子编译失败"
+    lines = [plog_line("ERROR", "GE", 1, "atc", 1.7e9, "g.cc", 1, message),
+             plog_line("INFO", "GE", 1, "atc", 1.7e9 + 1, "g.cc", 2, "done")]
+    path = tmp_path / "gbk.log"
+    path.write_bytes(("\n".join(lines) + "\n").encode("gbk"))
+    res = plog_lines.parse(path)
+    assert res.tables["log_messages"]["Message"].tolist() == [message]
+    assert "decoded as GB18030 (not UTF-8)" in res.notes
+    latin = "échec à l'étape\n"
+    path = tmp_path / "latin1.log"
+    data = ("\n".join(lines[1:] + [lines[1].replace("done", latin)])).encode("latin-1", "replace")
+    path.write_bytes(data)
+    res = plog_lines.parse(path)
+    n_bad = sum(b >= 0x80 for b in data)
+    assert res.records == 2 and res.tables["log_levels"]["Count"].sum() == 2
+    assert any(n.startswith(f"{n_bad} byte(s) that are not UTF-8 text") and "re-save it as UTF-8" in n
+               for n in res.notes), res.notes

@@ -19,7 +19,9 @@ No per-op times, so ``op_summary`` is empty. Tables:
 - ``compile_details``: Pass, Line (every other detail line).
 
 A line that is neither a pass header (with a time that is a finite number, toolkit.logs.numbers), nor an
-indented detail after one, nor blank is malformed.
+indented detail after one, nor blank is malformed. The file is streamed through toolkit.core.textfile.TextReader:
+a leading UTF-8 BOM is dropped (the first pass header is read like the others); UTF-8, or GB18030 for a file that
+is not UTF-8 but GB18030; other bytes become U+FFFD, counted in a note.
 Findings: ``compile_pass_failed`` (warning) for a pass whose detail says FAILED, ``fusion_refused`` (info) per
 rule with refusals.
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.records import Finding
-from toolkit.core.textfile import open_regular_text
+from toolkit.core.textfile import TextReader
 from toolkit.logs.detect import head_lines
 from toolkit.logs.jsonio import number
 from toolkit.logs.numbers import sane
@@ -84,11 +86,12 @@ def _detail(pass_name: str, text: str, out: dict) -> None:
         out["details"].append({"Pass": pass_name, "Line": text})
 
 
-def _read(path: Path) -> tuple[dict, int]:
+def _read(path: Path) -> tuple[dict, int, list[str]]:
+    """(the rows of each table by kind, malformed lines, encoding notes)."""
     out = {"passes": [], "fusion": [], "memory": [], "details": []}
     current, bad = None, 0
-    with open_regular_text(path, encoding="utf-8") as fh:  # never a FIFO or /dev/zero
-        for raw in fh:
+    with TextReader(path) as text:  # never a FIFO or /dev/zero
+        for raw in text.lines():
             line = raw.rstrip("\r\n")
             if not line.strip():
                 continue
@@ -102,7 +105,7 @@ def _read(path: Path) -> tuple[dict, int]:
                 _detail(current, line.strip(), out)
             else:
                 bad += 1
-    return out, bad
+    return out, bad, text.notes()
 
 
 def _findings(passes: pd.DataFrame, fusion: pd.DataFrame, details: pd.DataFrame) -> list[Finding]:
@@ -121,7 +124,7 @@ def _findings(passes: pd.DataFrame, fusion: pd.DataFrame, details: pd.DataFrame)
 
 def parse(path: Path) -> ParseResult:
     """Read a compile.log (module docstring). Never raises for bad lines."""
-    out, bad = _read(Path(path))
+    out, bad, decoded = _read(Path(path))
     passes = pd.DataFrame(out["passes"], columns=PASS_COLUMNS)
     fusion = pd.DataFrame(out["fusion"], columns=FUSION_COLUMNS)
     details = pd.DataFrame(out["details"], columns=["Pass", "Line"])
@@ -132,6 +135,7 @@ def parse(path: Path) -> ParseResult:
         notes.append(f"{len(passes)} pass(es); ops {passes['OpsBefore'].iloc[0]} -> {passes['OpsAfter'].iloc[-1]}, "
                      f"kernels {passes['KernelsAfter'].iloc[-1]}; {int((fusion['Kind'] == 'match').sum())} fusion "
                      f"match(es), {int((fusion['Kind'] == 'refused').sum())} refusal(s)")
+    notes += decoded
     records = len(passes) + len(fusion) + len(tables["compile_memory"]) + len(details)
     return ParseResult(str(path), NAME, tables=tables, records=records, malformed=bad, notes=notes,
                        findings=_findings(passes, fusion, details))

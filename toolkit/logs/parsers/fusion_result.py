@@ -9,7 +9,8 @@ per graph to the same file with no separator (``{...}{...}``): every object is r
 ``fusion_counts``: Graph, Level (graph_fusion / ub_fusion), Pass, MatchTimes, EffectTimes, RepositoryHitTimes
 (integers; RepositoryHitTimes empty where the file has none). A pass entry that is not an object
 or whose counts are not whole numbers is malformed; a file that is not valid JSON is one malformed record.
-No per-op times, so ``op_summary`` is empty.
+No per-op times, so ``op_summary`` is empty. The text is decoded by toolkit.logs.jsonio.read_text (a UTF-8 BOM
+dropped; UTF-8 or GB18030; other bytes replaced and counted in a note).
 
 Findings: ``fusion_not_applied`` (info) for a pass matched more often than applied.
 """
@@ -90,15 +91,15 @@ def _objects(text: str) -> tuple[list, int, str]:
 
 def parse(path: Path) -> ParseResult:
     """Read a fusion_result.json (module docstring). Never raises for bad content."""
-    text = read_text(Path(path))
+    text, decoded = read_text(Path(path))
     deep = too_deep(text)
     if deep:
         return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
-                           notes=[deep])
+                           notes=[deep] + decoded)
     objects, bad, why = _objects(text)
     if not objects:
         return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
-                           notes=[f"not valid JSON ({why}); nothing read"])
+                           notes=[f"not valid JSON ({why}); nothing read"] + decoded)
     rows = []
     for obj in objects:
         got, n_bad = _rows(obj) if isinstance(obj, dict) else ([], 1)
@@ -112,7 +113,7 @@ def parse(path: Path) -> ParseResult:
                 for r in table.itertuples() if r.MatchTimes > r.EffectTimes]
     return ParseResult(str(path), NAME, tables={"fusion_counts": table}, records=len(rows), malformed=bad,
                        notes=[f"{len(rows)} fusion pass count(s) in {table['Graph'].nunique()} graph(s)"
-                              + (f", {len(objects)} appended objects" if len(objects) > 1 else "")],
+                              + (f", {len(objects)} appended objects" if len(objects) > 1 else "")] + decoded,
                        findings=findings)
 
 

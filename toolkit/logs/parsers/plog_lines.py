@@ -17,8 +17,11 @@ Lines carry no per-op times, so ``op_summary`` is empty. Tables:
   truncated with a marker giving its original length (toolkit.logs.textcap).
 
 Blank lines are ignored; any other line that is not one plog record is malformed. The file is read in
-blocks of :data:`BLOCK_CHARS` characters with one multi-line regular expression per block (no per-line
-Python loop), so memory stays bounded for logs of millions of lines.
+blocks of :data:`BLOCK_CHARS` bytes with one multi-line regular expression per block (no per-line
+Python loop), so memory stays bounded for logs of millions of lines. It is decoded by
+toolkit.core.textfile.TextReader: a leading UTF-8 BOM is dropped (the first line is a record like any other);
+UTF-8, or GB18030 for a log that is not UTF-8 but GB18030 (note "decoded as GB18030 (not UTF-8)"); bytes
+neither decodes become U+FFFD, counted in a note that says to re-save the file as UTF-8.
 
 Findings: ``log_errors`` (error) and ``log_warnings`` (info) per module, with the count and first message.
 """
@@ -32,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.core.records import Finding
-from toolkit.core.textfile import open_regular_text
+from toolkit.core.textfile import TextReader
 from toolkit.logs.detect import head_lines
 from toolkit.logs.plog import ROOT
 from toolkit.logs.registry import Parser, ParseResult, register_parser
@@ -41,7 +44,7 @@ from toolkit.logs.textcap import clip
 NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
 MAX_MESSAGES = 1000
-BLOCK_CHARS = 32 * 1024 * 1024
+BLOCK_CHARS = 32 * 1024 * 1024  # bytes decoded per block (the name is older than the decoding)
 MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "TID", "Time", "File", "Line", "Message"]
 _TIME = r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3}"
 #: one record of any of the forms in the module docstring; groups level, module, pid, process, time, file, line,
@@ -68,29 +71,31 @@ def detect(path: Path, head: str) -> bool:
     return bool(lines) and good * 2 > len(lines)
 
 
-def _blocks(path: Path):
+def _blocks(text: TextReader):
     """The file's text in blocks ending at a line end (the last block may end without one)."""
-    with open_regular_text(path, encoding="utf-8", newline="") as fh:  # never a FIFO or /dev/zero
-        rest = ""
-        while True:
-            chunk = fh.read(BLOCK_CHARS)
-            if not chunk:
-                break
-            chunk = rest + chunk
-            cut = chunk.rfind("\n")
-            if cut < 0:
-                rest = chunk
-                continue
-            rest = chunk[cut + 1:]
-            yield chunk[:cut + 1]
-        if rest:
-            yield rest
+    rest = ""
+    for chunk in text.chunks(BLOCK_CHARS):
+        chunk = rest + chunk
+        cut = chunk.rfind("\n")
+        if cut < 0:
+            rest = chunk
+            continue
+        rest = chunk[cut + 1:]
+        yield chunk[:cut + 1]
+    if rest:
+        yield rest
 
 
-def _scan(path: Path) -> tuple[Counter, list[tuple], int]:
-    """(Counter of (level, module), the first WARNING/ERROR records, malformed line count)."""
+def _scan(path: Path) -> tuple[Counter, list[tuple], int, list[str]]:
+    """(Counter of (level, module), the first WARNING/ERROR records, malformed line count, encoding notes)."""
+    with TextReader(path) as text:  # never a FIFO or /dev/zero
+        counts, notable, bad = _scan_blocks(_blocks(text))
+        return counts, notable, bad, text.notes()
+
+
+def _scan_blocks(blocks) -> tuple[Counter, list[tuple], int]:
     counts, notable, bad = Counter(), [], 0
-    for block in _blocks(path):
+    for block in blocks:
         block = block.replace("\r\n", "\n") if "\r" in block else block
         found = Counter(_COUNT_RE.findall(block))
         for (level, module, other), n in found.items():
@@ -136,7 +141,7 @@ def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[F
 
 def parse(path: Path) -> ParseResult:
     """Read a plog file (module docstring). Never raises for bad lines."""
-    counts, notable, bad = _scan(Path(path))
+    counts, notable, bad, decoded = _scan(Path(path))
     good = sum(counts.values())
     levels = pd.DataFrame([{"Level": lv, "Module": mod.strip(), "Count": n} for (lv, mod), n in counts.items()],
                           columns=["Level", "Module", "Count"])
@@ -148,6 +153,7 @@ def parse(path: Path) -> ParseResult:
                                                   levels.groupby("Level", sort=False)["Count"].sum().items())]
     if len(notable) >= MAX_MESSAGES:
         notes.append(f"log_messages keeps the first {MAX_MESSAGES} WARNING/ERROR lines")
+    notes += decoded
     return ParseResult(str(path), NAME, tables={"log_levels": levels, "log_messages": messages}, records=good,
                        malformed=bad, notes=notes,
                        findings=_findings(levels, messages, Path(path).name))
