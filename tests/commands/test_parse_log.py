@@ -1,5 +1,6 @@
 """The parse-log command (toolkit/commands/parse_log.py), in process: merged outputs, skipped and unparseable
-files, profile folders and files read once, and op statistics kept apart per time kind."""
+files, profile folders and files read once, op statistics kept apart per time kind, and files with a BOM, in
+GBK or with no fusion."""
 
 from __future__ import annotations
 
@@ -99,6 +100,32 @@ def test_recognised_file_with_no_readable_record_counts_as_not_parsed(tmp_path):
     write_csv(path, ["Op Name", "Task Duration(us)"], [["a", "x"], ["", "1"]])
     with pytest.raises(InputError, match="no readable record, 2 malformed"):
         parse_log_command([str(path)], out=str(tmp_path / "o"))
+
+
+def test_bom_gbk_and_fusionless_files_are_parsed_with_their_notes(tmp_path):
+    """The fresh tester's files, each of a kind parse-log had misread: a plog starting with a UTF-8 BOM (its first
+    line had been malformed), a GBK CSV (its op names had become U+FFFD without a note) and a fusion_result.json
+    with one graph and no fusion (it had been 'nothing parsed', exit 2)."""
+    lines = [plog_line("ERROR", "GE", 1, "atc", 1.7e9, "g.cc", 1, "1 op failed"),
+             plog_line("WARNING", "FE", 1, "atc", 1.7e9 + 1, "f.cc", 1, "1 x")]
+    (tmp_path / "b.log").write_bytes(b"\xef\xbb\xbf" + ("\n".join(lines) + "\n").encode())
+    (tmp_path / "g.csv").write_bytes("Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us)\n"
+                                     "卷积,Conv2D,AI_CORE,0,100\n".encode("gbk"))
+    (tmp_path / "fusion_result.json").write_text(json.dumps({"session_and_graph_id_0_0": {"graph_fusion": {},
+                                                                                        "ub_fusion": {}}}))
+    names = ["b.log", "g.csv", "fusion_result.json"]
+    res = parse_log_command([str(tmp_path / n) for n in names], out=str(tmp_path / "o"), html=False)
+    assert res["parsed"] == len(names) and res["skipped"] == 0 and res["malformed"] == 0
+    summary = json.loads((res["out"] / "parse_summary.json").read_text())
+    files = {Path(f["path"]).name: f for f in summary["files"]}
+    assert files["b.log"]["records"] == len(lines)
+    assert "decoded as GB18030 (not UTF-8)" in files["g.csv"]["notes"]
+    assert files["fusion_result.json"]["records"] == 1 and files["fusion_result.json"]["status"] == "parsed"
+    messages = pd.read_csv(res["out"] / "log_messages.csv")
+    assert messages["Level"].tolist() == ["ERROR", "WARNING"]
+    assert pd.read_csv(res["out"] / "op_summary.csv")["Op Name"].tolist() == ["卷积"]
+    found = json.loads((res["out"] / "findings.json").read_text())
+    assert {"kind": "log_errors", "subject": "GE"}.items() <= next(f for f in found if f["kind"] == "log_errors").items()
 
 
 def _cli_in_repo(*args, env=None):

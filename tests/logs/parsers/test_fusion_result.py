@@ -44,7 +44,7 @@ def test_appended_objects_and_repository_hit_times(tmp_path):
     assert detect_format(path).parser.name == "fusion_result"
     res = fusion_result.parse(path)
     t = res.tables["fusion_counts"]
-    assert res.records == 6 and res.malformed == 0
+    assert res.records == 3 + 6 and res.malformed == 0  # records: 3 graph entries and their 6 pass counts
     assert t["Graph"].tolist() == ["session_and_graph_id_0_0"] * 2 + ["session_and_graph_id_0_1"] * 2 + \
         ["session_and_graph_id_1_0"] * 2
     assert t["RepositoryHitTimes"].tolist()[:2] == [1, 1] and t["RepositoryHitTimes"].isna().tolist()[2:4] == [True] * 2
@@ -56,7 +56,7 @@ def test_an_appended_file_cut_short_keeps_the_whole_objects(tmp_path, tail, malf
     path = tmp_path / "fusion_result.json"
     path.write_text(json.dumps(_graph("0_0")) + tail)
     res = fusion_result.parse(path)
-    assert res.records == 2 and res.malformed == malformed
+    assert res.records == 1 + 2 and res.malformed == malformed  # one graph entry, two pass counts
 
 
 def test_a_bad_repository_hit_count_is_malformed(tmp_path):
@@ -80,7 +80,41 @@ def test_our_fusion_result_uses_the_converters_keys(tmp_path):
                            all(isinstance(v, str) for v in e.values()) for e in entries)
     path = tmp_path / "fusion_result.json"
     path.write_text(json.dumps(fr))
-    assert fusion_result.parse(path).records == len(entries)
+    assert fusion_result.parse(path).records == len(fr) + len(entries)  # graph entries and pass counts
+
+
+# ------------------------------------------------------------------------------------------- no fusion at all
+def test_a_fusion_result_without_fusions_counts_its_graphs(tmp_path):
+    """Kind: graphs whose graph_fusion and ub_fusion are empty (a model no pass matched) are a valid file: each
+    graph is a record and a note says no fusion pass fired."""
+    graphs = {f"session_and_graph_id_0_{i}": {"graph_fusion": {}, "ub_fusion": {}} for i in range(2)}
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(graphs, indent=1))
+    assert detect_format(path).parser.name == "fusion_result"
+    res = fusion_result.parse(path)
+    assert (res.records, res.malformed) == (len(graphs), 0) and res.tables["fusion_counts"].empty
+    assert res.notes[0] == f"0 fusion pass count(s) in {len(graphs)} graph(s)"
+    assert any(n.startswith("no fusion pass fired") for n in res.notes)
+
+
+def test_our_fusion_result_of_a_model_without_fusions_is_read(tmp_path):
+    """npuscope's own fusion_result.json for a single Relu: one graph, no pass count."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from toolkit.config.schema import Config
+    from toolkit.engine import compile_model
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    fr = compile_model(model, Config()).fusion_result_json()
+    path = tmp_path / "fusion_result.json"
+    path.write_text(json.dumps(fr))
+    res = fusion_result.parse(path)
+    assert res.records == len(fr) == 1 and res.malformed == 0
+    assert res.notes[0] == "0 fusion pass count(s) in 1 graph(s)"
 
 
 def test_a_fusion_result_with_a_bom_is_read(tmp_path):

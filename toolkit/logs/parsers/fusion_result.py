@@ -9,8 +9,13 @@ per graph to the same file with no separator (``{...}{...}``): every object is r
 ``fusion_counts``: Graph, Level (graph_fusion / ub_fusion), Pass, MatchTimes, EffectTimes, RepositoryHitTimes
 (integers; RepositoryHitTimes empty where the file has none). A pass entry that is not an object
 or whose counts are not whole numbers is malformed; a file that is not valid JSON is one malformed record.
-No per-op times, so ``op_summary`` is empty. The text is decoded by toolkit.logs.jsonio.read_text (a UTF-8 BOM
-dropped; UTF-8 or GB18030; other bytes replaced and counted in a note).
+No per-op times, so ``op_summary`` is empty.
+
+Records are the graph entries (a graph key whose value is an object) and the pass counts read. A graph whose
+graph_fusion and ub_fusion are empty is valid (a model no fusion pass matched; npuscope's own compile of such a
+model writes ``{"session_and_graph_id_0_0": {"graph_fusion": {}, "ub_fusion": {}}}``): its graph is counted and a
+note says no fusion pass fired. The text is decoded by toolkit.logs.jsonio.read_text (a UTF-8 BOM dropped; UTF-8
+or GB18030; other bytes replaced and counted in a note).
 
 Findings: ``fusion_not_applied`` (info) for a pass matched more often than applied.
 """
@@ -49,12 +54,14 @@ def _count(v) -> int | None:
     return None
 
 
-def _rows(obj: dict) -> tuple[list[dict], int]:
-    rows, bad = [], 0
+def _rows(obj: dict) -> tuple[list[dict], int, int]:
+    """(pass-count rows, malformed entries, graph entries) of one top-level object."""
+    rows, bad, graphs = [], 0, 0
     for graph, levels in obj.items():
         if not isinstance(levels, dict):
             bad += 1
             continue
+        graphs += 1
         for level in LEVELS:
             entries = levels.get(level, {})
             if not isinstance(entries, dict):
@@ -70,7 +77,7 @@ def _rows(obj: dict) -> tuple[list[dict], int]:
                     continue
                 rows.append({"Graph": graph, "Level": level, "Pass": name, "MatchTimes": match, "EffectTimes": effect,
                              "RepositoryHitTimes": hit})
-    return rows, bad
+    return rows, bad, graphs
 
 
 def _objects(text: str) -> tuple[list, int, str]:
@@ -90,31 +97,37 @@ def _objects(text: str) -> tuple[list, int, str]:
 
 
 def parse(path: Path) -> ParseResult:
-    """Read a fusion_result.json (module docstring). Never raises for bad content."""
+    """Read a fusion_result.json (module docstring). Never raises for bad content (OSError for a file that
+    cannot be read: toolkit.logs.jsonio.read_text)."""
     text, decoded = read_text(Path(path))
+    empty = {"fusion_counts": pd.DataFrame(columns=COLUMNS)}
     deep = too_deep(text)
     if deep:
-        return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
-                           notes=[deep] + decoded)
+        return ParseResult(str(path), NAME, tables=empty, malformed=1, notes=[deep] + decoded)
     objects, bad, why = _objects(text)
     if not objects:
-        return ParseResult(str(path), NAME, tables={"fusion_counts": pd.DataFrame(columns=COLUMNS)}, malformed=1,
+        return ParseResult(str(path), NAME, tables=empty, malformed=1,
                            notes=[f"not valid JSON ({why}); nothing read"] + decoded)
-    rows = []
+    rows, graphs = [], 0
     for obj in objects:
-        got, n_bad = _rows(obj) if isinstance(obj, dict) else ([], 1)
+        got, n_bad, n_graphs = _rows(obj) if isinstance(obj, dict) else ([], 1, 0)
         rows += got
         bad += n_bad
+        graphs += n_graphs
     table = pd.DataFrame(rows, columns=COLUMNS).astype({"RepositoryHitTimes": "Int64"})
     findings = [Finding("info", "fusion_not_applied", str(r.Pass),
                         {"graph": r.Graph, "level": r.Level, "match_times": int(r.MatchTimes),
                          "effect_times": int(r.EffectTimes)},
                         "the pattern matched but the rewrite was refused; see the compile log for the reason")
                 for r in table.itertuples() if r.MatchTimes > r.EffectTimes]
-    return ParseResult(str(path), NAME, tables={"fusion_counts": table}, records=len(rows), malformed=bad,
-                       notes=[f"{len(rows)} fusion pass count(s) in {table['Graph'].nunique()} graph(s)"
-                              + (f", {len(objects)} appended objects" if len(objects) > 1 else "")] + decoded,
-                       findings=findings)
+    notes = [f"{len(rows)} fusion pass count(s) in {graphs} graph(s)"
+             + (f", {len(objects)} appended objects" if len(objects) > 1 else "")]
+    if graphs and table.empty:
+        notes.append("no fusion pass fired: graph_fusion and ub_fusion are empty in every graph")
+    elif graphs and not (table["EffectTimes"] > 0).any():
+        notes.append("no fusion pass fired: every pass has effect_times 0")
+    return ParseResult(str(path), NAME, tables={"fusion_counts": table}, records=graphs + len(rows), malformed=bad,
+                       notes=notes + decoded, findings=findings)
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))
