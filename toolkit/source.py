@@ -31,7 +31,7 @@ import onnx
 from toolkit import samples, zoo
 from toolkit.compiler.passes.bind_shapes import check_input_shapes, dynamic_dims_message
 from toolkit.core.errors import InputError, ModelError, UsageError, UserError
-from toolkit.core.text import suggest
+from toolkit.core.text import escape_surrogates, suggest
 from toolkit.inputs import (
     input_specs,
     load_npz,
@@ -48,7 +48,7 @@ from toolkit.ir.load import file_sha256
 @dataclass
 class ModelSource:
     path: Path
-    name: str  # short display name (sample/zoo name or file stem)
+    name: str  # short display name (sample/zoo name or file stem; bytes that are not UTF-8 escaped: "m\xff")
     kind: str  # "sample" | "zoo" | "file"
 
 
@@ -67,7 +67,7 @@ def resolve_model(arg: str | None) -> ModelSource:
     except UserError as exc:
         raise UserError(f"{exc}; bundled samples: {', '.join(samples.SAMPLES)}") from None
     zname = _zoo_name_of(path)  # a zoo model given by its path: its zoo name finds its realistic input
-    return ModelSource(path, zname or path.stem, "zoo" if zname else "file")
+    return ModelSource(path, zname or escape_surrogates(path.stem), "zoo" if zname else "file")
 
 
 _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),

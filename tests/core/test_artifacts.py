@@ -74,3 +74,18 @@ def test_written_json_is_strict_whatever_floats_it_holds(tmp_path, value):
 
     got = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
     assert got == {"a": None, "b": [1, None, 3], "c": {"d": [None]}}
+
+
+def test_write_json_and_write_text_escape_names_that_are_not_utf8(tmp_path):
+    """Kind: a model path whose bytes are not UTF-8 (plan.json, compile.log, summary.json name it): written
+    escaped (\\xff), the files stay UTF-8, no UnicodeEncodeError."""
+    import json
+    import os
+
+    from toolkit.core.artifacts import write_json, write_text
+
+    model = os.fsdecode(b"/m/\xff\xfe.onnx")
+    got = json.loads(write_json(tmp_path / "s.json", {"model": model}).read_bytes().decode("utf-8"))
+    assert got == {"model": r"/m/\xff\xfe.onnx"}
+    assert write_text(tmp_path / "c.log", f"loaded {model}\n").read_bytes().decode("utf-8") == \
+        "loaded /m/\\xff\\xfe.onnx\n"

@@ -110,3 +110,25 @@ def test_200000_column_frames_round_trip(mixed):
         assert list(back.columns).index("num") == 5 and list(back.columns).index("int") == n - 3
         assert back["num"].tolist() == [-1.0, 2.0] and back["num"].dtype == np.float64
         assert back["int"].tolist() == [7, 8] and back["int"].dtype == np.int64
+
+
+def test_names_with_bytes_that_are_not_utf8_are_written_escaped(tmp_path):
+    """Kind: a path or file name whose bytes are not UTF-8 (os.fsdecode's lone surrogates) in any JSON, CSV or
+    text file we write: escaped as \\xNN (what os.fsencode(name).decode("utf-8", "backslashreplace") shows), the
+    file is UTF-8 and strict JSON, never a UnicodeEncodeError."""
+    import json
+    import os
+    from pathlib import Path
+
+    from toolkit.core.csvjson import atomic_write_text, json_safe, json_text
+
+    name = os.fsdecode(b"nu/\xff\xfe.npz")
+    shown = r"nu/\xff\xfe.npz"
+    data = {"model": Path(name), name: [name, (name,)], "n": 1}
+    assert json_safe(data) == {"model": shown, shown: [shown, [shown]], "n": 1}
+    assert json.loads(json_text(data)) == {"model": shown, shown: [shown, [shown]], "n": 1}
+    atomic_write_text(tmp_path / "t.json", json_text(data))
+    assert json.loads((tmp_path / "t.json").read_bytes().decode("utf-8"))["model"] == shown
+    atomic_write_text(tmp_path / "t.csv", csv_text(pd.DataFrame({"Input": [name, "good.npz"]})))
+    assert (tmp_path / "t.csv").read_bytes().decode("utf-8") == "Input\n" + shown + "\ngood.npz\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv", "t.json"]  # no temporary file left

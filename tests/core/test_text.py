@@ -4,6 +4,7 @@ line they cross, minus zero, joined parts, and the compile summary."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.graphs import N, make_model
 from toolkit.engine import compile_model
 from toolkit.config.schema import Config
-from toolkit.core.text import compile_summary, printable, show, show_crossed, show_line, show_vs
+from toolkit.core.text import compile_summary, escape_surrogates, printable, show, show_crossed, show_line, show_vs
 
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
@@ -32,10 +33,25 @@ def test_printable_escapes_every_dangerous_character_and_keeps_the_rest():
     assert printable("\x1b[31m") == r"\x1b[31m"
     assert printable("\u202e") == r"\u202e"
     assert printable("a\nb\rc\td") == r"a\nb\rc\td"
-    assert printable("\udcff") == r"\udcff"  # an undecodable file-name byte (surrogateescape)
+    assert printable("\udcff") == r"\xff"  # an undecodable file-name byte (surrogateescape): that byte
+    assert printable("\ud800") == r"\ud800"  # any other lone surrogate
     kept = "relu_1/conv.weight:0 ноде 名前 é ü → C:\\path\\x"
     assert printable(kept) == kept
     assert printable(3.5) == "3.5"
+
+
+def test_escape_surrogates_shows_a_file_names_bytes_as_backslashreplace_does():
+    """Kind: a file name whose bytes are not UTF-8 (legal on Linux), which os.fsdecode gives as lone surrogates:
+    escaped the way os.fsencode(name).decode("utf-8", "backslashreplace") shows it, so it encodes as UTF-8."""
+    for raw in (b"\xff\xfe.npz", b"nu/\xff\xfe.npz", b"caf\xe9 \xc3\xa9.onnx", b"a\x80b", b"\xed\xa0\x80"):
+        name = os.fsdecode(raw)
+        out = escape_surrogates(name)
+        assert out == raw.decode("utf-8", "backslashreplace"), raw
+        out.encode("utf-8")  # never raises
+        assert printable(name) == out
+    assert escape_surrogates("a\ud800b") == r"a\ud800b" and escape_surrogates("a\udc00") == r"a\udc00"
+    kept = "relu ноде 名前 é → C:\\x"
+    assert escape_surrogates(kept) is kept and escape_surrogates("plain") == "plain"
 
 
 def test_show_crossed_lies_beyond_the_line_and_never_reads_one():

@@ -23,3 +23,19 @@ def test_junit_xml_stays_parseable_with_control_characters_in_names():
     assert "\\x1b" in case.find("failure").get("message")
     assert root.find(".//property").get("value") == "y\\x1b[31m\\x00\\x07\\x0b\\ufffe"
     assert json.loads(case.find("failure").text)["tensor"] == bad  # JSON evidence keeps the exact name
+
+
+def test_junit_xml_writes_a_path_that_is_not_utf8_escaped():
+    """Kind: a model or policy path whose bytes are not UTF-8 (os.fsdecode's lone surrogates) in junit.xml:
+    written as \\xNN, as every other file names it, and the file encodes as UTF-8."""
+    import os
+    import xml.etree.ElementTree as ET
+
+    from toolkit.signoff.criteria import Result
+    from toolkit.signoff.junit import junit_xml
+
+    model = os.fsdecode(b"m\xff\xfe.onnx")
+    text = junit_xml([Result("memory", "memory", True, f"ok for {model}")], f"signoff.{model}", {"model": model})
+    root = ET.fromstring(text.encode("utf-8").split(b"\n", 1)[1])
+    assert root.find(".//property").get("value") == r"m\xff\xfe.onnx"
+    assert root.find(".//testsuite").get("name") == r"signoff.m\xff\xfe.onnx"

@@ -21,7 +21,7 @@ import numpy as np
 from toolkit.core.csvjson import json_text
 from toolkit.core.dtypes import standard
 from toolkit.core.errors import ModelError, UsageError
-from toolkit.core.text import printable
+from toolkit.core.text import escape_surrogates, printable
 
 #: Windows device names, reserved with any extension (CON, CON.txt): https://learn.microsoft.com/windows/win32/fileio/naming-a-file
 _RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?", re.IGNORECASE)
@@ -126,8 +126,12 @@ def output_dir(explicit: str | None, base: str | Path, stem: str):
 
 
 def write_text(path: Path, text: str) -> Path:
+    """Write ``text`` as UTF-8 to ``path`` atomically (a temporary file, then renamed). A lone surrogate in
+    ``text`` (a file name whose bytes are not UTF-8, as ``os.fsdecode`` gives it) is written as its escape
+    (:func:`toolkit.core.text.escape_surrogates`: ``\\xff``), never raised as UnicodeEncodeError. Raises
+    OSError when the file cannot be written."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(escape_surrogates(text), encoding="utf-8")
     os.replace(tmp, path)
     return path
 

@@ -31,12 +31,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from toolkit.core.text import escape_surrogates
+
 
 def json_safe(obj):
     """``obj`` with only JSON types: NaN/±inf → None, numpy → Python, sets/tuples → lists, DataFrame →
-    records, objects with ``to_dict()`` → dicts, anything else → str."""
-    if obj is None or isinstance(obj, (bool, str)):
+    records, objects with ``to_dict()`` → dicts, paths → their text, anything else → str. Every text (values
+    and keys) goes through :func:`toolkit.core.text.escape_surrogates`: a file name holding bytes that are not
+    UTF-8 (``os.fsdecode``'s lone surrogates) is written ``\\xff\\xfe.npz``, never a surrogate no UTF-8 file
+    (and no strict JSON parser) takes. Never raises."""
+    if obj is None or isinstance(obj, bool):
         return obj
+    if isinstance(obj, str):
+        return escape_surrogates(obj)
     if isinstance(obj, np.bool_):
         return bool(obj)
     if isinstance(obj, (int, np.integer)):
@@ -44,7 +51,7 @@ def json_safe(obj):
     if isinstance(obj, (float, np.floating)):
         return float(obj) if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
+        return {escape_surrogates(str(k)): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple, set)):
         return [json_safe(v) for v in obj]
     if isinstance(obj, np.ndarray):
@@ -58,16 +65,19 @@ def json_safe(obj):
     if hasattr(obj, "to_dict"):
         return json_safe(obj.to_dict())
     if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    return str(obj)
+        return escape_surrogates(str(os.fspath(obj)))
+    return escape_surrogates(str(obj))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to a temporary file next to ``path``, then os.replace it into place."""
+    """Write ``text`` (UTF-8) to a temporary file next to ``path``, then os.replace it into place. A lone
+    surrogate in ``text`` (a file name whose bytes are not UTF-8) is written as its escape
+    (:func:`toolkit.core.text.escape_surrogates`), never raised as UnicodeEncodeError. Raises OSError (the
+    file cannot be written); the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
+            fh.write(escape_surrogates(text))
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 
 #: Code points :func:`printable` escapes: C0 controls and DEL (U+0000-U+001F, U+007F: ESC starts ANSI/OSC
 #: sequences, BEL ends OSC, CR/LF/backspace rewrite lines), C1 controls (U+0080-U+009F: CSI/OSC in one byte),
 #: the line and paragraph separators (U+2028, U+2029), the Unicode bidirectional controls (U+061C, U+200E,
 #: U+200F, U+202A-U+202E, U+2066-U+2069: "Trojan Source", CVE-2021-42574) and lone surrogates
-#: (U+D800-U+DFFF: undecodable file-name bytes, which no terminal encoding can print).
+#: (U+D800-U+DFFF: undecodable file-name bytes, which no terminal encoding can print; those of
+#: :func:`escape_surrogates`' byte range read as that byte, ``\\xff``).
 _UNPRINTABLE = ([*range(0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
                  *range(0x2066, 0x206A), *range(0xD800, 0xE000)])
 _ESCAPES = {c: (f"\\x{c:02x}" if c <= 0xFF else f"\\u{c:04x}") for c in _UNPRINTABLE}
+_ESCAPES.update({c: f"\\x{c - 0xDC00:02x}" for c in range(0xDC80, 0xDD00)})
 _ESCAPES.update({ord("\t"): "\\t", ord("\n"): "\\n", ord("\r"): "\\r"})
 
 
@@ -25,9 +28,32 @@ def printable(text) -> str:
     character of :data:`_UNPRINTABLE` — controls (LF and CR included), bidirectional overrides, separators —
     becomes a visible Python-style escape (``\\x1b``, ``\\x07``, ``\\r``, ``\\n``, ``\\t``, ``\\u202e``), so names
     read from an untrusted model can neither send terminal escape sequences (colours, window title, OSC 52
-    clipboard, OSC 8 links), nor forge or erase lines, nor reorder what is displayed. Everything else,
+    clipboard, OSC 8 links), nor forge or erase lines, nor reorder what is displayed; a lone surrogate (a file
+    name byte that is not UTF-8) reads as :func:`escape_surrogates` writes it (``\\xff``). Everything else,
     backslashes and non-ASCII letters included, is kept. One line in, one line out."""
     return str(text).translate(_ESCAPES)
+
+
+#: A lone surrogate: how Python carries bytes that are not UTF-8 in a str (os.fsdecode, os.listdir, sys.argv:
+#: the ``surrogateescape`` error handler maps byte 0xNN to U+DCNN), which no UTF-8 file can hold.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_escape(match: re.Match) -> str:
+    c = ord(match.group())
+    return f"\\x{c - 0xDC00:02x}" if 0xDC80 <= c <= 0xDCFF else f"\\u{c:04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate written as a visible escape, so that it can be encoded as UTF-8 (a JSON,
+    CSV, HTML or log file; UTF-8 has no form for a surrogate and ``str.encode`` raises UnicodeEncodeError):
+    U+DC80-U+DCFF, the form of an undecodable byte 0xNN of a file name (``os.fsdecode``, surrogateescape),
+    becomes ``\\xNN`` — a file name reads as ``os.fsencode(name).decode("utf-8", "backslashreplace")`` shows
+    it: ``b"\\xff\\xfe.npz"`` as ``\\xff\\xfe.npz`` — and any other as ``\\udNNN``. Everything else is kept;
+    text without a surrogate is returned as it is (ASCII text is not even scanned). Never raises."""
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(_surrogate_escape, text)
 
 
 def show(value, *limits, digits: int = 6) -> str:

@@ -21,6 +21,7 @@ import re
 import xml.etree.ElementTree as ET
 
 from toolkit.core.csvjson import json_safe
+from toolkit.core.text import escape_surrogates
 
 #: characters XML 1.0 does not allow (C0 controls but TAB/LF/CR, lone surrogates, U+FFFE/U+FFFF): a model
 #: name holding one would make the whole file unparseable for the CI system
@@ -28,9 +29,10 @@ _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _x(text) -> str:
-    """``text`` as XML 1.0 allows it: each forbidden character written as a visible ``\\xNN`` / ``\\uNNNN``."""
+    """``text`` as XML 1.0 allows it: each forbidden character written as a visible ``\\xNN`` / ``\\uNNNN``; a lone
+    surrogate (a file name byte that is not UTF-8) as toolkit.core.text.escape_surrogates writes it (``\\xff``)."""
     return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
-                        str(text))
+                        escape_surrogates(str(text)))
 
 
 def junit_xml(results, suite: str, properties: dict | None = None, time_s: float = 0.0) -> str:
