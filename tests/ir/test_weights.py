@@ -272,3 +272,30 @@ def test_released_weight_pages_leave_the_process_and_read_back_the_same(tmp_path
     assert got["released"] - got["base"] <= 0.1 * w.nbytes, got
     assert got["hashed"] - got["base"] <= 0.1 * w.nbytes, got
     assert got["same"]
+
+
+@pytest.mark.parametrize("storage", ["external", "embedded"])
+def test_weights_in_a_folder_whose_name_is_not_utf8_are_mapped_and_run(tmp_path, storage):
+    """Kind: a model in a folder (or a file) whose name holds bytes that are not UTF-8 (legal on Linux; os.fsdecode
+    gives lone surrogates, which a protobuf string cannot hold): the mapped path is kept exactly (PATH_KEY holds its
+    bytes), values, data digest and the diagnosis are those of the same model in a plain folder."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    path, inits = mlp_model(plain, np.random.default_rng(5), one_file=True)
+    if storage == "embedded":
+        onnx.save(onnx.load(str(path)), str(path))
+    odd = tmp_path / os.fsdecode(b"m\xff\xfe")
+    os.rename(plain, odd)
+    os.rename(odd / "model.onnx", odd / os.fsdecode(b"model\xff.onnx"))
+    model = load_model(odd / os.fsdecode(b"model\xff.onnx"))
+    mapped = [t for t in model.graph.initializer if weights.is_mapped(t)]
+    assert mapped
+    for t in mapped:
+        np.testing.assert_array_equal(weights.array_of(t), inits[t.name])
+        model.SerializeToString()  # every proto string is UTF-8
+    assert weights.data_digest(model)
+    assert weights.for_onnxruntime(onnx.ModelProto.FromString(model.SerializeToString())) is None  # ORT: our maps
+    np.savez(tmp_path / "in.npz", ids=np.random.default_rng(9).integers(0, 600, (1, 16)))
+    diag, _ = diagnose(prepare(str(odd / os.fsdecode(b"model\xff.onnx")), str(tmp_path / "in.npz")),
+                       Config(precision_mode="force_fp32", op_compiler_cache_mode="disable"))
+    assert diag.summary["verdict"] == "PASS"

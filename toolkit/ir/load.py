@@ -29,6 +29,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from toolkit.core.errors import ModelError
+from toolkit.core.text import escape_surrogates
 from toolkit.ir.proto_checks import (
     check_dtypes,
     check_strings,
@@ -152,7 +153,7 @@ def _map_lifted(model: onnx.ModelProto, lifted, path: Path) -> None:
                              f"{list(t.dims)} need {need}; the model is corrupt or was edited by hand: re-export it")
         t.data_location = onnx.TensorProto.EXTERNAL
         loc = t.external_data.add()
-        loc.key, loc.value = "location", path.name
+        loc.key, loc.value = "location", escape_surrogates(path.name)  # a name that is not UTF-8: shown escaped
         mark_mapped(t, str(path.resolve()), lift.offset, lift.length)
         array_of(t)  # mapped now, as the bytes parsed: a file replaced later does not change this model
 
@@ -370,7 +371,7 @@ def _map_embedded(model: onnx.ModelProto, data: bytes, path: Path) -> int:
         t.ClearField("raw_data")
         t.data_location = onnx.TensorProto.EXTERNAL
         loc = t.external_data.add()
-        loc.key, loc.value = "location", path.name
+        loc.key, loc.value = "location", escape_surrogates(path.name)  # a name that is not UTF-8: shown escaped
         mark_mapped(t, str(path), at, len(raw))
         array_of(t)  # mapped now, as the bytes parsed: a file replaced later does not change this model
         n += 1

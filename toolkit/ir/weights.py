@@ -27,8 +27,32 @@ PATH_KEY = "npuscope_path"
 MAP_MIN_BYTES = 1 << 20
 
 
+#: How :data:`PATH_KEY` holds a path that is not UTF-8 text (a file or folder name with bytes that are not UTF-8,
+#: legal on Linux: ``os.fsdecode`` carries them as lone surrogates, which a protobuf string cannot hold): this
+#: prefix, then the hex of the path's bytes. Checked paths are absolute, so no real path starts with it.
+_FS_BYTES = "fsbytes:"
+
+
+def _proto_path(path: str) -> str:
+    """``path`` as a protobuf string holds it: as it is, or :data:`_FS_BYTES` + the hex of ``os.fsencode(path)``
+    when it is not UTF-8 text."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return _FS_BYTES + os.fsencode(path).hex()
+    return path
+
+
+def _fs_path(value: str) -> str:
+    """The path :func:`_proto_path` wrote as ``value``."""
+    return os.fsdecode(bytes.fromhex(value[len(_FS_BYTES):])) if value.startswith(_FS_BYTES) else value
+
+
 def _fields(t: TensorProto) -> dict[str, str]:
-    return {e.key: e.value for e in t.external_data}
+    f = {e.key: e.value for e in t.external_data}
+    if PATH_KEY in f:
+        f[PATH_KEY] = _fs_path(f[PATH_KEY])
+    return f
 
 
 def is_mapped(t: TensorProto) -> bool:
@@ -37,10 +61,11 @@ def is_mapped(t: TensorProto) -> bool:
 
 
 def mark_mapped(t: TensorProto, path: str, offset: int, length: int) -> None:
-    """Record the checked data file ``path`` (absolute), ``offset`` and ``length`` (bytes) of external tensor ``t``."""
+    """Record the checked data file ``path`` (absolute), ``offset`` and ``length`` (bytes) of external tensor ``t``
+    (a path whose bytes are not UTF-8 is kept exactly: :func:`_proto_path`)."""
     keep = [(e.key, e.value) for e in t.external_data if e.key not in ("offset", "length", PATH_KEY)]
     del t.external_data[:]
-    for k, v in keep + [("offset", str(offset)), ("length", str(length)), (PATH_KEY, path)]:
+    for k, v in keep + [("offset", str(offset)), ("length", str(length)), (PATH_KEY, _proto_path(path))]:
         e = t.external_data.add()
         e.key, e.value = k, v
 
@@ -156,7 +181,7 @@ def data_digest(model: onnx.ModelProto, file_digest=None) -> str:
         key = (path, st.st_size, st.st_mtime_ns)
         if key not in _FILE_DIGESTS and file_digest is not None:
             _FILE_DIGESTS[key] = file_digest(path)
-        h.update(f"{path}\0{_file_digest(*key)}\0".encode())
+        h.update(f"{path}\0{_file_digest(*key)}\0".encode("utf-8", "surrogatepass"))  # a name that is not UTF-8
     return h.hexdigest()
 
 
@@ -165,8 +190,9 @@ def for_onnxruntime(model: onnx.ModelProto) -> str | None:
     mapped weights itself: their :data:`PATH_KEY` entries are removed, leaving ONNX's relative ``location``,
     ``offset`` and ``length``. Returns the folder they are relative to (onnxruntime's session option
     ``session.model_external_initializers_file_folder_path``; onnxruntime memory-maps the files), or None when
-    the model maps nothing, its mapped weights come from several folders, or a checked file is not at
-    folder/location (a location that is a symbolic link): then nothing is changed."""
+    the model maps nothing, its mapped weights come from several folders, a checked file is not at
+    folder/location (a location that is a symbolic link), or the folder's name is not UTF-8 text (bytes that
+    are not UTF-8: onnxruntime takes options as UTF-8 strings): then nothing is changed."""
     folders = set()
     for t in model.graph.initializer:
         if is_mapped(t):
@@ -175,7 +201,7 @@ def for_onnxruntime(model: onnx.ModelProto) -> str | None:
             if not path.endswith(os.sep + loc):  # the checked file is not folder/location (a symbolic link)
                 return None
             folders.add(os.path.normpath(path[: len(path) - len(loc)]))
-    if len(folders) != 1:
+    if len(folders) != 1 or _proto_path(next(iter(folders))).startswith(_FS_BYTES):
         return None
     for t in model.graph.initializer:
         if is_mapped(t):
