@@ -17,6 +17,7 @@ import numpy as np
 
 from toolkit.core.artifacts import save_npz
 from toolkit.core.errors import InputError
+from toolkit.core.text import escape_surrogates
 from toolkit.inputs import check_feed
 from toolkit.inputs.loader import load_sets, split_spec
 from toolkit.inputs.npz import npz_files, restore_declared
@@ -26,7 +27,8 @@ from toolkit.inputs.validate import conform_feed
 
 @dataclass(frozen=True)
 class InputRef:
-    """One input file of a dataset folder: ``name`` (the file name, e.g. ``0001.npz``) and ``path``."""
+    """One input file of a dataset folder: ``name`` (the file name as reports show it, e.g. ``0001.npz``; bytes
+    that are not UTF-8 escaped, ``\\xff\\xfe.npz``) and ``path`` (the file itself, as the file system spells it)."""
 
     name: str
     path: str
@@ -36,13 +38,16 @@ def list_inputs(folder: str | Path) -> list[InputRef]:
     """Every entry named ``*.npz`` directly in ``folder``, sorted by name: regular files and also entries
     that cannot be read as one (broken symbolic links, folders, FIFOs, ...), which :func:`read_bytes` turns
     into one-line errors, so they become error rows instead of being skipped. Paths are absolute (symbolic
-    links are kept, not resolved). Raises InputError when there is no entry."""
+    links are kept, not resolved). A file name holding bytes that are not UTF-8 (legal on Linux) is an ordinary
+    input: its path is kept as it is, its name — what inputs.csv, summary.json, the store and the report show —
+    is escaped (:func:`toolkit.core.text.escape_surrogates`: ``b"\\xff\\xfe.npz"`` reads ``\\xff\\xfe.npz``).
+    Raises InputError when there is no entry, or when the folder cannot be listed."""
     folder = Path(folder)
     files = npz_files(folder)
     if not files:
         raise InputError(f"--inputs directory '{folder}' holds no .npz files; write one per input set "
                          "(np.savez(path, name=array))")
-    return [InputRef(p.name, str(p.absolute())) for p in files]
+    return [InputRef(escape_surrogates(p.name), str(p.absolute())) for p in files]
 
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),

@@ -80,11 +80,13 @@ def make_manifest(command: str, *, model_path: str, model_sha256: str, config: d
 
 
 def result_key(name: str) -> str:
-    """File-system-safe, collision-free key of an input name: the safe stem, plus an 8-hex hash of the name
-    when the safe stem differs from it."""
+    """File-system-safe, collision-free key of an input name: the safe stem, plus an 8-hex hash of the name's
+    UTF-8 bytes when the safe stem differs from it (a lone surrogate, a byte that is not UTF-8, is hashed as
+    its code point: "surrogatepass"; never raises)."""
     stem = name.removesuffix(".npz")
     safe = safe_filename(stem)
-    return safe if safe == stem else f"{safe[:100]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+    return safe if safe == stem else \
+        f"{safe[:100]}-{hashlib.sha1(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
 class Store:
@@ -126,7 +128,7 @@ class Store:
     def log(self, entry: dict) -> None:
         entry = {**entry, "pid": os.getpid(), "time": _dt.datetime.now().isoformat(timespec="milliseconds")}
         with open(self.folder / LOG, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(entry) + "\n")
+            fh.write(json.dumps(json_safe(entry)) + "\n")
 
     def load(self, name: str) -> tuple[Record | None, str]:
         """(the stored record of input ``name``, '') when it is there and valid; (None, '') when there is none;
