@@ -271,7 +271,9 @@ def test_mixed_keys_without_model_ask_for_the_model(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_polygraphy_json_without_polygraphy_is_refused(tmp_path, monkeypatch):
-    (tmp_path / "out.json").write_text("{}")
+    """A file shaped like Polygraphy's RunResults (the top-level "lst" and class key its encoder writes) needs
+    polygraphy; any other JSON is refused for what it is (tests/dumps/test_readers.py)."""
+    (tmp_path / "out.json").write_text('{"lst": [["onnxrt-runner", []]], "polygraphy_class": "RunResults"}')
     monkeypatch.setitem(sys.modules, "polygraphy.comparator", None)  # import fails as if not installed
     with pytest.raises(UserError, match=r"needs polygraphy: pip install 'npuscope\[dumps\]'"):
         compare_dumps(side(tmp_path / "out.json", "golden"), side(tmp_path / "out.json", "target"))

@@ -1,7 +1,9 @@
-"""Dump folders (toolkit/dumps/readers.py): legacy void dumps restored, and special entries in a folder."""
+"""Dump sides (toolkit/dumps/readers.py): legacy void dumps restored, special entries in a folder, and which
+JSON files are taken for Polygraphy RunResults (with or without a BOM)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -56,3 +58,87 @@ def test_device_folder_member_is_a_row_when_named_like_a_dump_and_ignored_otherw
     for obj in keep:
         obj.close()
     assert f"REASON {SAID[kind]}" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------------------------------------ Polygraphy JSON
+# The shape Polygraphy's encoder writes (polygraphy/json/serde.py, comparator/struct.py): the class key last.
+RUN_RESULTS = '{\n "lst": [\n  ["onnxrt-runner", []]\n ],\n "polygraphy_class": "RunResults"\n}'
+LEGACY = '{"lst": [["r", []]], "__polygraphy_encoded_RunResults": "polygraphy_serialized_json_type"}'
+
+
+@pytest.mark.parametrize("text, kind", [
+    (RUN_RESULTS, "RunResults"),
+    ("\ufeff" + RUN_RESULTS + "\n", "RunResults"),
+    (LEGACY, "RunResults"),
+    ('{"polygraphy_class": "RunResults", "lst": []}', "RunResults"),
+    ('{"a": 1}', "other"),
+    ('{"lst": [["r", []]]}', "other"),                                   # no class key
+    ('{"a": {"polygraphy_class": "RunResults"}}', "other"),              # not at the top level
+    ('{"x": 1, "polygraphy_class": "RunResults"}', "other"),             # no "lst"
+    ('[{"x": {"array": "", "polygraphy_class": "ndarray"}}]', "other"),  # --save-inputs: a list
+    ('{"lst": [], "polygraphy_class": "AccuracyResult"}', "polygraphy AccuracyResult"),
+    ("", "empty"), (" \n\t", "empty"), ("\ufeff", "empty"), ("hello", "not JSON"),
+])
+def test_run_results_kind_accepts_only_polygraphys_own_shape(text, kind):
+    from toolkit.dumps.readers import run_results_kind
+
+    data = text.encode("utf-8")
+    assert run_results_kind(data, data) == kind
+
+
+def _side_error(path: Path):
+    from toolkit.core.errors import UserError
+    from toolkit.dumps.readers import SideSpec, read_side
+
+    with pytest.raises(UserError) as info:
+        read_side(SideSpec(str(path), "golden"))
+    return info.value
+
+
+@pytest.mark.parametrize("text", ['{"a":1}', '[1, 2]', '{"lst": [["r", []]]}', "\ufeff{}"])
+@pytest.mark.parametrize("polygraphy", ["installed", "missing"])
+def test_json_that_is_not_run_results_names_the_formats_read(tmp_path, monkeypatch, text, polygraphy):
+    """Kind: any JSON given as a dump side that is not a RunResults. The error is one line naming the formats
+    compare-dumps reads, never 'needs polygraphy' (with or without polygraphy installed)."""
+    from toolkit.core.errors import InputError
+
+    if polygraphy == "missing":
+        monkeypatch.setitem(sys.modules, "polygraphy.comparator", None)  # import fails as if not installed
+    path = tmp_path / "golden.json"
+    path.write_text(text, encoding="utf-8")
+    err = _side_error(path)
+    msg = str(err)
+    assert type(err) is InputError and "\n" not in msg and "polygraphy:" not in msg, msg
+    assert "not a Polygraphy RunResults JSON" in msg and "index.json" in msg and ".npy" in msg, msg
+
+
+def test_run_results_without_polygraphy_asks_for_it(tmp_path, monkeypatch):
+    from toolkit.core.errors import InputError
+
+    monkeypatch.setitem(sys.modules, "polygraphy.comparator", None)
+    path = tmp_path / "out.json"
+    path.write_text(RUN_RESULTS)
+    err = _side_error(path)
+    assert type(err) is not InputError and "needs polygraphy: pip install" in str(err)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("polygraphy") is None, reason="polygraphy not installed")
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_run_results_written_by_polygraphy_are_read_with_or_without_a_bom(tmp_path, bom):
+    """Kind: a RunResults JSON starting with a UTF-8 BOM (saved again by a Windows editor) is read like the file
+    polygraphy wrote; its tensors (over the bytes peeked at each end) come back as saved."""
+    from polygraphy.comparator import IterationResult, RunResults
+
+    from toolkit.dumps.readers import RUN_RESULTS_PEEK, SideSpec, read_side, run_results_kind
+
+    values = {"a": np.arange(4096, dtype=np.float32), "b": np.full((2, 3), 7, np.int64)}
+    results = RunResults([("onnxrt-runner", [IterationResult(dict(values), runner_name="onnxrt-runner")])])
+    path = tmp_path / "pg.json"
+    path.write_bytes(bom + results.to_json().encode("utf-8"))
+    data = path.read_bytes()
+    assert len(data) > 2 * RUN_RESULTS_PEEK
+    assert run_results_kind(data[:RUN_RESULTS_PEEK], data[-RUN_RESULTS_PEEK:]) == "RunResults"
+    side = read_side(SideSpec(str(path), "golden"))
+    assert side.format == "polygraphy" and [e.name for e in side.entries] == list(values)
+    for entry in side.entries:
+        np.testing.assert_array_equal(entry.load(), values[entry.name])

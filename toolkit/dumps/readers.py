@@ -4,9 +4,15 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
 
 ``polygraphy`` a file: Polygraphy's RunResults JSON (``polygraphy run model.onnx --onnxrt --save-outputs
                out.json``, with ``--onnx-outputs mark all`` for every tensor), read with polygraphy's own
-               loader ``polygraphy.comparator.RunResults.load`` (optional dependency: ``pip install
-               'npuscope[dumps]'``). Tensor-keyed. One runner and one iteration are used: the first of each
-               unless ``runner`` (exact name, unique prefix, or 0-based index) / ``iteration`` say otherwise.
+               decoder ``polygraphy.comparator.RunResults.from_json`` (optional dependency: ``pip install
+               'npuscope[dumps]'``) from the file's UTF-8 text (a byte-order mark is fine). Tensor-keyed. One
+               runner and one iteration are used: the first of each unless ``runner`` (exact name, unique prefix,
+               or 0-based index) / ``iteration`` say otherwise. A file is taken for RunResults only when it looks
+               like one before polygraphy is needed (:func:`run_results_kind`): Polygraphy's JSON encoder
+               (polygraphy/json/serde.py, comparator/struct.py) writes a top-level object ``{"lst": [[runner,
+               [iteration, ...]], ...], "polygraphy_class": "RunResults"}`` (older Polygraphy wrote the class key as
+               ``"__polygraphy_encoded_RunResults": "polygraphy_serialized_json_type"``, which it still decodes);
+               any other file is a one-line InputError naming the formats compare-dumps reads.
 ``npuscope``   a folder with ``index.json`` (written by ``npuscope run --dump``): ``{file: {"tensor", "kernel",
                ...}}``; tensor-keyed, in index order. Files the index lists but that are missing become
                unreadable dumps (reported rows), not errors.
@@ -36,6 +42,8 @@ Every user mistake (missing/empty folder, nothing recognised, bad JSON, unknown 
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +52,7 @@ import numpy as np
 from toolkit.core.boundedjson import check_depth, json_loads, read_limited
 from toolkit.core.dtypes import dtype_named, is_ml_dtype
 from toolkit.core.errors import InputError, UsageError, UserError
-from toolkit.core.textfile import not_regular_reason, open_regular
+from toolkit.core.textfile import UTF8_BOM, not_regular_reason, open_regular, open_regular_text
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, dump_like, name_problem
@@ -236,14 +244,67 @@ def _load_index(path: Path, spec: SideSpec) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ Polygraphy JSON
-def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
-    """A Polygraphy RunResults JSON, read with ``polygraphy.comparator.RunResults.load``."""
-    with open_regular(path) as fh:  # read_side refused anything but a regular file already
-        head = fh.read(4096).lstrip()
+#: Bytes read from each end of a JSON file to tell whether it is a RunResults (its class key is the top-level
+#: object's last key, after every tensor, or its first in a re-ordered file).
+RUN_RESULTS_PEEK = 4096
+_CLASS_KEY = (rb'"(?:polygraphy_class"\s*:\s*"(?P<cls>[^"\\]*)"'
+              rb'|__polygraphy_encoded_(?P<legacy>\w+)"\s*:\s*"polygraphy_serialized_json_type")')
+_CLASS_LAST = re.compile(_CLASS_KEY + rb"\s*\}\s*\Z")
+_CLASS_FIRST = re.compile(rb"\A\{\s*" + _CLASS_KEY + rb"\s*,")
+_LST_FIRST = re.compile(rb'\A\{\s*(?:"[^"\\]*"\s*:\s*"[^"\\]*"\s*,\s*)?"lst"\s*:\s*\[')
+
+
+def run_results_kind(head: bytes, tail: bytes) -> str:
+    """What a file given as a dump side is, from its first and last :data:`RUN_RESULTS_PEEK` bytes (the same
+    bytes twice for a short file): ``"empty"``, ``"not JSON"`` (it starts with neither ``{`` nor ``[``),
+    ``"RunResults"`` (module docstring: a top-level object whose first key, or first after the class key, is
+    ``"lst"`` holding an array, and whose class key, first or last, names RunResults), the name of another
+    Polygraphy class at its top level (``"polygraphy Foo"``), or ``"other"`` (it starts like JSON but is none of
+    these). A UTF-8 BOM and white space around the JSON are ignored."""
+    head = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
+    head = head.lstrip()
+    if not head:
+        return "empty"
     if not head.startswith((b"{", b"[")):
-        what = "an empty file" if not head else "not JSON"
+        return "not JSON"
+    found = _CLASS_LAST.search(tail) or _CLASS_FIRST.match(head)
+    cls = (found["cls"] or found["legacy"]).decode("ascii", "replace") if found else ""
+    if cls == "RunResults" and _LST_FIRST.match(head):
+        return "RunResults"
+    return f"polygraphy {cls}" if cls and cls != "RunResults" else "other"
+
+
+def _peek_ends(path: Path) -> tuple[bytes, bytes]:
+    """(the first, the last :data:`RUN_RESULTS_PEEK` bytes) of a regular file."""
+    with open_regular(path) as fh:  # read_side refused anything but a regular file already
+        head = fh.read(RUN_RESULTS_PEEK)
+        size = os.fstat(fh.fileno()).st_size
+        if size <= len(head):
+            return head, head
+        fh.seek(max(size - RUN_RESULTS_PEEK, 0))
+        return head, fh.read(RUN_RESULTS_PEEK)
+
+
+def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
+    """A Polygraphy RunResults JSON, decoded with ``polygraphy.comparator.RunResults.from_json``.
+
+    Raises:
+        InputError: the file is empty, not JSON, JSON of another kind (:func:`run_results_kind`: the message
+            names the formats compare-dumps reads), nested too deep, not UTF-8, not a RunResults polygraphy can
+            decode, or the runner / iteration asked for is not in it.
+        UserError: it is a RunResults but polygraphy is not installed.
+    """
+    kind = run_results_kind(*_peek_ends(path))
+    save = "polygraphy run ... --save-outputs FILE"
+    if kind in ("empty", "not JSON"):
+        what = "an empty file" if kind == "empty" else "not JSON"
         raise InputError(f"{spec.label} is {what}; give a folder of .npy dumps or a Polygraphy RunResults JSON "
-                         "(polygraphy run ... --save-outputs FILE)")
+                         f"({save})")
+    if kind != "RunResults":
+        what = (f"a Polygraphy {kind.split(' ', 1)[1]} JSON, not RunResults" if kind.startswith("polygraphy ")
+                else 'not a Polygraphy RunResults JSON (a top-level object {"lst": [...], '
+                     '"polygraphy_class": "RunResults"})')
+        raise InputError(f"{spec.label} is {what}; {_EXPECTED} ({save})")
     try:
         from polygraphy.comparator import RunResults
         from polygraphy.exception import PolygraphyException
@@ -254,17 +315,19 @@ def read_polygraphy(path: Path, spec: SideSpec) -> DumpSet:
     with open_regular(path) as fh:  # json nested 100,000 deep would stop polygraphy's parser with RecursionError
         check_depth(fh.read(), spec.label, InputError)
     try:
+        with open_regular_text(path, errors="strict") as fh:  # UTF-8; a byte-order mark dropped
+            text = fh.read()
         with G_LOGGER.verbosity(G_LOGGER.CRITICAL + 1):  # polygraphy logs loading progress to stdout
-            results = RunResults.load(str(path))
+            results = RunResults.from_json(text)
     except PolygraphyException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "not a RunResults"
-        raise InputError(f"{spec.label}: {first} Save it with `polygraphy run ... --save-outputs FILE`") from None
+        raise InputError(f"{spec.label}: {first} Save it with `{save}`") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{spec.label} is not valid JSON ({exc.msg} at line {exc.lineno}); "
-                         "give a Polygraphy RunResults JSON (polygraphy run ... --save-outputs FILE)") from None
+                         f"give a Polygraphy RunResults JSON ({save})") from None
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
         raise InputError(f"{spec.label} cannot be read as a Polygraphy RunResults JSON "
-                         f"({type(exc).__name__}: {exc}); save it with polygraphy run ... --save-outputs FILE") from None
+                         f"({type(exc).__name__}: {exc}); save it with {save}") from None
     runner = _pick_runner(list(results.keys()), spec)
     iterations = results[runner]
     if not 0 <= spec.iteration < len(iterations):
