@@ -5,6 +5,9 @@ available) — the top-level array's items, or the ``traceEvents`` array's items
 several GB is never held as text nor as a list of dicts. Numbers arrive as Python floats. A file cut short or
 corrupt ends the stream: what was read before is kept and :attr:`Stream.error` says where it stopped.
 ``otherData`` (npuscope's ``Time Kind``) is read from the head of the file when it precedes the events.
+ijson reads UTF-8 only and stops at the first byte that is not, so the file reaches it through
+toolkit.core.textfile.TextReader (a UTF-8 BOM dropped; UTF-8, or GB18030 when the head is GB18030; other bytes
+replaced with U+FFFD and counted) re-encoded as UTF-8; :attr:`Stream.notes` gives the reader's notes.
 
 :class:`Columns` accumulates rows column by column: numbers in float64 arrays, text as int32 codes into one
 dictionary per column, and a column that has held one value only is kept as that value (no per-row storage),
@@ -24,7 +27,7 @@ import ijson
 import numpy as np
 import pandas as pd
 
-from toolkit.core.textfile import open_regular
+from toolkit.core.textfile import TextReader, open_regular
 
 _OTHER = re.compile(rb'"otherData"\s*:\s*(\{[^{}]*\})')
 HEAD = 64 * 1024
@@ -33,11 +36,34 @@ HEAD = 64 * 1024
 @dataclass
 class Stream:
     """The state of one :func:`iter_events` pass: ``top_level`` ("array" / "object" / ""), ``other_data``
-    (the ``otherData`` object when found in the head, else {}), ``error`` (why the stream stopped early, "")."""
+    (the ``otherData`` object when found in the head, else {}), ``error`` (why the stream stopped early, ""),
+    ``notes`` (how the text was decoded when not plain UTF-8: toolkit.core.textfile.TextReader.notes; set when
+    the stream ends)."""
 
     top_level: str = ""
     other_data: dict = field(default_factory=dict)
     error: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+class Utf8Bytes:
+    """A binary file-like object (``read(n)`` only) giving the text of a :class:`TextReader` as UTF-8 bytes, one
+    decoded chunk at a time (a read may return fewer than ``n`` bytes; b"" only at the end)."""
+
+    def __init__(self, text: TextReader, chunk: int = 1 << 20):
+        self._chunks = text.chunks(chunk)
+        self._buffer, self._at = b"", 0
+
+    def read(self, n: int = -1) -> bytes:
+        while self._at >= len(self._buffer):
+            text = next(self._chunks, None)
+            if text is None:
+                return b""
+            self._buffer, self._at = text.encode("utf-8"), 0
+        end = len(self._buffer) if n < 0 else self._at + n
+        out = self._buffer[self._at:end]
+        self._at += len(out)
+        return out
 
 
 def iter_events(path: Path, state: Stream) -> Iterator[object]:
@@ -55,17 +81,18 @@ def iter_events(path: Path, state: Stream) -> Iterator[object]:
                 state.other_data = json.loads(m.group(1))
             except ValueError:
                 state.other_data = {}
-        if not state.top_level:
-            state.error = "neither a JSON array nor an object"
-            return
-        fh.seek(3 if head.startswith(b"\xef\xbb\xbf") else 0)
-        prefix = "item" if state.top_level == "array" else "traceEvents.item"
+    if not state.top_level:
+        state.error = "neither a JSON array nor an object"
+        return
+    prefix = "item" if state.top_level == "array" else "traceEvents.item"
+    with TextReader(path) as text:
         try:
-            yield from ijson.items(fh, prefix, use_float=True)
+            yield from ijson.items(Utf8Bytes(text), prefix, use_float=True)
         except ijson.common.IncompleteJSONError as exc:
             state.error = f"not complete JSON (truncated or corrupt): stopped at {_short(exc)}"
         except ijson.common.JSONError as exc:
             state.error = f"not valid JSON: {_short(exc)}"
+        state.notes = text.notes()
 
 
 def _short(exc: Exception) -> str:

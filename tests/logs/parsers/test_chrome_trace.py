@@ -117,3 +117,30 @@ def test_a_streamed_file_cut_short_keeps_what_was_read(tmp_path, monkeypatch):
     res = chrome_trace.parse(path)
     assert res.records == 3 and res.malformed == 1
     assert any("not complete JSON" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_trace_in_gbk_or_with_foreign_bytes_reads_every_event(tmp_path, monkeypatch, streamed):
+    """Kind: a trace that is not UTF-8. Loaded or streamed (ijson stops at the first byte that is not UTF-8), a
+    GBK trace keeps its names (note: decoded as GB18030) and a Latin-1 one keeps every event, the bytes replaced
+    and counted in a note."""
+    import json
+
+    from toolkit.logs.parsers import chrome_trace
+
+    if streamed:
+        monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    names = ["卷积", "池化", "全连接"]
+    events = [{"name": n, "ph": "X", "pid": 1, "tid": 1, "ts": float(i), "dur": 1.0} for i, n in enumerate(names)]
+    path = tmp_path / "gbk.json"
+    path.write_bytes(json.dumps(events, ensure_ascii=False).encode("gbk"))
+    res = chrome_trace.parse(path)
+    assert res.op_summary["Op Name"].astype(str).tolist() == names and res.malformed == 0
+    assert "decoded as GB18030 (not UTF-8)" in res.notes
+    latin = [dict(e, name=f"op é{i},x") for i, e in enumerate(events)]
+    data = json.dumps(latin, ensure_ascii=False).encode("latin-1")
+    path.write_bytes(data)
+    res = chrome_trace.parse(path)
+    assert res.records == len(latin) and res.malformed == 0
+    n_bad = sum(b >= 0x80 for b in data)
+    assert any(n.startswith(f"{n_bad} byte(s) that are not UTF-8 text") for n in res.notes), res.notes

@@ -223,6 +223,7 @@ def _parse_stream(path: Path) -> ParseResult:
     notes = [f"streamed ({path.stat().st_size / 2 ** 20:.0f} MiB, read with ijson in bounded memory)"]
     if state.error:
         notes.append(state.error)
+    notes += state.notes
     return _result(path, b, bad + bool(state.error), skipped, notes)
 
 
