@@ -269,18 +269,17 @@ def compile_cmd(model, config_path, precision_mode, fusion_level, input_shape, o
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-<time>/.")
 @click.option("--plan", "plan_path", type=click.Path(), help="Run this plan.json (e.g. edited by hand) instead of the "
               "compiled memory plan; kernels and tensor layouts must match the model compiled with the plan's own config "
-              "(or --config and the options above when given).")
+              "(or --config), with the options above applied on top.")
 def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, seed, val_range, dump_dir,
             save_outputs, output, out, plan_path):
     """Run MODEL in simulated NPU mode and write its outputs (npz) and, with --dump, every kernel output.
     With gears: exit code 1 when padding to the gear changes an output (outputs and padding.json still written)."""
     if save_outputs and output:
         raise click.UsageError("--save-outputs and --output (its older name) both given; give --save-outputs once")
-    cfg = None  # --plan alone: the plan's own config
-    if not plan_path or any(o is not None for o in (config_path, precision_mode, fusion_level, input_shape)):
-        cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    options = dict(precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
+    cfg = _config(config_path) if config_path or not plan_path else None  # None: the plan's own config
     res = run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
-                      output=save_outputs or output, out=out, plan=plan_path, progress=_progress)
+                      output=save_outputs or output, out=out, plan=plan_path, overrides=options, progress=_progress)
     wrong = bool(res.get("exit_code"))  # outputs written but wrong (a padding leak reaching an output)
     _finish(res, wrong, "outputs changed by padding" if wrong else "ran")
 
@@ -292,7 +291,7 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
               "Without MODEL: the model the plan records, else a usage error.")
 @click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
 @click.option("--memory-reuse", type=click.Choice(["off", "conservative", "aggressive"]),
-              help="Overrides the config's memory_reuse (default aggressive).")
+              help="Overrides the config's memory_reuse (default aggressive); not with --plan, whose offsets are fixed.")
 @_inputs_option("one input set (a folder holding one file, a loader giving one set)")
 @GENERATED[0]
 @GENERATED[1]
@@ -303,11 +302,10 @@ def memcheck_cmd(model, plan_path, config_path, memory_reuse, inputs, seed, val_
     """Check MODEL's memory plan: static conflicts (writer, victim, late reader), a poisoned owner-tagged run,
     reuse off vs the plan, and a verified disable_reuse fix. Writes memory.html, conflicts.csv, memcheck.json.
     Exit code 1 when conflicts are found."""
-    cfg = None
-    if config_path or memory_reuse or input_shape or not plan_path:
-        cfg = _config(config_path, memory_reuse=memory_reuse, input_shape=input_shape)
+    cfg = _config(config_path) if config_path or not plan_path else None  # None: the plan's own config
     res = memcheck_command(model, cfg, plan=plan_path, inputs=inputs, seed=seed, val_range=val_range, out=out,
-                           html=not no_html, progress=_progress)
+                           html=not no_html, overrides=dict(memory_reuse=memory_reuse, input_shape=input_shape),
+                           progress=_progress)
     n = int(res["conflicts"])  # static conflicts + dynamic events + a failed poisoned run
     _finish(res, bool(n), f"{n} problem(s) found" if n else "no conflict")
 

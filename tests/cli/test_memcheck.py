@@ -317,3 +317,46 @@ def test_plan_records_the_model_and_memcheck_needs_no_model_argument(tmp_path, w
     r = cli("memcheck", "--plan", tmp_path / "w" / "plan.json", "--out", tmp_path / "mc")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "mc" / "memory.html").exists()
+
+
+@pytest.fixture(scope="module")
+def fp16_plan(tmp_path_factory):
+    """A plan compiled in force_fp16 (its config differs from the defaults: Cast kernels come first)."""
+    tmp = tmp_path_factory.mktemp("fp16plan")
+    model = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"], name="n0")], "g",
+                                      [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                                      [h.make_tensor_value_info("y", T.FLOAT, [1, 4])]),
+                         opset_imports=[h.make_opsetid("", 17)])
+    onnx.save(model, tmp / "m.onnx")
+    r = _cli_with_env("compile", tmp / "m.onnx", "--precision-mode", "force_fp16", "--out", tmp / "c")
+    assert r.returncode == 0, r.stderr
+    return tmp / "m.onnx", tmp / "c" / "plan.json"
+
+
+@pytest.mark.parametrize("cmd, options", [("run", ["--input-shape", "x:1,4"]), ("run", ["--precision-mode", "force_fp16"]),
+                                           ("memcheck", ["--input-shape", "x:1,4"]), ("run", []), ("memcheck", [])])
+def test_options_with_plan_apply_on_top_of_the_plans_own_config(fp16_plan, tmp_path, cmd, options):
+    """An option given with --plan changes only itself: the rest of the config stays the plan's own (here
+    force_fp16), so the plan still matches its model and the command runs."""
+    model, plan = fp16_plan
+    r = _cli_with_env(cmd, model, "--plan", plan, *options, "--out", tmp_path / "o")
+    assert r.returncode == 0, r.stderr
+
+
+def test_an_option_that_changes_the_kernels_names_the_config_in_use(fp16_plan, tmp_path):
+    model, plan = fp16_plan
+    r = _cli_with_env("run", model, "--plan", plan, "--precision-mode", "force_fp32", "--out", tmp_path / "o")
+    err = _one_error_line(r)
+    assert r.returncode == 2 and "the config in use (the plan's own, or --config, with the options given)" in err
+    assert "plan's config" not in err and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("reuse", ["off", "conservative", "aggressive"])
+def test_memory_reuse_with_plan_is_refused_as_it_cannot_change_the_plan(fp16_plan, tmp_path, reuse):
+    model, plan = fp16_plan
+    r = _cli_with_env("memcheck", model, "--plan", plan, "--memory-reuse", reuse, "--out", tmp_path / "o")
+    err = _one_error_line(r)
+    assert r.returncode == 2 and f"--memory-reuse {reuse} with --plan" in err and not (tmp_path / "o").exists()
+    r = _cli_with_env("memcheck", model, "--memory-reuse", reuse, "--no-html", "--out", tmp_path / "p")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "p" / "memcheck.json").read_text())["policy"] == reuse

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from toolkit.commands.common import REPORTS_DIR, _noop, _session_with_plan
+from toolkit.commands.common import REPORTS_DIR, _noop, _session_with_plan, checked
 from toolkit.config.schema import Config
+from toolkit.core.errors import UsageError
 from toolkit.core.artifacts import check_out, output_dir, write_json
 from toolkit.core.csvjson import atomic_write_text, to_csv_safe
 from toolkit.core.text import human_bytes
@@ -17,20 +18,31 @@ from toolkit.source import prepare_inputs, resolve_model
 
 def memcheck_command(model: str | None, config: Config | None, *, plan: str | None = None,
                      inputs: str | None = None, seed: int = 0, val_range: str | None = None,
-                     out: str | None = None, html: bool = True, progress=_noop) -> dict:
+                     out: str | None = None, html: bool = True, overrides: dict | None = None,
+                     progress=_noop) -> dict:
     """Check a memory plan statically, dynamically and differentially; propose and verify a fix.
 
     ``plan``: a plan.json to check (default: the plan the engine compiles with ``config``). ``config``: None
     means the plan's own config (or the defaults). Files: conflicts.csv (toolkit.memcheck.memcheck.CONFLICT_COLUMNS),
     memcheck.json (summary, conflicts, dynamic events, divergence, fix, per-policy totals), plan.json (the checked
     plan), plan_fixed.json (when a fix was made) and memory.html. ``conflicts`` in the result: their count
-    (the CLI exits 1 when it is not 0).
+    (the CLI exits 1 when it is not 0). ``overrides``: the command line's options ({option: value}, None ignored)
+    applied on top of the config (with ``plan``: of the plan's own unless ``config`` is given).
+
+    Raises:
+        UsageError: ``memory_reuse`` among ``overrides`` with ``plan``: the plan file fixes every arena offset, so
+            a reuse policy cannot change what is checked.
     """
     check_out(out)  # before the plan or the model is read
+    reuse = (overrides or {}).get("memory_reuse")
+    if plan and reuse is not None:
+        raise UsageError(f"--memory-reuse {reuse} with --plan: the plan file fixes every arena offset, so a reuse "
+                         "policy cannot change what is checked; drop --plan to check the plan compiled with "
+                         f"--memory-reuse {reuse}, or drop --memory-reuse to check the plan file")
     loaded = None
     if plan:
         loaded, model, config = open_plan(plan, model, config)
-    config = config or Config()
+    config = checked((config or Config()).with_overrides(**(overrides or {})))
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)

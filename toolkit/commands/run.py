@@ -9,6 +9,7 @@ from toolkit.commands.common import (
     _noop,
     _session_with_plan,
     check_output_paths,
+    checked,
 )
 from toolkit.commands.gears import run_gears_command
 from toolkit.compiler.passes.bind_shapes import (
@@ -35,10 +36,12 @@ from toolkit.source import prepare_inputs, resolve_model
 
 def run_command(model: str | None, config: Config | None, *, inputs: str | None = None, seed: int = 0,
                 val_range: str | None = None, dump_dir: str | None = None, output: str | None = None,
-                out: str | None = None, plan: str | None = None, progress=_noop) -> dict:
+                out: str | None = None, plan: str | None = None, overrides: dict | None = None,
+                progress=_noop) -> dict:
     """Compile for the feed's shapes, run once in NPU mode, write outputs.npz (+ dumps). ``plan``: a
     plan.json whose memory decisions (offsets, lifetimes) replace the compiled ones (toolkit.memcheck.planio);
-    ``config`` None: the plan's own recorded config (the defaults without ``plan``).
+    ``config`` None: the plan's own recorded config (the defaults without ``plan``); ``overrides``: the command
+    line's options ({option: value}, None ignored) applied on top of it (toolkit.memcheck.planio.open_plan).
     With gears in the config: the smallest fitting gear runs (toolkit.commands.gears.run_gears_command).
     ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
     output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
@@ -49,7 +52,7 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     loaded = None
     if plan:  # config None: the plan's own (as memcheck --plan)
         loaded, model, config = open_plan(plan, model, config)
-    config = config if config is not None else Config()
+    config = checked((config if config is not None else Config()).with_overrides(**(overrides or {})))
     if has_gears(config):
         return run_gears_command(model, config, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                                  output=output, out=out, plan=plan, progress=progress)

@@ -161,8 +161,9 @@ def plan_config(plan: Plan, path):
 
 def open_plan(path, model: str | None, config):
     """What ``run --plan`` and ``memcheck --plan`` start from: (plan, MODEL, Config). ``config`` None means
-    the plan's own recorded config (:func:`plan_config`); ``model`` None the model the plan records
-    (:func:`model_for_plan`). Raises InputError (bad plan file), UsageError/ConfigError (exit 2)."""
+    the plan's own recorded config (:func:`plan_config`; the commands apply their command-line options on top of
+    it); ``model`` None the model the plan records (:func:`model_for_plan`). Raises InputError (bad plan file),
+    UsageError/ConfigError (exit 2)."""
     plan = load_plan(path)
     model = model_for_plan(model, plan, path)
     return plan, model, (config if config is not None else plan_config(plan, path))
@@ -191,6 +192,10 @@ def model_for_plan(model: str | None, plan: Plan, path) -> str:
     return plan.model
 
 
+#: How plan-mismatch messages name the config the fresh compile used.
+CONFIG_IN_USE = "the config in use (the plan's own, or --config, with the options given)"
+
+
 def attach_plan(compiled, plan: Plan, where: str = "plan"):
     """A copy of CompileResult ``compiled`` running ``plan``; raises InputError naming the first kernel or
     tensor that differs from the fresh compile (recompile with the plan's config)."""
@@ -199,19 +204,20 @@ def attach_plan(compiled, plan: Plan, where: str = "plan"):
     if got != want:
         i = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
         raise InputError(f"{where}: kernel #{i} is {got[i] if i < len(got) else 'missing'!r} but compiling the model "
-                         f"with the plan's config gives {want[i] if i < len(want) else 'nothing'!r}; the plan was "
+                         f"with {CONFIG_IN_USE} gives "
+                         f"{want[i] if i < len(want) else 'nothing'!r}; the plan was "
                          "made for another model or config")
     for i, (mine, theirs) in enumerate(zip(plan.kernels, fresh.kernels)):
         a, b = dataclasses.asdict(mine), dataclasses.asdict(theirs)
         key = next((f for f in a if a[f] != b[f]), None)
         if key is not None:
             raise InputError(f"{where}: kernel #{i} '{mine.name}' has {key} {a[key]!r} but compiling the model with "
-                             f"the plan's config gives {b[key]!r}; only offsets and lifetimes may be edited "
+                             f"{CONFIG_IN_USE} gives {b[key]!r}; only offsets and lifetimes may be edited "
                              "(change precision or placement in the config and recompile)")
     for key in ("graph_inputs", "graph_outputs"):
         if getattr(plan, key) != getattr(fresh, key):
-            raise InputError(f"{where}: {key} is {getattr(plan, key)!r} but compiling the model with the plan's "
-                             f"config gives {getattr(fresh, key)!r}; only offsets and lifetimes may be edited")
+            raise InputError(f"{where}: {key} is {getattr(plan, key)!r} but compiling the model with "
+                             f"{CONFIG_IN_USE} gives {getattr(fresh, key)!r}; only offsets and lifetimes may be edited")
     for name, t in fresh.tensors.items():
         mine = plan.tensors.get(name)
         if mine is None:
