@@ -494,11 +494,11 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     if any(f.kind == "fp16_constant" for f in findings):
         reasons.append("constants not representable in FP16 (see findings)")
     if kernels == 0:
-        reasons.append("no kernel ran: the whole graph was computed at compile time (every output is a constant), "
-                       "so nothing of the NPU was simulated; feed the model an input to check it")
+        reasons.append(f"{NO_KERNEL}: every output is a constant folded at compile time or a graph input passed "
+                       "through, so nothing of the NPU was simulated and there is no device computation to check")
     empty = _nothing_compared(df, outputs)
     if empty:
-        reasons.append(f"no element was compared: every compared tensor is empty ({empty}), so nothing vouches for "
+        reasons.append(f"{NOTHING_COMPARED}: every compared tensor is empty ({empty}), so nothing vouches for "
                        "the device; feed inputs that give the model data (no dimension of size 0)")
     explained = {"golden_nonfinite"} | ({"first_divergence", "divergence_origin"} if n_ab else set())
     errors = [f for f in findings if f.severity == "error" and f.kind not in explained]
@@ -529,8 +529,17 @@ def agree_severity(findings: list[Finding], verdict: str) -> list[Finding]:
             if f.severity == "error" else f for f in findings]
 
 
+#: The first words of the reasons that make a verdict rest on nothing checked (see :func:`ship_sentence`).
+NO_KERNEL = "no kernel ran"
+NOTHING_COMPARED = "no element was compared"
+
+
 def ship_sentence(verdict: str, reasons: list[str]) -> str:
-    """One sentence: can the model ship as compiled, and why (from the verdict and its first reason)."""
+    """One sentence: can the model ship as compiled, and why (from the verdict and its first reason). A WARN
+    whose reasons say nothing was checked (:data:`NO_KERNEL`, :data:`NOTHING_COMPARED`) cannot tell."""
+    unchecked = next((r for r in reasons if r.startswith((NO_KERNEL, NOTHING_COMPARED))), None)
+    if verdict == "WARN" and unchecked is not None:
+        return f"Cannot tell whether it can ship: {unchecked}."
     why = reasons[0] if reasons else ""
     why = why.removesuffix("; outputs and task checks hold")  # the WARN sentence says so itself
     if verdict == "PASS":

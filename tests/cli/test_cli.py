@@ -518,7 +518,12 @@ def test_commands_on_empty_tensors_print_no_runtime_warning(tmp_path, cmd):
              [V("x", T.FLOAT, [0, 3])], [V("y", T.FLOAT, [0, 3])])
     np.savez(tmp_path / "in.npz", x=np.zeros((0, 3), np.float32))
     r = cli_with_warnings(cmd, str(p), "--inputs", str(tmp_path / "in.npz"), "--out", str(tmp_path / "o"))
-    assert r.returncode in (0, 1) and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    if cmd == "tune":  # every target condition would hold on nothing: refused, one line, no folder
+        assert r.returncode == 2 and r.stderr.startswith("npuscope: error: every graph output is empty"), r.stderr
+        assert r.stderr.count("\n") == 1 and not (tmp_path / "o").exists(), r.stderr
+    else:
+        assert r.returncode in (0, 1), r.stderr[-2000:]
     assert "Warning" not in r.stderr, r.stderr
 
 

@@ -749,6 +749,25 @@ def test_a_run_that_compared_no_element_is_not_a_pass(tmp_path):
     assert len(compared) and (compared["ComparedCount"] == 0).all()  # precondition: all empty, all "compared"
     assert diag.summary["verdict"] == "WARN"
     assert any("no element was compared" in r and "'y' is 0x4" in r for r in diag.summary["reasons"])
+    assert diag.summary["ship"].startswith("Cannot tell whether it can ship: no element was compared")
+
+
+@pytest.mark.parametrize("outputs", [["x"], ["x", "k"]], ids=["input-passed-through", "input-and-constant"])
+def test_a_graph_that_runs_no_kernel_cannot_tell_whether_it_can_ship(tmp_path, outputs):
+    """Every output a graph input passed through (or a constant): no kernel runs, nothing of the device is
+    simulated. The verdict is a WARN naming both cases, and the ship sentence does not claim the model can ship."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    outs = [x] + ([helper.make_tensor_value_info("k", TensorProto.FLOAT, [2])] if "k" in outputs else [])
+    nodes = [helper.make_node("Constant", [], ["k"], name="c", value=numpy_helper.from_array(
+        np.float32([1.5, -2.0])))] if "k" in outputs else []
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    diag = diagnose(prepare(str(tmp_path / "m.onnx"), None), Config(precision_mode="force_fp16"))[0]
+    assert diag.summary["verdict"] == "WARN"
+    reason = next(r for r in diag.summary["reasons"] if r.startswith("no kernel ran"))
+    assert "graph input passed through" in reason and "constant" in reason
+    assert diag.summary["ship"].startswith("Cannot tell whether it can ship: no kernel ran")
 
 
 def test_an_empty_output_after_data_is_still_judged_by_its_intermediates(tmp_path):

@@ -243,3 +243,18 @@ def test_no_fix_is_searched_when_the_fp32_reference_itself_is_not_finite(tmp_pat
     assert not fix.searched and not fix.met and fix.keep_dtype == []
     assert "NaN/Inf" in fix.sentence() and "no keep_dtype fix" in fix.sentence()
     assert fix.trials == 0 and fix.summary()["not_searched"]
+
+
+@pytest.mark.parametrize("rows", [0])
+@pytest.mark.parametrize("width", [4, 7])
+def test_no_fix_is_claimed_when_every_output_is_empty(tmp_path, rows, width):
+    """Every output empty on the input: nothing was compared, so the advice neither says "no fix needed" nor
+    claims the target is met; it says there is nothing to verify."""
+    x = helper.make_tensor_value_info("x", F, ["N", width])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="n0")], "g", [x],
+                                            [helper.make_tensor_value_info("y", F, ["N", width])]),
+                          opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    _, diag, fix = _diagnose(*_save(tmp_path, m, {"x": np.zeros((rows, width), np.float32)}), Config())
+    assert diag.summary["verdict"] == "WARN"
+    assert fix.sentence().startswith("no fix to verify: every output is empty")
+    assert all(r["Elements"] == 0 for r in fix.rows_before)

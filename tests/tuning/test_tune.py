@@ -509,3 +509,61 @@ def test_tune_refuses_an_input_whose_fp32_reference_is_not_finite(why):
     with pytest.raises(InputError, match="FP32 reference output 'y' already holds") as e:
         tune(model, feeds, Config(precision_mode="force_fp16"))
     assert ("'second.npz'" in str(e.value) or "'good.npz'" in str(e.value)) and "\n" not in str(e.value)
+
+
+def _io_model(outputs: list[tuple[str, int | None]]) -> onnx.ModelProto:
+    """x float32[2, 3] -> each output: a Cast of x to its dtype (None: the output's type left undeclared)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    nodes, outs = [], []
+    for name, dt in outputs:
+        nodes.append(helper.make_node("Cast", ["x"], [name], name=f"cast_{name}", to=dt or TensorProto.FLOAT))
+        outs.append(helper.make_tensor_value_info(name, dt, [2, 3]) if dt else onnx.ValueInfoProto(name=name))
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], outs), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("outputs, parts", [
+    ([("f", TensorProto.FLOAT)], ["CosineSimilarity", "MaxAbsoluteError"]),
+    ([("i", TensorProto.INT8)], ["ExactMatchRate"]),
+    ([("b", TensorProto.BOOL), ("i", TensorProto.INT64)], ["ExactMatchRate"]),
+    ([("f", TensorProto.FLOAT16), ("i", TensorProto.INT32)], ["CosineSimilarity", "MaxAbsoluteError", "ExactMatchRate"]),
+    ([("i", TensorProto.INT8), ("u", None)], ["CosineSimilarity", "MaxAbsoluteError", "ExactMatchRate"]),
+])
+def test_the_default_target_bounds_what_the_outputs_can_be_checked_by(outputs, parts):
+    """The default target holds the float conditions only when an output may be float and ExactMatchRate only when
+    one may be integer/bool, so that tune without --target never refuses its own default; it runs."""
+    from toolkit.tuning.tune import check_target_outputs, default_target
+
+    m = _io_model(outputs)
+    target = parse_target(default_target(m))
+    assert [t[0] for t in target] == parts
+    check_target_outputs(m, target, "the default target")  # does not raise
+    res = tune(m, [("x", {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)})], Config())
+    assert res.met and [t[0] for t in res.target] == parts
+
+
+def test_tune_refuses_inputs_on_which_every_output_is_empty():
+    from toolkit.core.errors import InputError
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="n0")], "g", [x],
+                                            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    empty = ("a", {"x": np.zeros((0, 4), np.float32)})
+    with pytest.raises(InputError, match=r"every graph output is empty on every input \(output 'y' is 0x4 on 'a'\)"):
+        tune(m, [empty])
+    with pytest.raises(InputError, match="every graph output is empty"):
+        tune(m, [empty, ("b", {"x": np.ones((0, 4), np.float32)})])
+    assert tune(m, [("c", {"x": -np.ones((3, 4), np.float32)})]).met
+
+
+def test_tune_says_when_no_kernel_runs():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    m = helper.make_model(helper.make_graph([], "g", [x], [x]), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    res = tune(m, [("a", {"x": np.ones((2, 3), np.float32)})])
+    assert res.met and res.chosen == [] and any("no kernel runs on the device" in n for n in res.notes)
+    relu = _io_model([("f", TensorProto.FLOAT)])
+    assert tune(relu, [("a", {"x": np.ones((2, 3), np.float32)})]).notes == []

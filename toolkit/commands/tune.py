@@ -75,6 +75,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     c0, c1 = res.coverage_before, res.coverage_after
     lines = [f"target {'MET' if res.met else 'NOT MET'} on {len(feeds)} input(s): "
              + ", ".join(format_target(res.target)),
+             *(f"note: {n}" for n in res.notes),
              f"{len(res.chosen)} node(s) kept in FP32 ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
     lines += [f"  - {e['node']} ({e['op_type']}): local RED {e['local_red']:.3g}"
               + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")

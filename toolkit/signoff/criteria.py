@@ -146,7 +146,16 @@ def check_outputs(section: dict, ev: Evidence) -> list[Result]:
 
 def _output_result(crit: str, metric: str, limit: float, rows: list[dict], ev: Evidence) -> Result:
     """One output limit: the worst value over the input sets; a NaN value (not computable: non-finite, empty,
-    shape mismatch... see its CompareFailReason), no input set, or FP16 overflow fails."""
+    shape mismatch... see its CompareFailReason), no input set, or FP16 overflow fails. So does an output with
+    no element compared on any input set (every one empty: every metric would hold on nothing), and every output
+    of a plan that runs no kernel (every output a constant folded at compile time or a graph input passed
+    through: nothing of the device computes it)."""
+    unchecked = _unchecked(rows, ev)
+    if unchecked:
+        op = ">=" if bound_of(metric) == "min" else "<="
+        return Result(crit, "outputs", False, f"{crit}: not computable: {unchecked} (needs {op} "
+                      f"{show_line(limit)})", {"metric": metric, "bound": bound_of(metric), "limit": limit,
+                                               "worst": None, "not_computable": unchecked})
     bound = bound_of(metric)
     worst, at = _worst([r.get(metric) for r in rows], bound)
     finite = worst is not None and not math.isnan(worst)
@@ -164,6 +173,19 @@ def _output_result(crit: str, metric: str, limit: float, rows: list[dict], ev: E
     value, line = show_vs(worst, limit)
     return Result(crit, "outputs", ok, f"{crit}: worst {value} over {len(rows)} input set(s) "
                   f"(needs {op} {line}){why}{' with FP16 overflow' if overflow else ''}", evid)
+
+
+def _unchecked(rows: list[dict], ev: Evidence) -> str:
+    """'' unless nothing of the output was checked on the device: why not (no kernel runs; or every input set
+    gave an empty output, compared with ComparedCount 0 and no CompareFailReason)."""
+    if ev.plan is not None and not ev.plan.kernels:
+        return ("no kernel runs: every output is a constant folded at compile time or a graph input passed through, "
+                "so nothing of the device computes it")
+    compared = [r for r in rows if not str(r.get("CompareFailReason") or "").strip()]
+    if compared and len(compared) == len(rows) and all(_num(r.get("ComparedCount")) == 0 for r in compared):
+        return (f"no element was compared: the output is empty on all {len(rows)} input set(s); give input sets on "
+                "which the model produces data (no dimension of size 0)")
+    return ""
 
 
 def _layer_rows(section: dict, ev: Evidence) -> pd.DataFrame:

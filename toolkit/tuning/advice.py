@@ -92,6 +92,8 @@ class VerifiedFix:
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
         target = ", ".join(format_target(self.target))
+        if not self.needed and self.rows_before and all(r.get("Elements") == 0 for r in self.rows_before):
+            return "no fix to verify: every output is empty, so no element was compared against the target"
         if not self.needed:
             return f"no fix needed: the outputs meet the default target ({target}) as compiled"
         if self.verdict != "FAIL":

@@ -70,14 +70,18 @@ _OPS = {">=": lambda v, t: v >= t, ">": lambda v, t: v > t, "<=": lambda v, t: v
 
 
 def default_target(model: onnx.ModelProto) -> str:
-    """The default target of ``model``: :data:`DEFAULT_TARGET`, plus :data:`INTEGER_OUTPUT_TARGET` unless every
-    graph output declares a dtype and none is integer/bool (then no output could be checked by it, which
-    check_target_outputs refuses). A float metric applies to float outputs only, ExactMatchRate to integer and
-    bool ones (toolkit.compare.metrics.applies.metric_applies)."""
+    """The default target of ``model``: :data:`DEFAULT_TARGET` on float outputs plus :data:`INTEGER_OUTPUT_TARGET`
+    on integer/bool ones (a float metric applies to float outputs only, ExactMatchRate to integer and bool ones:
+    toolkit.compare.metrics.applies.metric_applies). When every graph output declares its dtype, only the part
+    some output can be checked by is kept (an int8-only model: ExactMatchRate alone); when one does not, both.
+    When no declared output is float or integer (strings only), :data:`DEFAULT_TARGET`, which
+    check_target_outputs then refuses with its reason."""
     dtypes = output_dtypes(model)
-    declared_float_only = len(dtypes) == len(model.graph.output) and \
-        all(dclass != "integer" for _, dclass in dtypes.values())
-    return DEFAULT_TARGET if declared_float_only else f"{DEFAULT_TARGET},{INTEGER_OUTPUT_TARGET}"
+    if len(dtypes) < len(model.graph.output):
+        return f"{DEFAULT_TARGET},{INTEGER_OUTPUT_TARGET}"
+    classes = {dclass for _, dclass in dtypes.values()}
+    parts = [t for t, c in ((DEFAULT_TARGET, "float"), (INTEGER_OUTPUT_TARGET, "integer")) if c in classes]
+    return ",".join(parts) or DEFAULT_TARGET
 
 
 def lines_target(model: onnx.ModelProto, thresholds: str | None) -> str:
@@ -161,8 +165,9 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     """(met, rows, error): per float output, and per integer/bool output when the target holds an
     ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
     does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
-    output's dtype); a sequence output is compared as toolkit.compare.layerwise.sequence_as_tensor makes it one
-    tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float
+    output's dtype) and ``Elements`` (the reference output's element count: 0 for an empty output, on which
+    every metric holds trivially); a sequence output is compared as toolkit.compare.layerwise.sequence_as_tensor
+    makes it one tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float
     outputs (inf when NaN/inf appear)."""
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
@@ -184,7 +189,8 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
         red = r.get("RelativeEuclideanDistance", 0.0) if dclass == "float" else 0.0
         err = max(err, math.inf if nonfinite or math.isnan(red) else red)
         rows.append({"Output": name, **{m: r.get(m, math.nan) for m in names},
-                     "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Met": not bad, "Failed": ", ".join(bad)})
+                     "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Elements": int(g.size), "Met": not bad,
+                     "Failed": ", ".join(bad)})
         met &= not bad
     return met, rows, err
 
@@ -264,9 +270,10 @@ class TuneResult:
     trials: int  # precision configs built and run (search tries + share measurements)
     timings_ms: dict
     inputs: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the result rests on, when that is little (no kernel)
 
     def summary(self) -> dict:
-        return {"met": self.met, "keep_dtype": self.chosen, "target": format_target(self.target),
+        return {"met": self.met, "keep_dtype": self.chosen, "target": format_target(self.target), "notes": self.notes,
                 "trials": self.trials, "inputs": self.inputs, "timings_ms": self.timings_ms,
                 "coverage_before": self.coverage_before, "coverage_after": self.coverage_after, "cost": self.cost,
                 "tasks_before": self.tasks_before, "tasks_after": self.tasks_after, "evidence": self.evidence,
@@ -551,7 +558,21 @@ def _reference_and_baseline(tuner: Tuner, ranges: RangeStats, base_rt, progress)
         del res
         st.errors.append(err)
         del g
+    _refuse_all_empty(tuner)
     return st
+
+
+def _refuse_all_empty(tuner: Tuner) -> None:
+    """Raise InputError when every graph output of the FP32 reference is empty (0 elements) on every input: every
+    target condition would hold on nothing (an input with a dimension of size 0)."""
+    sizes = [(label, name, np.asarray(v).shape) for (label, _), out in zip(tuner.feeds, tuner.golden_out)
+             for name, v in out.items() if not isinstance(v, list)]
+    if sizes and all(math.prod(shape) == 0 for _, _, shape in sizes):
+        label, name, shape = sizes[0]
+        dims = "x".join(map(str, shape)) or "scalar"
+        raise InputError(f"every graph output is empty on every input (output '{name}' is {dims} on '{label}'), so "
+                         "every target condition would hold on nothing; give inputs on which the model produces "
+                         "data (no dimension of size 0)")
 
 
 #: ``without_it`` of a node when the target is not met with the whole chosen set either: what fails without
@@ -604,7 +625,8 @@ def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=Non
 
     Raises:
         UsageError (bad target / task; a target condition no output's dtype admits: check_target_outputs),
-        InputError (input sets of different shapes), ModelError. UserError: a task check called sys.exit().
+        InputError (input sets of different shapes; every output empty on every input; a reference output that
+        holds NaN/Inf), ModelError. UserError: a task check called sys.exit().
     """
     with np.errstate(all="ignore"):
         return _tune(model, feeds, config, target, tasks, top_k, progress)
@@ -620,6 +642,9 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     tm: dict[str, float] = {}
     progress("compiling")
     tuner = Tuner(model, feeds, config, target, tasks, progress)
+    notes = [] if tuner.base.plan.kernels else [
+        "no kernel runs on the device: every output is a constant folded at compile time or a graph input passed "
+        "through, so nothing was simulated and nothing needs FP32"]
     base_rt = tuner.memo.runtime(tuner.base)
     ranges = RangeStats(model)
     progress(f"FP32 reference and baseline ({config.precision_mode}) on {len(feeds)} input(s)")
@@ -663,7 +688,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
                       evidence=_evidence(chosen, ranking, tuner, findings), coverage_before=c0, coverage_after=c1,
                       cost=cov.fallback_cost(c0, c1, host_before, host_after, HOST_TIME_RUNS), tasks_before=tasks_before,
                       tasks_after=tasks_after, log=log, trials=tuner.builds, timings_ms=tm,
-                      inputs=[lbl for lbl, _ in feeds])
+                      inputs=[lbl for lbl, _ in feeds], notes=notes)
 
 
 #: timed runs per plan for the host time of the cost estimate (after one untimed warm-up run)
