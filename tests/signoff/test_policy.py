@@ -309,7 +309,7 @@ def test_policy_names_that_exist_are_accepted():
     model = load_model(resolve_model(SEQ).path)
     node, tensor = model.graph.node[3].name, model.graph.node[3].output[0]
     check_policy_model(policy_from_dict({"outputs": {"y": {"CosineSimilarity": 0.9}, "*": {"CosineSimilarity": 0.9}},
-                                         "layers": {"ignore": [node]}, "fp16_overflow": {"allow": [tensor, "x"]}}),
+                                         "layers": {"ignore": [node], "max_abnormal": 0}, "fp16_overflow": {"allow": [tensor, "x"]}}),
                        model)
 
 
@@ -330,3 +330,25 @@ def test_host_latency_refuses_schedule_only_keys(extra):
 def test_doc_documents_latency_source():
     text = DOC.read_text(encoding="utf-8")
     assert "`source`" in text and 'source = "host"' in text and "omit `source`" in text.lower()
+
+
+@pytest.mark.parametrize("data, section", [
+    ({"outputs": {}}, "outputs"),
+    ({"outputs": {"*": "CosineSimilarity=off,MaxAbsoluteError=off"}}, "outputs"),
+    ({"layers": {}}, "layers"),
+    ({"layers": {"ignore": ["n0"]}}, "layers"),
+    ({"memory": {"allow_conflicts": True}}, "memory"),
+    ({"memory": {"max_arena_bytes": 1 << 20}, "layers": {"ignore": ["n0"]}}, "layers"),
+])
+def test_a_section_that_holds_no_criterion_is_refused(data, section):
+    """A criterion section that would be judged on nothing (no limit in it) is refused when the policy loads,
+    naming the section and what to add; it must not pass as '0/0 criteria pass'."""
+    with pytest.raises(ConfigError, match=rf"\[{section}\] holds no criterion; add .*or remove the section"):
+        policy_from_dict(data)
+
+
+@pytest.mark.parametrize("data", [{"outputs": {"*": "CosineSimilarity>=0.99", "y": "CosineSimilarity=off"}},
+                                  {"layers": {"ignore": ["n0"], "min_cosine": 0.9}}, {"memory": {}},
+                                  {"memory": {"allow_conflicts": True, "max_arena_bytes": 64}}])
+def test_a_section_with_one_criterion_is_accepted(data):
+    assert policy_from_dict(data).sections == list(data)

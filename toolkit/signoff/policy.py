@@ -194,12 +194,28 @@ def policy_from_dict(data: dict, where: str = "policy", base_dir: str | Path | N
             _check_section(sec, body, where)
         if sec == "latency":
             _check_device(body, where, base_dir)
+        empty = _holds_no_criterion(sec, body, outputs)
+        if empty:
+            raise ConfigError(f"{where}: [{sec}] holds no criterion; {empty}, or remove the section")
     criteria_sections = [s for s in data if s != "policy"]
     if not criteria_sections:
         sections = ", ".join(f"[{s}]" for s in criterion_sections())
         raise ConfigError(f"{where}: no criteria; add at least one of {sections}")
     digest = hashlib.sha256(repr(sorted(data.items())).encode()).hexdigest()
     return Policy(data=data, sha256=digest, sections=criteria_sections, outputs=outputs)
+
+
+def _holds_no_criterion(sec: str, body: dict, outputs: dict | None) -> str:
+    """'' when section ``sec`` (validated) makes at least one criterion, else what to add: an ``[outputs]``
+    without a limit (every limit ``off``, or no table), a ``[layers]`` without max_abnormal / min_cosine (only
+    ``ignore``), a ``[memory]`` with allow_conflicts = true and no max_arena_bytes would be judged on nothing."""
+    if sec == "outputs" and not any(v is not None for t in (outputs or {}).values() for v in t.values()):
+        return 'add a limit, e.g. "*" = "CosineSimilarity>=0.999"'
+    if sec == "layers" and not {"max_abnormal", "min_cosine"} & set(body):
+        return "add max_abnormal or min_cosine"
+    if sec == "memory" and "max_arena_bytes" not in body and body.get("allow_conflicts", False):
+        return "add max_arena_bytes, or drop allow_conflicts = true"
+    return ""
 
 
 def criterion_sections() -> list[str]:
