@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import onnx
 
 from toolkit.core.errors import ConfigError
+from toolkit.ir.load import renamed_twins
 
 #: A layer index in a node name: ``layers.3``, ``layer_3``, ``h.3``, ``blocks.3`` as a path component.
 LAYER_RE = re.compile(r"(?:^|[/.])(?:layers?|h|blocks?)[._](\d+)(?=[/._]|$)")
@@ -105,20 +106,12 @@ def _by_until(model: onnx.ModelProto, names: list[str], until: str) -> set[str]:
         near = difflib.get_close_matches(until, names + list(produced), n=1)
         raise ConfigError(f"--until '{until}' names no node or tensor of the model"
                           + (f" (did you mean '{near[0]}'?)" if near else "") + "; give a node name")
-    twins = _renamed_twins(model, names, target) if until == target else []  # a tensor names one node
+    twins = renamed_twins(model, names, target) if until == target else []  # a tensor names one node
     if twins:
         raise ConfigError(f"--until '{until}' is ambiguous: the model file names {len(twins) + 1} nodes '{target}', "
                           f"loaded as {', '.join(repr(t) for t in [target, *twins])}; give one of those names, or "
                           "the tensor the node produces")
     return set(names[:names.index(target) + 1])
-
-
-def _renamed_twins(model: onnx.ModelProto, names: list[str], name: str) -> list[str]:
-    """The names toolkit.ir.load gave to later nodes that the file also called ``name`` (``name__2``, ...), when
-    the loader renamed duplicates (its ``npuscope.renamed_nodes`` metadata); [] otherwise."""
-    if not any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props):
-        return []
-    return [n for n in names if n.startswith(name + "__") and n[len(name) + 2:].isdigit()]
 
 
 def check_options(subset: Subset) -> None:

@@ -463,6 +463,15 @@ def normalise_node_names(model: onnx.ModelProto) -> int:
     return renamed
 
 
+def renamed_twins(model: onnx.ModelProto, names, name: str) -> list[str]:
+    """The names :func:`normalise_node_names` gave to later nodes that the model file also called ``name``
+    (``name__2``, ``name__3``...), among ``names`` (the node names to search), when the loader renamed
+    duplicates (``model``'s ``npuscope.renamed_nodes`` metadata); [] otherwise."""
+    if not any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props):
+        return []
+    return [n for n in names if n.startswith(name + "__") and n[len(name) + 2:].isdigit()]
+
+
 def _extent_problem(offset: int, length: int | None, need: int, fsize: int) -> str:
     """What is wrong with an external-data extent as declared (ONNX external data: ``offset`` and ``length``
     in bytes into the data file; a missing length means "to the end of the file"), or "" when it fits.

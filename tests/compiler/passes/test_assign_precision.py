@@ -481,3 +481,40 @@ def test_kernels_without_float32_or_float16_data_are_fp32_in_every_mode(mode):
     np.testing.assert_array_equal(out["y64"], want["y64"])
     np.testing.assert_array_equal(out["yi"], feeds["i"] + 1)
     np.testing.assert_allclose(out["y64"], feeds["a"] @ w64, rtol=1e-14)
+
+
+def _shaped(m):
+    """``m`` with its output 'y' declared float32[2, 8] (the checker wants output shapes)."""
+    del m.graph.output[:]
+    m.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]))
+    return m
+
+
+@pytest.mark.parametrize("copies", [2, 3])
+@pytest.mark.parametrize("fusion_level", [0, 2])
+def test_keep_dtype_naming_a_duplicated_node_name_keeps_every_such_node(tmp_path, copies, fusion_level):
+    """A model file that names several nodes alike (the loader renames the later ones 'dup__2', ...): a keep_dtype
+    entry with the file's name keeps all of them in FP32, with a warning naming the loaded names; a unique name
+    elsewhere in the same model is not affected."""
+    from toolkit.ir.load import load_model
+
+    names = ["dup"] * copies + ["tail"]
+    nodes = [N("Relu" if i % 2 == 0 else "Neg", ["x" if i == 0 else f"t{i}"],
+               [f"t{i + 1}" if i < len(names) - 1 else "y"], n) for i, n in enumerate(names)]
+    m = _shaped(make_model(nodes, [("x", [2, 8])], ["y"]))
+    onnx.save(m, tmp_path / "m.onnx")
+    model = load_model(tmp_path / "m.onnx")
+    loaded = [n.name for n in model.graph.node]
+    assert loaded == ["dup"] + [f"dup__{k}" for k in range(2, copies + 1)] + ["tail"]  # precondition: renamed
+    res = compile_model(model, Config(precision_mode="force_fp16", fusion_level=fusion_level, keep_dtype=["dup"]))
+    prec = {n: k.precision for k in res.plan.kernels for n in k.nodes}
+    assert all(prec[n] == "fp32" for n in loaded[:-1]) and prec["tail"] == "fp16", prec
+    (f,) = [f for f in res.findings if f.kind == "duplicate_node_name"]
+    assert f.evidence["nodes"] == loaded[:-1] and f.severity == "warning"
+    # the same names in a file without duplicates: 'dup__2' is a node of its own, never a twin of 'dup'
+    m2 = _shaped(make_model([N("Relu", ["x"], ["a"], "dup"), N("Neg", ["a"], ["y"], "dup__2")], [("x", [2, 8])], ["y"]))
+    onnx.save(m2, tmp_path / "m2.onnx")
+    res2 = compile_model(load_model(tmp_path / "m2.onnx"), Config(precision_mode="force_fp16", keep_dtype=["dup"]))
+    prec2 = {n: k.precision for k in res2.plan.kernels for n in k.nodes}
+    assert prec2["dup"] == "fp32" and prec2["dup__2"] == "fp16"
+    assert not [f for f in res2.findings if f.kind == "duplicate_node_name"]

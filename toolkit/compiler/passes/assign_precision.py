@@ -42,6 +42,7 @@ from toolkit.compiler.registry import register_pass
 from toolkit.core.errors import ConfigError
 from toolkit.core.records import Finding
 from toolkit.core.text import suggest
+from toolkit.ir.load import renamed_twins
 from toolkit.precision.contract import default_mixlists
 from toolkit.precision.options import (
     ALL_FP32_MODES,
@@ -136,6 +137,23 @@ def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
         _warn(ctx, "option_unmatched", text, {"option": "keep_dtype", "entry": text, "reason": why},
               f"keep_dtype entry '{text}' matches no kernel: node '{name}' {how}",
               "remove the entry (it changes nothing), or keep the nodes that read its result", log)
+
+
+def _with_twins(ctx, keep_names: dict, log: list) -> dict:
+    """``keep_names`` plus, for an entry naming a node the model file names several times, the names the loader
+    gave the others (toolkit.ir.load.renamed_twins: ``name__2``...): the entry keeps every node the file calls
+    so, with a warning naming them (keep_dtype.txt written for the converter still holds the file's name)."""
+    names = [n.name for n in ctx.graph.nodes]
+    out = dict(keep_names)
+    for name, text in keep_names.items():
+        twins = renamed_twins(ctx.graph.model, names, name)
+        if twins:
+            out.update({t: text for t in twins})
+            _warn(ctx, "duplicate_node_name", text, {"option": "keep_dtype", "entry": text, "nodes": [name, *twins]},
+                  f"keep_dtype entry '{text}' names {len(twins) + 1} nodes of the model file (loaded as "
+                  f"{', '.join(repr(n) for n in [name, *twins])}): every one is kept in FP32",
+                  "give the nodes unique names in the model to keep only some of them", log)
+    return out
 
 
 def _check_keep_types(ctx, keep_types: dict, used: set[str], log: list) -> None:
@@ -273,6 +291,7 @@ def run(ctx) -> PassResult:
     used = set().union(*ops.values()) if ops else set()
     notes: list[str] = []
     _check_keep_names(ctx, cfg, keep_names, notes)
+    keep_names = _with_twins(ctx, keep_names, notes)
     _check_keep_types(ctx, keep_types, used, notes)
     _check_mixlist(ctx, cfg, used, notes)
     _check_implmode(ctx, cfg, used, notes)
