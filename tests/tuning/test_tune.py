@@ -567,3 +567,15 @@ def test_tune_says_when_no_kernel_runs():
     assert res.met and res.chosen == [] and any("no kernel runs on the device" in n for n in res.notes)
     relu = _io_model([("f", TensorProto.FLOAT)])
     assert tune(relu, [("a", {"x": np.ones((2, 3), np.float32)})]).notes == []
+
+
+@pytest.mark.parametrize("lines", ["CosineSimilarity=off,MaxAbsoluteError=off",
+                                   "y:CosineSimilarity=off,MaxAbsoluteError=off"])
+def test_thresholds_that_turn_off_the_whole_default_target_are_named_as_thresholds(lines):
+    from toolkit.tuning.tune import lines_target
+
+    m = _io_model([("y", TensorProto.FLOAT)])
+    with pytest.raises(UsageError, match=r"^--thresholds '.*' turns off every condition of the default target"):
+        lines_target(m, lines)
+    kept = parse_target(lines_target(m, "CosineSimilarity=off,MaxAbsoluteError>0.5"))
+    assert [(t[0], t[1], t[2]) for t in kept] == [("MaxAbsoluteError", "<=", 0.5)]

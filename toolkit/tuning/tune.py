@@ -88,11 +88,25 @@ def lines_target(model: onnx.ModelProto, thresholds: str | None) -> str:
     """The target a diagnosis' advice is verified against: :func:`default_target` with the user's abnormal
     lines (``--thresholds`` text, or None) on the graph outputs replacing its condition on the same metric, so
     that a fix that passes it passes the verdict those lines judge. An item naming a tensor that is not a graph
-    output judges no output and is left out."""
+    output judges no output and is left out. Raises UsageError (naming --thresholds) when the lines turn off
+    every condition of the default target."""
     outputs = {o.name for o in model.graph.output}
     user = [c.text for c in parse_conditions(thresholds, "threshold") if c.output is None or c.output in outputs] \
         if thresholds is not None else []
-    return overridden(default_target(model), ",".join(user)) if user else default_target(model)
+    if not user:
+        return default_target(model)
+    merged = overridden(default_target(model), ",".join(user))
+    conds = parse_conditions(merged, "threshold")
+
+    def judged(output: str) -> bool:  # some condition left on for this output (its own items win over '*')
+        own = {c.metric: c for c in conds if c.output == output}
+        return any(not c.off for c in own.values()) or \
+            any(not c.off for c in conds if c.output is None and c.metric not in own)
+    if not any(judged(o) for o in outputs):
+        raise UsageError(f"--thresholds '{thresholds}' turns off every condition of the default target "
+                         f"({default_target(model)}), so the outputs would be judged on nothing and no fix could be "
+                         "verified; keep a line on one of those metrics, e.g. 'CosineSimilarity<0.99'")
+    return merged
 
 
 def _noop(msg: str) -> None:
