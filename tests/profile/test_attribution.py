@@ -226,3 +226,16 @@ def test_a_profiler_folder_is_read_through_its_one_table(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="holds no op_summary"):
         read_device_profile(tmp_path / "empty")
+
+
+@pytest.mark.parametrize("name, op, task", [("MemcpyH2D:x", "MemcpyH2D", "AI_CPU"), ("MemcpyD2H:y", "MemcpyD2H", ""),
+                                            ("memcpy_async_3", "MemcpyAsync", "AI_CORE")])
+def test_an_unmatched_memory_copy_row_is_called_a_copy_not_an_inserted_op(tmp_path, costs, name, op, task):
+    """Host-device copy rows (npuscope's own MemcpyH2D/MemcpyD2H rows without their Time Kind, a device's
+    MemcpyAsync tasks) are not kernels of the plan: the reason says so instead of guessing a format conversion."""
+    rows = ROWS + [(name, op, task, 1.5, "1,3,32,32", "")]
+    attr, _rows, _notes = _attribute(tmp_path, costs, lambda p: write_op_summary(p, rows))
+    reason = attr.unmatched.set_index("Op Name").at[name, "Reason"]
+    assert reason.startswith("a memory copy row") and "device inserted" not in reason
+    trans = attr.unmatched.set_index("Op Name").at["trans_1", "Reason"]
+    assert "device inserted" in trans  # other unknown types keep the general hint

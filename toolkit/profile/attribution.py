@@ -283,6 +283,10 @@ class _Matcher:
             return (f"fused device op: none of its Original Ops ({';'.join(self.fusion_ops[name])[:120]}) is a node "
                     "or kernel of the plan")
         same = self.costs[[op in _types(t) for t in self.costs["OpType"]]]
+        if same.empty and "memcpy" in f"{op} {name}".lower():
+            return (f"a memory copy row ('{name[:80]}', {op or 'no type'}): host-device transfers are tasks, not "
+                    "kernels of the plan (npuscope's own op_summary marks its MemcpyH2D/MemcpyD2H rows "
+                    "'simulated' in its Time Kind column)")
         if same.empty:
             return (f"no plan kernel named '{name[:80]}' or holding a node of that name, and no kernel of type "
                     f"{op or '?'} (an op the device inserted, e.g. a format conversion?)")
