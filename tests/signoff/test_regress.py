@@ -81,6 +81,7 @@ def test_regress_without_digests_falls_back_to_the_description_with_a_note(tmp_p
     assert any(c["key"] == "inputs" for c in rep["environment_changes"])
     assert any("different inputs" in w for w in rep["warnings"])
     assert len(rep["notes"]) == 1 and str(old) in rep["notes"][0] and str(new) not in rep["notes"][0]
+    assert "(a diagnose/compare run written before digests were recorded)" in rep["notes"][0]
     both = regress(new, _summary_folder(tmp_path / "new2", "file elsewhere.npz", {"x": "1" * 64}))
     assert both["warnings"] == [] and both["notes"] == []
 

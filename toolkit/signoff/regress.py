@@ -403,10 +403,13 @@ def compare_inputs(ra: dict, rb: dict, baseline, new) -> tuple[list[dict], list[
     run(s) without digests."""
     if ra.get("digests") is not None and rb.get("digests") is not None:
         return digest_changes(ra["digests"], rb["digests"]), []
-    lacking = [f"'{f}'" for f, r in ((baseline, ra), (new, rb)) if r.get("digests") is None]
+    runs = {"signoff": "a signoff run", "dataset": "a diagnose/compare run on an input folder",
+            "single": "a diagnose/compare run written before digests were recorded"}
+    lacking = [f"'{f}' ({runs.get(r['kind'], r['kind'])})" for f, r in ((baseline, ra), (new, rb))
+               if r.get("digests") is None]
     what = "inputs.csv Sha256" if "dataset" in (ra["kind"], rb["kind"]) else DIGESTS_KEY
-    note = (f"{' and '.join(lacking)} record(s) no input digests ({what}; written by diagnose/compare of this "
-            "version): inputs were compared by their description (path, seed), not by their data")
+    note = (f"{' and '.join(lacking)} record(s) no input digests ({what}): inputs were compared by their "
+            "description (path, seed), not by their data")
     return input_changes(ra["summary"], rb["summary"]), [note]
 
 
