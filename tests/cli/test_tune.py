@@ -201,11 +201,17 @@ def test_cli_tune_exact_match_rate_on_float_outputs_is_a_usage_error(m1):
 
 
 def test_cli_tune_float_target_on_integer_outputs_is_a_usage_error(tmp_path):
+    """An explicit float --target on a model whose outputs are all integer is refused; without --target the
+    default target is ExactMatchRate alone there, and tune runs."""
     _argmax_model(tmp_path / "am.onnx")
     np.savez(tmp_path / "in.npz", x=np.array([[1, 2], [3, 1], [0, 5], [2, 2.5]], np.float32))
-    line = _error_line(_cli_user_path("tune", "am.onnx", "--inputs", "in.npz", "--out", "o", cwd=tmp_path), 2)
-    assert "default target" in line and "CosineSimilarity applies to float outputs only" in line
+    line = _error_line(_cli_user_path("tune", "am.onnx", "--inputs", "in.npz", "--target", "CosineSimilarity>=0.99",
+                                      "--out", "o", cwd=tmp_path), 2)
+    assert "--target" in line and "CosineSimilarity applies to float outputs only" in line
     assert "'am' int64" in line and "ExactMatchRate>=1" in line
+    r = _cli_user_path("tune", "am.onnx", "--inputs", "in.npz", "--out", "d", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].endswith(": ExactMatchRate>=1.0"), r.stdout
 
 
 def cli_no_warnings(*args, cwd=None) -> subprocess.CompletedProcess:
