@@ -223,3 +223,19 @@ def test_merged_op_statistic_files_keep_time_kinds_apart(tmp_path):
     assert got == {("device", "Conv2D", "AI_CORE"): (4, 40.0, 80.0), ("device", "Cast", "AI_CORE"): (2, 10.0, 20.0),
                    ("simulated", "Conv2D", "AI_CORE"): (1, 30.0, 100.0),
                    ("measured", "Conv2D", "HOST_CPU"): (1, 900.0, 100.0)}
+
+
+@pytest.mark.parametrize("events", [
+    [{"name": "a", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1},
+     {"name": "b", "ph": "X", "ts": 6, "dur": 5, "pid": 1, "tid": 1}],
+    [{"name": "aclmdlExecute", "ph": "X", "ts": "100.5", "dur": 40, "pid": "CANN", "tid": 3},
+     {"name": "conv1", "ph": "X", "ts": "110.0", "dur": 12.5, "pid": 2, "tid": 7, "args": {"Task Type": "AI_CORE"}}],
+], ids=["plain-chrome", "host-span-and-device-task"])
+def test_a_trace_whose_slices_lack_a_task_type_writes_its_report(tmp_path, events):
+    """Chrome-trace slices without a Task Type (a plain trace, a host span next to device tasks, string
+    timestamps) are read and drawn: the report is written and every slice's duration is summed."""
+    (tmp_path / "t.json").write_text(json.dumps(events))
+    res = parse_log_command([str(tmp_path / "t.json")], out=str(tmp_path / "out"))
+    assert (res["out"] / "profile.html").is_file()
+    ops = pd.read_csv(res["out"] / "op_summary.csv")
+    assert ops["Task Duration(us)"].sum() == pytest.approx(sum(float(e["dur"]) for e in events))

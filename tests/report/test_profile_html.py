@@ -58,6 +58,23 @@ def test_render_profile_caps_the_timeline_and_flags_mixed_time_kinds(tmp_path, m
         assert top[top["Time Kind"] == kind]["Ratio(%)"].sum() == pytest.approx(100.0)
 
 
+
+@pytest.mark.parametrize("blank", ["", None])
+def test_timeline_labels_tasks_without_a_task_type_or_kind(tmp_path, blank):
+    """Rows read from a trace with no Task Type (a host span, a plain Chrome trace), of several sources and time
+    kinds, in the summary's categorical columns: the label shows '?' for the missing parts and the page renders."""
+    rows = [{"Op Name": f"op{i}", "OP Type": "Conv", "Task Type": blank if i % 2 else "AI_CORE",
+             "Stream ID": None if i == 3 else 1, "Task Start Time(us)": float(i), "Task Duration(us)": 1.0,
+             "Time Kind": ["measured", blank][i % 2], "Source": ["a.json", "b.json"][i % 2]} for i in range(4)]
+    ops = op_summary_frame(rows)
+    got, timed = profile_html.timeline_rows(ops, 10)
+    assert timed == 4
+    kinds = ["measured · ", "? · "] if blank == "" else ["", ""]  # a missing Time Kind is no second kind
+    assert got["Row"].tolist() == [f"a.json · {kinds[0]}stream 1 · AI_CORE", f"b.json · {kinds[1]}stream 1 · ?",
+                                   f"a.json · {kinds[0]}stream 1 · AI_CORE", f"b.json · {kinds[1]}stream ? · ?"]
+    html = profile_html.render_profile(tmp_path, title="t", op_summary=ops, findings=[], meta={}).read_text()
+    assert '<section id="timeline">' in html
+
 def test_profile_html_in_headless_chromium(browser, tmp_path):
     """Every figure of profile.html draws offline, names from files stay text, no console errors."""
     from tests.report.helpers import EVIL as IMG

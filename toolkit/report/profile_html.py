@@ -108,13 +108,19 @@ def timeline_rows(summary: pd.DataFrame, max_bars: int = MAX_TIMELINE_BARS) -> t
     rows = timed.sort_values("Task Start Time(us)", kind="stable").head(max_bars)
     if rows.empty:
         return rows.assign(Row=pd.Series(dtype=object)), total
-    stream = rows["Stream ID"].map(lambda v: "stream ?" if pd.isna(v) else f"stream {v:g}")
-    label = stream + " · " + rows["Task Type"].replace("", "?")
+    stream = rows["Stream ID"].map(lambda v: "stream ?" if pd.isna(v) else f"stream {v:g}").astype(object)
+    label = stream + " · " + _text(rows["Task Type"])
     if summary["Time Kind"].nunique() > 1:
-        label = rows["Time Kind"].replace("", "?") + " · " + label
+        label = _text(rows["Time Kind"]) + " · " + label
     if summary["Source"].nunique() > 1:
-        label = rows["Source"] + " · " + label
+        label = _text(rows["Source"]) + " · " + label
     return rows.assign(Row=[esc(v) for v in label]), total
+
+
+def _text(col: pd.Series) -> pd.Series:
+    """``col`` as plain strings (a categorical or missing cell included), '' and missing shown as '?'."""
+    return col.astype(object).map(lambda v: "?" if v is None or (isinstance(v, float) and pd.isna(v)) or v == ""
+                                  else str(v))
 
 
 def timeline_figure(rows: pd.DataFrame) -> go.Figure:
