@@ -779,3 +779,38 @@ def test_an_empty_output_after_data_is_still_judged_by_its_intermediates(tmp_pat
     assert (table["ComparedCount"].fillna(0) > 0).any()
     assert not any("no element was compared" in r for r in diag.summary["reasons"])
     assert diag.summary["verdict"] in ("PASS", "WARN")
+
+
+@pytest.mark.parametrize("x_scale, w_scale", [(6e-8, 0.2), (1.5e-7, 0.05), (1e-3, 1e-5), (1.0, 1e-7)])
+def test_tiny_values_flushed_by_fp16_are_not_excused_as_rounding_noise(tmp_path, x_scale, w_scale):
+    """MatMul of values FP16 cannot hold (subnormal or flushed to zero), then LpNormalization: the output is
+    wrong (cosine well below 0.99 against an independent onnxruntime run on the FP16-rounded operands), so the
+    verdict FAILs; the cube op's atol (1e-3) must not excuse a tensor whose values are far smaller."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((32, 16)) * w_scale).astype(np.float32)
+    x = (rng.standard_normal((4, 32)) * x_scale).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+                           helper.make_node("LpNormalization", ["mm"], ["y"], name="norm", axis=-1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=x)
+
+    def run(xv, wv):
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return sess.run(None, {"x": xv})[0].astype(np.float64).ravel()
+    exact = run(x, w)
+    h = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731 - FP16 storage, as the contract rounds
+    mm16 = h(h(x) @ h(w))  # FP16 operands, FP32 accumulation, output stored in FP16
+    fp16 = (mm16 / np.maximum(np.linalg.norm(mm16, axis=-1, keepdims=True), 1e-300)).ravel()
+    cos = float(exact @ fp16 / (np.linalg.norm(exact) * np.linalg.norm(fp16)))
+    assert cos < 0.99  # precondition, independent of npuscope: FP16 storage of the operands breaks the output
+    diag = diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "in.npz")), Config(precision_mode="force_fp16"))[0]
+    assert diag.summary["verdict"] == "FAIL", diag.summary["reasons"]
+    row = diag.table.set_index("TensorName").loc["y"]
+    assert row["Abnormal"] and not row["WithinExpectedNoise"]

@@ -31,7 +31,7 @@ def _expected(x, y, rel_eps=1e-6, noise=(1e-3, 1e-5)) -> dict:
 
     p, r = dist(y), dist(x)
     rms = math.sqrt(math.fsum(y * y) / y.size)
-    scale = noise[1] + noise[0] * np.maximum(np.abs(y), rms)
+    scale = min(noise[1], noise[0] * rms) + noise[0] * np.maximum(np.abs(y), rms)
     return {"sum_xy": math.fsum(x * y), "sum_xx": math.fsum(x * x), "sum_yy": math.fsum(y * y),
             "sum_sq_diff": math.fsum(d * d), "sum_abs_diff": math.fsum(d), "max_abs_diff": float(d.max()),
             "rel_count": int(q.sum()), "rel_sum": math.fsum(rel), "rel_max": float(rel.max()) if rel.size else 0.0,
@@ -110,3 +110,21 @@ def test_inputs_are_neither_modified_nor_copied_whole():
     # the chunk buffers (4 x CHUNK float64 = 2 MiB) and compare_tensors' boolean masks (n bytes each): no
     # full-size float64 copy (16 MiB) of either side
     assert peak < 3 * 2**20 + 3 * n, peak
+
+
+
+@pytest.mark.parametrize("rtol, atol", [(4e-3, 1e-3), (2e-3, 1e-4), (1e-3, 0.0)])
+@pytest.mark.parametrize("magnitude", [1e-8, 1e-6, 1e-4, 1e-2, 1.0, 1e4])
+def test_the_noise_allowance_scales_with_the_tensor(rtol, atol, magnitude):
+    """FP16 rounding (each value rounded to binary16 precision, relative error <= 2**-11) is within the expected
+    noise at every magnitude; an error of a third of the values is not, however small the values are (an op
+    class' atol must not excuse a tensor of values far below it)."""
+    rng = np.random.default_rng(7)
+    y = rng.standard_normal(3 * CHUNK + 11) * magnitude
+    rounded = y * (1 + rng.uniform(-2.0**-11, 2.0**-11, y.size))
+    wrong = y * (1 + rng.uniform(-0.6, 0.6, y.size))
+    for x, want in ((rounded, True), (wrong, False)):
+        d, absy = np.abs(x - y), np.abs(y)
+        assert within_noise(d, absy, rtol, atol) is want
+        assert reduce_pair(x, y, noise=(rtol, atol)).within_noise is want
+        assert _expected(x, y, noise=(rtol, atol))["within_noise"] is want

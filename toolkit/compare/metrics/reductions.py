@@ -15,7 +15,8 @@ Pass 1 (per chunk ``X``, ``Y``; ``A = |X − Y|``):
 
 Pass 2 (only for std, kl or the expected-noise test), with the pass-1 results:
 
-- noise: Σ n_i² with n_i = atol + rtol·max(|y_i|, rms(y)) (:func:`noise_scale`), against Σd² from pass 1;
+- noise: Σ n_i² with n_i = a + rtol·max(|y_i|, rms(y)), a = min(atol, rtol·rms(y)) (:func:`noise_scale`),
+  against Σd² from pass 1;
 - std: Σ(x − x̄)², Σ(y − ȳ)² (two-pass population std);
 - kl: p′ = max(minmax(y), KL_EPS), q′ likewise: Σp′, Σq′ and T = Σ p′·ln(p′/q′); KL(p‖q) = T/Σp′ + ln(Σq′/Σp′),
   which equals Σ p·ln(p/q) for p = p′/Σp′, q = q′/Σq′ (the sum-normalised distributions).
@@ -199,16 +200,25 @@ def _second_pass(chunks: _Chunks, s: PairSums, noise, std: bool, kl: bool, mean_
         s.kl = max(math.fsum(parts["t"]) / sp + math.log(sq / sp), 0.0)
 
 
+def scaled_atol(rtol: float, atol: float, rms: float) -> float:
+    """The absolute part of the expected noise of a tensor of RMS magnitude ``rms``: ``atol``, capped at
+    ``rtol·rms`` when ``rtol`` > 0. FP16 rounds relative to the value, so rounding never leaves a tensor an
+    absolute error larger than its own scale allows; an op class' atol (1e-3 for cube ops) taken as is would
+    excuse any error on a tensor of small values (|y| ~ 1e-6, where FP16 flushes inputs to zero)."""
+    return min(atol, rtol * rms) if rtol > 0 else atol
+
+
 def noise_scale(absy: np.ndarray, rtol: float, atol: float, rms: float) -> np.ndarray:
-    """The expected noise of each value: atol + rtol·max(|y_i|, rms(y)) (float64, same shape as ``absy``)."""
-    return atol + rtol * np.maximum(absy, rms)
+    """The expected noise of each value: a + rtol·max(|y_i|, rms(y)) with a = :func:`scaled_atol` (float64, same
+    shape as ``absy``)."""
+    return scaled_atol(rtol, atol, rms) + rtol * np.maximum(absy, rms)
 
 
 def _noise_sq_sum(absy: np.ndarray, rtol: float, atol: float, rms: float) -> float:
     """Σ :func:`noise_scale`² of a chunk of |y| (overwrites ``absy``, a float64 scratch buffer)."""
     np.maximum(absy, rms, out=absy)
     absy *= rtol
-    absy += atol
+    absy += scaled_atol(rtol, atol, rms)
     np.multiply(absy, absy, out=absy)
     return float(absy.sum())
 
@@ -217,7 +227,8 @@ def within_noise(absd: np.ndarray, absy: np.ndarray, rtol: float, atol: float) -
     """Whether the error |x − y| (``absd``) is within the FP16 noise expected for the golden values |y|
     (``absy``), both flat float arrays of one length.
 
-    The expected noise of value i is n_i = atol + rtol·max(|y_i|, rms(y)) (:func:`noise_scale`): relative to
+    The expected noise of value i is n_i = a + rtol·max(|y_i|, rms(y)), a = min(atol, rtol·rms(y))
+    (:func:`noise_scale`, :func:`scaled_atol`): relative to
     the value, floored at the tensor's RMS magnitude, because the rounding behind a value comes from the
     operands that produced it, and a value that cancels to near zero (a sum of large terms, a normalised
     feature near its mean) carries the rounding of those operands, whose magnitude the tensor's RMS stands
