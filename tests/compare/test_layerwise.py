@@ -177,3 +177,39 @@ def test_layer_comparison_finds_every_tensor_with_cpu_ops():
     assert {"a", "t", "b", "y"} <= compared["cpu"]
     cpu = tables["cpu"].set_index("TensorName")
     assert cpu.loc["t", "Kernel"] == "tanh" and cpu.loc["b", "Kernel"] == "mm2" and cpu.loc["b", "Precision"] == "fp32"
+
+
+def _chain_plan(n: int):
+    """Kernels k0..k{n-1}: k_i reads t_i (t_0 the graph input) and writes t_{i+1}, plus a side branch s reading
+    t_0 into every kernel from k1 on (a second, normal input)."""
+    from types import SimpleNamespace
+
+    ks = [SimpleNamespace(name=f"k{i}", inputs=[f"t{i}"] + (["s"] if i else []), outputs=[f"t{i + 1}"], cast_of=None)
+          for i in range(n)]
+    ks.insert(1, SimpleNamespace(name="side", inputs=["t0"], outputs=["s"], cast_of=None))
+    return SimpleNamespace(kernels=ks)
+
+
+@pytest.mark.parametrize("n, first_bad, gap", [(4, 1, [2]), (6, 1, [2, 3, 4]), (5, 2, [3]), (40, 3, list(range(4, 38)))])
+def test_an_input_that_was_not_compared_is_not_taken_as_normal(n, first_bad, gap):
+    """A kernel whose input was not compared (a device that did not dump it, a tensor outside a subset) and
+    whose compared ancestor is abnormal is 'propagated', not a new origin; with the gap's ancestors normal it
+    stays an origin. Deep gaps are walked without recursion."""
+    import pandas as pd
+
+    from toolkit.compare.layerwise import assign_roles
+
+    plan = _chain_plan(n)
+    rows = []
+    for i in range(1, n + 1):
+        t = f"t{i}"
+        rows.append({"TensorName": t, "Kernel": f"k{i - 1}", "Abnormal": i >= first_bad and i not in gap, "OverFlow": False,
+                     "CompareFailReason": "not dumped by the device" if i in gap else ""})
+    rows.append({"TensorName": "s", "Kernel": "side", "Abnormal": False, "OverFlow": False, "CompareFailReason": ""})
+    df = pd.DataFrame(rows)
+    roles = dict(zip(df["TensorName"], assign_roles(df, plan)))
+    after = max(gap) + 1
+    assert roles[f"t{first_bad}"] == "origin"
+    assert roles[f"t{after}"] == "propagated"  # its input is in the gap, behind an abnormal compared tensor
+    clean = df.assign(Abnormal=[r["TensorName"] == f"t{after}" for r in rows])
+    assert dict(zip(clean["TensorName"], assign_roles(clean, plan)))[f"t{after}"] == "origin"

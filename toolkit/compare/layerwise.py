@@ -302,13 +302,36 @@ def kernel_inputs(plan) -> dict[str, list[str]]:
 
 def assign_roles(df: pd.DataFrame, plan) -> list[str]:
     """'origin' for an abnormal tensor whose kernel's inputs are all normal, 'propagated' for one with an
-    abnormal input, '' otherwise."""
-    abnormal = dict(zip(df["TensorName"], df["Abnormal"] | df["OverFlow"]))
+    abnormal input, '' otherwise. An input that was not compared and is not known abnormal (no row, or a
+    CompareFailReason: a device that did not dump it, a tensor outside a subset) is not taken as normal: it counts as abnormal when an input of
+    the kernel that wrote it does, back to the nearest compared tensors (graph inputs and weights: normal)."""
+    bad = df["Abnormal"] | df["OverFlow"]
+    reason = df["CompareFailReason"].fillna("").astype(str).str.strip() if "CompareFailReason" in df else None
+    compared = (reason == "") if reason is not None else pd.Series(True, index=df.index)
+    abnormal = {t: bool(b) for t, b, c in zip(df["TensorName"], bad, compared) if c or b}  # known good or bad
     ins = kernel_inputs(plan)
+    writer = {t: k.name for k in plan.kernels for t in k.outputs}
+    done: dict[str, bool] = {}
+
+    def reads(u: str) -> list[str]:
+        return ins.get(writer.get(u, ""), [])
+
+    def tainted(t: str) -> bool:
+        stack, open_ = [(t, False)], set()
+        while stack:  # iterative post-order over uncompared tensors (no recursion limit on deep graphs)
+            u, expanded = stack.pop()
+            if expanded:
+                done[u] = any(abnormal.get(i, done.get(i, False)) for i in reads(u))
+                open_.discard(u)
+            elif u not in abnormal and u not in done and u not in open_:
+                open_.add(u)
+                stack.append((u, True))
+                stack.extend((i, False) for i in reads(u) if i not in abnormal and i not in done)
+        return abnormal.get(t, done.get(t, False))
     roles = []
-    for t, k, ab in zip(df["TensorName"], df["Kernel"], df["Abnormal"] | df["OverFlow"]):
+    for t, k, ab in zip(df["TensorName"], df["Kernel"], bad):
         if not ab or not k:
             roles.append("origin" if ab else "")
             continue
-        roles.append("propagated" if any(abnormal.get(i, False) for i in ins.get(k, [])) else "origin")
+        roles.append("propagated" if any(tainted(i) for i in ins.get(k, [])) else "origin")
     return roles
