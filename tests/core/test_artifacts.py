@@ -3,6 +3,7 @@ array form refused, and safe file names."""
 
 from __future__ import annotations
 
+import os
 import unicodedata
 
 import numpy as np
@@ -89,3 +90,29 @@ def test_write_json_and_write_text_escape_names_that_are_not_utf8(tmp_path):
     assert got == {"model": r"/m/\xff\xfe.onnx"}
     assert write_text(tmp_path / "c.log", f"loaded {model}\n").read_bytes().decode("utf-8") == \
         "loaded /m/\\xff\\xfe.onnx\n"
+
+
+@pytest.mark.parametrize("kind", ["long", "long-below-missing", "loop", "file-on-the-way"])
+def test_output_paths_the_file_system_refuses_are_one_line_and_create_nothing(tmp_path, kind):
+    """Kind: an --out / --dump / --save-outputs the file system refuses (ENAMETOOLONG, ELOOP, ENOTDIR): check_out,
+    output_dir, check_dump_dir and write_npz raise UsageError (exit 2, one line naming the option), before
+    anything is created (no folder above it either)."""
+    from toolkit.core.artifacts import check_dump_dir, check_out, output_dir, write_npz
+    from toolkit.core.errors import UsageError
+
+    (tmp_path / "f.txt").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    bad = {"long": tmp_path / ("a" * 300), "long-below-missing": tmp_path / "new" / ("a" * 300),
+           "loop": tmp_path / "loop" / "x", "file-on-the-way": tmp_path / "f.txt" / "x"}[kind]
+    before = sorted(os.listdir(tmp_path))
+    for call, option in ((lambda: check_out(str(bad)), "--out"), (lambda: check_dump_dir(str(bad), None), "--dump"),
+                         (lambda: check_dump_dir(str(tmp_path / "d"), str(bad)), "--out"),
+                         (lambda: write_npz(bad.with_suffix(".npz"), {"y": np.ones(2)}), "--save-outputs")):
+        with pytest.raises(UsageError) as exc:
+            call()
+        assert str(exc.value).startswith(f"{option} '") and "\n" not in str(exc.value) and \
+            "cannot be used: " in str(exc.value)
+    with pytest.raises(UsageError, match="^--out '"):
+        with output_dir(str(bad), tmp_path, "m"):
+            pass
+    assert sorted(os.listdir(tmp_path)) == before

@@ -8,6 +8,7 @@ from toolkit.compiler.fusion_switch import check_config
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out
 from toolkit.core.errors import UsageError
+from toolkit.core.userpaths import check_path
 from toolkit.dataset.store import check_store_out
 from toolkit.engine import Session, compile_model, npu_runtime, shapes_of
 from toolkit.gears.spec import validate_gears
@@ -31,11 +32,17 @@ def count_change(what: str, delta: int) -> str:
 def check_output_paths(output: str | None, dump_dir: str | None, out: str | None) -> None:
     """Refuse, before any work (UsageError, exit 2), an ``--save-outputs`` file that exists, is the ``--dump`` folder
     or lies inside it, is the ``--out`` folder itself, or whose folder does not exist (and is not ``--out``,
-    which the command creates)."""
+    which the command creates), and a ``--save-outputs``, ``--dump`` or ``--out`` path the file system refuses
+    (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way, permission
+    denied)."""
     if not output:
         return
+    st = check_path(output, "--save-outputs", fix="choose another --save-outputs")
+    for path, what in ((dump_dir, "--dump"), (out, "--out")):
+        if path:
+            check_path(path, what, fix=f"choose another {what} (a new or empty folder)")
     o = Path(output).resolve()
-    if Path(output).exists():
+    if st is not None:
         raise UsageError(f"output file '{output}' already exists; choose another --save-outputs")
     if dump_dir and (o == Path(dump_dir).resolve() or Path(dump_dir).resolve() in o.parents):
         raise UsageError(f"--save-outputs '{output}' and --dump '{dump_dir}' must be different paths (the dump folder "

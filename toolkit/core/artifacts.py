@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import time
 import unicodedata
 import zipfile
@@ -22,6 +23,7 @@ from toolkit.core.csvjson import json_text
 from toolkit.core.dtypes import standard
 from toolkit.core.errors import ModelError, UsageError
 from toolkit.core.text import escape_surrogates, printable
+from toolkit.core.userpaths import check_path
 
 #: Windows device names, reserved with any extension (CON, CON.txt): https://learn.microsoft.com/windows/win32/fileio/naming-a-file
 _RESERVED = re.compile(r"(CON|PRN|AUX|NUL|COM[0-9¹²³]|LPT[0-9¹²³])(\..*)?", re.IGNORECASE)
@@ -65,13 +67,20 @@ def new_run_dir(base: str | Path, stem: str) -> Path:
 def out_path(explicit: str | Path | None) -> Path | None:
     """``Path(explicit)`` of an explicit ``--out`` that is neither empty text nor an existing file (the checks
     every output folder shares; :func:`check_out` and toolkit.dataset.store.check_store_out add theirs), or
-    None without ``explicit``. Raises UsageError (exit 2)."""
+    None without ``explicit``.
+
+    Raises:
+        UsageError (exit 2): empty text, an existing file, or a path the file system refuses to look at
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
+    """
     if explicit is None:
         return None
     if not str(explicit).strip():
         raise UsageError("--out is empty; give a new folder name")
     path = Path(explicit)
-    if path.exists() and not path.is_dir():
+    st = check_path(path, "--out", fix="choose another --out (a new or empty folder)")
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"--out '{path}' is an existing file; give a new folder name")
     return path
 
@@ -85,7 +94,7 @@ def check_out(explicit: str | Path | None) -> Path | None:
 
     Raises:
         UsageError (exit 2): an empty string, an existing file, an existing folder that is not empty (or
-        cannot be listed).
+        cannot be listed), a path the file system refuses (:func:`out_path`: a name too long, a link loop, ...).
     """
     path = out_path(explicit)
     if path is None:
@@ -104,7 +113,8 @@ def output_dir(explicit: str | None, base: str | Path, stem: str):
     """Yield a new, empty output folder; remove it again if the body raises (an empty folder the user gave is
     kept, emptied of what the body wrote). ``explicit`` (``--out``) is
     checked again here (:func:`check_out`; the folder may have changed since the command's own early check);
-    without it: a fresh ``base/<stem>-<time>`` folder (:func:`new_run_dir`)."""
+    without it: a fresh ``base/<stem>-<time>`` folder (:func:`new_run_dir`). Raises UsageError (exit 2) as
+    :func:`check_out` does, or when the folder cannot be created."""
     path = check_out(explicit) or new_run_dir(base, stem)
     created = not path.exists()
     try:
@@ -208,9 +218,10 @@ def save_npy(path: Path, value, name: str = "array") -> np.ndarray:
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> Path:
     """Write arrays to a new .npz (refuses to overwrite an existing file) with :func:`save_npz`: strings as
-    ``<U``, ml_dtypes arrays in their exact standard dtype (docs/array-files.md). Raises UsageError (the path),
-    ModelError (a value with no array form)."""
-    if path.exists():
+    ``<U``, ml_dtypes arrays in their exact standard dtype (docs/array-files.md). Raises UsageError (the path: it
+    exists, its folder does not, it cannot be written, or the file system refuses it: a name too long, a link
+    loop, ...), ModelError (a value with no array form)."""
+    if check_path(path, "--save-outputs", fix="choose another --save-outputs") is not None:
         raise UsageError(f"output file '{path}' already exists; choose another --save-outputs")
     if not path.parent.is_dir():
         raise UsageError(f"--save-outputs '{path}': folder '{path.parent}' does not exist; create it or choose another path")
@@ -230,8 +241,10 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
     kernel, dtype, shape[, stored_dtype]}}: ``dtype`` is the tensor's own dtype (``bfloat16``, ``int4``, ``object``
     for strings), ``stored_dtype`` the dtype of the file when :func:`storable` converted it (float32, int8, <U..);
     ``toolkit.dumps.readers`` restores ml_dtypes from it. Values with no array form (sequences, empty
-    optionals) are not dumped (docs/array-files.md)."""
-    if folder.exists() and not folder.is_dir():
+    optionals) are not dumped (docs/array-files.md). Raises UsageError (exit 2) when ``folder`` is an existing
+    file, cannot be created, or the file system refuses it (a name too long, a link loop, ...)."""
+    st = check_path(folder, "--dump", fix="choose another --dump (a new or empty folder)")
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"--dump '{folder}' is an existing file; give a new folder name")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -262,14 +275,27 @@ def write_dumps(dumps: dict[str, np.ndarray], plan, folder: Path) -> Path:
 
 
 def check_dump_dir(dump_dir: str | None, out: str | None) -> None:
-    """Refuse, before any work, a ``--dump`` folder that cannot be written: an existing file, a non-empty
-    folder, the same folder as ``--out`` or one that holds ``--out`` (UsageError, exit 2)."""
+    """Refuse, before any work, a ``--dump`` folder that cannot be written.
+
+    Raises:
+        UsageError (exit 2): an existing file, a non-empty folder (or one that cannot be listed), the same folder
+            as ``--out`` or one that holds ``--out``, or a ``--dump`` / ``--out`` path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
+    """
     if not dump_dir:
         return
     d = Path(dump_dir)
-    if d.exists() and not d.is_dir():
+    st = check_path(d, "--dump", fix="choose another --dump (a new or empty folder)")
+    if out:
+        check_path(out, "--out", fix="choose another --out (a new or empty folder)")
+    if st is not None and not stat.S_ISDIR(st.st_mode):
         raise UsageError(f"--dump '{d}' is an existing file; give a new folder for the dumps")
-    if d.is_dir() and any(d.iterdir()):
+    try:
+        taken = st is not None and any(d.iterdir())
+    except OSError as exc:
+        raise UsageError(f"cannot read --dump folder '{d}' ({exc.strerror}); choose a new --dump") from None
+    if taken:
         raise UsageError(f"--dump folder '{d}' already exists and is not empty; choose a new --dump")
     if out and d.resolve() == Path(out).resolve():
         raise UsageError(f"--dump and --out both name '{d}'; give the dumps their own folder")

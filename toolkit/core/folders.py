@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit.core.errors import ConfigError
+from toolkit.core.userpaths import path_problem, shown_path
 
 
 def check_dir(root: Path, what: str) -> None:
@@ -14,17 +15,24 @@ def check_dir(root: Path, what: str) -> None:
     stored there. ``what`` names where the path came from (an environment variable or option).
 
     Raises:
-        ConfigError: one line naming ``what``, the path and the file in the way.
+        ConfigError: one line naming ``what``, the path and the file in the way; or the reason the file system
+            refuses to look at the path (toolkit.core.userpaths.path_problem: a name too long, permission
+            denied, ...).
     """
-    for p in (root, *root.parents):
-        if p.exists() or p.is_symlink():
-            if not p.is_dir():
-                kind = f"a broken symbolic link (to '{os.readlink(p)}')" if p.is_symlink() and not p.exists() \
-                    else "a file"
-                where = f"is {kind}" if p == root else f"lies under {kind} '{p}'"
-                raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
-                                  "missing) or unset it")
-            return
+    try:
+        for p in (root, *root.parents):
+            if p.exists() or p.is_symlink():
+                if not p.is_dir():
+                    kind = f"a broken symbolic link (to '{os.readlink(p)}')" if p.is_symlink() and not p.exists() \
+                        else "a file"
+                    where = f"is {kind}" if p == root else f"lies under {kind} '{p}'"
+                    raise ConfigError(f"{what} = '{root}' {where}, not a folder; point it to a folder (created if "
+                                      "missing) or unset it")
+                return
+    except OSError as exc:  # Path.exists raises for a name too long, a folder that may not be searched
+        why = path_problem(root) or exc.strerror or type(exc).__name__
+        raise ConfigError(f"{what} = '{shown_path(root)}' cannot be used: {why}; point it to another folder or "
+                          "unset it") from None
 
 
 def unwritable_reason(root: Path) -> str | None:
