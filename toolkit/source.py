@@ -32,6 +32,7 @@ from toolkit import samples, zoo
 from toolkit.compiler.passes.bind_shapes import check_input_shapes, dynamic_dims_message
 from toolkit.core.errors import InputError, ModelError, UsageError, UserError
 from toolkit.core.text import escape_surrogates, suggest
+from toolkit.core.userpaths import check_path, path_problem, shown_path
 from toolkit.inputs import (
     input_specs,
     load_npz,
@@ -39,7 +40,7 @@ from toolkit.inputs import (
     random_inputs,
     realistic_inputs,
 )
-from toolkit.inputs.loader import is_loader, load_sets
+from toolkit.inputs.loader import is_loader, load_sets, split_spec
 from toolkit.inputs.npz import npz_files
 from toolkit.inputs.synthetic import ALL_INPUTS, check_val_range
 from toolkit.ir.load import file_sha256
@@ -94,7 +95,8 @@ def _check_model_path(arg: str) -> None:
                 raise UserError(f"model path '{arg}' is a symlink to '{os.readlink(p)}', which does not exist; "
                                 f"{fix}") from None
             return
-        raise UserError(f"model path '{arg}' cannot be read ({exc.strerror or exc}); {fix}") from None
+        why = path_problem(p) or exc.strerror or str(exc)  # a name too long, a file on the way, permission denied
+        raise UserError(f"model path '{shown_path(arg)}' cannot be used: {why}; {fix}") from None
     if stat.S_ISDIR(st.st_mode):
         found = sorted(q.name for q in p.glob("*.onnx"))[:3]
         inside = f" (it holds {', '.join(found)})" if found else " (it holds no .onnx file)"
@@ -258,12 +260,24 @@ MAX_SETS = 1000
 
 def input_kind(inputs) -> str | None:
     """What an ``--inputs`` value names: ``"loader"`` (``file.py[:function]``), ``"folder"`` (a directory of
-    .npz files), ``"file"`` (anything else: an .npz), None when not given."""
+    .npz files), ``"file"`` (anything else: an .npz), None when not given. Every command looks at ``--inputs``
+    here first.
+
+    Raises:
+        InputError (exit 2): a path the file system refuses to look at (toolkit.core.userpaths.check_path: a name
+            too long, a symbolic link loop, a file on the way, permission denied).
+    """
     if inputs is None or not str(inputs).strip():
         return None
     if is_loader(inputs):
+        check_path(split_spec(str(inputs))[0], "--inputs loader script", InputError, INPUTS_FIX)
         return "loader"
-    return "folder" if Path(inputs).is_dir() else "file"
+    st = check_path(inputs, "--inputs", InputError, INPUTS_FIX)
+    return "folder" if st is not None and stat.S_ISDIR(st.st_mode) else "file"
+
+
+#: What a message about an --inputs path that cannot be used says to do.
+INPUTS_FIX = "give an .npz file, a folder of .npz files or a loader file.py:function"
 
 
 def several_sets(inputs) -> bool:

@@ -109,3 +109,50 @@ def test_paths_that_are_not_utf8_work_and_are_written_escaped(work, args):
         assert (work / odd("y@.npz")).is_file() and written_text(work / odd("d@"))["index.json"]
     else:
         assert any(ODD_SHOWN in t for t in texts.values()), texts
+
+
+# ------------------------------------------------------------------------ paths the file system refuses
+LONG = "a" * 300  # one name over the 255 bytes file systems allow
+
+
+@pytest.mark.parametrize("args,option", [
+    (("compile", "out/{L}.onnx", "--out", "o"), "model path"),  # handled before: the same kind of message now
+    (("compile", "x.npz/m.onnx", "--out", "o"), "model path"),
+    (("compile", "relu.onnx", "--out", "out/{L}"), "--out"),
+    (("compile", "relu.onnx", "--out", "new/{L}"), "--out"),  # below a folder that does not exist yet
+    (("compile", "relu.onnx", "--config", "out/{L}.toml", "--out", "o"), "config file"),
+    (("compile", "relu.onnx", "--config", "loop/c.toml", "--out", "o"), "config file"),  # ELOOP
+    (("run", "relu.onnx", "--save-outputs", "out/{L}.npz", "--out", "o"), "--save-outputs"),
+    (("run", "relu.onnx", "--dump", "out/{L}", "--out", "o"), "--dump"),
+    (("run", "relu.onnx", "--inputs", "out/{L}.npz", "--out", "o"), "--inputs"),
+    (("run", "relu.onnx", "--inputs", "x.npz/y.npz", "--out", "o"), "--inputs"),  # ENOTDIR
+    (("run", "relu.onnx", "--plan", "out/{L}.json", "--out", "o"), "plan file"),
+    (("compare", "relu.onnx", "--inputs", "out/{L}", "--out", "o"), "--inputs"),
+    (("compare", "relu.onnx", "--inputs", "nu", "--out", "out/{L}"), "--out"),  # a dataset run's --out
+    (("compare", "relu.onnx", "--inputs", "out/{L}.py:make", "--out", "o"), "--inputs loader script"),
+    (("diagnose", "relu.onnx", "--inputs", "out/{L}.npz", "--out", "o"), "--inputs"),
+    (("diagnose", "relu.onnx", "--out", "loop/x"), "--out"),
+    (("diagnose", "relu.onnx", "--inputs", "x.npz", "--device-dumps", "out/{L}", "--out", "o"), "DEVICE-DUMPS"),
+    (("signoff", "relu.onnx", "--policy", "out/{L}.toml", "--out", "o"), "policy file"),
+    (("memcheck", "relu.onnx", "--plan", "out/{L}.json", "--out", "o"), "plan file"),
+    (("tune", "relu.onnx", "--inputs", "out/{L}", "--out", "o"), "--inputs"),
+    (("profile", "relu.onnx", "--device", "out/{L}.json", "--out", "o"), "device file"),
+    (("profile", "relu.onnx", "--pre", "out/{L}.py:pre", "--out", "o"), "--pre file"),
+    (("gears", "-k", "2", "--lengths", "out/{L}.txt", "--out", "o"), "lengths file"),
+    (("compare-dumps", "out/{L}", "d", "--out", "o"), "GOLDEN"),
+    (("parse-log", "out/{L}.log", "--out", "o"), "FILE"),
+    (("regress", "out/{L}", "out/{L}", "--out", "o"), "report folder"),
+], ids=lambda v: v if isinstance(v, str) else "-".join(a.replace("{L}", "L")[:12] for a in v[:1] + v[-3:-2]))
+def test_paths_the_file_system_refuses_are_one_line_errors(work, args, option):
+    """Kind: a user path the file system refuses to look at — a name too long (ENAMETOOLONG), a symbolic link
+    loop (ELOOP), a file where a folder should be (ENOTDIR) — on every command and path option: exit 2, one line
+    naming the option and the reason, no traceback, nothing created (no output folder, nor a folder above it)."""
+    (work / "loop").symlink_to(work / "loop")
+    (work / "out").mkdir()
+    (work / "nu").mkdir()
+    np.savez(work / "nu" / "a.npz", x=np.ones((1, 4), np.float32))
+    before = sorted(os.listdir(work))
+    p = npuscope(*(a.replace("{L}", LONG) for a in args), cwd=work)
+    line = assert_one_line_error(p, 2, f"{option} '", "cannot be used: ")
+    assert ("bytes long, more than the 255 a file name may have" in line) == ("{L}" in " ".join(args)), line
+    assert sorted(os.listdir(work)) == before and not os.listdir(work / "out")  # nothing left behind

@@ -229,3 +229,17 @@ def test_a_bad_input_shape_in_a_config_file_names_the_file(tmp_path, suffix, tex
     path.write_text(text)
     with pytest.raises(ConfigError, match=f"config '{path}': input_shape"):
         Config.load(path)
+
+
+@pytest.mark.parametrize("rel", ["a" * 300 + ".toml", "loop/c.toml", "f.txt/c.toml"])
+def test_config_paths_the_file_system_refuses_are_one_config_error(tmp_path, rel):
+    """Kind: --config (or a keep_dtype / modify_mixlist file it names) at a path the file system refuses (a name too
+    long, a symbolic link loop, a file on the way): ConfigError (exit 2), one line naming the file, not OSError."""
+    (tmp_path / "f.txt").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(ConfigError, match="^config file '.*' cannot be used: "):
+        Config.load(tmp_path / rel)
+    (tmp_path / "c.json").write_text(json.dumps({"keep_dtype": rel}))
+    with pytest.raises(ConfigError, match="keep_dtype file '.*' cannot be used: ") as exc:
+        Config.load(tmp_path / "c.json")
+    assert "\n" not in str(exc.value)

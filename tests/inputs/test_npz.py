@@ -199,3 +199,26 @@ def test_an_inputs_folder_lists_npz_files_in_any_letter_case(tmp_path):
         load_feed_sets(model, src, str(folder), max_sets=2)
     (folder / "d.NPZ").mkdir()
     assert [p.name for p in npz_files(folder)] == [*want[:1], "b.npz", "c.Npz", "d.NPZ"]
+
+
+def test_npz_paths_the_file_system_refuses_are_one_input_error(tmp_path, monkeypatch):
+    """Kind: an .npz path or --inputs folder the file system refuses (a name too long, a link loop, a file on the
+    way; a folder that cannot be listed): one InputError line naming it, never an OSError."""
+    import errno
+
+    from toolkit.inputs.npz import npz_files
+
+    (tmp_path / "f.txt").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    spec = [InputSpec("x", np.dtype(np.float32), (1, 4))]
+    for bad, why in ((tmp_path / ("a" * 300 + ".npz"), "bytes long"), (tmp_path / "loop" / "x.npz", "loops"),
+                     (tmp_path / "f.txt" / "x.npz", "is a file, not a folder")):
+        with pytest.raises(InputError, match=f"^npz file '.*' cannot be used: .*{why}"):
+            load_npz(bad, spec)
+
+    def refuse(self):
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    with pytest.raises(InputError, match="^--inputs folder '.*' cannot be listed: Permission denied; give a readable"):
+        npz_files(tmp_path)

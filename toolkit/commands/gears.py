@@ -40,6 +40,7 @@ from toolkit.core.csvjson import atomic_write_text, json_safe, to_csv_safe
 from toolkit.core.errors import ConfigError, InputError, UsageError
 from toolkit.core.text import compile_summary, human_bytes, suggest
 from toolkit.core.textfile import read_user_text
+from toolkit.core.userpaths import check_path
 from toolkit.engine import compile_model
 from toolkit.gears import dp
 from toolkit.gears.padding import padding_sensitivity
@@ -71,9 +72,12 @@ def read_lengths(path: str | Path, column: str | None = None) -> np.ndarray:
         InputError: missing, unreadable, not a regular file (a FIFO, device such as /dev/null, socket or a link
         to one), empty or non-UTF-8 file (a UTF-8 BOM is skipped), unknown column or
         one the header names twice, an empty cell in the column or a value that is not a positive integer in
-        ASCII digits (named by line number), or no lengths at all.
+        ASCII digits (named by line number), or no lengths at all; a path the file system refuses
+        (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way, permission
+        denied).
     """
     p = Path(path)
+    check_path(p, "lengths file", InputError, "give a file with one length per line, or a CSV with --column")
     if not p.exists() or p.is_dir():
         raise InputError(f"lengths file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; give a file with "
                          "one length per line, or a CSV with --column")

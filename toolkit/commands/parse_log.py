@@ -47,6 +47,7 @@ from toolkit.core.csvjson import _dumps, atomic_write_text, to_csv_safe
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.records import Finding
 from toolkit.core.textfile import open_regular_text
+from toolkit.core.userpaths import check_path
 from toolkit.logs import parsers as built_in_parsers  # noqa: F401 - registers the built-in formats
 from toolkit.logs.detect import detect_format
 from toolkit.logs.findings import op_summary_findings
@@ -78,13 +79,16 @@ def expand(files: list[str], duplicates: list[str] | None = None) -> list[Path]:
 
     Raises:
         UsageError: no FILE given.
-        InputError: a path does not exist; a folder holds no (non-hidden) file directly inside it.
+        InputError: a path does not exist or is one the file system refuses (toolkit.core.userpaths.check_path: a
+            name too long, a symbolic link loop, a file on the way, permission denied); a folder holds no
+            (non-hidden) file directly inside it.
     """
     if not files:
         raise UsageError("parse-log needs at least one FILE (a log, profile CSV/JSON or a report folder)")
     out, seen = [], set()
     for f in files:
         p = Path(f)
+        check_path(p, "FILE", InputError, "give a log, profile CSV/JSON file or a folder of them")
         if not p.exists():
             raise InputError(f"'{f}' does not exist; give a log, profile CSV/JSON file or a folder of them")
         for q in (_folder_files(output_folder(p)) if p.is_dir() else [p]):

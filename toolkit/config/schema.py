@@ -22,6 +22,7 @@ from toolkit.core.boundedjson import json_loads, read_limited, toml_loads
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import suggest
 from toolkit.core.textfile import not_regular_reason
+from toolkit.core.userpaths import check_path
 
 PRECISION_MODES = ("force_fp32", "force_fp16", "allow_fp32_to_fp16", "must_keep_origin_dtype", "allow_mix_precision")
 IMPL_MODES = ("high_precision", "high_performance")
@@ -125,10 +126,15 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path | None) -> "Config":
-        """Read a ``.json`` or ``.toml`` config; ``None`` gives the defaults. Raises ConfigError."""
+        """Read a ``.json`` or ``.toml`` config; ``None`` gives the defaults. Raises ConfigError (exit 2): a file that
+        does not exist, is a folder, is not JSON / TOML or holds a bad option, or a path the file system refuses
+        (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way, permission
+        denied)."""
         if path is None:
             return cls()
         p = Path(path)
+        if str(path).strip():
+            check_path(p, "config file", ConfigError, "pass a .json or .toml file to --config")
         if str(path).strip() and p.exists() and not p.is_dir() and not p.is_file():
             return cls._load_stream(p)  # a pipe, e.g. bash's --config <(echo '{...}')
         if not str(path).strip() or not p.is_file():
@@ -384,12 +390,14 @@ def _not_a_file(p: Path) -> str:
 
 
 def _read_lines(p: Path, what: str, where: str) -> list[str]:
+    check_path(p, f"{where}: {what} file", ConfigError, f"fix the {what} path")
     if not p.is_file():
         raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     return [ln.strip() for ln in _read_text(p, what, where).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def _read_json(p: Path, what: str, where: str) -> dict:
+    check_path(p, f"{where}: {what} file", ConfigError, f"fix the {what} path")
     if not p.is_file():
         raise ConfigError(f"{where}: {what} file '{p}' {_not_a_file(p)}")
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from toolkit.core.boundedjson import json_loads, read_limited
 from toolkit.core.errors import InputError
 from toolkit.core.text import suggest
+from toolkit.core.userpaths import check_path
 
 _SHAPE = 'expected {"device_op": ["orig_node", ...], ...}'
 
@@ -28,10 +29,13 @@ def load_mapping(path: str | Path) -> dict[str, list[str]]:
 
     Raises:
         InputError: missing/unreadable file, invalid JSON, not an object, a value that is not a non-empty list
-            of non-empty strings, or an original node listed under two device ops.
+            of non-empty strings, or an original node listed under two device ops; a path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
     """
     p = Path(path)
     where = f"mapping file '{p}'"
+    check_path(p, "mapping file", InputError, f"give a JSON file {_SHAPE}")
     if not p.exists() or p.is_dir():
         raise InputError(f"{where} {'is a folder' if p.is_dir() else 'does not exist'}; give a JSON file {_SHAPE}")
     text = read_limited(p, "mapping file", InputError, f"give a UTF-8 JSON file {_SHAPE}",  # a BOM is fine

@@ -53,6 +53,7 @@ from toolkit.core.boundedjson import check_depth, json_loads, read_limited
 from toolkit.core.dtypes import dtype_named, is_ml_dtype
 from toolkit.core.errors import InputError, UsageError, UserError
 from toolkit.core.textfile import UTF8_BOM, not_regular_reason, open_regular, open_regular_text
+from toolkit.core.userpaths import check_path
 
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, dump_like, name_problem
@@ -84,10 +85,14 @@ class SideSpec:
 
 
 def read_side(spec: SideSpec) -> DumpSet:
-    """Read ``spec`` into a :class:`DumpSet` (see module docstring). Raises InputError / UsageError / UserError."""
+    """Read ``spec`` into a :class:`DumpSet` (see module docstring). Raises InputError / UsageError / UserError;
+    InputError also for a path the file system refuses (toolkit.core.userpaths.check_path: a name too long, a
+    symbolic link loop, a file on the way, permission denied)."""
     if spec.format not in FORMATS:
         raise UsageError(f"{spec.role} format '{spec.format}': expected one of {', '.join(FORMATS)}")
     path = Path(spec.path)
+    check_path(path, spec.role.upper(), InputError,
+               "give a folder of .npy dumps or a Polygraphy RunResults JSON")
     if not path.exists():
         raise InputError(f"{spec.label} does not exist; give a folder of .npy dumps or a Polygraphy RunResults JSON")
     if not path.is_dir() and not_regular_reason(path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from toolkit.core import usercode
 from toolkit.core.errors import InputError
+from toolkit.core.userpaths import check_path
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed, feed_arrays
 
@@ -46,10 +47,13 @@ def load_sets(spec: str, specs: Sequence[InputSpec], max_sets: int, too_many: st
 
     Raises:
         InputError: the script is missing or fails to import, defines no such function, the function raises or
-            returns something that is not feed dicts, a feed does not fit the model, or more than ``max_sets``.
+            returns something that is not feed dicts, a feed does not fit the model, or more than ``max_sets``;
+            its path is one the file system refuses (toolkit.core.userpaths.check_path: a name too long, a
+            symbolic link loop, a file on the way, permission denied).
     """
     path, fn_name = split_spec(spec)
     where = f"--inputs loader script '{path}'"
+    check_path(path, "--inputs loader script", InputError, "give an existing file.py[:function]")
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
         raise InputError(f"{where} {what}; give an existing file.py[:function] whose function returns or yields "

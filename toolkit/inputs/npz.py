@@ -10,6 +10,7 @@ import numpy as np
 
 from toolkit.core.dtypes import is_ml_dtype, value_kind
 from toolkit.core.errors import InputError
+from toolkit.core.userpaths import check_path, path_problem, shown_path
 from toolkit.inputs.npzread import read_npz
 from toolkit.inputs.spec import InputSpec
 from toolkit.inputs.validate import check_feed, conform_feed
@@ -18,8 +19,14 @@ from toolkit.inputs.validate import check_feed, conform_feed
 def npz_files(folder: str | os.PathLike) -> list[Path]:
     """Every entry directly in ``folder`` whose name ends in ``.npz`` in any letter case (``A.NPZ`` too), sorted
     by name: the input sets of an ``--inputs`` folder. Entries that are not regular files (folders, broken links)
-    are listed too, so that reading them gives a one-line error instead of a silent skip."""
-    return sorted((p for p in Path(folder).iterdir() if p.name.lower().endswith(".npz")), key=lambda p: p.name)
+    are listed too, so that reading them gives a one-line error instead of a silent skip. Raises InputError (exit
+    2) when the folder cannot be listed (permission denied, a name too long, ...)."""
+    try:
+        return sorted((p for p in Path(folder).iterdir() if p.name.lower().endswith(".npz")), key=lambda p: p.name)
+    except OSError as exc:
+        why = path_problem(folder) or exc.strerror or type(exc).__name__
+        raise InputError(f"--inputs folder '{shown_path(folder)}' cannot be listed: {why}; give a readable folder "
+                         "of .npz files") from None
 
 
 def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
@@ -41,13 +48,16 @@ def load_npz(path: str | os.PathLike, model_inputs: Sequence[InputSpec]) -> dict
         dict in the order of ``model_inputs``; arrays are fully read into memory, in native byte order.
 
     Raises:
-        InputError: file missing, not a regular file (a folder, /dev/null, a pipe), empty (0 bytes) or not an
+        InputError: a path the file system refuses (toolkit.core.userpaths.check_path: a name too long, a symbolic
+            link loop, a file on the way, permission denied), file missing, not a regular file (a folder,
+            /dev/null, a pipe), empty (0 bytes) or not an
             npz (zip) archive, a member that is not a .npy array, an array needs pickle, a member compressed
             otherwise than stored/deflate, a malformed .npy header, declared sizes that disagree or exceed
             memory, a stream that inflates past its declared size, or the feed does not fit.
     """
     path = Path(path)
     source = f"npz file {str(path)!r}"
+    check_path(path, "npz file", InputError, "pass an existing .npz written by np.savez")
     if not path.is_file():
         if path.exists():
             raise InputError(f"{source} exists but is not a regular file (it is {_file_kind(path)}); pass an "

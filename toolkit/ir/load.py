@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 
 from toolkit.core.errors import ModelError
 from toolkit.core.text import escape_surrogates
+from toolkit.core.userpaths import check_path
 from toolkit.ir.proto_checks import (
     check_dtypes,
     check_strings,
@@ -99,9 +100,12 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 
     Raises:
         ModelError: missing file, not ONNX / truncated, external data outside the folder or too short,
-            unsupported opset, unknown op, or a checker failure.
+            unsupported opset, unknown op, or a checker failure; a path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
     """
     p = Path(path)
+    check_path(p, "model file", ModelError, "pass the .onnx file itself")
     if not p.exists():
         raise ModelError(f"model file '{p}' does not exist; check the path")
     if not p.is_file():

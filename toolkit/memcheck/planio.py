@@ -19,6 +19,7 @@ from toolkit.config.schema import Config
 from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.errors import InputError, UsageError, UserError
 from toolkit.core.text import suggest
+from toolkit.core.userpaths import check_path
 from toolkit.memory.planner import align
 from toolkit.source import resolve_model
 
@@ -128,9 +129,11 @@ def _check_tensor_names(tensors: list[dict], where: str) -> None:
 def load_plan(path) -> Plan:
     """Read plan.json and validate it (:func:`validate_plan_dict`). Raises InputError (missing file, bad JSON,
     an unknown version, missing/unknown/wrongly typed fields, a tensor listed twice, an ``alias_of`` naming no
-    tensor, offsets outside the arena). A misaligned offset is left to ``memcheck``
-    (toolkit.memcheck.static_check.misaligned)."""
+    tensor, offsets outside the arena), also for a path the file system refuses (toolkit.core.userpaths.check_path:
+    a name too long, a symbolic link loop, a file on the way, permission denied). A misaligned offset is left to
+    ``memcheck`` (toolkit.memcheck.static_check.misaligned)."""
     p = Path(path)
+    check_path(p, "plan file", InputError, "give the plan.json written by `npuscope compile`")
     if not p.exists() or p.is_dir():
         raise InputError(f"plan file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; write one with "
                          "`npuscope compile` (plan.json)")

@@ -45,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.core.errors import InputError
+from toolkit.core.userpaths import check_path
 from toolkit.logs.detect import detect_format
 from toolkit.logs.profdirs import output_folder
 from toolkit.logs.parsers import fusion_op_csv, kernel_details_csv, op_summary_csv
@@ -111,9 +112,12 @@ def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
 
     Raises:
         InputError: the file is missing, not a CSV of either format (the columns each needs are named), or holds
-            no readable row.
+            no readable row; a path the file system refuses (toolkit.core.userpaths.check_path: a name too long,
+            a symbolic link loop, a file on the way, permission denied).
     """
     p = Path(path)
+    check_path(p, "device profile", InputError, "give an msprof op_summary_*.csv or a torch_npu kernel_details.csv "
+               "(or the profiler folder holding one)")
     if p.is_dir():
         p = _profile_table(p)
     if not p.is_file():
@@ -145,9 +149,12 @@ def read_fusion_ops(path: str | Path) -> dict[str, list[str]]:
     """{fused device op: [original op names]} of an msprof fusion_op_*.csv (toolkit.logs.parsers.fusion_op_csv).
 
     Raises:
-        InputError: missing file, not a fusion_op CSV (needs 'Fusion Op' and 'Original Ops'), or no readable row.
+        InputError: missing file, not a fusion_op CSV (needs 'Fusion Op' and 'Original Ops'), or no readable row;
+            a path the file system refuses (toolkit.core.userpaths.check_path: a name too long, a symbolic link
+            loop, a file on the way, permission denied).
     """
     p = Path(path)
+    check_path(p, "fusion_op file", InputError, "give an msprof fusion_op_*.csv")
     if not p.is_file():
         raise InputError(f"fusion_op file '{p}' does not exist or is not a file")
     try:

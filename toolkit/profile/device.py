@@ -32,6 +32,7 @@ from toolkit.core.boundedjson import json_loads, read_limited
 from toolkit.core.errors import ConfigError
 from toolkit.core.text import suggest
 from toolkit.core.textfile import not_regular_reason
+from toolkit.core.userpaths import check_path
 
 DEVICES_DIR = Path(__file__).with_name("devices")
 DEFAULT_DEVICE = "atlas300i_pro"
@@ -109,7 +110,9 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
 
     Raises:
         ConfigError: unknown name, unreadable or invalid JSON, unknown/missing field, a value that is not a
-            finite number inside its :data:`RANGES` entry.
+            finite number inside its :data:`RANGES` entry, a path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
     """
     spec = DEFAULT_DEVICE if spec is None else str(spec)
     if spec in builtin_devices():
@@ -118,6 +121,8 @@ def load_device(spec: str | Path | None = None) -> DeviceProfile:
     if p.suffix.lower() != ".json":
         raise ConfigError(f"--device '{spec}' is neither a built-in device{suggest(spec, builtin_devices())} "
                           "nor a .json file")
+    check_path(p, "device file", ConfigError, f"give a built-in name ({', '.join(builtin_devices())}) or an "
+               "existing .json file")
     if not p.is_file():
         why = f"is {not_regular_reason(p)}" if p.exists() or p.is_symlink() else "does not exist"
         raise ConfigError(f"device file '{p}' {why}; give a built-in name ({', '.join(builtin_devices())}) "

@@ -46,6 +46,7 @@ import pandas as pd
 
 from toolkit.core import usercode
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.userpaths import check_path
 from toolkit.inputs.validate import check_keys, feed_arrays
 from toolkit.profile.schedule import Task, offset_tasks, simulate
 
@@ -60,8 +61,10 @@ def load_callable(spec: str, option: str, default_fn: str) -> Callable:
     """The function named by ``spec`` = ``file.py[:function]`` (default function ``default_fn``).
 
     Raises:
-        InputError: empty spec, not a .py file, missing file, the module raises on import, no such function,
-            or the name is not callable. One line naming ``option`` and the fix.
+        InputError: empty spec, not a .py file, missing file, a path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied), the module raises on import, no such function, or the name is not callable. One
+            line naming ``option`` and the fix.
     """
     if not spec or not str(spec).strip():
         raise UsageError(f"{option} is empty; give file.py:function, e.g. {option} prepost.py:{default_fn}")
@@ -70,6 +73,7 @@ def load_callable(spec: str, option: str, default_fn: str) -> Callable:
     path = Path(path_text)
     if path.suffix != ".py":
         raise InputError(f"{option} '{spec}' is not file.py:function; e.g. {option} prepost.py:{default_fn}")
+    check_path(path, f"{option} file", InputError, f"give an existing file.py:function to {option}")
     if not path.is_file():
         raise InputError(f"{option} file '{path}' does not exist")
     module = _import_file(path, option)

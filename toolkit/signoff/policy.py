@@ -75,6 +75,7 @@ from toolkit.config.schema import _check_op_type
 from toolkit.core.boundedjson import read_limited_bytes, toml_loads
 from toolkit.core.errors import ConfigError, UsageError
 from toolkit.core.text import suggest
+from toolkit.core.userpaths import check_path
 from toolkit.profile.device import DEFAULT_DEVICE, builtin_devices, load_device
 from toolkit.signoff.criteria import CRITERIA
 
@@ -143,8 +144,11 @@ class Policy:
 
 def load_policy(path: str | Path) -> Policy:
     """Read and validate a TOML policy (a ``[latency] device`` .json file is relative to the policy's folder).
-    Raises ConfigError (one line) for a missing/invalid file, key, value or device profile."""
+    Raises ConfigError (one line) for a missing/invalid file, key, value or device profile, or a policy or device
+    path the file system refuses (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file
+    on the way, permission denied)."""
     p = Path(path)
+    check_path(p, "policy file", ConfigError, "check the --policy path")
     if not p.exists() or p.is_dir():
         raise ConfigError(f"policy file '{p}' {'is a folder' if p.is_dir() else 'does not exist'}; check the "
                           "--policy path")
@@ -362,6 +366,7 @@ def _check_device(body: dict, where: str, base_dir: str | Path | None) -> None:
         raise ConfigError(f"{where}: [latency] device = {spec!r} is neither a built-in device{suggest(spec, names)} "
                           "nor a .json file")
     path = Path(base_dir) / spec if base_dir is not None else Path(spec)
+    check_path(path, f"{where}: [latency] device file", ConfigError, fix)
     if not path.is_file():
         raise ConfigError(f"{where}: [latency] device = {spec!r}: file '{path}' does not exist; {fix}")
     try:

@@ -38,6 +38,7 @@ from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import show_line, show_pair
+from toolkit.core.userpaths import check_path
 from toolkit.inputs.digest import DIGESTS_KEY
 from toolkit.signoff.policy import BOUNDABLE
 
@@ -316,8 +317,10 @@ def load_run(folder: str | Path) -> dict:
     """{"summary", "kind" (:func:`result_kind`), "table" (DataFrame or None), "plan", "fusion"} of a report
     folder. Raises InputError (missing folder or summary.json, not a diagnose/compare/signoff result, a file
     regress reads that is damaged: :func:`_read_json`, :func:`check_summary`, :func:`read_table`, :func:`check_plan`,
-    :func:`check_fusion`)."""
+    :func:`check_fusion`; a path the file system refuses: toolkit.core.userpaths.check_path, a name too long, a
+    symbolic link loop, a file on the way, permission denied)."""
     f = Path(folder)
+    check_path(f, "report folder", InputError, "pass a report folder written by diagnose, compare or signoff")
     if not f.is_dir():
         raise InputError(f"report folder '{f}' does not exist")
     if not (f / "summary.json").is_file():
