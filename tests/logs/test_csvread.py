@@ -102,3 +102,33 @@ def test_a_csv_with_a_utf8_bom_reads_its_first_column(tmp_path):
     res = _parse(p, "op_summary_csv")
     assert res.op_summary["Op Name"].tolist() == ["conv"]
     assert not any("U+FFFD" in n or "GB18030" in n for n in res.notes), res.notes
+
+
+@pytest.mark.parametrize("text, want", [("1,234.5", 1234.5), ("-12,000", -12000.0), ("1,234,567.25e3", 1234567250.0),
+                                        ("\t7 ", 7.0), ("999", 999.0), ("1,5", None), ("12,34", None),
+                                        ("1,23,456", None), ("N/A", None), ("", None)])
+def test_numbers_with_thousands_separators_are_read(text, want):
+    """A spreadsheet saves large numbers with thousands separators: a number grouped by threes is read without
+    them; anything else with a comma (a decimal comma, other groupings) stays unparseable (NaN), never guessed."""
+    import math
+
+    import pandas as pd
+
+    from toolkit.logs.csvread import numeric
+
+    got = numeric(pd.Series([text]))[0]
+    assert (math.isnan(got) if want is None else got == want), got
+
+
+@pytest.mark.parametrize("module", ["op_summary_csv", "op_statistic_csv"])
+def test_a_profiler_csv_saved_with_thousands_separators_loses_no_row(tmp_path, module):
+    head, rows = {"op_summary_csv": ("Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us)\n",
+                                     ['conv,Conv2D,AI_CORE,"1,000","12,345.5"\n', "relu,Relu,AI_CORE,2,10\n"]),
+                  "op_statistic_csv": ("OP Type,Core Type,Count,Total Time(us)\n",
+                                       ['Conv2D,AI_CORE,"1,200","12,345.5"\n', "Relu,AI_CORE,3,10\n"])}[module]
+    p = tmp_path / "t.csv"
+    p.write_text(head + "".join(rows))
+    res = _parse(p, module)
+    frame = res.op_summary if module == "op_summary_csv" else res.tables["op_statistic"]
+    col = "Task Duration(us)" if module == "op_summary_csv" else "Total Time(us)"
+    assert sorted(frame[col].tolist()) == [10.0, 12345.5] and res.malformed == 0

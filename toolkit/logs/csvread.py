@@ -2,7 +2,8 @@
 other than the header's) and refuses an ambiguous header, and per-check malformed counts with notes.
 
 Numbers in the device profiler's CSVs may carry a trailing tab (it keeps spreadsheets from reformatting long
-timestamps) or ``N/A``; :func:`numeric` strips whitespace and turns anything unparseable into NaN.
+timestamps), ``N/A``, or thousands separators when a spreadsheet saved the file ("1,234.5"); :func:`numeric`
+strips whitespace, drops the separators of a number grouped by threes and turns anything unparseable into NaN.
 """
 
 from __future__ import annotations
@@ -143,6 +144,16 @@ def malformed_mask(checks: dict[str, pd.Series]) -> tuple[pd.Series, list[str]]:
     return ~bad, notes
 
 
+#: A number written with thousands separators, as a spreadsheet exports it ("1,234.5", "-12,000"): commas only
+#: between groups of three digits, so a decimal comma ("1,5") is never read as one.
+THOUSANDS = r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][-+]?\d+)?"
+
+
 def numeric(series: pd.Series) -> pd.Series:
-    """Float values of a text column (whitespace stripped; unparseable → NaN)."""
-    return pd.to_numeric(series.astype(str).str.strip(), errors="coerce").astype(float)
+    """Float values of a text column (whitespace stripped; thousands separators dropped where the text is a
+    number grouped by threes (:data:`THOUSANDS`); unparseable → NaN)."""
+    text = series.astype(str).str.strip()
+    grouped = text.str.fullmatch(THOUSANDS, na=False)
+    if grouped.any():
+        text = text.where(~grouped, text.str.replace(",", "", regex=False))
+    return pd.to_numeric(text, errors="coerce").astype(float)
