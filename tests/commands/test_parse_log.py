@@ -239,3 +239,25 @@ def test_a_trace_whose_slices_lack_a_task_type_writes_its_report(tmp_path, event
     assert (res["out"] / "profile.html").is_file()
     ops = pd.read_csv(res["out"] / "op_summary.csv")
     assert ops["Task Duration(us)"].sum() == pytest.approx(sum(float(e["dur"]) for e in events))
+
+
+@pytest.mark.parametrize("key", ["Device_id", "Model Name"])
+def test_op_statistic_files_keep_one_hundred_percent_per_device_and_model(tmp_path, key):
+    """op_statistic CSVs of two devices (or two models), one file or two: each group's Ratio(%) sums to 100 and
+    equals its op type's share of that group's total, computed here from the file's numbers."""
+    rows = [("0", "resnet", "Conv2D", "AI_CORE", 53, 1234.56), ("0", "resnet", "Cast", "AI_VECTOR_CORE", 10, 500.0),
+            ("0", "resnet", "NonZero", "AI_CPU", 2, 265.44), ("1", "resnet", "Conv2D", "AI_CORE", 53, 1300.0)]
+    if key == "Model Name":
+        rows = [("0", "resnet" if r[0] == "0" else "bert", *r[2:]) for r in rows]
+    head = "Device_id,Model Name,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),Max Time(us),Ratio(%)\n"
+    (tmp_path / "a.csv").write_text(head + "".join(f"{d},{m},{o},{c},{n},{t},1,1,1,0\n" for d, m, o, c, n, t in rows[:3]))
+    (tmp_path / "b.csv").write_text(head + "".join(f"{d},{m},{o},{c},{n},{t},1,1,1,0\n" for d, m, o, c, n, t in rows[3:]))
+    res = parse_log_command([str(tmp_path / "a.csv"), str(tmp_path / "b.csv")], out=str(tmp_path / "out"))
+    stat = pd.read_csv(res["out"] / "op_statistic.csv", dtype={"Device_id": str})
+    for group, want in stat.groupby(key):
+        mine = [r for r in rows if (r[0] if key == "Device_id" else r[1]) == str(group)]
+        total = sum(r[5] for r in mine)
+        assert want["Ratio(%)"].sum() == pytest.approx(100.0)
+        for r in mine:
+            got = want.loc[want["OP Type"] == r[2], "Ratio(%)"].item()
+            assert got == pytest.approx(r[5] / total * 100.0)

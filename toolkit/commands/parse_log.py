@@ -175,8 +175,9 @@ def nothing_read(res: ParseResult) -> bool:
 
 def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """op_statistic rows of several files merged per (Time Kind, Device_id, Model Name, OP Type, Core Type): counts
-    and totals summed, min/max kept, Avg = Total / Count, Ratio(%) recomputed within each Time Kind (kinds in
-    toolkit.profile.optable.kind_order, largest total first within a kind)."""
+    and totals summed, min/max kept, Avg = Total / Count, Ratio(%) recomputed within each (Time Kind, Device_id,
+    Model Name), as toolkit.profile.optable.op_statistic does: two devices or models never share one 100% (kinds in
+    toolkit.profile.optable.kind_order; devices and models in first-seen order, largest total first within each)."""
     df = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
     if df.empty:
         return pd.DataFrame(columns=OP_STATISTIC_COLUMNS)
@@ -190,9 +191,11 @@ def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
             **{"Count": ("Count", "sum"), "Total Time(us)": ("Total Time(us)", "sum"),
                "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
         g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
-        total = g["Total Time(us)"].sum()
-        g["Ratio(%)"] = g["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
-        parts.append(g.assign(**{"Time Kind": kind}).sort_values("Total Time(us)", ascending=False, kind="stable"))
+        for _, grp in g.groupby(["Device_id", "Model Name"], sort=False):  # one 100% per device and model
+            total = grp["Total Time(us)"].sum()
+            part = grp.assign(**{"Ratio(%)": grp["Total Time(us)"] / total * 100.0 if total > 0 else 0.0})
+            parts.append(part.assign(**{"Time Kind": kind}).sort_values("Total Time(us)", ascending=False,
+                                                                        kind="stable"))
     return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
 
 
