@@ -239,3 +239,22 @@ def test_an_unmatched_memory_copy_row_is_called_a_copy_not_an_inserted_op(tmp_pa
     assert reason.startswith("a memory copy row") and "device inserted" not in reason
     trans = attr.unmatched.set_index("Op Name").at["trans_1", "Reason"]
     assert "device inserted" in trans  # other unknown types keep the general hint
+
+
+@pytest.mark.parametrize("devices", [["0", "1"], ["0", "3", "7"]])
+def test_a_profile_of_several_devices_is_refused_not_averaged(tmp_path, devices):
+    """Each device runs the whole model: rows of several Device_id values must not be averaged into one kernel's
+    time as iterations of one device. One device's rows (a Device_id column with one value) are read."""
+    from toolkit.core.errors import InputError
+
+    header = "Device_id,Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us),Output Shapes\n"
+    rows = "".join(f"{d},{n},Conv2D,AI_CORE,{i * 10},{5 * (j + 1)},1\n" for j, d in enumerate(devices)
+                   for i, n in enumerate(("conv_a", "conv_b")))
+    p = tmp_path / "op_summary_0.csv"
+    p.write_text(header + rows)
+    with pytest.raises(InputError, match=rf"holds the rows of {len(devices)} devices \(Device_id 0 \(2 rows\)"):
+        read_device_profile(p)
+    one = tmp_path / "op_summary_1.csv"
+    one.write_text(header + "".join(r for r in rows.splitlines(keepends=True) if r.startswith("0,")))
+    summary, _ = read_device_profile(one)
+    assert sorted(summary["Task Duration(us)"].tolist()) == [5.0, 5.0]

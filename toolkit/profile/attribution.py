@@ -111,9 +111,10 @@ def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     holding exactly one such table.
 
     Raises:
-        InputError: the file is missing, not a CSV of either format (the columns each needs are named), or holds
-            no readable row; a path the file system refuses (toolkit.core.userpaths.check_path: a name too long,
-            a symbolic link loop, a file on the way, permission denied).
+        InputError: the file is missing, not a CSV of either format (the columns each needs are named), holds
+            no readable row, or holds the rows of several devices (Device_id); a path the file system refuses
+            (toolkit.core.userpaths.check_path: a name too long, a symbolic link loop, a file on the way,
+            permission denied).
     """
     p = Path(path)
     check_path(p, "device profile", InputError, "give an msprof op_summary_*.csv or a torch_npu kernel_details.csv "
@@ -139,10 +140,25 @@ def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     if res.op_summary.empty:
         raise InputError(f"device profile '{p}' has no readable row ({res.malformed} malformed: "
                          f"{'; '.join(res.notes[-3:]) or 'no data rows'})")
+    _refuse_several_devices(p, res.op_summary)
     notes = [f"{p.name}: read as {name}, {res.records} row(s)"] + [f"{p.name}: {n}" for n in res.notes]
     if res.malformed:
         notes.append(f"{p.name}: {res.malformed} malformed row(s) skipped")
     return res.op_summary, notes
+
+
+def _refuse_several_devices(p: Path, summary: pd.DataFrame) -> None:
+    """Raise InputError when the rows name more than one Device_id: each device runs the whole model, so their
+    rows would be averaged into one kernel's time as if they were iterations of one device."""
+    if "Device_id" not in summary.columns:
+        return
+    ids = [d for d in dict.fromkeys(summary["Device_id"].fillna("").astype(str).str.strip()) if d]
+    if len(ids) > 1:
+        counts = summary["Device_id"].fillna("").astype(str).str.strip().value_counts()
+        shown = ", ".join(f"{d} ({int(counts[d])} rows)" for d in ids[:6])
+        raise InputError(f"device profile '{p}' holds the rows of {len(ids)} devices (Device_id {shown}); each runs "
+                         "the whole model, so their times would be averaged as iterations of one: give one device's "
+                         f"table (its device_{ids[0]} folder, or the rows whose Device_id is {ids[0]})")
 
 
 def read_fusion_ops(path: str | Path) -> dict[str, list[str]]:
