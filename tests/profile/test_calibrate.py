@@ -189,3 +189,24 @@ def test_a_figure_is_needed_only_when_it_improves_the_fit_beyond_noise():
     assert needed(0.0150, 0.08, 62, 9)
     assert not needed(0.02, 0.019, 62, 9)  # held at base fits better: not needed
     assert needed(0.0, 1e-9, 10, 3) and not needed(0.0, 0.0, 10, 3)  # an exact fit
+
+
+@pytest.mark.parametrize("before, after, worse", [
+    ((37.7, 46.1), (63.8, 68.7), ["per-kernel median 37.7% -> 63.8%", "summed time 46.1% -> 68.7%"]),
+    ((37.7, 46.1), (12.0, 68.7), ["summed time 46.1% -> 68.7%"]),
+    ((37.7, 46.1), (63.8, 10.0), ["per-kernel median 37.7% -> 63.8%"]),
+    ((37.7, 46.1), (12.0, 10.0), []),
+])
+def test_a_calibration_that_predicts_held_out_units_worse_says_so(before, after, worse):
+    """The fit is judged on units it never saw: when either held-out error grows, the terminal, profile.json and
+    the report carry a warning naming both numbers; when both fall, nothing is said."""
+    from types import SimpleNamespace
+
+    from toolkit.profile.device_fit import DeviceFit
+
+    cal = SimpleNamespace(heldout_mdape_before=before[0], heldout_total_before=before[1], heldout_mdape=after[0],
+                          heldout_total=after[1])
+    text = DeviceFit.warning(SimpleNamespace(calibration=cal))
+    assert bool(text) == bool(worse)
+    for part in worse:
+        assert part in text

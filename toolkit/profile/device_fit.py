@@ -44,11 +44,28 @@ class DeviceFit:
     whatif: pd.DataFrame
     notes: list[str] = field(default_factory=list)
 
+    def warning(self) -> str:
+        """'' unless the calibrated profile predicts the held-out units worse than the profile it started from
+        (per-kernel median or summed-time error higher after the fit): then one sentence saying so, with both
+        errors, since the what-ifs then rest on a profile that generalises worse than the uncalibrated one."""
+        c = self.calibration
+        worse = [f"{what} {before:.1f}% -> {after:.1f}%" for what, before, after in
+                 (("per-kernel median", c.heldout_mdape_before, c.heldout_mdape),
+                  ("summed time", c.heldout_total_before, c.heldout_total)) if after > before]
+        if not worse:
+            return ""
+        return (f"the calibration predicts the held-out units worse than the uncalibrated profile ({', '.join(worse)}): "
+                "the fit does not generalise from these rows, so its what-ifs are no better than the uncalibrated "
+                "ones (BaseEffectMs); profile more iterations or more of the model before relying on it")
+
     def summary_lines(self) -> list[str]:
-        """Terminal lines: attribution, held-out errors, calibrated figures, what-ifs, notes on skipped rows."""
+        """Terminal lines: attribution, held-out errors (and :meth:`warning`), calibrated figures, what-ifs, notes
+        on skipped rows."""
         c, a = self.calibration, self.attribution
         lines = [f"device profile {Path(self.path).name}: {a.matched_rows} row(s) matched, {len(a.unmatched)} "
                  "unmatched (attribution_unmatched.csv)", f"calibration ({c.device.name}): {c.confidence()}"]
+        if self.warning():
+            lines.append(f"WARNING: {self.warning()}")
         fitted = c.params[c.params["Status"] == "calibrated"]
         lines.append("calibrated: " + (", ".join(f"{r.Field} {r.Base:g} -> {r.Calibrated:.4g}" for r in
                                                   fitted.itertuples(index=False)) or "nothing identified"))
@@ -69,7 +86,8 @@ class DeviceFit:
         """The calibration section's data for toolkit.report.profile_html (``calibration=``)."""
         c = self.calibration
         return {"units": c.units, "errors": c.errors, "params": c.params, "whatif": self.whatif,
-                "unmatched": self.attribution.unmatched, "device": c.device.name, "source": Path(self.path).name}
+                "unmatched": self.attribution.unmatched, "device": c.device.name, "source": Path(self.path).name,
+                "warning": self.warning()}
 
     def placement(self) -> dict[str, str] | None:
         """The op_placement the advisor recommends on the calibrated profile (None when it moves nothing)."""
@@ -82,7 +100,8 @@ class DeviceFit:
                 "matched_rows": self.attribution.matched_rows, "unmatched_rows": len(self.attribution.unmatched),
                 "heldout_mdape_before": c.heldout_mdape_before, "heldout_mdape_after": c.heldout_mdape,
                 "heldout_total_error_before": c.heldout_total_before, "heldout_total_error_after": c.heldout_total,
-                "confidence": c.confidence(), "whatif": self.whatif, "notes": self.notes}
+                "confidence": c.confidence(), "calibration_warning": self.warning(), "whatif": self.whatif,
+                "notes": self.notes}
 
 
 def fit_device(path: str | Path, costs: pd.DataFrame, compiled, config, model, base: DeviceProfile, *,

@@ -61,7 +61,7 @@ def calibration_section(tables: dict | None) -> dict | None:
         return None
     units = tables["units"]
     unmatched = tables["unmatched"]
-    return {"device": tables["device"], "source": tables["source"],
+    return {"device": tables["device"], "source": tables["source"], "warning": tables.get("warning", ""),
             "figure": {"id": "fig-calibration", "json": script_json(scatter_figure(units).to_json())},
             "errors": grid(tables["errors"]), "params": grid(tables["params"]), "worst": grid(worst_units(units)),
             "whatif": grid(tables["whatif"]) if len(tables["whatif"]) else None,
