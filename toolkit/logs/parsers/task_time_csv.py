@@ -3,7 +3,9 @@
 Format (CANN profiling data reference, "task_time"): ``[Device_id,] kernel_name, kernel_type, stream_id, task_id,
 task_time(us), task_start(ns | us), task_stop(ns | us)``; newer exports write the start and stop in µs,
 older ones in ns (the unit is in the column name). Each row is a device task (Time Kind ``device``):
-kernel_name → Op Name, kernel_type → Task Type (``AI Core`` → AI_CORE; HCCL rows COMMUNICATION), stream_id →
+kernel_name → Op Name, kernel_type → Task Type (KERNEL_AICORE → AI_CORE, KERNEL_AIVEC → AI_VECTOR_CORE,
+KERNEL_AICPU → AI_CPU, MEMCPY_ASYNC → MEMCPY: :data:`KERNEL_TYPES`; ``AI Core`` → AI_CORE; HCCL rows
+COMMUNICATION), stream_id →
 Stream ID, task_id → Task ID, task_time(us) → Task Duration(us), task_start → Task Start Time(us) and the exact
 Task Start Time(ns) (toolkit.logs.profcells). Detected by a header holding kernel_name and task_time(us).
 Malformed rows (counted, skipped): a field count other than the header's, no kernel_name, a task_time(us) that
@@ -29,6 +31,20 @@ USED = ["Device_id", "kernel_name", "kernel_type", "stream_id", "task_id", "task
         "task_start(us)"]
 
 
+#: task_time's kernel_type values (the runtime's task types, e.g. KERNEL_AICORE, MEMCPY_ASYNC) → op_summary Task
+#: Type, so that the findings on AI_CPU fallbacks and transfers see them; others go through kernel_details'
+#: Accelerator Core mapping (``AI Core`` → AI_CORE).
+KERNEL_TYPES = {"KERNEL_AICORE": "AI_CORE", "KERNEL_AIVEC": "AI_VECTOR_CORE", "KERNEL_AICPU": "AI_CPU",
+                "KERNEL_MIX_AIC": "MIX_AIC", "KERNEL_MIX_AIV": "MIX_AIV", "KERNEL_HOSTCPU": "HOST_CPU",
+                "MEMCPY_ASYNC": "MEMCPY", "MEMCPY": "MEMCPY"}
+
+
+def kernel_type(value: str) -> str:
+    """The op_summary Task Type of a task_time kernel_type (:data:`KERNEL_TYPES`, else kernel_details' mapping)."""
+    key = "_".join(str(value).strip().upper().split())
+    return KERNEL_TYPES.get(key) or task_type(value)
+
+
 def detect(path: Path, head: str) -> bool:
     return {"kernel_name", "task_time(us)"} <= set(header(head))
 
@@ -39,7 +55,7 @@ def parse(path: Path) -> ParseResult:
     read = read_counted(path, USED)
     src = read.frame
     col = lambda c: src[c].astype(str) if c in src.columns else pd.Series("", index=src.index)  # noqa: E731
-    df = pd.DataFrame({"Op Name": col("kernel_name").str.strip(), "Task Type": col("kernel_type").map(task_type),
+    df = pd.DataFrame({"Op Name": col("kernel_name").str.strip(), "Task Type": col("kernel_type").map(kernel_type),
                        "Stream ID": numeric(col("stream_id")), "Task ID": numeric(col("task_id")),
                        "Task Duration(us)": numeric(col("task_time(us)")), "Device_id": col("Device_id").str.strip()})
     if "task_start(us)" in src.columns:
