@@ -814,3 +814,34 @@ def test_tiny_values_flushed_by_fp16_are_not_excused_as_rounding_noise(tmp_path,
     assert diag.summary["verdict"] == "FAIL", diag.summary["reasons"]
     row = diag.table.set_index("TensorName").loc["y"]
     assert row["Abnormal"] and not row["WithinExpectedNoise"]
+
+
+@pytest.mark.parametrize("amp, seed", [(1000.0, 0), (300.0, 1), (3000.0, 2)])
+def test_a_kernel_behind_an_overflowing_input_is_not_a_new_origin(tmp_path, amp, seed):
+    """x·amp → MatMul 'mm' (past FP16 max: inf in FP16 storage) → RMS over the row → Div 'norm'(mm, rms) →
+    MatMul: 'norm' reads inf, so its broken output is explained by its inputs; the only origin named is 'mm',
+    never 'norm' with "its inputs are normal"."""
+    rng = np.random.default_rng(seed)
+    c = lambda n, a: numpy_helper.from_array(np.asarray(a, np.float32), n)  # noqa: E731
+    x = rng.standard_normal((1, 8, 16)).astype(np.float32) * 10
+    wm = rng.standard_normal((16, 16)).astype(np.float32) * 3
+    assert np.abs((x * amp) @ wm).max() > 65504  # precondition, computed here: 'mm' overflows FP16
+    nodes = [helper.make_node("Mul", ["x", "big"], ["xb"], name="amp"),
+             helper.make_node("MatMul", ["xb", "wm"], ["mm"], name="mm"),
+             helper.make_node("Mul", ["mm", "mm"], ["sq"], name="square"),
+             helper.make_node("ReduceMean", ["sq"], ["ms"], name="meansq", keepdims=1, axes=[-1]),
+             helper.make_node("Sqrt", ["ms"], ["rms"], name="rms"),
+             helper.make_node("Div", ["mm", "rms"], ["nrm"], name="norm"),
+             helper.make_node("MatMul", ["nrm", "wo"], ["y"], name="out")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4])],
+                          [c("big", amp), c("wm", wm), c("wo", rng.standard_normal((16, 4)))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=x)
+    diag = diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "in.npz")), Config())[0]
+    origins = {f.subject for f in diag.findings if f.kind in ("first_divergence", "divergence_origin", "fp16_overflow")}
+    assert diag.summary["verdict"] == "FAIL" and origins == {"mm"}, [(f.kind, f.subject) for f in diag.findings]
+    roles = diag.table.set_index("TensorName")["Role"]
+    assert roles["mm"] == "origin" and roles["nrm"] == "propagated"

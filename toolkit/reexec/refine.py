@@ -111,13 +111,19 @@ def amplified_rows(df: pd.DataFrame, ins: dict) -> list:
     RelativeEuclideanDistance is more than :data:`AMPLIFICATION` times the largest RelativeEuclideanDistance
     of the ONNX tensors their kernel reads (``ins``: toolkit.compare.layerwise.kernel_inputs; an input
     without a RED, a constant or an integer tensor, counts 0). Rows without a RED (integer tensors) are left
-    out: their inputs' error cannot be put on the same scale."""
+    out: their inputs' error cannot be put on the same scale; so are rows reading an input with OverFlow
+    (inf/NaN where the reference is finite, its RED taken over the finite positions only): such an input
+    explains any error after it, and re-run alone on it rounded to FP16 the kernel would meet the same inf."""
     red = dict(zip(df["TensorName"], pd.to_numeric(df["RelativeEuclideanDistance"], errors="coerce")))
+    overflow = {t: o is True or (isinstance(o, (bool, np.bool_)) and bool(o))
+                for t, o in zip(df["TensorName"], df["OverFlow"])}
     out = []
     for i in df.index[(df["Role"] == "propagated") & (df["Abnormal"] | df["OverFlow"])]:
         own = red.get(df.at[i, "TensorName"])
         if own is None or not np.isfinite(own):
             continue
+        if any(overflow.get(t, False) for t in ins.get(df.at[i, "Kernel"], [])):
+            continue  # an input holds inf/NaN where the reference is finite: that explains any error downstream
         upstream = [red.get(t) for t in ins.get(df.at[i, "Kernel"], [])]
         worst = max((float(r) for r in upstream if r is not None and np.isfinite(r)), default=0.0)
         if own > AMPLIFICATION * worst:
