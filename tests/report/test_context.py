@@ -106,6 +106,24 @@ def test_the_answer_without_an_origin_has_no_fix():
     assert not a["found"] and a["fix"] is None and a["ship"].startswith("Can ship")
 
 
+
+@pytest.mark.parametrize("verified", [False, True])
+def test_the_answer_leads_with_a_device_kernel_deviation(verified):
+    """Device dumps: when the device op computes something else than the simulated kernel on the device's own
+    inputs, the first screen's advice and 'restores' are that finding's, never the simulated plan's force_fp32
+    match or its keep_dtype advice."""
+    diag, keep = _storage_diag("FAIL", ["output 'y' is abnormal"])
+    diag.summary["first_divergence"]["evidence"] = {"abnormal_metrics": ["CosineSimilarity"]}
+    diag.summary["stage"] = "precision"
+    diag.findings.append(Finding("error", "device_kernel_deviation", "backbone/conv2", {"tensor": "t2"},
+                                 "the device op itself computes something else; run it alone on the device"))
+    if verified:
+        diag.summary["fix"] = {"met": True, "keep_dtype": keep, "sentence": "verified fix: keeping conv_1 in FP32"}
+    a = context.answer_section(diag)
+    assert a["recommendation"].startswith("the device op itself computes something else")
+    assert "device_kernel_deviation" in a["restores"] and "force_fp32" not in a["restores"]
+    assert "backbone/conv2" in a["restores"]
+
 def test_findings_errors_first_in_the_advisors_order_otherwise():
     diag, _ = _storage_diag("WARN", ["x"])
     diag.findings.append(Finding("error", "later_error", "s", {}, "r"))

@@ -213,7 +213,9 @@ def answer_section(diag: Diagnosis) -> dict:
     """The first screen of a diagnose page: {"label", "css", "ship", "where": facts, "why", "fix": {"text",
     "how"} | None, "restores", "recommendation", "found"} from the summary, the stage's first divergence and its
     finding; the fix is the verified one (summary["fix"], toolkit.tuning.advice: applied and re-run), never an
-    unverified keep_dtype, and "restores" its sentence."""
+    unverified keep_dtype, and "restores" its sentence. With a device_kernel_deviation finding (device dumps: the
+    device op computes something else than the simulated kernel on the same inputs), "recommendation" and
+    "restores" are that finding's: no simulated precision setting is claimed to restore the device's output."""
     s = diag.summary
     verdict = str(s.get("verdict", "UNKNOWN"))
     reasons = [fmt(r) for r in s.get("reasons") or []]
@@ -243,6 +245,12 @@ def answer_section(diag: Diagnosis) -> dict:
     out["where"] = [{"key": k, "value": fmt(first.get(k))} for k in ("node", "op_type", "kernel", "precision", "tensor")
                     if not is_missing(first.get(k)) and first.get(k) != ""]
     out["why"] = _why(first, lines)
+    device = _first_finding(diag, ("device_kernel_deviation",))
+    if device is not None:  # device dumps: the device op itself computes something else than the simulated kernel
+        out["recommendation"] = fmt(device.recommendation)
+        out["restores"] = ("nothing the simulated plan can show: on the device's own inputs the simulated kernel "
+                           f"'{device.subject}' matches the reference, the device op does not (device_kernel_deviation)")
+        return out
     out["restores"] = out["restores"] or _restores(diag, first, stage)
     return out
 
