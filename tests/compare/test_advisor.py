@@ -181,3 +181,18 @@ def test_overflow_text_says_whether_the_output_is_past_fp16_too(scale, where):
     if where == "input_cast":
         assert "input of kernel 'k' (scale_in, mul_down)" in text, text
     assert ("past FP16 max too" in text) == past and ("stays within FP16" in text) == (not past), text
+
+
+@pytest.mark.parametrize("absmax, words", [(1.12453e6, "past FP16 max 65504, its largest values become inf"),
+                                           (65505.0, "past FP16 max 65504"), (3.5e4, "rounded within FP16 noise"),
+                                           (2.0, "rounded within FP16 noise")])
+def test_a_storage_origin_says_whether_fp16_rounds_or_overflows_it(absmax, words):
+    """The origin text of a tensor whose FP16 storage breaks its consumer: values past FP16 max are not 'rounded
+    within FP16 noise', they become inf."""
+    from toolkit.compare.advisor import _storage_where
+
+    ev = {"metric": "CosineSimilarity", "exact_value": 0.99999, "stored_value": 0.5, "consumer_node": "ln",
+          "consumer_op_type": "LayerNormalization", "consumer_precision": "fp32"}
+    text = _storage_where(ev, {"GoldenAbsMax": absmax})
+    assert words in text
+    assert ("within FP16 noise" in text) == (absmax <= 65504)
