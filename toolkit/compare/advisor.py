@@ -149,9 +149,9 @@ def _storage_where(ev: dict, row) -> str:
     stored = ev.get("stored_value", ev.get("stored_cosine"))
     how = "re-run alone" if ev.get("consumer_precision") == "fp32" else "re-run alone in FP32"
     absmax = pd.to_numeric(pd.Series([row.get("GoldenAbsMax")]), errors="coerce").iloc[0]
-    stored = (f"past FP16 max {FP16_MAX:.0f}, its largest values become inf" if absmax > FP16_MAX
-              else "it is rounded within FP16 noise")
-    return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), {stored}, "
+    fate = (f"past FP16 max {FP16_MAX:.0f}, its largest values become inf" if absmax > FP16_MAX
+            else "it is rounded within FP16 noise")
+    return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), {fate}, "
             f"but '{ev['consumer_node']}' ({ev['consumer_op_type']}, {ev['consumer_precision']}) "
             f"cannot work from the rounded values: {how} on the exact reference inputs it matches ({metric} "
             f"{show(exact)}), on them rounded to FP16 as the plan stores them it does not ({metric} "
