@@ -48,7 +48,8 @@ DESCRIPTION = "torch_npu kernel_details.csv (Name, Type, Accelerator Core, Start
 #: kernel_details column -> op_summary column (module docstring).
 RENAME = {"Name": "Op Name", "Type": "OP Type", "Accelerator Core": "Task Type",
           "Start Time(us)": "Task Start Time(us)", "Duration(us)": "Task Duration(us)", "Wait Time(us)": "Task Wait Time(us)", "Block Num": "Block Dim",
-          "Block Dim": "Block Dim", "Mix Block Num": "Mix Block Dim", "Device_id": "Device_id"}
+          "Block Dim": "Block Dim", "Mix Block Num": "Mix Block Dim", "Mix Block Dim": "Mix Block Dim",
+          "Device_id": "Device_id"}
 SAME = ["Task ID", "Stream ID", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
         "Output Data Types", "Output Formats"]
 _NUMBERS = ["Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim", "Task ID", "Stream ID"]
@@ -72,8 +73,9 @@ def parse(path: Path) -> ParseResult:
     path = Path(path)
     read = read_counted(path, list(RENAME) + SAME + ["Step Id"])
     src = read.frame
-    if "Block Num" in src.columns and "Block Dim" in src.columns:
-        src = src.drop(columns=["Block Dim"])
+    for num, dim in (("Block Num", "Block Dim"), ("Mix Block Num", "Mix Block Dim")):  # both: the Num one
+        if num in src.columns and dim in src.columns:
+            src = src.drop(columns=[dim])
     df = pd.DataFrame(index=src.index)
     for old, new in RENAME.items():
         if old in src.columns:
