@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.logs.helpers import plog_line
 from toolkit.logs.detect import detect_format
 from toolkit.logs.parsers import plog_lines
@@ -135,3 +137,23 @@ def test_a_gbk_plog_is_read_as_gb18030_and_a_latin1_one_is_counted(tmp_path):
     assert res.records == 2 and res.tables["log_levels"]["Count"].sum() == 2
     assert any(n.startswith(f"{n_bad} byte(s) that are not UTF-8 text") and "re-save it as UTF-8" in n
                for n in res.notes), res.notes
+
+
+@pytest.mark.parametrize("order", [("GE", "RUNTIME", "FE"), ("RUNTIME", "GE", "FE"), ("FE", "GE", "RUNTIME")])
+def test_error_findings_follow_the_first_error_of_each_module(tmp_path, order):
+    """The module that logged an error first is listed first, whatever the counts (the first error is where to
+    start reading); a module with more errors later on comes after it."""
+    from tests.logs.helpers import plog_line
+    from toolkit.logs.parsers import plog_lines
+
+    counts = {order[0]: 1, order[1]: 5, order[2]: 2}
+    lines, t = [], 1.7e9
+    for mod in order:  # each module's errors in one block, in this order of time
+        for k in range(counts[mod]):
+            t += 1
+            lines.append(plog_line("ERROR", mod, 1, "p", t, "a.cc", k, f"{mod} failed {k}"))
+    (tmp_path / "plog.log").write_text("\n".join(lines) + "\n")
+    res = plog_lines.parse(tmp_path / "plog.log")
+    errs = [f.subject for f in res.findings if f.kind == "log_errors"]
+    assert errs == list(order)
+    assert [f.evidence["count"] for f in res.findings if f.kind == "log_errors"] == [counts[m] for m in order]

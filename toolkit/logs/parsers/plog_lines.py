@@ -23,7 +23,8 @@ toolkit.core.textfile.TextReader: a leading UTF-8 BOM is dropped (the first line
 UTF-8, or GB18030 for a log that is not UTF-8 but GB18030 (note "decoded as GB18030 (not UTF-8)"); bytes
 neither decodes become U+FFFD, counted in a note that says to re-save the file as UTF-8.
 
-Findings: ``log_errors`` (error) and ``log_warnings`` (info) per module, with the count and first message.
+Findings: ``log_errors`` (error) and ``log_warnings`` (info) per module, with the count and first message,
+modules in the order of their first such message in the file (the first error first).
 """
 
 from __future__ import annotations
@@ -126,7 +127,11 @@ def _record(m: re.Match) -> tuple[str, ...]:
 def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[Finding]:
     out = []
     for level, kind, sev in (("ERROR", "log_errors", "error"), ("WARNING", "log_warnings", "info")):
-        for _, row in levels[levels["Level"] == level].iterrows():
+        at = messages[messages["Level"] == level].reset_index(drop=True)
+        first_at = {m: i for i, m in reversed(list(enumerate(at["Module"])))}  # a module's first line in the file
+        rows = levels[levels["Level"] == level]
+        rows = rows.iloc[sorted(range(len(rows)), key=lambda j: first_at.get(rows.iloc[j]["Module"], len(at)))]
+        for _, row in rows.iterrows():  # the module that logged first comes first (then the rest by count)
             first = messages[(messages["Level"] == level) & (messages["Module"] == row["Module"])]
             ev = {"count": int(row["Count"]), "file": name}
             if len(first):
