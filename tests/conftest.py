@@ -7,6 +7,10 @@ import os
 import shutil
 import tempfile
 
+# Many CLI tests start npuscope in a subprocess: let those keep compiled bytecode as any Python does by default.
+# Under PYTHONDONTWRITEBYTECODE=1 every subprocess would compile the ~260 toolkit modules afresh (~0.5 s each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 _CACHE = tempfile.mkdtemp(prefix="npuscope-test-cache-")
 os.environ.setdefault("NPUSCOPE_COMPILE_CACHE_MODE", "disable")
 os.environ.setdefault("NPUSCOPE_COMPILE_CACHE", _CACHE)
