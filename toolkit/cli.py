@@ -291,7 +291,8 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
               "Without MODEL: the model the plan records, else a usage error.")
 @click.option("--config", "config_path", type=click.Path(), help="Config (default: the plan's own, else defaults).")
 @click.option("--memory-reuse", type=click.Choice(["off", "conservative", "aggressive"]),
-              help="Overrides the config's memory_reuse (default aggressive); not with --plan, whose offsets are fixed.")
+              help="Overrides the config's memory_reuse (default aggressive); not with --plan, whose offsets "
+              "are fixed.")
 @_inputs_option("one input set (a folder holding one file, a loader giving one set)")
 @GENERATED[0]
 @GENERATED[1]

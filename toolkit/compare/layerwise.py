@@ -303,8 +303,9 @@ def kernel_inputs(plan) -> dict[str, list[str]]:
 def assign_roles(df: pd.DataFrame, plan) -> list[str]:
     """'origin' for an abnormal tensor whose kernel's inputs are all normal, 'propagated' for one with an
     abnormal input, '' otherwise. An input that was not compared and is not known abnormal (no row, or a
-    CompareFailReason: a device that did not dump it, a tensor outside a subset) is not taken as normal: it counts as abnormal when an input of
-    the kernel that wrote it does, back to the nearest compared tensors (graph inputs and weights: normal)."""
+    CompareFailReason: a device that did not dump it, a tensor outside a subset) is not taken as normal: it
+    counts as abnormal when an input of the kernel that wrote it does, back to the nearest compared tensors
+    (graph inputs and weights: normal)."""
     bad = df["Abnormal"] | df["OverFlow"]
     reason = df["CompareFailReason"].fillna("").astype(str).str.strip() if "CompareFailReason" in df else None
     compared = (reason == "") if reason is not None else pd.Series(True, index=df.index)

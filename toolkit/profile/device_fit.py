@@ -54,7 +54,8 @@ class DeviceFit:
                   ("summed time", c.heldout_total_before, c.heldout_total)) if after > before]
         if not worse:
             return ""
-        return (f"the calibration predicts the held-out units worse than the uncalibrated profile ({', '.join(worse)}): "
+        return ("the calibration predicts the held-out units worse than the uncalibrated profile "
+                f"({', '.join(worse)}): "
                 "the fit does not generalise from these rows, so its what-ifs are no better than the uncalibrated "
                 "ones (BaseEffectMs); profile more iterations or more of the model before relying on it")
 

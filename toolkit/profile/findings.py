@@ -92,14 +92,14 @@ def _ms(us: float) -> float:
 
 @finding_rule("nothing_timed")
 def nothing_timed(d: ProfileData) -> list[Finding]:
-    """No kernel in the plan (every output folded at compile time or a graph input passed through): a device time of 0 ms and an unbounded
-    throughput say nothing of the device."""
+    """No kernel in the plan (every output folded at compile time or a graph input passed through): a device
+    time of 0 ms and an unbounded throughput say nothing of the device."""
     if len(d.costs):
         return []
     return [Finding("warning", "nothing_timed", "plan", {"kernels": 0},
                     "no kernel runs: every output is a constant folded at compile time or a graph input passed "
-                    "through, so the simulated device time is 0 ms and the throughput unbounded; they say nothing of the device: "
-                    "profile a model whose outputs depend on its inputs")]
+                    "through, so the simulated device time is 0 ms and the throughput unbounded; they say nothing of "
+                    "the device: profile a model whose outputs depend on its inputs")]
 
 
 @finding_rule("launch_overhead")

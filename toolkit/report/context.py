@@ -249,7 +249,8 @@ def answer_section(diag: Diagnosis) -> dict:
     if device is not None:  # device dumps: the device op itself computes something else than the simulated kernel
         out["recommendation"] = fmt(device.recommendation)
         out["restores"] = ("nothing the simulated plan can show: on the device's own inputs the simulated kernel "
-                           f"'{device.subject}' matches the reference, the device op does not (device_kernel_deviation)")
+                           f"'{device.subject}' matches the reference, the device op does not "
+                           "(device_kernel_deviation)")
         return out
     out["restores"] = out["restores"] or _restores(diag, first, stage)
     return out
