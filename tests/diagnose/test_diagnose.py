@@ -845,3 +845,28 @@ def test_a_kernel_behind_an_overflowing_input_is_not_a_new_origin(tmp_path, amp,
     assert diag.summary["verdict"] == "FAIL" and origins == {"mm"}, [(f.kind, f.subject) for f in diag.findings]
     roles = diag.table.set_index("TensorName")["Role"]
     assert roles["mm"] == "origin" and roles["nrm"] == "propagated"
+
+
+@pytest.mark.parametrize("k", [1e8, 7e4])
+@pytest.mark.parametrize("fusion_level", [0, 2])
+def test_an_overflow_from_a_constant_past_fp16_max_names_the_constant(tmp_path, k, fusion_level):
+    """x·s (small) → Mul by a constant k past FP16 max → y (back in range): no activation passes 65504, the
+    constant does; the overflow finding names the constant instead of saying no value it reads passes FP16 max."""
+    s = 10.0 / k
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    assert np.abs(x * s * k).max() < 65504 and k > 65504  # precondition: only the constant leaves FP16
+    g = helper.make_graph([helper.make_node("Mul", ["x", "s"], ["xs"], name="shrink"),
+                           helper.make_node("Mul", ["xs", "k"], ["y"], name="grow")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          [numpy_helper.from_array(np.float32(s), "s"), numpy_helper.from_array(np.float32(k), "k")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, tmp_path / "m.onnx")
+    np.savez(tmp_path / "in.npz", x=x)
+    diag = diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "in.npz")),
+                    Config(precision_mode="force_fp16", fusion_level=fusion_level))[0]
+    (f,) = [f for f in diag.findings if f.kind == "fp16_overflow"]
+    assert f.evidence["overflow"]["where"] == "constant" and f.evidence["overflow"]["tensor"] == "k"
+    assert f.evidence["overflow"]["golden_absmax"] == pytest.approx(k, rel=1e-6)
+    assert "reads constant 'k'" in f.recommendation and "no reference value" not in f.recommendation

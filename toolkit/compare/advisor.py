@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 
 from toolkit.compare import nondeterminism
@@ -323,6 +324,26 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
     return sorted(keep, key=lambda x: order[x.name])
 
 
+def _constant_site(r, site: dict, plan_kernels, model) -> dict:
+    """``site`` as a ``"constant"`` site when a node of row ``r``'s kernel reads an initializer of ``model``
+    whose |x| passes FP16 max (the FP16 kernel stores it as inf; toolkit.compiler.passes.check_constants
+    reports it as fp16_constant), else ``site`` unchanged."""
+    k = plan_kernels.get(r.get("Kernel", ""))
+    names = set(getattr(k, "nodes", None) or [r["NodeName"]])
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.name not in names:
+            continue
+        for i in node.input:
+            if i in inits:
+                a = np.asarray(array_of(inits[i]))
+                if a.dtype.kind == "f" and a.size:
+                    absmax = float(np.nanmax(np.abs(a.astype(np.float64))))
+                    if absmax > FP16_MAX:
+                        return {**site, "where": "constant", "tensor": i, "golden_absmax": absmax}
+    return site
+
+
 def _site_text(r, site: dict, plan_kernels) -> str:
     """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
     node, op = r["NodeName"], r.get("OpType", "")
@@ -345,6 +366,12 @@ def _site_text(r, site: dict, plan_kernels) -> str:
                  f"the kernel's output stays within FP16 (golden |x| up to {out})"))
     if site["where"] == "output":
         return f"FP16 overflow at the output of '{node}' ({op}): {past}, which FP16 storage turns into inf"
+    if site["where"] == "constant":
+        return (f"FP16 overflow at '{node}' ({op}): it reads constant '{site['tensor']}', {past}, which the FP16 "
+                f"kernel stores as inf (see the fp16_constant finding); its own output stays within FP16 (golden "
+                f"|x| up to {out})" if not output_too else
+                f"FP16 overflow at '{node}' ({op}): it reads constant '{site['tensor']}', {past}, which the FP16 "
+                "kernel stores as inf (see the fp16_constant finding)")
     if site["where"] == "unknown":
         return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite (golden |x| "
                 f"up to {show(r.get('GoldenAbsMax', float('nan')))}, within FP16 max {FP16_MAX:.0f}): the values "
@@ -358,7 +385,8 @@ def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=
                      plan=None, df: pd.DataFrame | None = None) -> Finding:
     """The ``fp16_overflow`` error of the first overflow row ``r``. Evidence ``overflow``: where it happens
     (:func:`overflow_site`: the cast of an FP32 input into FP16, an on-chip intermediate, the kernel's output,
-    or inside the computation) with the reference |x| that passes 65504 there; ``keep_dtype``: the keep_dtype
+    a constant of ``model`` the kernel reads (:func:`_constant_site`), or inside the computation) with the
+    reference |x| that passes 65504 there; ``keep_dtype``: the keep_dtype
     entries of the advice (:func:`overflow_keep`). When the kernel's FP16 accumulation overflowed
     (:func:`accumulation_overflow`; evidence key ``accumulation``), the advice is high_precision implmode for
     that op type first (FP32 accumulation, the kernel stays FP16), keep_dtype second. ``plan``/``df``: the
@@ -371,6 +399,8 @@ def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=
         plan = SimpleNamespace(kernels=list(plan_kernels.values()))
     if acc is None:
         site = overflow_site(r, plan, table, values)
+        if site["where"] == "computation" and model is not None:
+            site = _constant_site(r, site, plan_kernels, model)
         ev["overflow"] = site
         keep = overflow_keep(r, plan, table, values, site) if graph_known else []
         if keep:
