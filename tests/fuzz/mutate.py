@@ -232,14 +232,19 @@ def _output_dim(m, rng):
     return _ser(m)
 
 
-def _zero_input_dim(m, rng):
+def _input_dim(m, rng, value):
+    """A random dim of a random graph input set to ``value(rng)``; None when no input has a dim."""
     i = _pick(rng, m.graph.input)
     if i is None or not i.type.tensor_type.shape.dim:
         return None
     d = _pick(rng, i.type.tensor_type.shape.dim)
     d.Clear()
-    d.dim_value = 0
+    d.dim_value = value(rng)
     return _ser(m)
+
+
+def _zero_input_dim(m, rng):
+    return _input_dim(m, rng, lambda _rng: 0)
 
 
 def _ir_version(m, rng):
@@ -393,13 +398,7 @@ def _undefined_output(m, rng):
 
 
 def _huge_input_dim(m, rng):
-    i = _pick(rng, m.graph.input)
-    if i is None or not i.type.tensor_type.shape.dim:
-        return None
-    d = _pick(rng, i.type.tensor_type.shape.dim)
-    d.Clear()
-    d.dim_value = _pick(rng, [2**31, 2**40, 10**12, 65536])
-    return _ser(m)
+    return _input_dim(m, rng, lambda r: _pick(r, [2**31, 2**40, 10**12, 65536]))
 
 
 def _exotic_io_dtype(m, rng):
