@@ -60,6 +60,7 @@ from toolkit.profile.optable import (
     kind_order,
     op_statistic,
     op_summary_frame,
+    share_pct,
 )
 from toolkit.report.profile_html import render_profile
 
@@ -192,10 +193,8 @@ def merge_statistics(tables: list[pd.DataFrame]) -> pd.DataFrame:
                "Min Time(us)": ("Min Time(us)", "min"), "Max Time(us)": ("Max Time(us)", "max")}).reset_index()
         g["Avg Time(us)"] = g["Total Time(us)"] / g["Count"].where(g["Count"] > 0)
         for _, grp in g.groupby(["Device_id", "Model Name"], sort=False):  # one 100% per device and model
-            total = grp["Total Time(us)"].sum()
-            part = grp.assign(**{"Ratio(%)": grp["Total Time(us)"] / total * 100.0 if total > 0 else 0.0})
-            parts.append(part.assign(**{"Time Kind": kind}).sort_values("Total Time(us)", ascending=False,
-                                                                        kind="stable"))
+            part = grp.assign(**{"Ratio(%)": share_pct(grp["Total Time(us)"]), "Time Kind": kind})
+            parts.append(part.sort_values("Total Time(us)", ascending=False, kind="stable"))
     return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
 
 

@@ -117,10 +117,15 @@ def op_statistic(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)[OP_STATISTIC_COLUMNS]
 
 
+def share_pct(totals: pd.Series):
+    """Each value's share of the sum of ``totals``, in percent (0 for every row when the sum is not above 0)."""
+    total = totals.sum()
+    return totals / total * 100.0 if total > 0 else 0.0
+
+
 def _statistic_of(df: pd.DataFrame) -> pd.DataFrame:
     g = df.groupby([df["OP Type"].astype(str), df["Task Type"].astype(str)], sort=False)["Task Duration(us)"]
     out = g.agg(["count", "sum", "mean", "min", "max"]).reset_index()
     out.columns = PROFILER_STATISTIC_COLUMNS[:-1]
-    total = out["Total Time(us)"].sum()
-    out["Ratio(%)"] = out["Total Time(us)"] / total * 100.0 if total > 0 else 0.0
+    out["Ratio(%)"] = share_pct(out["Total Time(us)"])
     return out.sort_values("Total Time(us)", ascending=False, kind="stable").reset_index(drop=True)
