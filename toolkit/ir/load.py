@@ -471,9 +471,14 @@ def renamed_twins(model: onnx.ModelProto, names, name: str) -> list[str]:
     """The names :func:`normalise_node_names` gave to later nodes that the model file also called ``name``
     (``name__2``, ``name__3``...), among ``names`` (the node names to search), when the loader renamed
     duplicates (``model``'s ``npuscope.renamed_nodes`` metadata); [] otherwise."""
-    if not any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props):
+    if not has_renamed_nodes(model):
         return []
     return [n for n in names if n.startswith(name + "__") and n[len(name) + 2:].isdigit()]
+
+
+def has_renamed_nodes(model: onnx.ModelProto) -> bool:
+    """Whether :func:`normalise_node_names` renamed nodes of ``model`` (its ``npuscope.renamed_nodes`` metadata)."""
+    return any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props)
 
 
 def _extent_problem(offset: int, length: int | None, need: int, fsize: int) -> str:
