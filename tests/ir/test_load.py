@@ -299,3 +299,18 @@ def test_an_input_nothing_provides_is_named_as_missing(tmp_path, where):
     onnx.save(m2, str(tmp_path / "u.onnx"))
     with pytest.raises(ModelError, match="fails the ONNX checker"):
         ld.load_model(tmp_path / "u.onnx")
+
+
+@pytest.mark.parametrize("names", [
+    ["a", "a__2", "a__3", "b", "b__x", "a__2__2", "c__", "__4", "d__10"],
+    ["x"],
+    [f"n{i % 5}" + (f"__{i}" if i % 3 else "") for i in range(40)],
+])
+def test_twins_index_lists_what_renamed_twins_finds_for_every_name(names):
+    """The one-pass index and the per-name search agree on every name, and both are empty without renames."""
+    model = helper.make_model(helper.make_graph([], "g", [], []))
+    assert ld.twins_index(model, names) == {}
+    helper.set_model_props(model, {"npuscope.renamed_nodes": "1"})
+    index = ld.twins_index(model, names)
+    for name in set(names) | {"a", "b", "c", "n1"}:
+        assert index.get(name, []) == ld.renamed_twins(model, names, name)

@@ -476,6 +476,20 @@ def renamed_twins(model: onnx.ModelProto, names, name: str) -> list[str]:
     return [n for n in names if n.startswith(name + "__") and n[len(name) + 2:].isdigit()]
 
 
+def twins_index(model: onnx.ModelProto, names) -> dict[str, list[str]]:
+    """{file name: [the names :func:`normalise_node_names` gave to later nodes the file also called so]} over
+    ``names`` (the node names to search), in one pass: :func:`renamed_twins` for every name at once; {} when
+    the loader renamed nothing."""
+    if not has_renamed_nodes(model):
+        return {}
+    index: dict[str, list[str]] = {}
+    for n in names:
+        base, sep, k = n.rpartition("__")
+        if sep and base and k.isdigit():
+            index.setdefault(base, []).append(n)
+    return index
+
+
 def has_renamed_nodes(model: onnx.ModelProto) -> bool:
     """Whether :func:`normalise_node_names` renamed nodes of ``model`` (its ``npuscope.renamed_nodes`` metadata)."""
     return any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props)

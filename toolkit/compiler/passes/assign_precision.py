@@ -42,7 +42,7 @@ from toolkit.compiler.registry import register_pass
 from toolkit.core.errors import ConfigError
 from toolkit.core.records import Finding
 from toolkit.core.text import suggest
-from toolkit.ir.load import has_renamed_nodes, renamed_twins
+from toolkit.ir.load import has_renamed_nodes, twins_index
 from toolkit.precision.contract import default_mixlists
 from toolkit.precision.options import (
     ALL_FP32_MODES,
@@ -141,14 +141,14 @@ def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
 
 def _with_twins(ctx, keep_names: dict, log: list) -> dict:
     """``keep_names`` plus, for an entry naming a node the model file names several times, the names the loader
-    gave the others (toolkit.ir.load.renamed_twins: ``name__2``...): the entry keeps every node the file calls
+    gave the others (toolkit.ir.load.twins_index: ``name__2``...): the entry keeps every node the file calls
     so, with a warning naming them (keep_dtype.txt written for the converter still holds the file's name)."""
     out = dict(keep_names)
     if not keep_names or not has_renamed_nodes(ctx.graph.model):  # the usual case: no name to look up (per trial)
         return out
-    names = [n.name for n in ctx.graph.nodes]
+    index = twins_index(ctx.graph.model, (n.name for n in ctx.graph.nodes))
     for name, text in keep_names.items():
-        twins = renamed_twins(ctx.graph.model, names, name)
+        twins = index.get(name)
         if twins:
             out.update({t: text for t in twins})
             _warn(ctx, "duplicate_node_name", text, {"option": "keep_dtype", "entry": text, "nodes": [name, *twins]},
