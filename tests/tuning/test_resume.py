@@ -70,7 +70,7 @@ def test_resumed_runs_equal_whole_runs_compiled_from_scratch_bit_for_bit(every):
     model, feed = _chain()
     base = compile_model(model, CFG, input_shapes=shapes_of(feed))
     memo, cache = KernelMemo(), ResumeCache([("x", feed)], every=every)
-    resumed_from, stored_sigs = [], []
+    resumed_from, stored_sigs, wholes = [], [], {}
     for keep in KEEPS:
         rt = memo.runtime(recompile_precision(base, keep_config(CFG, keep)))
         sigs = plan_signatures(rt.plan)
@@ -87,6 +87,14 @@ def test_resumed_runs_equal_whole_runs_compiled_from_scratch_bit_for_bit(every):
         whole = npu_runtime(recompile_precision(base, keep_config(CFG, keep))).run(feed, dump=True).dumps
         assert res.dumps and set(res.dumps) <= set(whole)
         for t, v in res.dumps.items():
+            assert np.array_equal(np.asarray(v).view(np.uint8), np.asarray(whole[t]).view(np.uint8)), (keep, t)
+        wholes[id(res.dumps)] = (keep, whole)
+    # the copies of dropped runs were reused for later ones, and never while a stored run still held them: every
+    # run the store holds now still has its own plan's values
+    assert cache.buffers.recycled > 0
+    for key, stored in cache.stored[0].items():
+        keep, whole = wholes[key]
+        for t, v in stored.dumps.items():
             assert np.array_equal(np.asarray(v).view(np.uint8), np.asarray(whole[t]).view(np.uint8)), (keep, t)
     assert resumed_from[0] == 0  # nothing stored yet: a whole run
     if every == 1:  # each later trial skipped a shared prefix, but the one keeping the first kernel in FP32

@@ -192,8 +192,54 @@ def live_sets(rt: NpuRuntime, boundaries) -> dict[int, list[str]]:
     return {k: [t for t in order if written[t] < k <= last[t]] for k in boundaries}
 
 
-def _copy(v):
-    return [np.array(x, copy=True) for x in v] if isinstance(v, list) else np.array(v, copy=True)
+class _Buffers:
+    """Arrays the store copied values into, handed back for new copies once no stored run holds them: a fresh
+    allocation of a few MB faults its pages in on first write, which cost more than the copy itself (~1 ms of a
+    3.3 MB copy on PP-OCRv4 det, docs/benchmarks.md); a recycled one is already mapped.
+
+    ``held`` counts, per array made here, the stored runs holding it; an array no run holds goes to ``free``
+    (by dtype and shape, at most ``max_bytes`` in all), where :meth:`copy` takes it back."""
+
+    def __init__(self, max_bytes: int = 256 << 20):
+        self.max_bytes = max_bytes
+        self.held: dict[int, list] = {}  # id -> [array, number of stored runs holding it]
+        self.free: dict[tuple, list[np.ndarray]] = {}
+        self.free_bytes = 0
+        self.recycled = 0  # copies made into a recycled array
+
+    def copy(self, v):
+        """A copy of ``v`` (a list: element by element), owned by the store."""
+        if isinstance(v, list):
+            return [np.array(x, copy=True) for x in v]
+        v = np.asarray(v)
+        pool = self.free.get((v.dtype, v.shape))
+        if pool:
+            out = pool.pop()
+            self.free_bytes -= out.nbytes
+            np.copyto(out, v)
+            self.recycled += 1
+        else:
+            out = np.array(v, copy=True)
+        self.held[id(out)] = [out, 0]
+        return out
+
+    def hold(self, values) -> None:
+        for v in values:
+            got = self.held.get(id(v))
+            if got is not None and got[0] is v:
+                got[1] += 1
+
+    def release(self, values) -> None:
+        for v in values:
+            got = self.held.get(id(v))
+            if got is None or got[0] is not v:
+                continue
+            got[1] -= 1
+            if got[1] <= 0:
+                del self.held[id(v)]
+                if self.free_bytes + v.nbytes <= self.max_bytes:
+                    self.free.setdefault((v.dtype, v.shape), []).append(v)
+                    self.free_bytes += v.nbytes
 
 
 class ResumeCache:
@@ -218,6 +264,7 @@ class ResumeCache:
             raise ValueError(f"ResumeCache(every={every}): the boundary step must be 1 or more")
         self.feeds, self.keep, self.every = feeds, keep, every
         self.stored: dict[int, OrderedDict] = {}
+        self.buffers = _Buffers()  # the store's copies, recycled once no stored run holds them
         self.kernels_run = 0  # kernels executed by run()
         self.kernels_skipped = 0  # kernels whose outputs were taken from a stored run
 
@@ -227,8 +274,9 @@ class ResumeCache:
         sigs = plan_signatures(plan) if sigs is None else sigs
         runs = self.stored.setdefault(i, OrderedDict())
         runs[id(dumps)] = _Stored(sigs, dumps)
+        self.buffers.hold(dumps.values())
         while len(runs) > self.keep:
-            runs.popitem(last=False)
+            self.buffers.release(runs.popitem(last=False)[1].dumps.values())
 
     def _donor(self, i: int, sigs: list) -> tuple[int, _Stored | None]:
         best, donor = 0, None
@@ -264,7 +312,9 @@ class ResumeCache:
         """Run ``rt``'s plan on input ``i``: from the latest kept boundary at or before the first kernel where
         it differs from the stored run sharing the longest prefix with it (class docstring), or whole when none
         does. The result's ``outputs`` are what NpuRuntime.run returns (same values, bit for bit); its ``dumps``
-        are what the store keeps of this run (class docstring), not every kernel output. The run is stored.
+        are what the store keeps of this run (class docstring), not every kernel output, valid while the run is
+        stored: the store copies later values into those arrays once it drops the run (after ``keep`` later runs
+        on this input), so copy them to keep them longer. The run is stored.
         Raises what NpuRuntime.run raises."""
         feed = self.feeds[i][1]
         sigs = plan_signatures(rt.plan)
@@ -281,7 +331,7 @@ class ResumeCache:
         def at_boundary(j, _spec, _outs):
             for t in lives.get(j + 1, ()):
                 if t not in kept and t not in rt.plan.graph_inputs:
-                    kept[t] = _copy(rt.read(t))
+                    kept[t] = self.buffers.copy(rt.read(t))
 
         if restore is None:
             res = rt.run(feed, on_kernel=at_boundary)
