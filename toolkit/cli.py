@@ -470,16 +470,19 @@ def doctor_cmd(model, as_json):
 @_with(_threshold_options("")[1:])
 @click.option("--task-metric", "task_metrics", multiple=True, help="Extra task check module:function that must pass "
               "too (repeatable).")
+@click.option("--output-shares", "output_shares", default=0, show_default=True, type=click.IntRange(min=0),
+              help="After the search, measure the share of the output error each of the first N ranked kernels "
+              "removes when kept alone in FP32 (one trial run each; the OutputShare column of ranking.csv).")
 @click.option("--no-html", is_flag=True, help="Skip tune.html.")
 @click.option("--out", help="Output folder (must be new or empty). Default reports/<model>-tune-<time>/.")
 def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inputs, max_inputs, seed, val_range,
-             target, atol, rtol, task_metrics, no_html, out):
+             target, atol, rtol, task_metrics, output_shares, no_html, out):
     """Find a small set of nodes to keep in FP32 so that MODEL meets --target on every input; write
     keep_dtype.txt, tuned_config.json, summary.json and tune.html. Exit code 1 when the target is not met."""
     cfg = _config(config_path, precision_mode=precision_mode, fusion_level=fusion_level, input_shape=input_shape)
     res = tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
                        html=not no_html, progress=_progress, max_inputs=max_inputs, val_range=val_range, atol=atol,
-                       rtol=rtol)
+                       rtol=rtol, top_k=output_shares)
     _finish(res, not res["met"], f"target {'MET' if res['met'] else 'NOT MET'}, {len(res['result'].chosen)} node(s) "
             "kept in FP32")
 

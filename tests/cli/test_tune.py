@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -348,3 +349,49 @@ def test_tune_shows_each_trial_and_the_best_so_far(tmp_path):
     assert all(t[3].startswith("target not met yet") for t in trials[:first_met])
     assert all(t[3] == "2 node(s) in FP32 meet the target" for t in trials[first_met:])
     assert "2 node(s) kept in FP32" in proc.stdout
+
+
+# ------------------------------------------------------------------ --output-shares
+def _rotation_chain(path: Path, layers: int = 6, width: int = 16) -> dict:
+    """``layers`` MatMuls by orthogonal matrices: FP16 rounding error accumulates evenly, no overflow."""
+    rng = np.random.default_rng(5)
+    inits, nodes, prev = [], [], "x"
+    for i in range(layers):
+        q, _ = np.linalg.qr(rng.standard_normal((width, width)))
+        inits.append(numpy_helper.from_array(q.astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name=f"mm{i}"))
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "rot", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, width])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4, width])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path / "rot.onnx")
+    feed = {"x": rng.standard_normal((4, width)).astype(np.float32)}
+    np.savez(path / "x.npz", **feed)
+    return feed
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tune_output_shares_measures_the_first_ranked_kernels_as_asked(tmp_path):
+    feed = _rotation_chain(tmp_path)
+    model = onnx.load(tmp_path / "rot.onnx")
+    out = model.graph.output[0].name
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+
+    def red(keep):  # independently: ‖npu − ref‖ / ‖ref‖ with ``keep`` in FP32
+        c = Config(precision_mode="force_fp16", fusion_level=0, keep_dtype=list(keep))
+        y = Session(model, c, input_shapes=shapes_of(feed)).run(feed).outputs[out].astype(np.float64)
+        return float(np.linalg.norm(y - ref) / np.linalg.norm(ref.astype(np.float64)))
+
+    target = "CosineSimilarity>=0.99999999"  # missed in FP16: a search over the six MatMuls
+    assert 1 - red([]) > 0 and cfg.precision_mode == "force_fp16"
+    for n, folder in ((0, "a"), (2, "b")):
+        r = cli("tune", "rot.onnx", "--inputs", "x.npz", "--precision-mode", "force_fp16", "--fusion-level", "0",
+                "--target", target, "--no-html", "--output-shares", n, "--out", folder, cwd=tmp_path)
+        assert r.returncode in (0, 1), r.stderr
+        rows = list(csv.DictReader(open(tmp_path / folder / "ranking.csv")))
+        measured = {x["KeepName"]: float(x["OutputShare"]) for x in rows if x["OutputShare"] not in ("", "nan")}
+        assert [x["KeepName"] for x in rows[:n]] == list(measured)  # the first n ranked kernels, none else
+        for name, share in measured.items():
+            assert share == pytest.approx(max(0.0, 1 - red([name]) / red([])), abs=1e-6), name
+    r = cli("tune", "rot.onnx", "--output-shares", "-1", "--out", "c", cwd=tmp_path)
+    assert r.returncode == 2 and "--output-shares" in r.stderr

@@ -144,7 +144,14 @@ def test_accumulated_error_is_its_own_answer_with_shares_and_a_verified_set(tmp_
     assert not [f for f in diag.findings if f.kind in ("first_divergence", "divergence_origin", "fp16_overflow")]
     acc = [f for f in diag.findings if f.kind == "accumulated_error"]
     assert acc and acc[0].evidence["kernels"] >= layers // 2
-    assert acc[0].evidence["shares"] and all(0.0 <= v <= 1.0 for v in acc[0].evidence["shares"].values())
+    shares = acc[0].evidence["shares"]
+    assert shares and all(0.0 <= v <= 1.0 for v in shares.values())
+
+    def red(keep):  # independently: ‖npu − ref‖ / ‖ref‖ of the plan with ``keep`` in FP32
+        d = _device_outputs(model, feeds, cfg, keep)["y"].astype(np.float64) - ref
+        return float(np.linalg.norm(d) / np.linalg.norm(ref.astype(np.float64)))
+    for name, share in shares.items():  # each: the output error removed by keeping that kernel alone in FP32
+        assert share == pytest.approx(max(0.0, 1.0 - red([name]) / red([])), abs=1e-6), name
     assert f"accumulated over {acc[0].evidence['kernels']}" in acc[0].recommendation
     assert fix.met and len(fix.keep_dtype) > 1
     out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]

@@ -1,12 +1,14 @@
-"""Per-kernel sensitivity metrics (toolkit/tuning/sensitivity.py) equal compare_tensors and numpy."""
+"""Per-kernel sensitivity metrics (toolkit/tuning/sensitivity.py) equal compare_tensors and numpy; the ranking
+order and the measured output shares."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from toolkit.compare.metrics import compare_tensors
-from toolkit.tuning.sensitivity import compare_metrics
+from toolkit.tuning.sensitivity import compare_metrics, output_shares, rank_kernels
 
 
 def _cos_mae(x, y) -> tuple[float, float]:
@@ -43,3 +45,54 @@ def test_compare_metrics_with_overflow_reports_it_like_compare_tensors():
     assert got["OverFlow"] and got["DeviceInf"] == 1 and got["GoldenInf"] == 0
     shape = compare_metrics(np.ones(3, np.float32), np.ones(4, np.float32), ["CosineSimilarity"])
     assert shape["CompareFailReason"] and np.isnan(shape["CosineSimilarity"])
+
+
+# ------------------------------------------------------------------ ranking order and output shares
+def _table(seed: int, n: int = 12) -> pd.DataFrame:
+    """A kernel_sensitivity-shaped table: random LocalRED (some NaN), some overflow flags, in graph order."""
+    rng = np.random.default_rng(seed)
+    red = rng.uniform(0, 1, n)
+    red[rng.choice(n, 2, replace=False)] = np.nan
+    return pd.DataFrame({"Rank": None, "Kernel": [f"k{i}" for i in range(n)], "KeepName": [f"n{i}" for i in range(n)],
+                         "OpType": "Add", "Nodes": "", "LocalCosine": 1.0, "LocalRED": red, "LocalMaxAbs": 0.0,
+                         "LocalOverflow": rng.random(n) < 0.15, "RangeOverflow": rng.random(n) < 0.15,
+                         "AccCosine": 1.0, "AccRED": 0.0, "OutputShare": np.nan})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ranking_puts_overflow_first_in_graph_order_then_local_error_worst_first(seed):
+    df = _table(seed)
+    out = rank_kernels(df)
+    over = [k for k, a, b in zip(df["KeepName"], df["LocalOverflow"], df["RangeOverflow"]) if a or b]
+    rest = [k for k in df["KeepName"] if k not in over]
+    red = dict(zip(df["KeepName"], df["LocalRED"]))
+    # independently: NaN (no finite pair) is the worst local error; ties keep graph order
+    rest = sorted(rest, key=lambda k: (-(np.inf if np.isnan(red[k]) else red[k]), int(k[1:])))
+    assert list(out["KeepName"]) == over + rest
+    assert list(out["Rank"]) == list(range(len(df))) and out["OutputShare"].isna().all()
+
+
+@pytest.mark.parametrize("base", [2.0, np.inf])
+def test_output_shares_measure_the_first_ranked_kernels_without_overflow_and_keep_the_order(base):
+    ranked = rank_kernels(_table(3))
+    errs = {f"n{i}": (0.25 * i if np.isfinite(base) else (np.inf if i % 2 else 0.1)) for i in range(12)}
+    asked = []
+
+    def output_error(keep):
+        asked.append(keep)
+        return errs[keep[0]]
+
+    out = output_shares(ranked, output_error, base, top_k=3)
+    assert list(out["KeepName"]) == list(ranked["KeepName"])  # the order is not changed by a share
+    clean = [k for k, a, b in zip(ranked["KeepName"], ranked["LocalOverflow"], ranked["RangeOverflow"])
+             if not (a or b)][:3]
+    assert asked == [[k] for k in clean]
+    for k, v in zip(out["KeepName"], out["OutputShare"]):
+        if k not in clean:
+            assert np.isnan(v)
+        elif np.isfinite(base):
+            assert v == pytest.approx(max(0.0, 1 - errs[k] / base))
+        else:
+            assert v == (0.0 if np.isinf(errs[k]) else 1.0)
+    assert output_shares(ranked, output_error, 0.0, top_k=3)["OutputShare"].isna().all()  # nothing to remove
+    assert output_shares(ranked, output_error, base, top_k=0)["OutputShare"].isna().all()

@@ -27,7 +27,7 @@ from toolkit.tuning.tune import (
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
                  target: str | None = None, task_metrics=(), out: str | None = None, html: bool = True,
                  progress=_noop, max_inputs: int | None = None, val_range: str | None = None, atol=(),
-                 rtol=()) -> dict:
+                 rtol=(), top_k: int = 0) -> dict:
     """Run :func:`toolkit.tuning.tune.tune` and write keep_dtype.txt (the converter's format: one node name per
     line), tuned_config.json (accepted by compile/diagnose --config), summary.json, ranking.csv, ranges.csv and
     tune.html. ``met`` in the result says whether the target holds on every input. ``max_inputs``: most input
@@ -35,7 +35,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     condition no output's dtype admits is a UsageError before the inputs are read. ``atol`` / ``rtol``: the
     ``--atol`` / ``--rtol`` shorthands, appended to the target (to the default target when none is given, where
     they replace its condition on the same metric; on the user's own metric they are a UsageError).
-    ``val_range``: the range of generated inputs (no ``inputs``)."""
+    ``val_range``: the range of generated inputs (no ``inputs``). ``top_k``: ranked kernels whose output share
+    is measured after the search (toolkit.tuning.tune.tune's ``top_k``; default 0)."""
     import dataclasses
 
     check_out(out)  # a taken --out and a bad target are usage errors before any work
@@ -53,7 +54,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     progress(f"{len(feeds)} input set(s)")
     zname = src.name if src.kind == "zoo" else _zoo_name_of(src.path)
     tasks = ([TASKS[zname]] if zname in TASKS else []) + [load_task(s) for s in task_metrics]
-    res = tune(m, feeds, config, parsed_target, tasks=tasks, progress=progress)
+    res = tune(m, feeds, config, parsed_target, tasks=tasks, top_k=top_k, progress=progress)
     with output_dir(out, REPORTS_DIR, f"{src.name}-tune") as folder:
         progress("writing keep_dtype.txt, tuned_config.json and the report")
         files = {"keep_dtype": "keep_dtype.txt", "config": "tuned_config.json", "summary": "summary.json",

@@ -42,6 +42,7 @@ from toolkit.tuning.tune import (
     check_outputs,
     default_target,
     format_target,
+    measure_shares,
     parse_target,
     search_ranked,
 )
@@ -173,7 +174,8 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         target: tune target text or parsed list; None: the model's default target
             (toolkit.tuning.tune.default_target, as tune uses). task_metrics: extra task checks
             (``module:function``).
-        top_k: candidates whose output share the ranking measures (as tune).
+        top_k: ranked candidates whose output share an accumulated_error finding reports (measured after the
+            search: toolkit.tuning.tune.measure_shares).
 
     Raises:
         UsageError: a bad target or task spec.
@@ -211,7 +213,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     else:
         fix.searched = True
         progress("searching the smallest keep_dtype set that meets the target (as tune)")
-        ranking = _rank(tuner, extras["runtime"], 0, golden, top_k, progress,
+        ranking = _rank(tuner, extras["runtime"], 0, golden, progress,
                         dumps=extras["device"])  # read by kernel output name: the feeds never match
         shapes = {k: v.shape for k, v in golden.items() if isinstance(v, np.ndarray)}
         chosen = search_ranked(tuner, ranking, shapes, fix.log, progress)
@@ -220,7 +222,8 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         _, after_rows, _, ok, _ = _verify(tuner, cfg)
         fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
         fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
-        if not any(f.kind in ORIGIN_KINDS for f in findings):
+        if not any(f.kind in ORIGIN_KINDS for f in findings):  # the answer reports each kernel's share
+            ranking = measure_shares(tuner, ranking, top_k, progress)
             findings.append(accumulated_finding(ranking, fix, "error" if verdict == "FAIL" else "warning"))
     fix.trials = tuner.builds
     return fix
@@ -242,7 +245,7 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
     if len(ranking) and "OutputShare" in ranking:
         measured = ranking[ranking["OutputShare"].notna()].sort_values("OutputShare", ascending=False)
         shares = {r["KeepName"]: float(r["OutputShare"]) for r in measured.to_dict("records")}
-    n = int(len(ranking))
+    n = len(ranking)
     top = ", ".join(f"'{k}' {v:.0%}" for k, v in list(shares.items())[:shown]) or "none measured"
     ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
           "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,

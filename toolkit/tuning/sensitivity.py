@@ -17,18 +17,21 @@ LocalOverflow               the isolated run gives NaN/inf where the reference i
 RangeOverflow               a reference input or output of the kernel passes 65504 (FP16 cannot store it)
 AccCosine, AccRED           the same metrics of the full NPU run (accumulated error)
 OutputShare                 share of the final-output error removed by keeping only this kernel in FP32
-                            (measured by one trial run for the top candidates; NaN when not measured)
+                            (:func:`output_shares`: one trial run per top candidate, where an answer reports it;
+                            NaN when not measured)
 Rank                        0 = most sensitive
 ==========================  =================================================================================
 
 Ranking: kernels with overflow evidence (local NaN/inf or reference values beyond FP16) first, in graph
-order; then by measured OutputShare (top candidates only), then by LocalRED (NaN counts as worst).
+order; then by LocalRED (NaN counts as worst). The measured OutputShare does not reorder it: on the 13 models
+of bench/bench_tune.py ordering the top 8 by it never changed the set the search keeps and cost 8 trials
+(docs/benchmarks.md), and diagnose and tune must search one order to agree.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -124,34 +127,45 @@ def _red_key(v) -> float:
     return math.inf if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def rank_kernels(df: pd.DataFrame, output_error: Callable[[list[str]], float] | None = None,
-                 base_error: float | None = None, top_k: int = 8) -> pd.DataFrame:
-    """Sort ``df`` into the search order and fill ``Rank`` (and ``OutputShare`` for the top candidates).
+def _non_overflow(df: pd.DataFrame) -> pd.Series:
+    return ~(df["LocalOverflow"].astype(bool) | df["RangeOverflow"].astype(bool))
 
-    Args:
-        df: :func:`kernel_sensitivity` output.
-        output_error: optional ``fn([keep names]) -> error`` of the final outputs (worst over inputs; inf for
-            NaN/inf outputs); used to measure OutputShare of the ``top_k`` non-overflow kernels by local error.
-        base_error: ``output_error([])``.
-    """
+
+def rank_kernels(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (:func:`kernel_sensitivity` output) in the search order (module docstring), ``Rank`` filled."""
     df = df.copy()
     if df.empty:
         return df
     df["_order"] = range(len(df))
-    df["_over"] = df["LocalOverflow"].astype(bool) | df["RangeOverflow"].astype(bool)
     df["_red"] = [_red_key(v) for v in df["LocalRED"]]
-    rest = df[~df["_over"]].sort_values("_red", ascending=False, kind="stable")
-    if output_error is not None and base_error is not None and base_error > 0:
-        for i in rest.index[:top_k]:
-            err = output_error([df.at[i, "KeepName"]])
-            if math.isinf(base_error):
-                share = 0.0 if math.isinf(err) else 1.0
-            else:
-                share = max(0.0, 1.0 - err / base_error)
-            df.at[i, "OutputShare"] = share
-    df["_share"] = df["OutputShare"].fillna(-1.0)
-    over = df[df["_over"]].sort_values("_order")
-    rest = df[~df["_over"]].sort_values(["_share", "_red"], ascending=False, kind="stable")
-    out = pd.concat([over, rest]).drop(columns=["_order", "_over", "_red", "_share"]).reset_index(drop=True)
+    keep = _non_overflow(df)
+    over = df[~keep].sort_values("_order")
+    rest = df[keep].sort_values("_red", ascending=False, kind="stable")
+    out = pd.concat([over, rest]).drop(columns=["_order", "_red"]).reset_index(drop=True)
     out["Rank"] = range(len(out))
     return out
+
+
+def output_shares(ranking: pd.DataFrame, output_error: Callable[[list[str]], float], base_error: float,
+                  top_k: int = 8) -> pd.DataFrame:
+    """``ranking`` (:func:`rank_kernels` output, order unchanged) with ``OutputShare`` measured for its first
+    ``top_k`` kernels without overflow evidence: 1 − output_error([kernel]) / ``base_error``, floored at 0
+    (``base_error`` inf: 1 when keeping the kernel makes the outputs finite, else 0). Nothing is measured when
+    ``base_error`` is 0 or NaN.
+
+    Args:
+        output_error: ``fn([keep names]) -> error`` of the final outputs (worst RelativeEuclideanDistance over
+            the inputs run; inf for NaN/inf outputs).
+        base_error: ``output_error([])``.
+    """
+    df = ranking.copy()
+    if df.empty or not base_error or math.isnan(base_error) or top_k <= 0:
+        return df
+    for i in df.index[_non_overflow(df)][:top_k]:
+        err = output_error([df.at[i, "KeepName"]])
+        if math.isinf(base_error):
+            share = 0.0 if math.isinf(err) else 1.0
+        else:
+            share = max(0.0, 1.0 - err / base_error)
+        df.at[i, "OutputShare"] = share
+    return df

@@ -9,8 +9,7 @@ kernel sessions are cached by model digest):
 2. The plan in the given config (default allow_mix_precision) on every input, each right after its
    reference: if the target holds, the set is empty.
 3. Sensitivity (toolkit.tuning.sensitivity) on the worst input, whose full reference step 1 kept:
-   single-kernel isolation for every FP16 kernel, ranked by overflow evidence, measured share of the output
-   error and local error.
+   single-kernel isolation for every FP16 kernel, ranked by overflow evidence, then local error.
 4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
    (about 2·log2(p) tries instead of p); then each chosen node is dropped again if the target still holds
    without it (least sensitive first). Among sets that meet the target the search prefers the one of least
@@ -19,6 +18,8 @@ kernel sessions are cached by model digest):
    and only when they cannot meet the target the whole ranking, then tries to replace each chosen cube node
    by its cheaper graph neighbours among the candidates.
 5. Verification: the tuned config compiled from scratch and run on every input.
+6. With ``top_k``: the share of the output error each of the first ``top_k`` ranked kernels removes when kept
+   alone in FP32 (toolkit.tuning.sensitivity.output_shares, one try each), for the ranking and evidence tables.
 
 A try "meets the target" when, on every input, every graph output satisfies every target condition that
 applies to its dtype (float metrics on float outputs, ExactMatchRate on integer/bool outputs; no NaN/inf where
@@ -38,12 +39,12 @@ import numpy as np
 import onnx
 import pandas as pd
 
+from toolkit.cache.kernel_entries import session_source
 from toolkit.compare.layerwise import sequence_as_tensor
 from toolkit.compare.metrics import METRICS, dtype_class
 from toolkit.compare.metrics.applies import metric_applies, output_dtypes
 from toolkit.compare.metrics.grammar import overridden, parse_conditions
 from toolkit.compare.tasks import load_task, run_check
-from toolkit.cache.kernel_entries import session_source
 from toolkit.compiler.pipeline import recompile_precision
 from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
@@ -58,6 +59,7 @@ from toolkit.tuning.resume import KernelMemo, ResumeCache
 from toolkit.tuning.sensitivity import (
     compare_metrics,
     kernel_sensitivity,
+    output_shares,
     rank_kernels,
 )
 
@@ -626,7 +628,7 @@ def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
 
 
 def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=None, tasks=(),
-         top_k: int = 8, progress=_noop) -> TuneResult:
+         top_k: int = 0, progress=_noop) -> TuneResult:
     """Run the whole loop (module docstring) and return a :class:`TuneResult` (FP16 overflow warnings of the
     simulated kernels are silenced: overflow is what is being searched for).
 
@@ -635,7 +637,9 @@ def tune(model: onnx.ModelProto, feeds, config: Config | None = None, target=Non
             (default allow_mix_precision). target: text (:func:`parse_target`) or parsed list; None:
             :func:`default_target` of the model.
         tasks: task checks fn(golden_outputs, npu_outputs, model) -> {"passed", ...}, or "module:function" specs.
-        top_k: candidates whose share of the output error is measured by a trial run.
+        top_k: ranked candidates whose share of the output error is measured after the search, one trial run
+            each (toolkit.tuning.sensitivity.output_shares; the search does not use it). Default 0: not
+            measured (the OutputShare column stays empty).
 
     Raises:
         UsageError (bad target / task; a target condition no output's dtype admits: check_target_outputs),
@@ -657,8 +661,8 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     progress("compiling")
     tuner = Tuner(model, feeds, config, target, tasks, progress)
     notes = [] if tuner.base.plan.kernels else [
-        "no kernel runs on the device: every output is a constant folded at compile time or a graph input passed "
-        "through, so nothing was simulated and nothing needs FP32"]
+        ("no kernel runs on the device: every output is a constant folded at compile time or a graph input passed "
+         "through, so nothing was simulated and nothing needs FP32")]
     base_rt = tuner.memo.runtime(tuner.base)
     ranges = RangeStats(model)
     progress(f"FP32 reference and baseline ({config.precision_mode}) on {len(feeds)} input(s)")
@@ -673,11 +677,13 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     ranking = pd.DataFrame()
     log: list[str] = []
     if not met0:
-        ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, top_k, progress, dumps=st.worst_dumps,
+        ranking = _rank(tuner, base_rt, tuner.order[0], st.worst_golden, progress, dumps=st.worst_dumps,
                         whole_run=True)
         st.worst_golden = st.worst_dumps = None  # the search needs only the graph outputs
         tm["sensitivity_ms"] = (time.perf_counter() - t0) * 1e3 - sum(tm.values())
         chosen = search_ranked(tuner, ranking, st.shapes, log, progress)
+        if top_k:
+            ranking = measure_shares(tuner, ranking, top_k, progress)
     else:
         chosen = []
         log.append("the target holds in the given config: nothing to keep in FP32")
@@ -736,13 +742,13 @@ def search_ranked(tuner: Tuner, ranking: pd.DataFrame, shapes: dict, log: list[s
     """The keep-set tune chooses over ``ranking`` (:func:`_rank`): :func:`search_cheapest` with each candidate's
     FP32 cube cost from the FLOPs at ``shapes`` ({tensor: shape} of a reference run). Appends to ``log``."""
     progress(f"searching over {len(ranking)} ranked kernels")
-    meets = lambda keep: tuner.trial(keep).met  # noqa: E731
+    meets = lambda keep: tuner.trial(keep).met
     cost, near = candidate_costs(ranking, tuner.model, cov.node_flops(tuner.model, shapes))
     chosen, _ = search_cheapest(list(ranking["KeepName"]), meets, log, cost, near)
     return chosen
 
 
-def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress, dumps: dict | None = None,
+def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, progress, dumps: dict | None = None,
           whole_run: bool = False) -> pd.DataFrame:
     """Sensitivity ranking on input ``worst``, whose full FP32 reference (graph inputs included) is ``golden``;
     ``dumps``: the base plan's dumps on that input when a run already holds them (diagnose's, or tune's
@@ -756,10 +762,13 @@ def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, top_k: int, progress,
         tuner.resume.add(worst, base_rt.plan, dumps)  # the trials below resume from it
     df = kernel_sensitivity(base_rt, golden, dumps)
     del golden, dumps
-    base_err = tuner.cache[()].error
+    return rank_kernels(df)
 
-    def out_err(keep):
-        rt = tuner.runtime_for(keep)
-        return check_outputs(tuner.resume.run(rt, worst).outputs, tuner.golden_out[worst], tuner.target)[2]
 
-    return rank_kernels(df, out_err, base_err, top_k=top_k)
+def measure_shares(tuner: Tuner, ranking: pd.DataFrame, top_k: int, progress=_noop) -> pd.DataFrame:
+    """``ranking`` with OutputShare measured for its first ``top_k`` kernels without overflow evidence
+    (toolkit.tuning.sensitivity.output_shares): each kept alone in FP32 is a :meth:`Tuner.trial` (a try the
+    search made already is not run again), its error the worst output RelativeEuclideanDistance over the inputs
+    it ran, against the given config's."""
+    progress(f"output shares: the first {top_k} ranked kernels each kept alone in FP32")
+    return output_shares(ranking, lambda keep: tuner.trial(keep).error, tuner.cache[()].error, top_k)
