@@ -26,6 +26,7 @@ import pandas as pd
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.layerwise import (
+    golden_range,
     layer_table,
     not_compared_reason,
     sequence_as_tensor,
@@ -55,6 +56,8 @@ from toolkit.ir.neighbourhood import neighbourhood
 from toolkit.ort.reference import ReferenceRunner, inferred_types
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.ort.terminate import own_run_options
+from toolkit.compare.metrics.reductions import within_noise
+from toolkit.precision.contract import FP32_CANCELLING_OPS, FP32_ROUNDING, expected_fp32_noise
 from toolkit.reexec.isolate import fp16_input_origins
 from toolkit.reexec.refine import refine_origins
 from toolkit.runtime.npu import KernelRuntimeError
@@ -212,13 +215,23 @@ class _TriageScreen:
     output is screened against the reference the moment it is written, while it is still the arena's view, and
     only the metric rows of tensors that fail the screen are kept, so no copy of the run's tensors is held.
 
-    ``order``: {tensor: position in the model's node order}; a tensor after the earliest failure found so far
-    cannot be the first divergence and is not compared."""
+    A tensor fails when it is abnormal beyond FP32 rounding (compared with the contract's FP32 rounding
+    allowance, toolkit.precision.contract.FP32_ROUNDING, as the layer table compares an FP32 kernel): one that
+    crosses a line the user set only within FP32 rounding (the allowance excuses default lines only) is kept
+    apart in ``tight``: no FP32 plan can meet that line, which is no compile-stage fault. The output of a node
+    that adds or subtracts (toolkit.precision.contract.FP32_CANCELLING_OPS) carries its operands' rounding, so
+    its FP32 rounding is judged at the larger of its own and its operands' RMS magnitude (a cancellation of two
+    values ~1e4 leaves ~1e-3 of rounding on a small difference).
 
-    def __init__(self, golden: dict, thresholds, skip: set, order: dict):
+    ``order``: {tensor: position in the model's node order}; a tensor after the earliest failure found so far
+    cannot be the first divergence and is not compared. ``producer``: {tensor: the node that writes it}."""
+
+    def __init__(self, golden: dict, thresholds, skip: set, order: dict, producer: dict | None = None):
         self.golden, self.thresholds, self.skip, self.order = golden, thresholds, skip, order
+        self.producer = producer or {}
         self.checked: set[str] = set()
         self.failed: dict[str, dict] = {}
+        self.tight: dict[str, dict] = {}  # {tensor: row} crossing a user line within FP32 rounding
         self.first = len(order)
 
     def see(self, t: str, value) -> None:
@@ -231,10 +244,45 @@ class _TriageScreen:
         self.checked.add(t)
         if _quick_close(d, g):
             return
-        row = compare_tensors(d, g, thresholds=self.thresholds, tensor=t)
-        if row["Abnormal"] or row["OverFlow"]:
-            self.failed[t] = row
-            self.first = min(self.first, self.order[t])
+        row = compare_tensors(d, g, thresholds=self.thresholds, expected_noise=expected_fp32_noise(), tensor=t)
+        if not (row["Abnormal"] or row["OverFlow"]):
+            return
+        scale = self._fp32_scale(t, d, g, row)
+        if scale is not None:  # within FP32 rounding (no OverFlow): it crosses a line FP32 cannot meet
+            row["FP32RelativeError"] = scale
+            self.tight[t] = row
+            return
+        self.failed[t] = row
+        self.first = min(self.first, self.order[t])
+
+    def _fp32_scale(self, t: str, d, g, row: dict) -> float | None:
+        """The RMS error of ``t`` relative to the magnitude its FP32 rounding is judged at, when it is within
+        FP32 rounding (:data:`~toolkit.precision.contract.FP32_ROUNDING`); None when it is not."""
+        if row["OverFlow"] or row["WithinExpectedNoise"] is None:
+            return None
+        d64, g64 = np.asarray(d, np.float64).ravel(), np.asarray(g, np.float64).ravel()
+        both = np.isfinite(d64) & np.isfinite(g64)
+        if not both.any():
+            return None
+        absd, absy = np.abs(d64[both] - g64[both]), np.abs(g64[both])
+        rms_d, rms_y = float(np.sqrt(np.mean(absd ** 2))), float(np.sqrt(np.mean(absy ** 2)))
+        if row["WithinExpectedNoise"] is True:
+            return rms_d / rms_y if rms_y else 0.0
+        node = self.producer.get(t)
+        if node is None or node.op_type not in FP32_CANCELLING_OPS:
+            return None
+        operand = 0.0
+        for i in node.input:
+            v = self.golden[i] if i and i in self.golden else None
+            v = np.asarray(v, np.float64) if v is not None and np.asarray(v).dtype.kind == "f" else None
+            if v is not None and v.size:
+                fin = v[np.isfinite(v)]
+                operand = max(operand, float(np.sqrt(np.mean(fin ** 2))) if fin.size else 0.0)
+        if operand <= rms_y or not within_noise(absd, np.maximum(absy, operand), FP32_ROUNDING["rtol"],
+                                                 FP32_ROUNDING["atol"]):
+            return None
+        row["FP32OperandRMS"] = operand
+        return rms_d / operand
 
     def on_kernel(self, _index, _spec, outputs: dict) -> None:
         for t, v in outputs.items():
@@ -276,25 +324,77 @@ def subset_origins(findings: list[Finding], first: dict | None, model: onnx.Mode
 
 def triage(prep: Prepared, config: Config, golden: dict, thresholds, compiled=None) -> dict:
     """Run the same compilation in force_fp32 (keep_dtype cleared; with ``compiled``, the NPU compile, only
-    the precision passes run again: recompile_precision): a divergence there is a compile-stage fault (a
-    rewrite or fusion changed the math) at its first divergent kernel; otherwise the divergence is a precision
-    matter.
+    the precision passes run again: recompile_precision): a divergence there beyond FP32 rounding is a
+    compile-stage fault (a rewrite or fusion changed the math) at its first divergent kernel; otherwise the
+    divergence is a precision matter.
 
     Each kernel output is screened cheaply as the run writes it (:class:`_TriageScreen`: no tensor of the run
-    is kept); one that fails the screen is compared with the full metrics (no FP16 noise allowance), and the
-    first abnormal one in the model's node order is the fp32 first divergence. Graph outputs folded at compile
+    is kept); one that fails the screen is compared with the full metrics and the contract's FP32 rounding
+    allowance (toolkit.precision.contract.FP32_ROUNDING; no FP16 noise allowance), and the first one abnormal
+    beyond FP32 rounding in the model's node order is the fp32 first divergence. A tensor that crosses a line the
+    user set (``thresholds``) only within FP32 rounding is no divergence: it is listed in ``fp32_tight_lines``
+    (the line is tighter than FP32 rounding of those values; finding ``line_tighter_than_fp32``). Graph outputs folded at compile
     time are screened as the constants the plan returns. Tensors that depend on a nondeterministic op
     (toolkit.compare.nondeterminism) are skipped: the two runs draw different random numbers, which is no
     compile-stage fault. A streamed diagnosis runs the same triage inside its pass (:class:`SteppedTriage`).
 
     Returns:
         {"fp32_first_divergence": None or {node, op_type, tensor, kernel, precision, kind, evidence},
-         "fp32_tensors_checked": tensors compared up to and including the first divergence (all when none)}."""
+         "fp32_tensors_checked": tensors compared up to and including the first divergence (all when none),
+         "fp32_tight_lines": [{node, op_type, tensor, kernel, lines: {metric: the user's line}, values:
+         {metric: the FP32 plan's value}, relative_error (RelativeEuclideanDistance), MaxAbsoluteError,
+         reference_abs_max, fp32_rtol}] of the tensors, up to the first divergence in node order, that cross a
+         user line within FP32 rounding}."""
     sess = _triage_session(prep, config, compiled)
     order, producer = _node_order(prep.model)
-    screen = _TriageScreen(golden, thresholds, dependent_tensors(prep.model, golden), order)
+    screen = _TriageScreen(golden, thresholds, dependent_tensors(prep.model, golden), order, producer)
     sess.runtime.run(prep.feeds, on_kernel=screen.on_kernel)
     return _triage_result(screen, sess, order, producer)
+
+
+def _tight_lines(screen: "_TriageScreen", owner: dict, order: dict, producer: dict, upto: int) -> list[dict]:
+    """The ``fp32_tight_lines`` records of :func:`triage` (tensors in node order up to position ``upto``)."""
+    lines = resolve_thresholds(screen.thresholds)
+    out = []
+    for t in sorted(screen.tight, key=order.__getitem__):
+        if order[t] > upto:
+            break
+        row, node, k = screen.tight[t], producer[t], owner.get(t)
+        own = lines.for_tensor(t)
+        crossed = [m for m in row["AbnormalMetrics"] if m in own]
+        out.append({"node": node.name, "op_type": node.op_type, "tensor": t, "kernel": k.name if k else "",
+                    "lines": {m: float(own[m]) for m in crossed}, "values": {m: float(row[m]) for m in crossed},
+                    "relative_error": float(row["FP32RelativeError"]),
+                    "MaxAbsoluteError": float(row["MaxAbsoluteError"]),
+                    "reference_abs_max": golden_range(screen.golden[t]).get("GoldenAbsMax"),
+                    **({"operand_rms": row["FP32OperandRMS"]} if "FP32OperandRMS" in row else {}),
+                    "fp32_rtol": FP32_ROUNDING["rtol"]})
+    return out
+
+
+def tight_line_finding(tight: list[dict]) -> Finding | None:
+    """The ``line_tighter_than_fp32`` warning of :func:`triage`'s ``fp32_tight_lines`` (None when empty): the
+    plan re-run in force_fp32 crosses a line the user set, but only within FP32 rounding, so the line is tighter
+    than FP32 rounding of these values and no precision setting can meet it. Evidence: the first such tensor's
+    record, plus ``tensors`` (all of them, in node order)."""
+    if not tight:
+        return None
+    first = tight[0]
+
+    def crossed_text(m, line):
+        v_txt, l_txt = show_vs(first["values"][m], line)
+        return f"{m} {v_txt} {'<' if METRICS[m].direction == HIGHER_IS_BETTER else '>'} {l_txt}"
+    crossed = ", ".join(crossed_text(m, line) for m, line in first["lines"].items())
+    more = f" (and {len(tight) - 1} more tensor(s))" if len(tight) > 1 else ""
+    of = (f"the operands it adds or subtracts (RMS {show(first['operand_rms'])})" if "operand_rms" in first
+          else f"values up to |x| {show(first['reference_abs_max'])}")
+    return Finding(
+        "warning", "line_tighter_than_fp32", first["node"], {**first, "tensors": [r["tensor"] for r in tight]},
+        f"'{first['tensor']}'{more} crosses the line you set ({crossed}) even with the plan re-run in "
+        f"force_fp32, where it differs from the FP32 reference only by FP32 rounding (relative error "
+        f"{show(first['relative_error'])} in RMS, of {of}; the contract's FP32 rounding is rtol "
+        f"{show(first['fp32_rtol'])}): the line is tighter than FP32 rounding of these values, no precision "
+        "setting can meet it; loosen it (--thresholds / --atol / --rtol)")
 
 
 def _triage_session(prep: Prepared, config: Config, compiled) -> Session:
@@ -327,12 +427,14 @@ def _triage_result(screen: "_TriageScreen", sess: Session, order: dict, producer
             continue
         node, k = producer[t], owner.get(t)
         ev = {m: row[m] for m in ("CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError")}
-        ev.update({"tensor": t, "kernel": k.name if k else ""})
+        ev.update({"tensor": t, "kernel": k.name if k else "", "fp32_rtol": FP32_ROUNDING["rtol"]})
         return {"fp32_first_divergence": {"node": node.name, "op_type": node.op_type, "tensor": t,
                                           "kernel": k.name if k else "", "precision": "fp32",
                                           "kind": "compile_stage", "evidence": ev},
-                "fp32_tensors_checked": sum(1 for c in screen.checked if order[c] <= order[t])}
-    return {"fp32_first_divergence": None, "fp32_tensors_checked": len(screen.checked)}
+                "fp32_tensors_checked": sum(1 for c in screen.checked if order[c] <= order[t]),
+                "fp32_tight_lines": _tight_lines(screen, owner, order, producer, order[t])}
+    return {"fp32_first_divergence": None, "fp32_tensors_checked": len(screen.checked),
+            "fp32_tight_lines": _tight_lines(screen, owner, order, producer, len(order))}
 
 
 class _SegmentFirst(Mapping):
@@ -377,7 +479,8 @@ class SteppedTriage:
 
     def _setup(self, golden: Mapping, segment_of: dict) -> None:
         self.view = _SegmentFirst(golden)
-        self.screen = _TriageScreen(self.view, self.thresholds, dependent_tensors(self.prep.model, golden), self.order)
+        self.screen = _TriageScreen(self.view, self.thresholds, dependent_tensors(self.prep.model, golden), self.order,
+                                    self.producer)
         self.need = _kernel_segments(self.sess.runtime, segment_of)
 
     def __call__(self, stream_pass, segment: int, values: dict) -> None:
@@ -447,7 +550,7 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     """(verdict, reasons). ``lines``: the abnormal lines used ({metric: value}, resolve_thresholds), when known:
     the reasons then print them, each value next to its line (toolkit.core.text.show_vs: the line exactly,
     the value with the digits it takes to read on its side of the line). A PASS/WARN says in one reason how many
-    tensors cross a default line within their expected FP16 noise (WithinExpectedNoise, AbnormalMetrics;
+    tensors cross a default line within their expected FP16 or FP32 rounding noise (WithinExpectedNoise, AbnormalMetrics;
     docs/thresholds.md). ``kernels``: how many kernels the plan runs; 0 (the whole graph computed at compile
     time) is a WARN that says nothing of the device was simulated."""
     def metric_text(m, v, crossed, tensor):
@@ -511,8 +614,8 @@ def _verdict(df, outputs, tasks, stage, findings, lines=None, kernels: int | Non
     n_noise = sum(1 for w, c, t in zip(df.get("WithinExpectedNoise", []), df.get("AbnormalMetrics", []), names)
                   if isinstance(w, (bool, np.bool_)) and w and isinstance(c, (list, tuple))
                   and any(noise_covers(m, _for_tensor(judged, t)) for m in c))
-    noise = [(f"{n_noise} tensor(s) cross a default line within the expected FP16 noise (listed in "
-              "AbnormalMetrics)")] if n_noise else []
+    noise = [(f"{n_noise} tensor(s) cross a default line within the expected FP16/FP32 rounding noise (listed "
+              "in AbnormalMetrics)")] if n_noise else []
     if reasons:
         return "WARN", reasons + noise
     if noise:
@@ -760,8 +863,11 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
     if stage == "compile":
         findings.insert(0, Finding("error", "compile_stage_fault", fp32_first["node"], fp32_first["evidence"],
                                    f"the plan diverges from the reference even in force_fp32 at kernel "
-                                   f"'{fp32_first['kernel']}': a rewrite or fusion changed the math; switch that "
-                                   "fusion off (fusion_switch_file) and report it"))
+                                   f"'{fp32_first['kernel']}', beyond FP32 rounding: a rewrite or fusion changed "
+                                   "the math; switch that fusion off (fusion_switch_file) and report it"))
+    tight = tight_line_finding(tri.get("fp32_tight_lines") or [])
+    if tight is not None:
+        findings.insert(1 if stage == "compile" else 0, tight)
     tasks = run_tasks(prep.zoo_name, list(task_metrics),
                       {o: golden[o] for o in outputs if o in golden}, npu.outputs, prep.model)
 
@@ -799,7 +905,8 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
                 "tensors_outside": sum(1 for x in plan.tensors.values() if x.storage != "arena")},
         kernel_times=_kernel_times(plan, npu.kernel_ms), tasks=tasks,
         triage={"stage": stage, "fp32_first_divergence": fp32_first,
-                "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first},
+                "fp32_tensors_checked": tri["fp32_tensors_checked"], "npu_first_divergence": first,
+                "fp32_tight_lines": tri.get("fp32_tight_lines") or []},
         environment=environment(), neighbourhood=neighbourhood(prep.model, origin_nodes))
     return diag, {"golden": golden, "device": device, "compiled": sess.compiled, "origin_nodes": origin_nodes,
                   "npu_outputs": npu.outputs, "runtime": sess.runtime, "lines": lines}

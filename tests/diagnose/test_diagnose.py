@@ -141,7 +141,7 @@ def test_triage_screens_each_kernel_output_as_the_run_writes_it(tmp_path, plant,
     off = [t for t in order if not np.allclose(dumps[t].astype(np.float32), golden[t], rtol=1e-4, atol=1e-6)]
     assert bool(off) == bool(plant)
     if not off:
-        assert got == {"fp32_first_divergence": None, "fp32_tensors_checked": len(order)}
+        assert got == {"fp32_first_divergence": None, "fp32_tensors_checked": len(order), "fp32_tight_lines": []}
         return
     first = got["fp32_first_divergence"]
     assert first["tensor"] == off[0] and first["node"] == plant and first["kind"] == "compile_stage"
@@ -551,13 +551,14 @@ def test_verdict_names_default_lines_crossed_within_noise():
                        _noise_row("c", None, [])])
     verdict, reasons = _verdict(df, ["y"], [], "none", [], lines=resolve_thresholds(None))
     assert verdict == "PASS"
-    assert "2 tensor(s) cross a default line within the expected FP16 noise (listed in AbnormalMetrics)" in reasons
+    assert ("2 tensor(s) cross a default line within the expected FP16/FP32 rounding noise (listed in "
+            "AbnormalMetrics)") in reasons
     assert not any("every compared tensor within the abnormal lines" in r for r in reasons)
     # a line the user set is no default: not counted (such a row is abnormal: compare_tensors)
     user = parse_thresholds("RootMeanSquareError>1")
     df2 = pd.DataFrame([_noise_row("a", True, ["RootMeanSquareError"], abnormal=True), _noise_row("y", True, [])])
     verdict, reasons = _verdict(df2, ["y"], [], "none", [], lines=user)
-    assert verdict == "WARN" and not any("expected FP16 noise" in r for r in reasons)
+    assert verdict == "WARN" and not any("rounding noise" in r for r in reasons)
     clean = pd.DataFrame([_noise_row("y", True, [])])
     assert _verdict(clean, ["y"], [], "none", [])[1] == [
         "every compared tensor within the abnormal lines; outputs and task checks hold"]
@@ -582,7 +583,7 @@ def test_diagnose_reports_fp16_rounding_over_the_default_rmse_line(tmp_path):
     row = diag.table.set_index("TensorName").loc["y"]
     assert row["WithinExpectedNoise"] is True and "RootMeanSquareError" in row["AbnormalMetrics"]
     assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
-    assert any(r.startswith("1 tensor(s) cross a default line within the expected FP16 noise")
+    assert any(r.startswith("1 tensor(s) cross a default line within the expected FP16/FP32 rounding noise")
                for r in diag.summary["reasons"]), diag.summary["reasons"]
 
 

@@ -16,6 +16,10 @@ control / cpu       always FP32 on the host (AI_CPU)                n/a         
 
 Sources: GUIDE §3 (the project's contract); FP16 unit roundoff 2**-11 ≈ 4.9e-4 (IEEE 754 binary16).
 Fused kernels keep intermediates in FP32; only kernel outputs are rounded to their storage dtype.
+
+A kernel that computes in FP32 from FP32 data is not exact either: our kernels and onnxruntime sum in
+different orders, so their FP32 results differ by FP32 rounding (:data:`FP32_ROUNDING`, rtol 1e-5, atol 0:
+one ulp of 1.9e8 is 16, so a tight absolute line such as RootMeanSquareError > 1 cannot hold there).
 """
 
 from __future__ import annotations
@@ -30,6 +34,25 @@ FP16_MIN_NORMAL = 6.103515625e-05
 FP16_UNDERFLOW = 2.0**-25
 #: Integers above this lose exactness in FP16 (2**11).
 FP16_INT_EXACT = 2048
+#: FP32 unit roundoff (IEEE 754 binary32, round to nearest): 2**-24 ≈ 5.96e-8.
+FP32_UNIT_ROUNDOFF = 2.0**-24
+#: The expected noise ({"rtol", "atol"}) of a kernel that computes in FP32 from FP32 data, i.e. not affected by
+#: FP16 rounding (a force_fp32 plan, a node kept in FP32 upstream of any FP16 data). Each FP32 operation
+#: rounds by at most u = :data:`FP32_UNIT_ROUNDOFF`; a sum of K terms accumulated in another order than the
+#: reference's (tiled, pairwise or blocked against onnxruntime's MLAS order) differs by ~sqrt(K)·u of the
+#: magnitude of its terms in root mean square (rounding errors of random sign), K·u at worst. rtol 1e-5 ≈ 168·u
+#: covers sqrt(K)·u for reductions up to K ≈ 28,000 terms and a few chained elementwise ops on top; it is
+#: relative (atol 0) because FP32 rounding is (the noise test floors it at the tensor's RMS magnitude,
+#: toolkit.compare.metrics.reductions.noise_scale, so values that cancel to near zero keep their operands'
+#: rounding). It is 100 times below the smallest FP16 allowance (rtol 1e-3) and FP16's unit roundoff (4.9e-4),
+#: so a real fault (a wrong constant or rewrite, off by 1e-4 relative or more) is not excused. Like the FP16
+#: allowance it excuses the tool's default lines only (toolkit.compare.metrics.noise_covers).
+FP32_ROUNDING = {"rtol": 1e-5, "atol": 0.0}
+#: Ops whose FP32 result carries the rounding of its operands at the operands' magnitude: a sum or difference
+#: of values each rounded relative to itself is off by up to rtol·(|a| + |b|), which a cancellation (two near-equal
+#: values ~9586 subtracted) makes large against a small result. The compile-stage triage judges these ops' FP32
+#: rounding at the larger of the result's and the operands' RMS magnitude (toolkit.diagnose.triage).
+FP32_CANCELLING_OPS = frozenset({"Add", "Sub", "Sum", "Mean"})
 
 
 @dataclass(frozen=True)
@@ -101,3 +124,9 @@ def expected_noise(op_class_name: str) -> dict[str, float]:
     """{'rtol', 'atol'} of ordinary FP16 rounding for a class (used by comparators)."""
     cls = by_name(op_class_name)
     return {"rtol": cls.rtol, "atol": cls.atol}
+
+
+def expected_fp32_noise() -> dict[str, float]:
+    """{'rtol', 'atol'} of ordinary FP32 rounding (:data:`FP32_ROUNDING`, a copy): the expected noise of a kernel
+    that computes in FP32 from FP32 data, whatever its op class."""
+    return dict(FP32_ROUNDING)
