@@ -579,3 +579,163 @@ def test_thresholds_that_turn_off_the_whole_default_target_are_named_as_threshol
         lines_target(m, lines)
     kept = parse_target(lines_target(m, "CosineSimilarity=off,MaxAbsoluteError>0.5"))
     assert [(t[0], t[1], t[2]) for t in kept] == [("MaxAbsoluteError", "<=", 0.5)]
+
+
+# ------------------------------------------------------------------ the default target's FP16 noise allowance
+# issue 17: the default target's absolute line is judged per element against the FP16 rounding of each value;
+# a --target the user writes is applied as written. Expected values here are computed with numpy alone.
+U16 = 2.0 ** -11  # unit roundoff of IEEE binary16 (11-bit significand), by hand
+NOISE = 2 * U16  # allowed per element: the result's rounding and as much again from the operands
+
+
+def _fp16_rounded(y: np.ndarray) -> np.ndarray:
+    """``y`` rounded to an 11-bit significand (FP16's), with FP16's exponent range ignored so that 1e8 rounds too:
+    np.float16 where it can hold the values, else frexp/ldexp."""
+    y = np.asarray(y, np.float64)
+    if np.abs(y).max() < 60000:
+        return y.astype(np.float16).astype(np.float32)
+    m, e = np.frexp(y)  # y = m·2^e, 0.5 <= |m| < 1: 11 significant bits = m rounded to 2^-11
+    return np.ldexp(np.round(m * 2 ** 11) / 2 ** 11, e).astype(np.float32)
+
+
+def _numpy_default_met(x, y) -> bool:
+    """CosineSimilarity>=0.9999 and every |x_i - y_i| <= max(1e-2, 2^-10·max(|y_i|, rms(y))), with numpy."""
+    x, y = np.asarray(x, np.float64).ravel(), np.asarray(y, np.float64).ravel()
+    if not np.isfinite(x).all():
+        return False
+    cos = x @ y / (np.linalg.norm(x) * np.linalg.norm(y))
+    rms = np.sqrt(np.mean(y * y))
+    return bool(cos >= 0.9999 and (np.abs(x - y) <= np.maximum(1e-2, NOISE * np.maximum(np.abs(y), rms))).all())
+
+
+def _check(npu, ref, target):
+    from toolkit.tuning.tune import check_outputs
+
+    return check_outputs({"y": npu}, {"y": ref}, parse_target(target))
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e2, 1e4, 1e8])
+def test_fp16_rounding_meets_the_default_target_at_every_magnitude(scale):
+    from toolkit.tuning.tune import DEFAULT_TARGET
+
+    rng = np.random.default_rng(int(np.log10(scale)))
+    ref = (rng.uniform(-1, 1, 4096) * scale).astype(np.float32)
+    npu = _fp16_rounded(ref)
+    err = np.abs(npu.astype(np.float64) - ref)
+    # rounding only, by numpy (FP16 subnormals, below 2^-14, are spaced 2^-24: half of that absolute)
+    assert err.max() > 0 and (err <= U16 * np.abs(ref.astype(np.float64)) + 2.0 ** -25).all()
+    met, rows, _ = _check(npu, ref, DEFAULT_TARGET)
+    assert met and _numpy_default_met(npu, ref), rows
+    assert rows[0]["FP16AllowanceUsed"] <= 1.0
+    # the user's absolute line, as written, holds exactly when numpy's max |x - y| says so
+    met_abs, rows_abs, _ = _check(npu, ref, "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2")
+    assert met_abs == bool(err.max() <= 1e-2)
+    if scale >= 1e4:
+        assert not met_abs and rows_abs[0]["Failed"] == "MaxAbsoluteError<=0.01"
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e2, 1e4, 1e8])
+@pytest.mark.parametrize("kind", ["one_percent", "overflow", "sign"])
+def test_real_errors_still_fail_the_default_target(scale, kind):
+    from toolkit.tuning.tune import DEFAULT_TARGET
+
+    rng = np.random.default_rng(7)
+    ref = (rng.uniform(-1, 1, 4096) * scale).astype(np.float32)
+    npu = _fp16_rounded(ref)
+    i = int(np.argmax(np.abs(ref)))
+    if kind == "one_percent":  # 1% of the largest value (2% at scale 1, where 1% is exactly the 1e-2 line)
+        npu[i] = ref[i] * (1.01 if scale > 1 else 1.02)
+    elif kind == "overflow":
+        npu[i] = np.float32(np.inf) * np.sign(ref[i])
+    else:  # a quarter of the values flip sign
+        npu[: len(npu) // 4] *= -1
+    assert not _numpy_default_met(npu, ref)
+    met, rows, _ = _check(npu, ref, DEFAULT_TARGET)
+    assert not met, rows
+    failed = rows[0]["Failed"]
+    assert ("finite outputs" in failed) if kind == "overflow" else ("MaxAbsoluteError<=0.01|fp16" in failed)
+
+
+def test_small_outputs_get_exactly_the_absolute_lines_decisions():
+    """Up to |y| <= 10.24 (2^-10·10.24 = 1e-2) the allowance is 1e-2 everywhere: the default target decides as
+    CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2 on every error size, on both sides of the line."""
+    from toolkit.tuning.tune import DEFAULT_TARGET
+
+    rng = np.random.default_rng(3)
+    for scale in (1e-3, 1.0, 10.0):
+        ref = (rng.uniform(-1, 1, 2048) * scale).astype(np.float32)
+        for err in (0.0, 1e-3, 9.9e-3, 1e-2, 1.01e-2, 2e-2, 0.1):
+            npu = ref.copy()
+            npu[rng.integers(0, ref.size)] += np.float32(err)
+            absolute = _check(npu, ref, "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2")[0]
+            assert _check(npu, ref, DEFAULT_TARGET)[0] == absolute, (scale, err)
+
+
+def test_the_fp16_allowance_is_visible_and_only_the_default_has_it():
+    from toolkit.tuning.tune import DEFAULT_TARGET, default_target, format_target
+
+    m = _io_model([("y", TensorProto.FLOAT)])
+    assert format_target(parse_target(default_target(m))) == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01|fp16"]
+    assert [getattr(c, "fp16") for c in parse_target("MaxAbsoluteError<=1e-2")] == [False]
+    assert format_target(parse_target("MaxAbsoluteError<=1e-2")) == ["MaxAbsoluteError<=0.01"]
+    assert format_target(parse_target(DEFAULT_TARGET)) == format_target(parse_target(format_target(
+        parse_target(DEFAULT_TARGET))[1] + ",Cosine>=0.9999"))[::-1]
+    with pytest.raises(UsageError, match=r"applies only to MaxAbsoluteError"):
+        parse_target("RMSE<=1|fp16")
+    from toolkit.compare.metrics import parse_thresholds
+    with pytest.raises(UsageError, match=r"only in tune's --target"):
+        parse_thresholds("MaxAbsoluteError>1e-2|fp16")
+
+
+def _chain_model():
+    """x (positive, up to 3.5e2) -> 3 MatMuls with positive weights -> y up to ~2e4 (the user's case: plain FP16
+    rounding, cosine ~1, max |x - y| of several units)."""
+    rng = np.random.default_rng(11)
+    Ws = {f"W{i}": np.abs(rng.normal(0, 1 / 8, (64, 64))).astype(np.float32) for i in range(3)}
+    m = _model([helper.make_node("MatMul", ["x", "W0"], ["a"], name="mm0"),
+                helper.make_node("MatMul", ["a", "W1"], ["b"], name="mm1"),
+                helper.make_node("MatMul", ["b", "W2"], ["y"], name="mm2")],
+               [("x", [8, 64])], [("y", [8, 64])], Ws)
+    return m, {"x": np.abs(rng.normal(0, 1, (8, 64)) * 10).astype(np.float32)}
+
+
+def _square_model():
+    """y = t·t, t = x @ W up to ~1.4e4: y ~ 1e8 overflows FP16, so the Mul must run in FP32; then only FP32
+    rounding (one FP32 ulp at 1.9e8 is 16) is left."""
+    rng = np.random.default_rng(5)
+    W = np.abs(rng.normal(0, 1, (32, 32))).astype(np.float32)
+    m = _model([helper.make_node("MatMul", ["x", "W"], ["t"], name="mm"),
+                helper.make_node("Mul", ["t", "t"], ["y"], name="sq")],
+               [("x", [4, 32])], [("y", [4, 32])], {"W": W})
+    return m, {"x": np.abs(rng.normal(0, 1, (4, 32)) * 600).astype(np.float32)}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tune_keeps_nothing_for_fp16_rounding_of_large_outputs():
+    m, feed = _chain_model()
+    ref = ort_outputs(m, feed)["y"].astype(np.float64)
+    got = Session(m, Config(), input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64)
+    assert np.abs(ref).max() > 1e3 and np.abs(got - ref).max() > 1e-2  # the absolute line fails ...
+    assert _numpy_default_met(got, ref)  # ... on FP16 rounding alone
+    res = tune(m, [("x", feed)], Config())
+    assert res.met and res.chosen == [], res.log
+    assert res.coverage_after["flops_fp16_share"] == 1.0
+    explicit = tune(m, [("x", feed)], Config(), "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2")
+    assert explicit.chosen != []  # a user's absolute line is applied as written
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_tune_meets_the_default_target_on_a_1e8_output():
+    m, feed = _square_model()
+    ref = ort_outputs(m, feed)["y"].astype(np.float64)
+    assert np.abs(ref).max() > 65504 * 1e3
+    res = tune(m, [("x", feed)], Config())
+    assert res.met, res.log
+    got = Session(m, res.config, input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64)
+    assert _numpy_default_met(got, ref)
+    assert "sq" in res.chosen  # y overflows FP16: the Mul is kept (a real error, not rounding)
+    assert np.abs(got - ref).max() > 1e-2 and res.chosen == ["sq"]  # the MatMul's FP16 rounding is allowed
+    # a user's absolute line is applied as written: met only where numpy finds max |x - y| <= 1e-2
+    explicit = tune(m, [("x", feed)], Config(), "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2")
+    exp = Session(m, explicit.config, input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64)
+    assert explicit.met == bool(np.abs(exp - ref).max() <= 1e-2) and explicit.chosen != ["sq"]

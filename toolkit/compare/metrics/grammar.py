@@ -10,6 +10,8 @@ Syntax (comma separated, blanks ignored)::
     logits:MaxAbsoluteError<=1e-3   for the tensor (graph output) 'logits' only
     RootMeanSquareError=off         no line on this metric
     CosineSimilarity=0.999          a bound in the metric's own direction (at least 0.999), as a policy writes it
+    MaxAbsoluteError<=0.01|fp16     element-wise: each |x - y| within 0.01 or the FP16 rounding of its value,
+                                    whichever is larger (tune's target only; :data:`FP16_NOISE`)
 
 METRIC is a name of :data:`~.registry.METRICS` or one of its short forms (:data:`SHORT_FORMS`: Cosine, RED,
 RMSE, ...). Every metric has a good and a bad direction (CosineSimilarity higher is better, the errors lower),
@@ -27,6 +29,10 @@ Each item parses to one :class:`Condition`; what the consumer makes of it:
 - tune's target (:func:`toolkit.tuning.tune.parse_target`) and policy limits: :meth:`Condition.required`;
 - regress tolerances (:func:`toolkit.signoff.regress.parse_tolerance`): ``METRIC=VALUE`` is the allowed
   worsening (a change, not a value), any other operator an absolute bound the new run must keep.
+
+The ``|fp16`` suffix (:data:`FP16_NOISE`) is accepted only where the caller asks for it (``fp16_ok``: tune's
+target and the default target diagnose verifies advice against, toolkit.tuning.tune); elsewhere (compare
+--thresholds, policies, regress) it is refused, since those consumers judge the plain metric value.
 
 Every error is one line naming the item, what was expected and a corrected item that this grammar accepts.
 """
@@ -58,6 +64,9 @@ SHORT_FORMS: dict[str, str] = {
 OPERATORS = ("<=", ">=", "<", ">", "=")
 #: The metric the ``--atol`` / ``--rtol`` shorthands bound (``--atol 1e-3`` = ``MaxAbsoluteError<=1e-3``).
 SHORTHANDS = {"--atol": "MaxAbsoluteError", "--rtol": "MaxRelativeError"}
+#: Suffix of a MaxAbsoluteError value that makes the bound element-wise and noise-aware: each element may differ by
+#: max(VALUE, FP16 rounding of its reference value); see toolkit.tuning.tune.FP16_ROUNDING for the allowance.
+FP16_NOISE = "|fp16"
 #: Values a metric can take: CosineSimilarity in [-1, 1], ExactMatchRate in [0, 1], every error >= 0.
 RANGES = {"CosineSimilarity": (-1.0, 1.0), "ExactMatchRate": (0.0, 1.0)}
 
@@ -93,6 +102,8 @@ class Condition:
         value: the number, or None for ``=off``.
         output: the tensor / graph output named before ``:``; None for every one.
         text: the item as written (stripped), for messages.
+        fp16: the value carried the :data:`FP16_NOISE` suffix (MaxAbsoluteError only): the bound is judged per
+            element, each allowed max(value, the FP16 rounding of its reference value).
     """
 
     metric: str
@@ -100,6 +111,7 @@ class Condition:
     value: float | None
     output: str | None = None
     text: str = ""
+    fp16: bool = False
 
     @property
     def off(self) -> bool:
@@ -148,7 +160,7 @@ class Condition:
         if self.off:
             return f"{prefix}{self.metric}=off"
         op, value = self.required()
-        return f"{prefix}{self.metric}{op}{float(value)!r}"
+        return f"{prefix}{self.metric}{op}{float(value)!r}{FP16_NOISE if self.fp16 else ''}"
 
 
 def items(text: str | None) -> list[str]:
@@ -184,7 +196,7 @@ def _did_you_mean(name: str, allowed) -> str:
 
 
 def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRESHOLDABLE,
-                     ranged: bool = True) -> list[Condition]:
+                     ranged: bool = True, fp16_ok: bool = False) -> list[Condition]:
     """Parse ``text`` (module docstring) into conditions, in order.
 
     Args:
@@ -193,6 +205,7 @@ def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRE
         allowed: the metric names accepted.
         ranged: check comparison values against :data:`RANGES` (off for callers that check ``=VALUE`` as
             something else than a metric value, e.g. regress's allowed change).
+        fp16_ok: accept the :data:`FP16_NOISE` suffix on MaxAbsoluteError (tune's targets only).
 
     Raises:
         UsageError: one line per bad item, with a corrected item this function accepts; a ``text`` given but
@@ -208,7 +221,7 @@ def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRE
         raise UsageError(f"{label}s '{text}': an empty item between commas; remove the extra comma")
     out, seen = [], {}
     for item in items(text):
-        c = parse_item(item, label, allowed=allowed, ranged=ranged)
+        c = parse_item(item, label, allowed=allowed, ranged=ranged, fp16_ok=fp16_ok)
         key = (c.output, c.metric)
         if key in seen:
             whom = f"output '{c.output}'" if c.output else "every output"
@@ -219,7 +232,8 @@ def parse_conditions(text: str | None, label: str = "threshold", *, allowed=THRE
     return out
 
 
-def parse_item(item: str, label: str = "threshold", *, allowed=THRESHOLDABLE, ranged: bool = True) -> Condition:
+def parse_item(item: str, label: str = "threshold", *, allowed=THRESHOLDABLE, ranged: bool = True,
+               fp16_ok: bool = False) -> Condition:
     """One item of :func:`parse_conditions`."""
     context = f"{label} '{item}'"
     match = _ITEM.match(item)
@@ -234,10 +248,20 @@ def parse_item(item: str, label: str = "threshold", *, allowed=THRESHOLDABLE, ra
         if op != "=":
             raise UsageError(f"{context}: 'off' goes with '='; write '{prefix}{metric}=off' to remove the line")
         return Condition(metric, op, None, output, item)
+    fp16 = raw.lower().endswith(FP16_NOISE)
+    if fp16:
+        raw = raw[:-len(FP16_NOISE)]
+        if not fp16_ok:
+            raise UsageError(f"{context}: '{FP16_NOISE}' (element-wise allowance for FP16 rounding) applies only in "
+                             f"tune's --target, not here, where the metric value itself is judged; write "
+                             f"'{prefix}{metric}{op}{raw}'")
+        if metric != "MaxAbsoluteError":
+            raise UsageError(f"{context}: '{FP16_NOISE}' (element-wise allowance for FP16 rounding) applies only to "
+                             f"MaxAbsoluteError, e.g. '{prefix}MaxAbsoluteError<=0.01{FP16_NOISE}'")
     value = number(raw, context, f"{prefix}{metric}{op}")
     if ranged:
         in_range(metric, value, context, f"{prefix}{metric}{op}")
-    return Condition(metric, op, value, output, item)
+    return Condition(metric, op, value, output, item, fp16)
 
 
 def _metric_or_hint(name: str, op: str, raw: str, prefix: str, context: str, allowed) -> str:
@@ -363,7 +387,7 @@ def overridden(base: str | None, over: str | None) -> str | None:
 
 def _line_key(item: str) -> tuple[str | None, str]:
     """(output or None, canonical metric) of a valid item: what two items must not share."""
-    c = parse_item(item)
+    c = parse_item(item, fp16_ok=True)
     return c.output, c.metric
 
 
