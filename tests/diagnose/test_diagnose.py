@@ -871,3 +871,85 @@ def test_an_overflow_from_a_constant_past_fp16_max_names_the_constant(tmp_path, 
     assert f.evidence["overflow"]["where"] == "constant" and f.evidence["overflow"]["tensor"] == "k"
     assert f.evidence["overflow"]["golden_absmax"] == pytest.approx(k, rel=1e-6)
     assert "reads constant 'k'" in f.recommendation and "no reference value" not in f.recommendation
+
+
+# ------------------------------------------------------------------ a user line tighter than FP32 rounding
+def cancel_model(k: int = 1024, scale: float = 300.0, seed: int = 0):
+    """a = x @ W1 ('mm1'), b = x @ W2 ('mm2', W2 = W1 + 1e-2·noise), y = a - b ('sub'): two values ~1e4 that
+    cancel to |y| ~ 1, so the FP32 rounding of a and b (~1e-3) is most of y's error. Returns (Built, float64
+    numpy values {a, b, y})."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((4, k)).astype(np.float32)
+    w1 = (rng.standard_normal((k, 16)) * scale).astype(np.float32)
+    w2 = (w1 + rng.standard_normal((k, 16)).astype(np.float32) * 1e-2).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["a"], name="mm1"),
+             helper.make_node("MatMul", ["x", "W2"], ["b"], name="mm2"),
+             helper.make_node("Sub", ["a", "b"], ["y"], name="sub")]
+    model = fk._model(nodes, [fk._vi("x", (4, k))], [fk._vi("y", (4, 16))], [fk._c("W1", w1), fk._c("W2", w2)],
+                      "cancel")
+    x64 = x.astype(np.float64)
+    a64, b64 = x64 @ w1.astype(np.float64), x64 @ w2.astype(np.float64)
+    return fk.Built(model, {"x": x}, []), {"a": a64, "b": b64, "y": a64 - b64}
+
+
+def _rms(a) -> float:
+    a = np.asarray(a, np.float64)
+    return float(np.sqrt(np.mean(a * a)))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("cfg", [{"precision_mode": "force_fp32"}, {"precision_mode": "force_fp32", "fusion_level": 0},
+                                 {}, {"fusion_level": 0}])
+def test_a_user_line_tighter_than_fp32_rounding_is_no_compile_stage_fault(tmp_path, cfg):
+    """The user's --atol is below the FP32 rounding of y (onnxruntime itself is further off the float64 value
+    than the line): the force_fp32 re-run crosses it only within FP32 rounding of the operands a, b, which is
+    no compile-stage fault. The line stays applied to the verdict; the warning names the tensor, the line and the
+    relative error, and the diagnosis goes on as a precision-stage one."""
+    b, f64 = cancel_model()
+    ort = fk.reference(b.model, b.feeds)
+    line = 0.5 * float(np.max(np.abs(ort["y"] - f64["y"])))  # tighter than onnxruntime's own FP32 rounding
+    fp32 = Session(b.model, Config(precision_mode="force_fp32", **{k: v for k, v in cfg.items() if k != "precision_mode"}),
+                   input_shapes={"x": (4, 1024)}).run(b.feeds, dump=True).outputs["y"].astype(np.float64)
+    d = fp32 - ort["y"]
+    assert np.max(np.abs(d)) > line  # precondition: the FP32 plan crosses the line
+    operand_rms = max(_rms(ort["a"]), _rms(ort["b"]))
+    assert _rms(d) / operand_rms < 1e-5 and _rms(ort["y"] - f64["y"]) / operand_rms < 1e-5  # FP32 rounding
+    assert _rms(d) / _rms(ort["y"]) > 1e-4  # ... which is large against y itself (the cancellation)
+    mp, ip = b.save(tmp_path, "m")
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(**cfg), thresholds=parse_thresholds(f"MaxAbsoluteError<={line}"))
+    kinds = [f.kind for f in diag.findings]
+    assert "compile_stage_fault" not in kinds and diag.summary["stage"] != "compile"
+    assert diag.triage["fp32_first_divergence"] is None
+    tight = next(f for f in diag.findings if f.kind == "line_tighter_than_fp32")
+    assert tight.severity == "warning" and tight.subject == "sub" and tight.evidence["tensor"] == "y"
+    assert tight.evidence["lines"] == {"MaxAbsoluteError": pytest.approx(line)}
+    assert tight.evidence["values"]["MaxAbsoluteError"] == pytest.approx(np.max(np.abs(d)), rel=1e-6)
+    assert tight.evidence["relative_error"] == pytest.approx(_rms(d) / operand_rms, rel=1e-6)
+    assert tight.evidence["operand_rms"] == pytest.approx(operand_rms, rel=1e-6)
+    assert "no precision setting can meet it" in tight.recommendation and "loosen" in tight.recommendation
+    # the user's line is applied as given: the output crosses it
+    assert diag.summary["verdict"] == "FAIL"
+    assert any(r.startswith("output 'y' is abnormal") and "MaxAbsoluteError" in r for r in diag.summary["reasons"])
+    assert not any("compile-stage" in r for r in diag.summary["reasons"])
+    assert diag.summary["stage"] == "precision"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("factor", [1.5, 1.01])
+def test_a_planted_compile_fault_is_still_reported_under_a_tight_user_line(tmp_path, factor):
+    """A rescaled constant (a wrong value in the FP32 plan, off by ``factor`` - 1 relative, far beyond FP32
+    rounding) under a user line tighter than anything: still a compile-stage fault, not line_tighter_than_fp32."""
+    b = scale_model()
+    ref_m = fk.reference(b.model, b.feeds)["m"].astype(np.float64)
+    with fk.planted_pass("scale_mul", factor):
+        diag, extra = _diag_lines(tmp_path, b, "MaxAbsoluteError<=1e-9", precision_mode="force_fp32")
+    dev = np.asarray(extra["device"]["m"], np.float64)
+    assert _rms(dev - ref_m) / _rms(ref_m) > 0.5 * (factor - 1.0)  # precondition: the plan is off
+    assert diag.summary["stage"] == "compile" and diag.summary["verdict"] == "FAIL"
+    assert diag.findings[0].kind == "compile_stage_fault" and diag.findings[0].subject == "scale_mul"
+    assert "line_tighter_than_fp32" not in [f.kind for f in diag.findings]
+
+
+def _diag_lines(tmp_path, built, thresholds, **cfg):
+    mp, ip = built.save(tmp_path, "m")
+    return diagnose(prepare(str(mp), str(ip)), Config(**cfg), thresholds=parse_thresholds(thresholds))
