@@ -143,3 +143,15 @@ def test_the_tensor_table_starts_with_the_compared_tensors():
     assert sec["n_compared"] == 5 and sec["n_uncompared"] == 5
     assert all("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][5:])
     assert not any("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][:5])
+
+
+def test_the_answer_does_not_claim_force_fp32_matches_when_a_user_line_is_tighter_than_fp32():
+    """A precision-stage diagnosis whose force_fp32 re-run crosses a user line within FP32 rounding
+    (triage["fp32_tight_lines"], toolkit.diagnose.triage): 'restores' says the reference is met within FP32
+    rounding only, naming the tensor, not that the re-run matches the reference."""
+    diag = synthetic_diagnosis()
+    assert "matches the FP32 reference at all 12 tensors" in context._restores(diag, {}, "precision")
+    diag.triage["fp32_tight_lines"] = [{"tensor": "y", "node": "sub", "lines": {"MaxAbsoluteError": 1e-3}}]
+    text = context._restores(diag, {}, "precision")
+    assert "within FP32 rounding only" in text and "'y'" in text and "line_tighter_than_fp32" in text
+    assert "matches the FP32 reference" not in text

@@ -201,6 +201,11 @@ def _restores(diag: Diagnosis, first: dict, stage: str) -> str:
         return (f"{sr.get('consumer_node')}'s {sr['metric']} back to {fmt(sr.get('exact_value'))}: measured by "
                 "re-running it alone on the exact (unrounded) reference inputs")
     checked = (diag.triage or {}).get("fp32_tensors_checked")
+    tight = (diag.triage or {}).get("fp32_tight_lines") or []
+    if stage == "precision" and tight:  # toolkit.diagnose.triage: a user line FP32 rounding itself crosses
+        return ("the reference's values within FP32 rounding only: the same plan re-run in force_fp32 still "
+                f"crosses the line you set at '{tight[0]['tensor']}' by FP32 rounding (line_tighter_than_fp32), "
+                "which no precision setting can meet")
     if stage == "precision":
         return ("the reference's values: the same plan re-run in force_fp32 matches the FP32 reference"
                 + (f" at all {checked} tensors checked" if checked else ""))
