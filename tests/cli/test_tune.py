@@ -395,3 +395,48 @@ def test_tune_output_shares_measures_the_first_ranked_kernels_as_asked(tmp_path)
             assert share == pytest.approx(max(0.0, 1 - red([name]) / red([])), abs=1e-6), name
     r = cli("tune", "rot.onnx", "--output-shares", "-1", "--out", "c", cwd=tmp_path)
     assert r.returncode == 2 and "--output-shares" in r.stderr
+
+
+# ------------------------------------------------------------------ the default target's FP16 noise allowance
+def _large_chain(path: Path) -> tuple[Path, Path]:
+    """3 MatMuls on positive data: outputs up to ~3e3 whose only error is FP16 rounding (max |x - y| > 1e-2)."""
+    rng = np.random.default_rng(11)
+    ws = [numpy_helper.from_array(np.abs(rng.normal(0, 1 / 8, (64, 64))).astype(np.float32), f"W{i}")
+          for i in range(3)]
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W0"], ["a"], name="mm0"),
+                           helper.make_node("MatMul", ["a", "W1"], ["b"], name="mm1"),
+                           helper.make_node("MatMul", ["b", "W2"], ["y"], name="mm2")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 64])], ws)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path / "chain.onnx")
+    np.savez(path / "x.npz", x=np.abs(rng.normal(0, 1, (8, 64)) * 10).astype(np.float32))
+    return path / "chain.onnx", path / "x.npz"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_cli_tune_default_target_allows_fp16_rounding_and_says_so(tmp_path):
+    model, inputs = _large_chain(tmp_path)
+    feed = {"x": np.load(inputs)["x"]}
+    ref = ort_outputs(onnx.load(model), feed)["y"].astype(np.float64)
+    got = Session(onnx.load(model), Config(), input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64)
+    d, rms = np.abs(got - ref), np.sqrt(np.mean(ref * ref))
+    assert d.max() > 1e-2 and (d <= np.maximum(1e-2, 2.0 ** -10 * np.maximum(np.abs(ref), rms))).all()  # numpy
+    r = cli("tune", model, "--inputs", inputs, "--out", tmp_path / "d", "--no-html")
+    assert r.returncode == 0, r.stdout + r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("target MET") and "CosineSimilarity>=0.9999, MaxAbsoluteError<=0.01|fp16" in first
+    assert "0 node(s) kept in FP32" in r.stdout and "of max(limit, FP16 rounding of the value)" in r.stdout
+    summary = json.loads((tmp_path / "d" / "summary.json").read_text())
+    assert summary["target"] == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01|fp16"]
+    assert summary["met"] and summary["keep_dtype"] == []
+    # the user's absolute line, as written: FP16 rounding of ~3e3 crosses it, so MatMuls are kept
+    e = cli("tune", model, "--inputs", inputs, "--target", TARGET, "--out", tmp_path / "e", "--no-html")
+    assert e.returncode in (0, 1), e.stderr
+    summary = json.loads((tmp_path / "e" / "summary.json").read_text())
+    assert summary["target"] == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01"] and summary["keep_dtype"]
+    assert "|fp16" not in e.stdout.splitlines()[0]
+    # --thresholds-style consumers refuse the suffix: it is tune's only
+    c = cli("compare", model, "--inputs", inputs, "--thresholds", "MaxAbsoluteError>1e-2|fp16", "--out", tmp_path / "c")
+    assert c.returncode == 2 and "only in tune's --target" in c.stderr, c.stderr

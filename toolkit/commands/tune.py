@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from toolkit.commands.common import REPORTS_DIR, _noop, count_change
 from toolkit.compare.metrics import with_shorthands
 from toolkit.compare.tasks import TASKS, load_task
@@ -87,9 +89,12 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     if worst:
         w = worst[0]
         lim = {m: [v for t, _, v in res.target if t == m] for m in ("CosineSimilarity", "MaxAbsoluteError")}
+        used = w.get("FP16AllowanceUsed", math.nan)  # an |fp16 condition: per element, against FP16 rounding
         lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity "
                      f"{show(w['CosineSimilarity'], *lim['CosineSimilarity'], digits=10)}, "
-                     f"MaxAbsoluteError {show(w['MaxAbsoluteError'], *lim['MaxAbsoluteError'], digits=3)}")
+                     f"MaxAbsoluteError {show(w['MaxAbsoluteError'], *lim['MaxAbsoluteError'], digits=3)}"
+                     + (f" (per element {show(used, 1.0, digits=3)} of max(limit, FP16 rounding of the value))"
+                        if used == used else ""))
     exact = res.after[res.after["ExactMatchRate"].notna()] if "ExactMatchRate" in res.after else res.after.iloc[:0]
     if len(exact):  # integer/bool outputs, checked by an ExactMatchRate target
         e = exact.sort_values("ExactMatchRate").iloc[0]
