@@ -210,6 +210,16 @@ def _quick_close(d, g) -> bool:
     return bool(float(np.max(np.abs(d - g))) <= 1e-3 * float(np.max(np.abs(g))) + 1e-6)
 
 
+def _finite_rms(v) -> float:
+    """RMS of the finite values of a float array (0.0 for none, or for a non-float value)."""
+    a = np.asarray(v)
+    if a.dtype.kind != "f" or not a.size:
+        return 0.0
+    a = a.astype(np.float64).ravel()
+    a = a[np.isfinite(a)]
+    return float(np.sqrt(np.mean(a * a))) if a.size else 0.0
+
+
 class _TriageScreen:
     """Triage's comparison made while the force_fp32 run goes (``NpuRuntime.run(on_kernel=...)``): each kernel
     output is screened against the reference the moment it is written, while it is still the arena's view, and
@@ -221,7 +231,9 @@ class _TriageScreen:
     apart in ``tight``: no FP32 plan can meet that line, which is no compile-stage fault. The output of a node
     that adds or subtracts (toolkit.precision.contract.FP32_CANCELLING_OPS) carries its operands' rounding, so
     its FP32 rounding is judged at the larger of its own and its operands' RMS magnitude (a cancellation of two
-    values ~1e4 leaves ~1e-3 of rounding on a small difference).
+    values ~1e4 leaves ~1e-3 of rounding on a small difference); the operands' RMS is taken as the screen sees
+    them, or, for an operand no kernel writes (fused inside a kernel, a graph input), from ``golden`` (in a
+    streamed pass only if the segment just run holds it: nothing is computed again).
 
     ``order``: {tensor: position in the model's node order}; a tensor after the earliest failure found so far
     cannot be the first divergence and is not compared. ``producer``: {tensor: the node that writes it}."""
@@ -229,6 +241,10 @@ class _TriageScreen:
     def __init__(self, golden: dict, thresholds, skip: set, order: dict, producer: dict | None = None):
         self.golden, self.thresholds, self.skip, self.order = golden, thresholds, skip, order
         self.producer = producer or {}
+        #: {tensor: RMS of its reference value} of the operands of adding nodes, taken as the screen sees them (a
+        #: streamed pass holds them then; looking them up later would compute their segment again)
+        self.operand_rms: dict[str, float] = {}
+        self.operands = {i for n in self.producer.values() if n.op_type in FP32_CANCELLING_OPS for i in n.input if i}
         self.checked: set[str] = set()
         self.failed: dict[str, dict] = {}
         self.tight: dict[str, dict] = {}  # {tensor: row} crossing a user line within FP32 rounding
@@ -242,6 +258,8 @@ class _TriageScreen:
         if d_reason or g_reason or d is None or g is None:  # a ragged sequence: not compared (layer table)
             return
         self.checked.add(t)
+        if t in self.operands:
+            self.operand_rms[t] = _finite_rms(g)
         if _quick_close(d, g):
             return
         row = compare_tensors(d, g, thresholds=self.thresholds, expected_noise=expected_fp32_noise(), tensor=t)
@@ -273,11 +291,11 @@ class _TriageScreen:
             return None
         operand = 0.0
         for i in node.input:
-            v = self.golden[i] if i and i in self.golden else None
-            v = np.asarray(v, np.float64) if v is not None and np.asarray(v).dtype.kind == "f" else None
-            if v is not None and v.size:
-                fin = v[np.isfinite(v)]
-                operand = max(operand, float(np.sqrt(np.mean(fin ** 2))) if fin.size else 0.0)
+            if i in self.operand_rms:
+                operand = max(operand, self.operand_rms[i])
+            elif i and i in self.golden:  # a graph input, or a tensor fused inside a kernel (not screened)
+                held = self.golden.held(i) if isinstance(self.golden, _SegmentFirst) else self.golden[i]
+                operand = max(operand, _finite_rms(held) if held is not None else 0.0)
         if operand <= rms_y or not within_noise(absd, np.maximum(absy, operand), FP32_ROUNDING["rtol"],
                                                  FP32_ROUNDING["atol"]):
             return None
@@ -450,6 +468,10 @@ class _SegmentFirst(Mapping):
 
     def __contains__(self, name) -> bool:
         return name in self.store
+
+    def held(self, name: str):
+        """The value of ``name`` if the segment just run holds it, else None (never computed again)."""
+        return self.values.get(name)
 
     def __iter__(self):
         return iter(self.store)
