@@ -114,8 +114,9 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     """(advice, kernels it keeps in FP32): what changes an origin's result. A tensor whose FP16 storage breaks
     an FP16 consumer (toolkit.reexec.isolate.fp16_input_origins): keep its producer and the consumer in FP32
     (evidence ``keep_kernels``). An FP16 kernel: keep it in FP32. An FP32 kernel (keep_dtype cannot change
-    it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it; else keep the producers of
-    its FP16-stored inputs in FP32."""
+    it): wrong on exact inputs (LocalAbnormal): switch its fusion off / report it, unless its error is within the
+    expected rounding noise (WithinExpectedNoise: only a line the user set makes it abnormal; loosen the line);
+    else keep the producers of its FP16-stored inputs in FP32."""
     storage = _storage_origin(df, row) or {}
     keep = [plan_kernels[n] for n in storage.get("keep_kernels", []) if n in plan_kernels]
     if len(keep) > 1:
@@ -138,6 +139,10 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
         keep = list({r["Kernel"]: plan_kernels[r["Kernel"]] for r in found if r["Kernel"] in plan_kernels}.values())
         return (f"{head}; it reads {', '.join(repr(t) for t in stored16)} stored in FP16: keep "
                 f"{', '.join(dict.fromkeys(producers))} in FP32 (keep_dtype)"), keep
+    if row.get("WithinExpectedNoise") is True:  # a line the user set, crossed by ordinary (FP32) rounding
+        return (head + "; its error is within the expected rounding noise (WithinExpectedNoise: FP32 rounding of "
+                "these values, or the FP16 noise it carries): the line you set is tighter than that rounding; "
+                "loosen it rather than report it"), []
     return (head + "; it differs from the reference on exact inputs"
             + (f": switch its fusion {k.rule} off (fusion_switch_file) or report it" if k.rule else ": report it")
             + " with repro/"), []
