@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -23,6 +24,8 @@ from onnx import TensorProto, helper, numpy_helper
 from tests.faultkinds import builders as fk
 from tests.graphs import N, layered_model, make_model
 from toolkit.compare.subset import layer_of
+from toolkit.config.schema import Config
+from toolkit.engine import Session, shapes_of
 from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
 from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
 from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
@@ -440,3 +443,50 @@ def test_a_subset_matching_nothing_is_a_one_line_error(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "did you mean '/layers.1/Add'" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ a dataset's fix holds on every input
+def _branches(folder: Path, n: int) -> list[dict]:
+    """``n`` independent branches x_i @ (1.5·I) → square → y_i, and ``n`` input sets: set i drives only branch i
+    past FP16 max (|t| ~ 250..330 → t² ~ 1.4e5..2.5e5), the others stay small. Each set needs its own branch's
+    nodes in FP32; only a fix checked on every set keeps them all."""
+    nodes, inits = [], [numpy_helper.from_array(np.eye(8, dtype=np.float32) * 1.5, "I")]
+    for i in range(n):
+        nodes += [helper.make_node("MatMul", [f"x{i}", "I"], [f"t{i}"], name=f"mm{i}"),
+                  helper.make_node("Mul", [f"t{i}", f"t{i}"], [f"y{i}"], name=f"sq{i}")]
+    g = helper.make_graph(nodes, "branches", [helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, [1, 8])
+                                              for i in range(n)],
+                          [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [1, 8]) for i in range(n)], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), folder / "m.onnx")
+    rng = np.random.default_rng(n)
+    (folder / "data").mkdir()
+    sets = []
+    for s in range(n):
+        feed = {f"x{i}": (rng.uniform(170 + 10 * s, 220, (1, 8)) if i == s else rng.uniform(0.05, 0.1, (1, 8)))
+                .astype(np.float32) for i in range(n)}
+        np.savez(folder / "data" / f"set_{s}.npz", **feed)
+        sets.append(feed)
+    return sets
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_dataset_fix_is_verified_on_every_input_not_only_the_worst(tmp_path, n):
+    sets = _branches(tmp_path, n)
+    model = onnx.load(tmp_path / "m.onnx")
+    for s, feed in enumerate(sets):  # independently: in FP16 set s overflows branch s only
+        t = {i: feed[f"x{i}"].astype(np.float64) * 1.5 for i in range(n)}
+        assert [bool((t[i] ** 2 > 65504).any()) for i in range(n)] == [i == s for i in range(n)]
+    r = npuscope("diagnose", "m.onnx", "--inputs", "data", "--precision-mode", "force_fp16",
+                 "--out", "o", cwd=tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    keep = (tmp_path / "o" / "keep_dtype.txt").read_text().split()
+    assert f"on all {n} inputs" in r.stdout
+    cfg = Config(precision_mode="force_fp16", keep_dtype=keep, op_compiler_cache_mode="disable")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for feed in sets:  # the written fix, applied: every output of every set finite and within the default
+        # target's FP16 allowance, max(1e-2, 2^-10·max(|y|, rms(y))) per element (toolkit.tuning.tune)
+        out = Session(model, cfg, input_shapes=shapes_of(feed)).run(feed).outputs
+        for name, ref in zip([o.name for o in sess.get_outputs()], sess.run(None, feed)):
+            got, ref = out[name].astype(np.float64), ref.astype(np.float64)
+            allow = np.maximum(1e-2, 2.0 ** -10 * np.maximum(np.abs(ref), np.sqrt(np.mean(ref ** 2))))
+            assert np.isfinite(got).all() and (np.abs(got - ref) <= allow).all(), name

@@ -15,6 +15,7 @@ from tests.faultkinds import builders as fk
 from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of
+from toolkit.report.context import answer_section
 from toolkit.tuning.advice import task_functions, verify_advice
 from toolkit.tuning.tune import DEFAULT_TARGET, tune
 
@@ -156,6 +157,61 @@ def test_accumulated_error_is_its_own_answer_with_shares_and_a_verified_set(tmp_
     assert fix.met and len(fix.keep_dtype) > 1
     out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]
     assert _cos(out, ref) >= 0.999999
+
+
+def _ill_conditioned_chain(layers: int, decades: float, width: int = 32, seed: int = 3):
+    """``layers`` x (MatMul by Q·diag(d)·Q', then Add of a small bias), d alternating between 10^-decades..1 and
+    its inverse: every layer is accurate alone, but each amplifies the FP16 rounding the layer before left, so
+    the first layer to cross a line is a local storage origin whose fix leaves the rest of the chain in FP16."""
+    rng = np.random.default_rng(seed)
+    d = np.logspace(0, -decades, width)
+    q = np.linalg.qr(rng.standard_normal((width, width)))[0]
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        qn = np.linalg.qr(rng.standard_normal((width, width)))[0]
+        inits += [_c(f"W{i}", q @ np.diag(d if i % 2 == 0 else 1 / d) @ qn), _c(f"b{i}", 0.01 * rng.standard_normal(width))]
+        nodes += [helper.make_node("MatMul", [prev, f"W{i}"], [f"m{i}"], name=f"layers.{i}.mm"),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}"], name=f"layers.{i}.add")]
+        q, prev = qn.T, f"h{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    g = helper.make_graph(nodes, "ill", [helper.make_tensor_value_info("x", F, [8, width])],
+                          [helper.make_tensor_value_info("y", F, [8, width])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": rng.standard_normal((8, width)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("layers,decades", [(40, 3.6), (24, 4.0)])
+def test_origins_that_do_not_restore_the_outputs_give_way_to_accumulated_error(tmp_path, layers, decades):
+    model, feeds = _ill_conditioned_chain(layers, decades)
+    ref = _ort(model, feeds)["y"]
+    cfg = Config(precision_mode="force_fp16", fusion_level=2, op_compiler_cache_mode="disable")
+    assert _cos(_device_outputs(model, feeds, cfg, [])["y"], ref) < 0.999  # the error is real
+    _, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert diag.summary["verdict"] == "FAIL"
+    acc = [f for f in diag.findings if f.kind == "accumulated_error"]
+    assert acc and diag.findings[0] is acc[0] and acc[0].severity == "error"
+    origins = [f for f in diag.findings if f.kind in ("first_divergence", "divergence_origin")]
+    assert origins and all(f.severity == "warning" and "a local origin only" in f.recommendation for f in origins)
+    # independently: the origins' own sets, applied, leave most of the output error; the verified fix does not
+    part = acc[0].evidence["origins_keep_dtype"]
+    e0 = np.linalg.norm(_device_outputs(model, feeds, cfg, [])["y"] - ref)
+    assert np.linalg.norm(_device_outputs(model, feeds, cfg, part)["y"] - ref) > 0.5 * e0
+    out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]
+    # the output is still stored in FP16 (|y| ~ 1e2): within its rounding, 2^-11 relative, of the reference
+    assert fix.met and _cos(out, ref) >= 0.9999 and (np.abs(out - ref) <= 1e-2 + 2.0 ** -10 * np.abs(ref)).all()
+    assert answer_section(diag)["recommendation"] == acc[0].recommendation  # the first screen leads with it
+
+
+@pytest.mark.parametrize("builder", [lambda: fk.normalize_eps(), lambda: _large_then_bn(2e4, 9.8e7)],
+                         ids=["eps_flush_two_nodes", "bn_variance_past_fp16"])
+def test_an_origin_whose_set_restores_the_outputs_is_not_called_accumulated(tmp_path, builder):
+    built = builder()
+    model, feeds = (built.model, built.feeds) if hasattr(built, "model") else built
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    _, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert fix.met and not [f for f in diag.findings if f.kind == "accumulated_error"]
+    assert [f for f in diag.findings if f.severity == "error" and f.kind in ("first_divergence", "divergence_origin",
+                                                                              "fp16_overflow")]
 
 
 # ------------------------------------------------------------------ a fix that needs two nodes

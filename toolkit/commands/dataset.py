@@ -315,7 +315,8 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
     """``diagnose`` / ``compare`` over a folder of inputs (module docstring). Returns the api dict: summary,
     out, files, diagnosis (of the worst input, its summary carrying the dataset verdict), verdict, dataset.
     ``verify``: the worst input's advice applied and re-run, and its verified fix searched as a single input's
-    is (toolkit.tuning.advice.verify_advice; keep_dtype.txt and fixed_config.json in the folder)."""
+    is (toolkit.tuning.advice.verify_advice; keep_dtype.txt and fixed_config.json in the folder), every set
+    checked on all the inputs evaluated (those of the worst input's shape), as tune checks its inputs."""
     check_workers(jobs, ray)
     check_store_out(out)  # a non-empty --out that is no dataset run: refused before the model is loaded
     job = prepare_job("diagnose", model, config, inputs, thresholds, task_metrics, percentiles, progress)
@@ -333,10 +334,11 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
                         f"loader {job.inputs_dir} ({ref.name})" if job.loader_dir else f"file {ref.path}", None)
         diag, extra = diagnose(prep, config, thresholds=job.thresholds, task_metrics=task_metrics, progress=progress)
         fix = None
-        if verify:  # the worst input's advice verified and its fix searched, as for a single input
+        if verify:  # the worst input's advice verified and its fix searched, the target held on every input
+            others = [(r.name, _feeds_of(job, r.name)) for r in job.refs if r.name != worst and r.name in set(names)]
             fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
                                 target=lines_target(prep.model, thresholds), task_metrics=task_metrics,
-                                progress=progress)
+                                progress=progress, other_feeds=others)
             diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence(), "input": worst}
         layers = dataset_layers(diag.table, agg)
         facts = dataset_facts(job, store, table, names, n_new, worst, verdict, reasons, jobs, ray)

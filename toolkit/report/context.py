@@ -218,8 +218,10 @@ def answer_section(diag: Diagnosis) -> dict:
     """The first screen of a diagnose page: {"label", "css", "ship", "where": facts, "why", "fix": {"text",
     "how"} | None, "restores", "recommendation", "found"} from the summary, the stage's first divergence and its
     finding; the fix is the verified one (summary["fix"], toolkit.tuning.advice: applied and re-run), never an
-    unverified keep_dtype, and "restores" its sentence. With a device_kernel_deviation finding (device dumps: the
-    device op computes something else than the simulated kernel on the same inputs), "recommendation" and
+    unverified keep_dtype, and "restores" its sentence. "recommendation" is the accumulated_error finding's when
+    there is one (the first divergence is then only where a line is crossed first). With a
+    device_kernel_deviation finding (device dumps: the device op computes something else than the simulated
+    kernel on the same inputs), "recommendation" and
     "restores" are that finding's: no simulated precision setting is claimed to restore the device's output."""
     s = diag.summary
     verdict = str(s.get("verdict", "UNKNOWN"))
@@ -229,7 +231,8 @@ def answer_section(diag: Diagnosis) -> dict:
     tri = diag.triage or {}
     stage = str(s.get("stage") or tri.get("stage") or "none")
     first = (tri.get("fp32_first_divergence") if stage == "compile" else s.get("first_divergence")) or {}
-    finding = _first_finding(diag)
+    # accumulated error (toolkit.tuning.advice): no single kernel explains the outputs, whatever diverged first
+    finding = _first_finding(diag, ("accumulated_error",)) or _first_finding(diag)
     out = {"label": verdict, "css": VERDICT_CSS.get(verdict, "info"), "ship": ship, "found": bool(first),
            "where": [], "why": "", "fix": None, "restores": "",
            "recommendation": fmt(finding.recommendation) if finding is not None else ""}

@@ -4,7 +4,7 @@ Given a finished diagnosis (toolkit.diagnose.diagnose: its reference run, compil
 re-used, nothing is run twice), :func:`verify_advice`:
 
 1. checks the outputs of the run already made against the default tune target
-   (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2`` on every float
+   (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16`` on every float
    graph output, ``ExactMatchRate>=1`` on every integer/bool one, no NaN/Inf where the reference is finite)
    and the task checks;
 2. applies every keep_dtype set a finding advises (evidence ``keep_dtype``) and re-runs it: the finding gets
@@ -34,6 +34,8 @@ from toolkit.config.schema import Config
 from toolkit.core.records import Finding
 from toolkit.core.text import show
 from toolkit.diagnose import Prepared
+from toolkit.engine import shapes_of
+from toolkit.ort.reference import ReferenceRunner
 from toolkit.tuning.tune import (
     Trial,
     Tuner,
@@ -82,13 +84,16 @@ class VerifiedFix:
     config: Config | None = None
     verdict: str = "FAIL"
     not_searched: str = ""  # why no search ran under FAIL (a compile-stage fault, a reference that is NaN/Inf)
+    inputs: int = 1  # input sets every check ran on (a dataset's worst input first)
+    inputs_left_out: int = 0  # a dataset's inputs of another shape than the worst one (not checked)
 
     def summary(self) -> dict:
         return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
                 "met": self.met, "keep_dtype": list(self.keep_dtype), "output_cosine_before": self.before,
                 "output_cosine_after": self.after,
                 "output_nonfinite_before": self.before_nonfinite, "output_nonfinite_after": self.after_nonfinite,
-                "trials": self.trials, "search_log": list(self.log), "not_searched": self.not_searched}
+                "trials": self.trials, "search_log": list(self.log), "not_searched": self.not_searched,
+                "inputs": self.inputs, "inputs_left_out": self.inputs_left_out}
 
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
@@ -102,8 +107,12 @@ class VerifiedFix:
                     f"target ({target}); `npuscope tune` searches a keep set that meets it")
         if self.met:
             names = ", ".join(f"'{k}'" for k in self.keep_dtype)
+            on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
+            left = (f"; {self.inputs_left_out} input(s) of another shape not checked" if self.inputs_left_out
+                    else "")
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
-                    f"{change_text(self.rows_before, self.rows_after)}, target {target} met (recompiled and re-run)")
+                    f"{change_text(self.rows_before, self.rows_after)}, target {target} met{on} (recompiled and "
+                    f"re-run{left})")
         if not self.searched:
             why = self.not_searched or "the plan diverges even in force_fp32 (a compile-stage fault)"
             return f"no keep_dtype fix: {why}, so no precision setting restores the target ({target})"
@@ -163,7 +172,8 @@ def task_functions(zoo_name: str | None, task_metrics=()) -> list:
 
 
 def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extras: dict, stage: str,
-                  verdict: str = "FAIL", target=None, task_metrics=(), top_k: int = 8, progress=_noop) -> VerifiedFix:
+                  verdict: str = "FAIL", target=None, task_metrics=(), top_k: int = 8, progress=_noop,
+                  other_feeds=()) -> VerifiedFix:
     """Verify the advice of a diagnosis and find the fix (module docstring); updates ``findings`` in place.
 
     Args:
@@ -176,6 +186,9 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
             (``module:function``).
         top_k: ranked candidates whose output share an accumulated_error finding reports (measured after the
             search: toolkit.tuning.tune.measure_shares).
+        other_feeds: [(label, {input: array})], more input sets (a dataset's other inputs) every advised set and
+            the fix must also meet the target on, as tune's inputs; those of another shape than ``prep.feeds``
+            are left out (one compiled plan) and counted in ``VerifiedFix.inputs_left_out``.
 
     Raises:
         UsageError: a bad target or task spec.
@@ -183,26 +196,57 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     target = default_target(prep.model) if target is None else target
     target = parse_target(target) if isinstance(target, str) else list(target)
     golden = extras["golden"]
-    tuner = Tuner(prep.model, [("input", prep.feeds)], config, target, task_functions(prep.zoo_name, task_metrics),
-                  progress, compiled=extras["compiled"])
+    shape = shapes_of(prep.feeds)
+    others = [(label, f) for label, f in other_feeds if shapes_of(f) == shape]
+    tuner = Tuner(prep.model, [("input", prep.feeds), *others], config, target,
+                  task_functions(prep.zoo_name, task_metrics), progress, compiled=extras["compiled"])
     tuner.golden_out = [{o: golden[o] for o in tuner.outputs if o in golden}]
     met, rows, err = check_outputs(extras["npu_outputs"], tuner.golden_out[0], target)
     tasks = tuner.run_tasks(0, extras["npu_outputs"])
     met = met and all(t["passed"] for t in tasks)
-    tuner.cache[()] = Trial((), met, err, rows, 1)
+    if others:
+        progress(f"FP32 reference and the given config on the {len(others)} other input(s) of this shape")
+        ref = ReferenceRunner(prep.model)
+        for i, (_, feed) in enumerate(others, start=1):
+            g = ref.run(feed)
+            tuner.golden_out.append({o: g[o] for o in tuner.outputs if o in g})
+            ok, r, e, tk, _ = tuner.check_one(extras["runtime"], i)
+            met, rows, err, tasks = met and ok, rows + r, max(err, e), tasks + tk
+    tuner.cache[()] = Trial((), met, err, rows, len(tuner.feeds))
     fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1],
-                      rows_before=rows)
+                      rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others))
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
-    for f in findings:
-        _verify_finding(f, tuner, fix)
+    missed = [(f, text) for f in findings if (text := _verify_finding(f, tuner, fix))]
+    try:
+        _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met, rows, tasks, top_k, progress)
+    finally:  # an advised set that misses the target points to what the search found, or says why there is none
+        for f, text in missed:
+            f.recommendation += f"{text}; {_pointer(fix)}]"
+    return fix
+
+
+def _pointer(fix: VerifiedFix) -> str:
+    """Where a finding whose advised set misses the target sends the user, once the search is over."""
+    if fix.met and fix.keep_dtype:
+        return "see the verified fix"
+    if fix.verdict != "FAIL":
+        return "no fix is needed to ship (the outputs hold the abnormal lines)"
+    if not fix.searched:
+        return f"no keep_dtype fix: {fix.not_searched or 'the plan diverges even in force_fp32'}"
+    return "no keep set found meets the target (see the search log)"
+
+
+def _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met, rows, tasks, top_k, progress):
+    """Steps 3 and 4 of :func:`verify_advice` (module docstring); fills ``fix`` and ``findings``."""
+    golden = extras["golden"]
     if met:
         fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
         fix.after_nonfinite = fix.before_nonfinite
-        return fix
+        return
     if verdict != "FAIL":  # the model can ship under the abnormal lines: no search (tune finds a stricter set)
         fix.config, fix.after, fix.rows_after, fix.trials = config, fix.before, rows, tuner.builds
         fix.after_nonfinite, fix.verdict = fix.before_nonfinite, verdict
-        return fix
+        return
     on_ref = [t for t in tasks if t.get("fails_on_reference")]
     if any(f.kind == "golden_nonfinite" for f in findings):
         fix.not_searched = "the FP32 reference's own outputs hold NaN/Inf (see the golden_nonfinite finding)"
@@ -222,11 +266,17 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         _, after_rows, _, ok, _ = _verify(tuner, cfg)
         fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
         fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
-        if not any(f.kind in ORIGIN_KINDS for f in findings):  # the answer reports each kernel's share
+        origins = [f for f in findings if f.kind in ORIGIN_KINDS]
+        part = _origins_part(origins, tuner, fix) if origins else None
+        if not origins or part is not None:  # no origin, or none explains the output error: it accumulated
             ranking = measure_shares(tuner, ranking, top_k, progress)
-            findings.append(accumulated_finding(ranking, fix, "error" if verdict == "FAIL" else "warning"))
+            acc = accumulated_finding(ranking, fix, "error" if verdict == "FAIL" else "warning", origins=part)
+            for f in origins:  # a real local divergence, but not what the outputs lose
+                f.severity = "warning"
+                f.recommendation += (" [a local origin only: keeping the origins found in FP32 does not restore "
+                                     "the outputs; the output error accumulated (accumulated_error)]")
+            findings.insert(0, acc)
     fix.trials = tuner.builds
-    return fix
 
 
 #: Finding kinds that name where the error starts; without one, a missed target is accumulated error.
@@ -234,13 +284,55 @@ ORIGIN_KINDS = frozenset({"first_divergence", "divergence_origin", "fp16_overflo
                           "inconsistent_input", "golden_nonfinite"})
 
 
-def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", shown: int = 5) -> Finding:
-    """The ``accumulated_error`` finding (``severity``: the verdict's, toolkit.diagnose.agree_severity): the outputs miss the target but no kernel is abnormal on its own (every
-    FP16 kernel re-run alone on the exact reference inputs is within its noise, or none was found to start the
-    error). Evidence: ``kernels`` (FP16 kernels ranked, N), ``shares`` ({keep name: share of the output error
-    removed by keeping that kernel alone in FP32, 1 − RED_with/RED_without; measured for the top candidates
-    by toolkit.tuning.sensitivity.rank_kernels}), ``keep_dtype`` and ``verified`` (the smallest set tune's
-    search finds, applied and re-run)."""
+#: Share of the output error a verified fix removes that decides whether the origins found explain it.
+EXPLAINS_SHARE = 0.5
+
+
+def _removed(e0: float, e: float, ef: float) -> float | None:
+    """Share of the output error the verified fix removes (``e0`` → ``ef``) that a set with error ``e`` removes;
+    errors are worst output RelativeEuclideanDistance, inf with NaN/Inf (then: 1 when ``e`` is finite, else 0).
+    None when the fix removes no measurable error (it met a task check or another condition)."""
+    if math.isinf(e0):
+        return 1.0 if math.isfinite(e) else 0.0
+    if not math.isfinite(e):
+        return 0.0
+    return (e0 - e) / (e0 - ef) if e0 > ef else None
+
+
+def _origins_part(origins: list[Finding], tuner: Tuner, fix: VerifiedFix) -> tuple[list[str], Trial] | None:
+    """None when the origin findings explain the output error, else (their advised keep sets joined, U, and the
+    trial of U). They explain it when U, applied and re-run, meets the target or removes at least
+    :data:`EXPLAINS_SHARE` of the output error the verified fix S removes (:func:`_removed`), or when S without
+    U's nodes removes less than that (the fix needs the origins: an advised set one neighbour short, as an eps
+    flushed to zero that needs the Div after it too). Otherwise the fix works mostly elsewhere: the error
+    accumulated. Not judged (None) without a verified fix or when the findings advise no set."""
+    keep = list(dict.fromkeys(k for f in origins if isinstance(f.evidence, dict)
+                              for k in (f.evidence.get("keep_dtype") or [])))
+    if not keep or not (fix.met and fix.keep_dtype):
+        return None
+    trial = tuner.trial(keep)
+    e0, ef = tuner.cache[()].error, tuner.trial(fix.keep_dtype).error
+    by_origins = _removed(e0, trial.error, ef)
+    if trial.met or by_origins is None or by_origins >= EXPLAINS_SHARE:
+        return None
+    rest = [k for k in fix.keep_dtype if k not in set(keep)]
+    if len(rest) < len(fix.keep_dtype):
+        without = _removed(e0, tuner.trial(rest).error, ef)
+        if without is None or without < EXPLAINS_SHARE:
+            return None
+    return keep, trial
+
+
+def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", shown: int = 5,
+                        origins: tuple[list[str], Trial] | None = None) -> Finding:
+    """The ``accumulated_error`` finding (``severity``: the verdict's, toolkit.diagnose.agree_severity): the
+    outputs miss the target but no single kernel explains it: no kernel is abnormal on its own (every FP16 kernel
+    re-run alone on the exact reference inputs is within its noise, or none was found to start the error), or
+    the origins found do not explain it (``origins``: their advised keep sets joined and that set's trial,
+    :func:`_origins_part`). Evidence: ``kernels`` (FP16 kernels ranked, N), ``shares`` ({keep name: share of the
+    output error removed by keeping that kernel alone in FP32, 1 − RED_with/RED_without; measured for the top
+    candidates by toolkit.tuning.tune.measure_shares}), ``keep_dtype`` and ``verified`` (the smallest set tune's
+    search finds, applied and re-run), ``origins_keep_dtype`` / ``origins_output_cosine`` with ``origins``."""
     shares = {}
     if len(ranking) and "OutputShare" in ranking:
         measured = ranking[ranking["OutputShare"].notna()].sort_values("OutputShare", ascending=False)
@@ -250,17 +342,25 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
     ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
           "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,
                        "output_cosine_after": fix.after}}
-    head = (f"no single kernel explains the output error: it accumulated over {n} FP16 kernels, none abnormal "
-            f"when re-run alone on the exact reference inputs; share of the output error each removes when kept "
-            f"alone in FP32: {top}; ")
+    if origins is None:
+        why = "none abnormal when re-run alone on the exact reference inputs"
+    else:
+        keep, trial = origins
+        ev["origins_keep_dtype"], ev["origins_output_cosine"] = list(keep), _state(trial.rows)[0]
+        names = ", ".join(f"'{k}'" for k in keep)
+        why = (f"the origins found explain little of it (keeping {names} in FP32 gives "
+               f"{change_text(fix.rows_before, trial.rows)})")
+    head = (f"no single kernel explains the output error: it accumulated over {n} FP16 kernels, {why}; share of "
+            f"the output error each removes when kept alone in FP32: {top}; ")
     return Finding(severity, "accumulated_error", "outputs", ev, head + fix.sentence())
 
 
-def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> None:
-    """Apply the keep_dtype set finding ``f`` advises, re-run, and say in ``f`` what it restores."""
+def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> str | None:
+    """Apply the keep_dtype set finding ``f`` advises, re-run, and say in ``f`` what it restores; when the set
+    misses the target, the text to append instead (without its end: :func:`verify_advice` adds where to look)."""
     keep = f.evidence.get("keep_dtype") if isinstance(f.evidence, dict) else None
     if not keep:
-        return
+        return None
     trial = tuner.trial(list(keep))
     after = _state(trial.rows)
     before = (fix.before, fix.before_nonfinite)
@@ -273,10 +373,10 @@ def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> None:
     elif trial.met:
         f.recommendation += (f" [verified: keeping {names} in FP32: {change_text(fix.rows_before, trial.rows)}, "
                              "target met]")
-    else:
-        f.recommendation += (f" [applied and re-run: keeping {names} in FP32 gives "
-                             f"{change_text(fix.rows_before, trial.rows)}, which does not meet the target; see "
-                             "the verified fix]")
+    else:  # completed by verify_advice once the search says where to look instead (_pointer)
+        return (f" [applied and re-run: keeping {names} in FP32 gives {change_text(fix.rows_before, trial.rows)}, "
+                "which does not meet the target")
+    return None
 
 
 def fix_config(fix: VerifiedFix) -> Config | None:
