@@ -321,3 +321,15 @@ def test_no_fix_is_claimed_when_every_output_is_empty(tmp_path, rows, width):
     assert diag.summary["verdict"] == "WARN"
     assert fix.sentence().startswith("no fix to verify: every output is empty")
     assert all(r["Elements"] == 0 for r in fix.rows_before)
+
+
+@pytest.mark.parametrize("state,says", [
+    (dict(met=True, keep_dtype=["a"], searched=True), "see the verified fix"),
+    (dict(verdict="WARN"), "no fix is needed to ship"),
+    (dict(searched=False, not_searched="the FP32 reference's own outputs hold NaN/Inf"), "own outputs hold NaN/Inf"),
+    (dict(searched=True, met=False), "no keep set found meets the target"),
+])
+def test_a_finding_whose_set_misses_points_only_to_a_fix_that_exists(state, says):
+    from toolkit.tuning.advice import VerifiedFix, _pointer
+    text = _pointer(VerifiedFix(target=[], needed=True, **state))
+    assert says in text and (("see the verified fix" in text) == bool(state.get("met")))
