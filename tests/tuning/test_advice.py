@@ -16,7 +16,7 @@ from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of
 from toolkit.report.context import answer_section
-from toolkit.tuning.advice import task_functions, verify_advice
+from toolkit.tuning.advice import VerifiedFix, _pointer, task_functions, verify_advice
 from toolkit.tuning.tune import DEFAULT_TARGET, tune
 
 F = TensorProto.FLOAT
@@ -330,6 +330,5 @@ def test_no_fix_is_claimed_when_every_output_is_empty(tmp_path, rows, width):
     (dict(searched=True, met=False), "no keep set found meets the target"),
 ])
 def test_a_finding_whose_set_misses_points_only_to_a_fix_that_exists(state, says):
-    from toolkit.tuning.advice import VerifiedFix, _pointer
     text = _pointer(VerifiedFix(target=[], needed=True, **state))
     assert says in text and (("see the verified fix" in text) == bool(state.get("met")))
