@@ -15,6 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.compare.advisor import advise, golden_nonfinite_rows, overflow_rows
 from toolkit.compare.layerwise import golden_range
 from toolkit.compare.metrics import compare_tensors
+from toolkit.config.schema import Config
+from toolkit.diagnose import diagnose, prepare
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
@@ -196,3 +198,45 @@ def test_a_storage_origin_says_whether_fp16_rounds_or_overflows_it(absmax, words
     text = _storage_where(ev, {"GoldenAbsMax": absmax})
     assert words in text
     assert ("within FP16 noise" in text) == (absmax <= 65504)
+
+
+# ------------------------------------------------------------------ an origin inside a fused kernel
+def _cancel_then(after: str, seed: int):
+    """x (~1e4, near-equal column pairs) → MatMul 'diff' by ±1 (their differences, ~0.1..3: FP16's rounding of
+    the inputs, ulp 8, destroys them) → ``after`` ('relu' Relu, or 'bias' Add of a constant) → y."""
+    rng = np.random.default_rng(seed)
+    w = np.zeros((16, 8), np.float32)
+    for j in range(8):
+        w[2 * j, j], w[2 * j + 1, j] = 1, -1
+    tail = helper.make_node("Relu", ["d"], ["y"], name="relu") if after == "relu" else \
+        helper.make_node("Add", ["d", "b"], ["y"], name="bias")
+    inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.full(8, 0.5, np.float32), "b")]
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["d"], name="diff"), tail], "cancel",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], inits)
+    base = rng.uniform(9000, 11000, (4, 8))
+    x = np.empty((4, 16))
+    x[:, 0::2], x[:, 1::2] = base + rng.uniform(0.1, 3, (4, 8)), base
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x.astype(np.float32)}
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("after", ["relu", "bias"])
+@pytest.mark.parametrize("fusion_level", [0, 2])
+def test_an_origin_inside_a_fused_kernel_names_the_kernel_not_only_the_node_it_writes(tmp_path, after, fusion_level):
+    model, feeds = _cancel_then(after, seed=len(after) + fusion_level)
+    d = feeds["x"].astype(np.float64) @ numpy_helper.to_array(model.graph.initializer[0]).astype(np.float64)
+    d16 = feeds["x"].astype(np.float16).astype(np.float64) @ numpy_helper.to_array(model.graph.initializer[0])
+    assert np.abs(d - d16).max() > 1.0  # independently: the MatMul's FP16 inputs lose the differences
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, **feeds)
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=fusion_level))
+    first = [f for f in diag.findings if f.kind == "first_divergence"]
+    assert first and "diff" in first[0].evidence.get("keep_dtype", [])
+    assert (first[0].subject == "diff") == (fusion_level == 0)  # fused: the row is the tail's tensor
+    if first[0].subject == "diff":  # unfused: the MatMul itself
+        assert "is where the error starts; its inputs are normal" in first[0].recommendation
+    else:  # fused: the tensor is the tail's, the kernel (anchored at the MatMul) is named as where it starts
+        assert first[0].subject == after and "is the output of kernel 'diff'" in first[0].recommendation
+        assert "'diff'" in first[0].recommendation.split("which fuses")[1]

@@ -485,7 +485,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         group = _what(r, kernels)
         where = ((_storage_where(storage, r) if storage else
                   "is where the error starts with the FP16 overflow above. " if same else
-                  "is where the error starts; its inputs are normal. ")
+                  _fused_where(r) or "is where the error starts; its inputs are normal. ")
                  + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
                                                                  else "")
@@ -517,6 +517,19 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
         out["consumer_nodes"] = list(storage.get("consumer_nodes", []))
         out["evidence"]["storage_rounding"] = dict(storage)
     return out
+
+
+def _fused_where(r) -> str:
+    """For a row written by a kernel that fuses several nodes, when the row's node is not the kernel's anchor
+    (the Relu after a MatMul): the kernel is where the error starts, not the node whose tensor it writes ("" for
+    any other row)."""
+    nodes = [n for n in str(r.get("FusedNodes") or "").split(";") if n]
+    kernel = str(r.get("Kernel") or "")
+    if len(nodes) < 2 or not kernel or r.get("NodeName") == kernel:
+        return ""
+    op = str(r.get("KernelOpType") or "")
+    return (f"is the output of kernel '{kernel}'{f' ({op})' if op else ''}, which fuses "
+            f"{', '.join(repr(n) for n in nodes)}: that kernel is where the error starts; its inputs are normal. ")
 
 
 def _kernel_facts(r) -> str:
