@@ -332,3 +332,12 @@ def test_no_fix_is_claimed_when_every_output_is_empty(tmp_path, rows, width):
 def test_a_finding_whose_set_misses_points_only_to_a_fix_that_exists(state, says):
     text = _pointer(VerifiedFix(target=[], needed=True, **state))
     assert says in text and (("see the verified fix" in text) == bool(state.get("met")))
+
+
+@pytest.mark.parametrize("n", [1, 12, 13, 150])
+def test_a_long_fix_sentence_shows_a_dozen_names_and_counts_the_rest(n):
+    keep = [f"layers.{i}.mm" for i in range(n)]
+    text = VerifiedFix(target=[], needed=True, met=True, searched=True, keep_dtype=keep).sentence()
+    shown = [k for k in keep if f"'{k}'" in text]
+    assert shown == keep[:12]
+    assert (f"and {n - 12} more ({n} in all, listed in keep_dtype.txt)" in text) == (n > 12)

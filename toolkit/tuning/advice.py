@@ -50,6 +50,10 @@ from toolkit.tuning.tune import (
 )
 
 
+#: Node names a fix sentence shows; a longer set is counted, and listed whole in keep_dtype.txt.
+SHOWN_NAMES = 12
+
+
 def _noop(msg: str) -> None:
     pass
 
@@ -106,7 +110,10 @@ class VerifiedFix:
             return (f"no fix needed to ship: the outputs hold the abnormal lines; they miss tune's stricter default "
                     f"target ({target}); `npuscope tune` searches a keep set that meets it")
         if self.met:
-            names = ", ".join(f"'{k}'" for k in self.keep_dtype)
+            shown = [f"'{k}'" for k in self.keep_dtype[:SHOWN_NAMES]]
+            more = len(self.keep_dtype) - len(shown)
+            names = ", ".join(shown) + (f" and {more} more ({len(self.keep_dtype)} in all, listed in keep_dtype.txt)"
+                                        if more > 0 else "")
             on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
             left = (f"; {self.inputs_left_out} input(s) of another shape not checked" if self.inputs_left_out
                     else "")
