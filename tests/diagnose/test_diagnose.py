@@ -24,6 +24,8 @@ from toolkit.compare.layerwise import golden_range
 from toolkit.compare.metrics import compare_tensors, parse_thresholds
 from toolkit.core.records import Finding
 from toolkit.config.schema import Config
+from toolkit.tuning.advice import verify_advice
+from toolkit.tuning.tune import lines_target
 from toolkit.diagnose import _verdict, diagnose, prepare
 from toolkit.engine import Session
 from tests.diagnose.helpers import rows
@@ -916,7 +918,8 @@ def test_a_user_line_tighter_than_fp32_rounding_is_no_compile_stage_fault(tmp_pa
     assert _rms(d) / operand_rms < 1e-5 and _rms(ort["y"] - f64["y"]) / operand_rms < 1e-5  # FP32 rounding
     assert _rms(d) / _rms(ort["y"]) > 1e-4  # ... which is large against y itself (the cancellation)
     mp, ip = b.save(tmp_path, "m")
-    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(**cfg), thresholds=parse_thresholds(f"MaxAbsoluteError<={line}"))
+    prep = prepare(str(mp), str(ip))
+    diag, extras = diagnose(prep, Config(**cfg), thresholds=parse_thresholds(f"MaxAbsoluteError<={line}"))
     kinds = [f.kind for f in diag.findings]
     assert "compile_stage_fault" not in kinds and diag.summary["stage"] != "compile"
     assert diag.triage["fp32_first_divergence"] is None
@@ -938,6 +941,11 @@ def test_a_user_line_tighter_than_fp32_rounding_is_no_compile_stage_fault(tmp_pa
     # the user's line is applied as given: the output crosses it
     assert diag.summary["verdict"] == "FAIL"
     assert any(r.startswith("output 'y' is abnormal") and "MaxAbsoluteError" in r for r in diag.summary["reasons"])
+    # no keep set can beat FP32 rounding: no search for one, and the fix sentence says why
+    fix = verify_advice(prep, Config(**cfg), diag.findings, extras, diag.summary["stage"], diag.summary["verdict"],
+                        target=lines_target(b.model, f"MaxAbsoluteError<={line}"))
+    assert not fix.searched and not fix.met and "output 'y' is tighter than FP32 rounding" in fix.not_searched
+    assert "tighter than FP32 rounding" in fix.sentence()
     assert not any("compile-stage" in r for r in diag.summary["reasons"])
     assert diag.summary["stage"] == "precision"
 

@@ -261,6 +261,10 @@ def _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met,
         fix.not_searched = f"task check {on_ref[0]['name']} fails the FP32 reference too"
     elif stage == "compile":
         fix.not_searched = "the plan diverges even in force_fp32 (a compile-stage fault)"
+    elif tight := [t for f in findings if f.kind == "line_tighter_than_fp32"
+                   for t in f.evidence.get("tensors", []) if t in tuner.outputs]:
+        fix.not_searched = (f"the line you set on output '{tight[0]}' is tighter than FP32 rounding of its values "
+                            "(see the line_tighter_than_fp32 finding), which no keep set can beat")
     else:
         fix.searched = True
         progress("searching the smallest keep_dtype set that meets the target (as tune)")
