@@ -291,6 +291,13 @@ def test_compare_dumps_with_model_keeps_the_origin_wording(tmp_path):
     assert "keep 'relu' in FP32 (keep_dtype)" in fd_line[0]
     assert "dump order" not in fd_line[0]
     assert json.loads((tmp_path / "rep" / "summary.json").read_text())["first_divergence"]["basis"] == "graph"
+    # nothing was re-run: every keep_dtype set compare-dumps names says it is an unapplied candidate
+    found = json.loads((tmp_path / "rep" / "findings.json").read_text())
+    found = found if isinstance(found, list) else found["findings"]
+    named = [f for f in found if "(keep_dtype)" in f["recommendation"] or (f.get("evidence") or {}).get("keep_dtype")]
+    assert named and all(f["evidence"]["verified"] is False and "a candidate, not applied" in f["recommendation"]
+                         and "npuscope diagnose" in f["recommendation"] for f in named)
+    assert "verified:" not in r.stdout and "a candidate, not applied" in fd_line[0]
 
 
 def error_line(proc) -> str:

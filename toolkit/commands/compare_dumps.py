@@ -132,6 +132,10 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
     findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None) + gap_findings(df)
+    for f in findings:  # dumps cannot be re-run here: a keep_dtype set is a candidate, never a verified fix
+        if isinstance(f.evidence, dict) and (f.evidence.get("keep_dtype") or "(keep_dtype)" in f.recommendation):
+            f.evidence["verified"] = False
+            f.recommendation += UNVERIFIED
     first = first_divergence(df)
     if first:
         first["basis"] = "graph" if onnx_model is not None else NO_MODEL_BASIS
@@ -200,6 +204,12 @@ def _load_model(model: str | None, progress):
     m = load_model(src.path)
     sha = loaded_sha256(src.path)  # the bytes loaded
     return m, {"model": str(src.path), "model_name": src.name, "model_sha256": sha}
+
+
+#: Appended to a compare-dumps finding that names a keep_dtype set: nothing was applied or re-run.
+UNVERIFIED = (" [a candidate, not applied: compare-dumps only reads the dumps and cannot re-run them (it does not "
+              "know which kernels ran in FP16 either); `npuscope diagnose MODEL --inputs INPUTS` applies and "
+              "re-runs every keep_dtype set it advises]")
 
 
 def judge(df: pd.DataFrame, outputs: list[str] | None, findings=()) -> tuple[str, list[str]]:
