@@ -335,7 +335,8 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
         diag, extra = diagnose(prep, config, thresholds=job.thresholds, task_metrics=task_metrics, progress=progress)
         fix = None
         if verify:  # the worst input's advice verified and its fix searched, the target held on every input
-            others = [(r.name, _feeds_of(job, r.name)) for r in job.refs if r.name != worst and r.name in set(names)]
+            evaluated = set(names)
+            others = [(r.name, _feeds_of(job, r.name)) for r in job.refs if r.name != worst and r.name in evaluated]
             fix = verify_advice(prep, config, diag.findings, extra, diag.summary["stage"], diag.summary["verdict"],
                                 target=lines_target(prep.model, thresholds), task_metrics=task_metrics,
                                 progress=progress, other_feeds=others)
