@@ -341,3 +341,12 @@ def test_a_long_fix_sentence_shows_a_dozen_names_and_counts_the_rest(n):
     shown = [k for k in keep if f"'{k}'" in text]
     assert shown == keep[:12]
     assert (f"and {n - 12} more ({n} in all, listed in keep_dtype.txt)" in text) == (n > 12)
+
+
+@pytest.mark.parametrize("left_out", [0, 1, 3])
+def test_a_fix_checked_on_one_shape_of_a_dataset_does_not_claim_the_others(left_out):
+    text = VerifiedFix(target=[], needed=True, met=True, searched=True, keep_dtype=["a"], inputs=2,
+                       inputs_left_out=left_out).sentence()
+    assert text.startswith("verified fix") == (left_out == 0)
+    assert (f"{left_out} input(s) of other shapes were not checked" in text) == (left_out > 0)
+    assert ("on all 2 inputs" in text) == (left_out == 0)

@@ -115,11 +115,15 @@ class VerifiedFix:
             names = ", ".join(shown) + (f" and {more} more ({len(self.keep_dtype)} in all, listed in keep_dtype.txt)"
                                         if more > 0 else "")
             on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
-            left = (f"; {self.inputs_left_out} input(s) of another shape not checked" if self.inputs_left_out
-                    else "")
+            if self.inputs_left_out:  # one compiled plan per shape: the others were not run with the fix
+                return (f"fix for the worst input's shape, verified on its {self.inputs} input(s) only: keeping "
+                        f"{names} in FP32 (keep_dtype.txt, fixed_config.json): "
+                        f"{change_text(self.rows_before, self.rows_after)}, target {target} met there (recompiled "
+                        f"and re-run); {self.inputs_left_out} input(s) of other shapes were not checked: diagnose "
+                        "them with --config fixed_config.json")
             return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
                     f"{change_text(self.rows_before, self.rows_after)}, target {target} met{on} (recompiled and "
-                    f"re-run{left})")
+                    "re-run)")
         if not self.searched:
             why = self.not_searched or "the plan diverges even in force_fp32 (a compile-stage fault)"
             return f"no keep_dtype fix: {why}, so no precision setting restores the target ({target})"
@@ -350,6 +354,8 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
         shares = {r["KeepName"]: float(r["OutputShare"]) for r in measured.to_dict("records")}
     n = len(ranking)
     top = ", ".join(f"'{k}' {v:.0%}" for k, v in list(shares.items())[:shown]) or "none measured"
+    if shares:
+        top = f"{top} (measured for the {len(shares)} of {n} with the largest local error)"
     ev = {"kernels": n, "shares": shares, "keep_dtype": list(fix.keep_dtype),
           "verified": {"keep_dtype": list(fix.keep_dtype), "met": fix.met, "output_cosine_before": fix.before,
                        "output_cosine_after": fix.after}}
