@@ -485,8 +485,7 @@ def tune_cmd(model, config_path, precision_mode, fusion_level, input_shape, inpu
     res = tune_command(model, cfg, inputs=inputs, seed=seed, target=target, task_metrics=task_metrics, out=out,
                        html=not no_html, progress=_progress, max_inputs=max_inputs, val_range=val_range, atol=atol,
                        rtol=rtol, top_k=output_shares)
-    _finish(res, not res["met"], f"target {'MET' if res['met'] else 'NOT MET'}, {len(res['result'].chosen)} node(s) "
-            "kept in FP32")
+    _finish(res, not res["met"], f"target {'MET' if res['met'] else 'NOT MET'}, {res['result'].kept_text()}")
 
 
 @cli.command("gears")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +25,7 @@ from toolkit.config.schema import Config
 from toolkit.engine import Session, shapes_of
 from toolkit.core.errors import UsageError
 from toolkit.inputs import input_specs, load_npz
+from toolkit.ir.load import load_model
 from toolkit.tuning.tune import keep_config, parse_target, search, tune
 
 
@@ -739,3 +741,40 @@ def test_tune_meets_the_default_target_on_a_1e8_output():
     explicit = tune(m, [("x", feed)], Config(), "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2")
     exp = Session(m, explicit.config, input_shapes=shapes_of(feed)).run(feed).outputs["y"].astype(np.float64)
     assert explicit.met == bool(np.abs(exp - ref).max() <= 1e-2) and explicit.chosen != ["sq"]
+
+
+# ------------------------------------------------------------------ node names the model file repeats
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("layers,big", [(4, 2), (6, 4)])
+def test_a_repeated_node_name_is_one_candidate_under_the_files_name(layers, big):
+    """``layers`` MatMuls all named 'dense' in the file (the loader calls the later ones dense__2...); layer
+    ``big`` scales by 1e3 so its output passes FP16 max. keep_dtype 'dense' keeps every one of them (the
+    converter knows only that name), so tune's answer is the one entry, counted as all the nodes it names."""
+    rng = np.random.default_rng(layers)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        w = rng.standard_normal((8, 8)) * (1e3 if i == big else 0.3)
+        inits.append(numpy_helper.from_array(w.astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name="dense"))
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "dup", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feed = {"x": (rng.standard_normal((2, 8)) * 30).astype(np.float32)}
+    h = feed["x"].astype(np.float64)
+    for i in range(big + 1):
+        h = h @ numpy_helper.to_array(inits[i]).astype(np.float64)
+    assert np.abs(h).max() > 65504  # independently: layer ``big`` overflows FP16
+    with tempfile.TemporaryDirectory() as d:
+        onnx.save(model, f"{d}/m.onnx")
+        loaded = load_model(f"{d}/m.onnx")  # the loader renames the repeats, as every command sees them
+    # onnxruntime refuses repeated node names: the reference runs the loaded copy (same weights, same math)
+    ref = ort.InferenceSession(loaded.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    res = tune(loaded, [("in", feed)], Config(precision_mode="force_fp16", fusion_level=0))
+    assert res.met and res.chosen == ["dense"] and res.kept_nodes == layers
+    assert "1 keep_dtype entry naming" in res.kept_text()
+    assert list(res.ranking["KeepName"]) == ["dense"]  # every twin is the file's one name
+    assert not any("dense__" in line for line in res.log)
+    out = Session(loaded, keep_config(Config(precision_mode="force_fp16", fusion_level=0), res.chosen),
+                  input_shapes=shapes_of(feed)).run(feed).outputs[prev]
+    assert np.isfinite(out).all() and np.allclose(out, ref, rtol=1e-4, atol=1e-2)

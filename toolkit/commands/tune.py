@@ -79,7 +79,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     lines = [f"target {'MET' if res.met else 'NOT MET'} on {len(feeds)} input(s): "
              + ", ".join(format_target(res.target)),
              *(f"note: {n}" for n in res.notes),
-             f"{len(res.chosen)} node(s) kept in FP32 ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
+             f"{res.kept_text()} ({res.trials} trials, {res.timings_ms['total_ms'] / 1e3:.1f} s)"]
     lines += [f"  - {e['node']} ({e['op_type']}): local RED {e['local_red']:.3g}"
               + (", overflow" if e["local_overflow"] or e["range_overflow"] else "")
               + (f"; without it the target {e['without_it']}" if str(e["without_it"]).startswith("fails") else "")

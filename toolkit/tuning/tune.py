@@ -50,6 +50,7 @@ from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import suggest
 from toolkit.engine import Session, compile_model, shapes_of
+from toolkit.ir.load import twins_index
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
@@ -355,6 +356,15 @@ class TuneResult:
     timings_ms: dict
     inputs: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what the result rests on, when that is little (no kernel)
+    kept_nodes: int = 0  # graph nodes the chosen entries name (:func:`kept_nodes`: a repeated file name names each)
+
+    def kept_text(self) -> str:
+        """"N node(s) kept in FP32", or "N keep_dtype entries naming M nodes kept in FP32" when a chosen entry
+        names a node the model file repeats."""
+        n = len(self.chosen)
+        if self.kept_nodes > n:
+            return f"{n} keep_dtype entr{'y' if n == 1 else 'ies'} naming {self.kept_nodes} nodes kept in FP32"
+        return f"{n} node(s) kept in FP32"
 
     def summary(self) -> dict:
         return {"met": self.met, "keep_dtype": self.chosen, "target": format_target(self.target), "notes": self.notes,
@@ -362,7 +372,7 @@ class TuneResult:
                 "coverage_before": self.coverage_before, "coverage_after": self.coverage_after, "cost": self.cost,
                 "tasks_before": self.tasks_before, "tasks_after": self.tasks_after, "evidence": self.evidence,
                 "before": self.before.to_dict("records"), "after": self.after.to_dict("records"),
-                "search_log": self.log, "config": self.config.to_dict()}
+                "search_log": self.log, "config": self.config.to_dict(), "kept_nodes": self.kept_nodes}
 
 
 class Tuner:
@@ -776,7 +786,7 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
                       evidence=_evidence(chosen, ranking, tuner, findings), coverage_before=c0, coverage_after=c1,
                       cost=cov.fallback_cost(c0, c1, host_before, host_after, HOST_TIME_RUNS), tasks_before=tasks_before,
                       tasks_after=tasks_after, log=log, trials=tuner.builds, timings_ms=tm,
-                      inputs=[lbl for lbl, _ in feeds], notes=notes)
+                      inputs=[lbl for lbl, _ in feeds], notes=notes, kept_nodes=kept_nodes(model, chosen))
 
 
 #: timed runs per plan for the host time of the cost estimate (after one untimed warm-up run)
@@ -830,7 +840,33 @@ def _rank(tuner: Tuner, base_rt, worst: int, golden: dict, progress, dumps: dict
         tuner.resume.add(worst, base_rt.plan, dumps)  # the trials below resume from it
     df = kernel_sensitivity(base_rt, golden, dumps)
     del golden, dumps
-    return rank_kernels(df)
+    return file_names(rank_kernels(df), tuner.model)
+
+
+def file_names(ranking: pd.DataFrame, model: onnx.ModelProto) -> pd.DataFrame:
+    """``ranking`` with each KeepName as the model file names it: a node the loader renamed because the file
+    repeats its name (``dense__9``, toolkit.ir.load.twins_index) is the file's ``dense``, which keep_dtype keeps
+    with all its twins (the converter knows only that name). Candidates that become one name are one candidate,
+    at the best rank of its members, its Nodes those of all of them; Rank is renumbered."""
+    index = twins_index(model, (n.name for n in model.graph.node))
+    if not index or ranking.empty:
+        return ranking
+    back = {t: base for base, twins in index.items() for t in twins}
+    df = ranking.copy()
+    df["KeepName"] = [back.get(k, k) for k in df["KeepName"]]
+    nodes = {}
+    for k, n in zip(df["KeepName"], df["Nodes"]):
+        nodes.setdefault(k, []).extend(m for m in str(n or "").split(";") if m)
+    df = df.drop_duplicates("KeepName", keep="first").reset_index(drop=True)
+    df["Nodes"] = [";".join(dict.fromkeys(nodes[k])) for k in df["KeepName"]]
+    df["Rank"] = range(len(df))
+    return df
+
+
+def kept_nodes(model: onnx.ModelProto, keep) -> int:
+    """Graph nodes the keep_dtype entries ``keep`` name (an entry naming a node the file repeats names each)."""
+    index = twins_index(model, (n.name for n in model.graph.node))
+    return sum(1 + len(index.get(k, ())) for k in keep)
 
 
 def measure_shares(tuner: Tuner, ranking: pd.DataFrame, top_k: int, progress=_noop) -> pd.DataFrame:
