@@ -240,3 +240,30 @@ def test_an_origin_inside_a_fused_kernel_names_the_kernel_not_only_the_node_it_w
     else:  # fused: the tensor is the tail's, the kernel (anchored at the MatMul) is named as where it starts
         assert first[0].subject == after and "is the output of kernel 'diff'" in first[0].recommendation
         assert "'diff'" in first[0].recommendation.split("which fuses")[1]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("k", [1e5, 1e6, 3e7])
+def test_an_overflow_at_a_constant_names_the_constant_its_own_node_reads(tmp_path, k):
+    """Conv → BatchNormalization (running_var 1e12, folded into the Conv's weights) → Relu → Mul by ``k`` (past
+    FP16 max) → Conv, fused into one kernel: the Mul's constant overflows, not the BatchNormalization's."""
+    rng = np.random.default_rng(int(np.log10(k)))
+    c = 8
+    inits = [numpy_helper.from_array(np.asarray(v, np.float32), n) for n, v in (
+        ("W", rng.standard_normal((c, c, 3, 3)) * 0.3), ("g", np.ones(c)), ("bb", np.zeros(c)), ("mean", np.zeros(c)),
+        ("var", np.full(c, 1e12)), ("k", np.array(k)), ("W2", rng.standard_normal((4, c, 1, 1)) * 0.3))]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "bb", "mean", "var"], ["bn"], name="bn", epsilon=1e-5),
+             helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["m"], name="rescale"),
+             helper.make_node("Conv", ["m", "W2"], ["y"], name="conv2")]
+    g = helper.make_graph(nodes, "convbn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), mp)
+    np.savez(ip, x=rng.standard_normal((1, c, 8, 8)).astype(np.float32))
+    assert np.isinf(np.float16(k))  # independently: the Mul's constant is past FP16 max
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16"))
+    ov = [f for f in diag.findings if f.kind == "fp16_overflow"]
+    assert ov and ov[0].subject == "rescale"
+    assert "reads constant 'k'" in ov[0].recommendation and "'var'" not in ov[0].recommendation

@@ -332,13 +332,14 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
 def _constant_site(r, site: dict, plan_kernels, model) -> dict:
     """``site`` as a ``"constant"`` site when a node of row ``r``'s kernel reads an initializer of ``model``
     whose |x| passes FP16 max (the FP16 kernel stores it as inf; toolkit.compiler.passes.check_constants
-    reports it as fp16_constant), else ``site`` unchanged."""
+    reports it as fp16_constant), else ``site`` unchanged. The node that wrote the row's tensor is looked at
+    first: in a fused kernel another node's constant (a BatchNormalization's variance, folded into the weights)
+    is not the value that overflowed there."""
     k = plan_kernels.get(r.get("Kernel", ""))
     names = set(getattr(k, "nodes", None) or [r["NodeName"]])
     inits = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.name not in names:
-            continue
+    own = [n for n in model.graph.node if n.name == r["NodeName"]]
+    for node in own + [n for n in model.graph.node if n.name in names and n.name != r["NodeName"]]:
         for i in node.input:
             if i in inits:
                 a = np.asarray(array_of(inits[i]))
