@@ -35,6 +35,7 @@ from toolkit.core.records import Finding
 from toolkit.core.text import show
 from toolkit.diagnose import Prepared
 from toolkit.engine import shapes_of
+from toolkit.ir.load import twins_index
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.tuning.tune import (
     Trial,
@@ -227,6 +228,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1],
                       rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others))
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
+    _as_file_names(findings, prep.model)
     missed = [(f, text) for f in findings if (text := _verify_finding(f, tuner, fix))]
     try:
         _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met, rows, tasks, top_k, progress)
@@ -234,6 +236,24 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
         for f, text in missed:
             f.recommendation += f"{text}; {_pointer(fix)}]"
     return fix
+
+
+def _as_file_names(findings: list[Finding], model) -> None:
+    """Each advised keep_dtype set as the model file names its nodes: a node the loader renamed because the file
+    repeats its name (``dense__10``, toolkit.ir.load.twins_index) is the file's ``dense``, which keep_dtype keeps
+    with all its twins (the converter knows no other name); the recommendation says so."""
+    index = twins_index(model, (n.name for n in model.graph.node))
+    if not index:
+        return
+    back = {t: base for base, twins in index.items() for t in twins}
+    for f in findings:
+        keep = f.evidence.get("keep_dtype") if isinstance(f.evidence, dict) else None
+        if not keep or not any(k in back for k in keep):
+            continue
+        f.evidence["keep_dtype"] = list(dict.fromkeys(back.get(k, k) for k in keep))
+        named = sorted({back[k] for k in keep if k in back})
+        f.recommendation += (" (the model file names " + ", ".join(
+            f"'{b}' {1 + len(index[b])} nodes" for b in named) + ": keep_dtype names them so and keeps them all)")
 
 
 def _pointer(fix: VerifiedFix) -> str:
