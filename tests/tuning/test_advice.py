@@ -17,7 +17,7 @@ from toolkit.diagnose import diagnose, prepare
 from toolkit.engine import Session, shapes_of
 from toolkit.report.context import answer_section
 from toolkit.tuning.advice import VerifiedFix, _pointer, task_functions, verify_advice
-from toolkit.tuning.tune import DEFAULT_TARGET, tune
+from toolkit.tuning.tune import DEFAULT_TARGET, lines_target, tune
 
 F = TensorProto.FLOAT
 
@@ -373,3 +373,21 @@ def test_advice_for_a_node_whose_name_the_file_repeats_uses_the_files_name(tmp_p
     assert advised and all(f.evidence["keep_dtype"] == ["dense"] for f in advised)
     assert all(f"names 'dense' {layers} nodes" in f.recommendation for f in advised)
     assert fix.met and fix.keep_dtype == ["dense"]
+
+
+@pytest.mark.parametrize("lines,default", [(None, True), ("y:MaxAbsoluteError<=1e-2", False),
+                                           ("CosineSimilarity<0.99999", False)])
+def test_a_met_target_is_called_the_default_only_when_no_line_of_the_users_changed_it(tmp_path, lines, default):
+    """y = x·2 (exact in FP16 for these inputs): nothing to fix, and the sentence names the target it met."""
+    g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["y"], name="mul")], "m",
+                          [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, [4])],
+                          [_c("two", 2.0)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    prep = prepare(*_save(tmp_path, model, {"x": np.array([0.5, 1, 1.5, 2], np.float32)}))
+    cfg = Config(precision_mode="force_fp16", op_compiler_cache_mode="disable")
+    diag, extras = diagnose(prep, cfg, thresholds=lines)
+    fix = verify_advice(prep, cfg, diag.findings, extras, diag.summary["stage"], diag.summary["verdict"],
+                        target=lines_target(prep.model, lines))
+    assert not fix.needed and fix.default is default
+    said = "the default target (" if default else "the target (the default with your lines) ("
+    assert said in fix.sentence()

@@ -89,6 +89,7 @@ class VerifiedFix:
     config: Config | None = None
     verdict: str = "FAIL"
     not_searched: str = ""  # why no search ran under FAIL (a compile-stage fault, a reference that is NaN/Inf)
+    default: bool = True  # ``target`` is the model's default target (no line of the user's changed it)
     inputs: int = 1  # input sets every check ran on (a dataset's worst input first)
     inputs_left_out: int = 0  # a dataset's inputs of another shape than the worst one (not checked)
 
@@ -100,13 +101,17 @@ class VerifiedFix:
                 "trials": self.trials, "search_log": list(self.log), "not_searched": self.not_searched,
                 "inputs": self.inputs, "inputs_left_out": self.inputs_left_out}
 
+    def target_name(self) -> str:
+        """"the default target", or "the target (the default with your lines)" when the user's lines changed it."""
+        return "the default target" if self.default else "the target (the default with your lines)"
+
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
         target = ", ".join(format_target(self.target))
         if not self.needed and self.rows_before and all(r.get("Elements") == 0 for r in self.rows_before):
             return "no fix to verify: every output is empty, so no element was compared against the target"
         if not self.needed:
-            return f"no fix needed: the outputs meet the default target ({target}) as compiled"
+            return f"no fix needed: the outputs meet {self.target_name()} ({target}) as compiled"
         if self.verdict != "FAIL":
             return (f"no fix needed to ship: the outputs hold the abnormal lines; they miss tune's stricter default "
                     f"target ({target}); `npuscope tune` searches a keep set that meets it")
@@ -226,7 +231,8 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
             met, rows, err, tasks = met and ok, rows + r, max(err, e), tasks + tk
     tuner.cache[()] = Trial((), met, err, rows, len(tuner.feeds))
     fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1],
-                      rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others))
+                      rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others),
+                      default=format_target(target) == format_target(parse_target(default_target(prep.model))))
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
     _as_file_names(findings, prep.model)
     missed = [(f, text) for f in findings if (text := _verify_finding(f, tuner, fix))]
@@ -405,7 +411,7 @@ def _verify_finding(f: Finding, tuner: Tuner, fix: VerifiedFix) -> str | None:
                               "output_cosine_after": after[0], "output_nonfinite_after": after[1]}
     names = " and ".join(f"'{k}'" for k in keep)
     if not fix.needed:
-        f.recommendation += (f" [not needed: the outputs already meet the default target; keeping {names} in "
+        f.recommendation += (f" [not needed: the outputs already meet {fix.target_name()}; keeping {names} in "
                              f"FP32 gives {state_text(trial.rows)}]")
     elif trial.met:
         f.recommendation += (f" [verified: keeping {names} in FP32: {change_text(fix.rows_before, trial.rows)}, "
