@@ -490,6 +490,13 @@ def twins_index(model: onnx.ModelProto, names) -> dict[str, list[str]]:
     return index
 
 
+def file_names_of(model: onnx.ModelProto) -> dict[str, str]:
+    """{name the loader gave a node: the name the model file gives it} for every node :func:`normalise_node_names`
+    renamed because the file repeats its name (``dense__9`` → ``dense``); {} when it renamed none."""
+    index = twins_index(model, (n.name for n in model.graph.node))
+    return {t: base for base, twins in index.items() for t in twins}
+
+
 def has_renamed_nodes(model: onnx.ModelProto) -> bool:
     """Whether :func:`normalise_node_names` renamed nodes of ``model`` (its ``npuscope.renamed_nodes`` metadata)."""
     return any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +36,7 @@ from toolkit.core.records import Finding
 from toolkit.core.text import show
 from toolkit.diagnose import Prepared
 from toolkit.engine import shapes_of
-from toolkit.ir.load import twins_index
+from toolkit.ir.load import file_names_of
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.tuning.tune import (
     Trial,
@@ -223,7 +224,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     met = met and all(t["passed"] for t in tasks)
     if others:
         progress(f"FP32 reference and the given config on the {len(others)} other input(s) of this shape")
-        ref = ReferenceRunner(prep.model)
+        ref = ReferenceRunner(prep.model, expose=False)  # the graph outputs only: the target is on them
         for i, (_, feed) in enumerate(others, start=1):
             g = ref.run(feed)
             tuner.golden_out.append({o: g[o] for o in tuner.outputs if o in g})
@@ -248,10 +249,10 @@ def _as_file_names(findings: list[Finding], model) -> None:
     """Each advised keep_dtype set as the model file names its nodes: a node the loader renamed because the file
     repeats its name (``dense__10``, toolkit.ir.load.twins_index) is the file's ``dense``, which keep_dtype keeps
     with all its twins (the converter knows no other name); the recommendation says so."""
-    index = twins_index(model, (n.name for n in model.graph.node))
-    if not index:
+    back = file_names_of(model)
+    if not back:
         return
-    back = {t: base for base, twins in index.items() for t in twins}
+    shared = Counter(back.values())  # file name -> its twins (the loader's renames)
     for f in findings:
         keep = f.evidence.get("keep_dtype") if isinstance(f.evidence, dict) else None
         if not keep or not any(k in back for k in keep):
@@ -259,7 +260,7 @@ def _as_file_names(findings: list[Finding], model) -> None:
         f.evidence["keep_dtype"] = list(dict.fromkeys(back.get(k, k) for k in keep))
         named = sorted({back[k] for k in keep if k in back})
         f.recommendation += (" (the model file names " + ", ".join(
-            f"'{b}' {1 + len(index[b])} nodes" for b in named) + ": keep_dtype names them so and keeps them all)")
+            f"'{b}' {1 + shared[b]} nodes" for b in named) + ": keep_dtype names them so and keeps them all)")
 
 
 def _pointer(fix: VerifiedFix) -> str:

@@ -50,7 +50,7 @@ from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import suggest
 from toolkit.engine import Session, compile_model, shapes_of
-from toolkit.ir.load import twins_index
+from toolkit.ir.load import file_names_of, twins_index
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
@@ -848,10 +848,9 @@ def file_names(ranking: pd.DataFrame, model: onnx.ModelProto) -> pd.DataFrame:
     repeats its name (``dense__9``, toolkit.ir.load.twins_index) is the file's ``dense``, which keep_dtype keeps
     with all its twins (the converter knows only that name). Candidates that become one name are one candidate,
     at the best rank of its members, its Nodes those of all of them; Rank is renumbered."""
-    index = twins_index(model, (n.name for n in model.graph.node))
-    if not index or ranking.empty:
+    back = file_names_of(model)
+    if not back or ranking.empty:
         return ranking
-    back = {t: base for base, twins in index.items() for t in twins}
     df = ranking.copy()
     df["KeepName"] = [back.get(k, k) for k in df["KeepName"]]
     nodes = {}
