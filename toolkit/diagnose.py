@@ -24,6 +24,7 @@ import onnx
 import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
+from toolkit.compare.counts import abnormal_mask, layer_counts
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.layerwise import (
     golden_range,
@@ -145,19 +146,6 @@ def refine_table(df: pd.DataFrame, model: onnx.ModelProto, runtime, golden, devi
     the streamed path (``golden`` / ``device``: toolkit.stream.stores mappings)."""
     df = refine_origins(df, runtime, golden, thresholds)
     return fp16_input_origins(df, runtime.plan, model, golden, device, thresholds)
-
-
-def abnormal_mask(df: pd.DataFrame) -> pd.Series:
-    """Bool per layer-table row: abnormal under compare's rule (Abnormal, or OverFlow)."""
-    return df["Abnormal"].astype(bool) | df["OverFlow"].astype(bool)
-
-
-def layer_counts(df: pd.DataFrame) -> dict:
-    """{"tensors", "compared", "abnormal" (:func:`abnormal_mask`), "overflow", "origins", "propagated"} of a
-    :func:`layer_analysis` table (ints)."""
-    return {"tensors": len(df), "compared": int((df["CompareFailReason"] == "").sum()),
-            "abnormal": int(abnormal_mask(df).sum()), "overflow": int(df["OverFlow"].sum()),
-            "origins": int((df["Role"] == "origin").sum()), "propagated": int((df["Role"] == "propagated").sum())}
 
 
 def _precision_frame(plan, model) -> pd.DataFrame:
@@ -860,7 +848,8 @@ def _diagnose(prep: Prepared, config: Config, thresholds, task_metrics, progress
         df = layer_analysis(prep.model, sess.runtime, golden, device, thresholds)
     if kept is not None:
         df = df[df["TensorName"].isin(kept["tensors"])].reset_index(drop=True)
-    findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden)
+    findings = advise(df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden,
+                      lines=resolve_thresholds(thresholds))
     for name, arr in prep.feeds.items():
         a = np.asarray(arr) if arr is not None and not isinstance(arr, list) else None
         if a is not None and a.dtype.kind == "f" and not np.isfinite(a).all():

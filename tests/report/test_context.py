@@ -134,6 +134,7 @@ def test_findings_errors_first_in_the_advisors_order_otherwise():
 def test_the_tensor_table_starts_with_the_compared_tensors():
     diag = synthetic_diagnosis()
     diag.table["CompareFailReason"] = ["folded into a constant", ""] * 5
+    diag.table.loc[::2, ["Abnormal", "OverFlow"]] = False  # a folded constant has no verdict
     sec = context.table_section(diag)
     compared = [i for i in range(10) if i % 2]
     order = compared + [i for i in range(10) if not i % 2]
@@ -143,6 +144,19 @@ def test_the_tensor_table_starts_with_the_compared_tensors():
     assert sec["n_compared"] == 5 and sec["n_uncompared"] == 5
     assert all("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][5:])
     assert not any("uncompared" in str(r).split(">")[0] for r in sec["rows_html"][:5])
+
+
+def test_an_abnormal_tensor_without_metrics_is_shown_with_the_compared_ones():
+    """NaN/Inf at every position: no metrics (a CompareFailReason), but judged abnormal: never behind the
+    toggle, and counted as compared (toolkit.compare.counts)."""
+    diag = synthetic_diagnosis()
+    diag.table["CompareFailReason"] = ""
+    diag.table.loc[:, ["Abnormal", "OverFlow"]] = False
+    diag.table.loc[9, ["CompareFailReason", "OverFlow", "Abnormal"]] = ["no position where both tensors are finite",
+                                                                       True, True]
+    sec = context.table_section(diag)
+    assert sec["n_compared"] == 10 and sec["n_uncompared"] == 0
+    assert not any("uncompared" in str(r).split(">")[0] for r in sec["rows_html"])
 
 
 def test_the_answer_does_not_claim_force_fp32_matches_when_a_user_line_is_tighter_than_fp32():

@@ -22,6 +22,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence, golden_nonfinite_rows
+from toolkit.compare.counts import layer_counts
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.metrics import resolve_thresholds, with_shorthands
 from toolkit.compare.metrics.thresholds import check_tensors
@@ -131,7 +132,7 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
     plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
-    findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None) + gap_findings(df)
+    findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None, lines=lines) + gap_findings(df)
     for f in findings:  # dumps cannot be re-run here: a keep_dtype set is a candidate, never a verified fix
         if isinstance(f.evidence, dict) and (f.evidence.get("keep_dtype") or "(keep_dtype)" in f.recommendation):
             f.evidence["verified"] = False
@@ -314,10 +315,7 @@ def _side(spec: SideSpec, ds: DumpSet) -> dict:
 
 def _summary(golden, target, g, t, pairing: Pairing, df, mapping, model_info, lines, verdict, reasons, first,
              timings) -> dict:
-    counts = {"tensors": len(df), "compared": int((df["CompareFailReason"] == "").sum()),
-              "abnormal": int(df["Abnormal"].sum()), "overflow": int(df["OverFlow"].sum()),
-              "origins": int((df["Role"] == "origin").sum()), "propagated": int((df["Role"] == "propagated").sum()),
-              "golden_dumps": len(g.entries), "target_dumps": len(t.entries)}
+    counts = {**layer_counts(df), "golden_dumps": len(g.entries), "target_dumps": len(t.entries)}
     counts.update({f"not compared: {k}": v for k, v in _gap_counts(df).items()})
     return {"verdict": verdict, "reasons": reasons, "command": "compare-dumps", **model_info,
             "inputs": f"golden {golden.path} ({g.detail}) vs target {target.path} ({t.detail})",

@@ -35,7 +35,8 @@ from toolkit.dataset.source import (
     sha256_bytes,
     sha256_file,
 )
-from toolkit.diagnose import _verdict, device_tensors, layer_analysis, layer_counts
+from toolkit.compare.counts import layer_counts
+from toolkit.diagnose import _verdict, device_tensors, layer_analysis
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import check_feed, input_specs
 from toolkit.ir.load import load_model
@@ -83,7 +84,7 @@ class Record:
             verdict (PASS | WARN | FAIL | ERROR), reasons, first_divergence ({node, tensor, kind} or None),
             shapes ({input: dims}), run_ms (host ms of the timed NPU run), outputs ({output: {metric: value}}),
             tasks ([{name, passed, value, detail}]), counts ({tensors, compared, abnormal, overflow, origins,
-            propagated}: toolkit.diagnose.layer_counts).
+            propagated}: toolkit.compare.counts.layer_counts).
         rows: int32 (n,) indices into ``JobSpec.tensors`` of the tensors that have values.
         values: float64 (n, len(COLUMNS)).
     """

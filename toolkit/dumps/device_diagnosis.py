@@ -42,6 +42,7 @@ from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
 from toolkit.core.env import environment
 from toolkit.core.errors import InputError
+from toolkit.compare.counts import layer_counts
 from toolkit.core.records import Finding
 from toolkit.diagnose import (
     Prepared,
@@ -50,7 +51,6 @@ from toolkit.diagnose import (
     _precision_frame,
     _reference_run,
     _verdict,
-    layer_counts,
 )
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs.digest import input_digests
@@ -181,7 +181,8 @@ def diagnose_device(prep: Prepared, config: Config, device_dumps: str | None = N
     from_table = layer_table(prep.model, sess.plan, golden, device, thresholds, device_decides=True)
     df = _device_rows(refine_device_origins(from_table, sess.runtime, golden, device, thresholds), dumps)
     findings = _deviation_findings(df) + advise(df, sess.plan, sess.compiled.findings, outputs=outputs,
-                                                model=prep.model, values=golden)
+                                                model=prep.model, values=golden,
+                                                lines=resolve_thresholds(thresholds))
     audit = audit_dumped(sess.plan, prep.model, config, dumps.dtypes)
     if profile:
         audit = pd.concat([audit, audit_profile(sess.plan, prep.model, config, profile)[0]], ignore_index=True)

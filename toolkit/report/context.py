@@ -22,6 +22,7 @@ import pandas as pd
 from markupsafe import Markup, escape
 
 from toolkit.cache.settings import compile_cache
+from toolkit.compare.counts import compared_mask
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.core.text import human_bytes, show
 
@@ -315,20 +316,13 @@ def tasks_section(diag: Diagnosis) -> list[dict]:
              "detail": fmt(t.get("detail"))} for t in diag.tasks]
 
 
-def compared_mask(t: pd.DataFrame) -> pd.Series:
-    """Rows that carry metrics: CompareFailReason empty (folded constants, fused-away and skipped tensors have
-    a reason)."""
-    if "CompareFailReason" not in t.columns:
-        return pd.Series(True, index=t.index)
-    return t["CompareFailReason"].fillna("").astype(str).str.strip() == ""
-
-
 def table_section(diag: Diagnosis) -> dict:
     """The per-tensor table: {"columns" ([{"name", "num"}]: num for the columns sorted as numbers), "rows_html"
     (one Markup ``<tr>`` per tensor, see :func:`rows_html`),
     "n_rows", "n_abnormal", "n_origin", "n_compared", "n_uncompared"}. Columns: LEADING_COLUMNS first, then the
-    rest in table order. Rows: the compared tensors in execution order, then those without metrics (folded
-    constants, fused away: css ``uncompared``, hidden until the page's toggle shows them)."""
+    rest in table order. Rows: the compared tensors (toolkit.compare.counts.compared_mask: with metrics, or
+    abnormal without them) in execution order, then the rest (folded constants, fused away: css ``uncompared``,
+    hidden until the page's toggle shows them)."""
     t = diag.table
     if t.empty:
         return {"columns": [], "rows_html": [], "n_rows": 0, "n_abnormal": 0, "n_origin": 0, "n_compared": 0,
