@@ -4,6 +4,7 @@ accumulation overflow, and overflow sites inside fused kernels."""
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -267,3 +268,60 @@ def test_an_overflow_at_a_constant_names_the_constant_its_own_node_reads(tmp_pat
     ov = [f for f in diag.findings if f.kind == "fp16_overflow"]
     assert ov and ov[0].subject == "rescale"
     assert "reads constant 'k'" in ov[0].recommendation and "'var'" not in ov[0].recommendation
+
+
+# ------------------------------------------------------------------ a line tighter than the error from upstream
+def _chain(depth: int, width: int, scale: float, seed: int):
+    """x → MatMul h1 → ... → MatMul h{depth} = y, weights ~N(0, 1/width) so every h stays ~``scale``."""
+    rng = np.random.default_rng(seed)
+    ws = [(rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32) for _ in range(depth)]
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i}", f"W{i}"], [f"h{i + 1}" if i + 1 < depth else "y"],
+                              name=f"mm{i + 1}") for i in range(depth)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, width])],
+                          [numpy_helper.from_array(w, f"W{i}") for i, w in enumerate(ws)])
+    x = (rng.standard_normal((8, width)) * scale).astype(np.float32)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), {"x": x}, ws
+
+
+def _fp16_chain_errors(x, ws):
+    """Max |error| of each h_i of an FP16 chain (inputs, weights and outputs rounded to FP16, FP32 compute)
+    against float64, computed here with numpy."""
+    r16 = lambda a: a.astype(np.float16).astype(np.float64)
+    exact, dev, errs = x.astype(np.float64), r16(x), []
+    for w in ws:
+        exact, dev = exact @ w.astype(np.float64), r16(dev @ r16(w))
+        errs.append(float(np.abs(dev - exact).max()))
+    return errs
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("depth,k,scale,ratio", [(6, 4, 1.0, 4), (14, 10, 1.0, 25), (8, 6, 30.0, 25),
+                                                 (5, 3, 0.05, 10)])
+def test_a_tensor_line_tighter_than_the_error_arriving_from_upstream_is_not_called_an_origin_with_normal_inputs(
+        tmp_path, depth, k, scale, ratio):
+    """A line set on h_k alone, ``ratio`` times tighter than the FP16 error h_{k-1} already carries (its own
+    lines are the default ones, which it holds). The answer is either an earlier start whose keep set reaches
+    mm_k, or mm_k with the error said to arrive from upstream (the input's value quoted as numpy finds it);
+    never "mm_k is where the error starts; its inputs are normal". With the line on h_1 (its input is the graph
+    input, exact) mm1 is the real start."""
+    model, feeds, ws = _chain(depth, 32, scale, seed=depth)
+    errs = _fp16_chain_errors(feeds["x"], ws)
+    line = errs[k - 2] / ratio  # h_{k-1}'s error, computed independently, is ``ratio`` times the line
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, **feeds)
+    for tensor, upstream in ((f"h{k}", True), ("h1", False)):
+        diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=0),
+                           thresholds=f"{tensor}:MaxAbsoluteError>{line:.3g}")
+        first = [f for f in diag.findings if f.kind == "first_divergence"]
+        assert first
+        text, subject = first[0].recommendation, first[0].subject
+        if not upstream:
+            assert subject == "mm1" and "is where the error starts; its inputs are normal" in text
+        elif subject == f"mm{k}":
+            assert "its inputs are normal" not in text and "arrives from upstream" in text
+            quoted = float(re.search(rf"input 'h{k - 1}' MaxAbsoluteError ([0-9.e+-]+)", text).group(1))
+            assert quoted == pytest.approx(errs[k - 2], rel=0.25)
+        else:  # an earlier start: its advice must reach the tensor whose line is crossed
+            assert int(subject[2:]) < k and f"mm{k}" in first[0].evidence.get("keep_dtype", [])

@@ -33,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare import nondeterminism
+from toolkit.compare.counts import abnormal_mask, has_metrics
 from toolkit.compare.layerwise import golden_range, kernel_inputs
+from toolkit.compare.metrics.registry import METRICS
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show, show_crossed
 from toolkit.ir.weights import array_of
@@ -440,13 +442,17 @@ def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=
 
 
 def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None = None,
-           outputs=None, model=None, values: dict | None = None, graph_known: bool = True) -> list[Finding]:
+           outputs=None, model=None, values: dict | None = None, graph_known: bool = True,
+           lines=None) -> list[Finding]:
     """Findings, most important first (see module docstring). ``outputs``: the graph output tensor names,
     when known: adds a ``golden_nonfinite`` finding per output whose FP32 reference holds NaN/Inf. ``model``
     (the original onnx.ModelProto), when given: adds a ``nondeterministic_op`` warning per random op;
     ``values``: the reference run's tensors (to read a Dropout ``training_mode`` that is not a constant).
     ``graph_known=False`` (compare-dumps without --model: rows in dump order, producers' inputs unknown): the
-    origin is only the first abnormal tensor in dump order, and the advice is to pass --model, not keep_dtype."""
+    origin is only the first abnormal tensor in dump order, and the advice is to pass --model, not keep_dtype.
+    ``lines``: the abnormal lines the table was judged with (a toolkit.compare.metrics.thresholds.Thresholds),
+    when known: an origin whose inputs hold their own lines but cross the origin tensor's is said to receive its
+    error from upstream (:func:`upstream_as_large`)."""
     kernels = {k.name: k for k in plan.kernels}
     out: list[Finding] = list(f for f in compile_findings)
     if model is not None:
@@ -486,7 +492,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         group = _what(r, kernels)
         where = ((_storage_where(storage, r) if storage else
                   "is where the error starts with the FP16 overflow above. " if same else
-                  _fused_where(r) or "is where the error starts; its inputs are normal. ")
+                  _fused_where(r, df, plan, lines) or _start_where(r, df, plan, lines))
                  + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
                                                                  else "")
@@ -520,7 +526,7 @@ def first_divergence(df: pd.DataFrame) -> dict | None:
     return out
 
 
-def _fused_where(r) -> str:
+def _fused_where(r, df: pd.DataFrame, plan, lines=None) -> str:
     """For a row written by a kernel that fuses several nodes, when the row's node is not the kernel's anchor
     (the Relu after a MatMul): the kernel is where the error starts, not the node whose tensor it writes ("" for
     any other row)."""
@@ -530,7 +536,59 @@ def _fused_where(r) -> str:
         return ""
     op = str(r.get("KernelOpType") or "")
     return (f"is the output of kernel '{kernel}'{f' ({op})' if op else ''}, which fuses "
-            f"{', '.join(repr(n) for n in nodes)}: that kernel is where the error starts; its inputs are normal. ")
+            f"{', '.join(repr(n) for n in nodes)}: that kernel is where the error starts; "
+            f"{_upstream_text(r, df, plan, lines) or 'its inputs are normal. '}")
+
+
+def _start_where(r, df: pd.DataFrame, plan, lines=None) -> str:
+    upstream = _upstream_text(r, df, plan, lines)
+    if upstream:
+        return f"is the first tensor to cross its lines, but the error does not start there: {upstream}"
+    return "is where the error starts; its inputs are normal. "
+
+
+def _upstream_text(r, df: pd.DataFrame, plan, lines=None) -> str:
+    """'' unless an input of the origin row ``r``'s kernel, normal under its own lines, already crosses the
+    line ``r``'s tensor crosses (:func:`upstream_as_large`: typically a line set for ``r``'s tensor alone,
+    tighter than the error arriving from upstream); then a sentence with the values, saying that keeping this
+    kernel alone in FP32 leaves the upstream part."""
+    same = upstream_as_large(r, df, plan, lines)
+    if not same:
+        return ""
+    shown = "; ".join(f"input '{t}' {m} {show(v, digits=4)} (the line here: {show(line, digits=4)})"
+                      for t, m, v, line in same[:3])
+    return (f"its inputs hold their own lines but already cross the one this tensor crosses ({shown}), so the "
+            "error arrives from upstream and keeping this kernel alone in FP32 does not remove it. ")
+
+
+def upstream_as_large(r, df: pd.DataFrame, plan, lines=None) -> list[tuple[str, str, float, float]]:
+    """[(input tensor, metric, its value, the line)]: inputs of ``r``'s kernel (ONNX tensors,
+    toolkit.compare.layerwise.kernel_inputs), compared and not abnormal, held to another line on a metric in
+    ``r``'s AbnormalMetrics than ``r`` (``lines.for_tensor``: a line set for one tensor alone), whose value
+    crosses ``r``'s line (the registry's direction). Empty without ``lines``, when ``r`` has no kernel or
+    crossed no metric line (an overflow)."""
+    crossed = r.get("AbnormalMetrics")
+    crossed = [crossed] if isinstance(crossed, str) else list(crossed) if isinstance(crossed, (list, tuple)) else []
+    crossed = [m for m in crossed if m in METRICS and m in df.columns]
+    ins = kernel_inputs(plan).get(str(r.get("Kernel") or ""), []) if plan is not None else []
+    if not crossed or not ins or lines is None:
+        return []
+    mine = lines.for_tensor(r["TensorName"])
+    rows = df[df["TensorName"].isin(ins) & (df["TensorName"] != r["TensorName"])]
+    rows = rows[~abnormal_mask(rows) & has_metrics(rows)]
+    out = []
+    for _, u in rows.iterrows():
+        for m in crossed:
+            line, theirs = mine.get(m), u.get(m)
+            if not _finite(line) or not _finite(theirs) or lines.for_tensor(u["TensorName"]).get(m) == line:
+                continue
+            if float(theirs) == float(line) or METRICS[m].is_abnormal(float(theirs), float(line)):
+                out.append((u["TensorName"], m, float(theirs), float(line)))
+    return out
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _kernel_facts(r) -> str:
