@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.advisor import first_divergence
+from toolkit.compare.counts import layer_counts
 from toolkit.compare.metrics import METRICS, compare_tensors
 from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
@@ -35,7 +36,6 @@ from toolkit.dataset.source import (
     sha256_bytes,
     sha256_file,
 )
-from toolkit.compare.counts import layer_counts
 from toolkit.diagnose import _verdict, device_tensors, layer_analysis
 from toolkit.engine import Session, shapes_of
 from toolkit.inputs import check_feed, input_specs

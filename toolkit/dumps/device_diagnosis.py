@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from toolkit.compare.advisor import advise, first_divergence
+from toolkit.compare.counts import layer_counts
 from toolkit.compare.diagnosis import Diagnosis
 from toolkit.compare.layerwise import layer_table
 from toolkit.compare.metrics import compare_tensors, resolve_thresholds
@@ -42,7 +43,6 @@ from toolkit.compare.tasks import run_tasks
 from toolkit.config.schema import Config
 from toolkit.core.env import environment
 from toolkit.core.errors import InputError
-from toolkit.compare.counts import layer_counts
 from toolkit.core.records import Finding
 from toolkit.diagnose import (
     Prepared,

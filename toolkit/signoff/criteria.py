@@ -14,9 +14,9 @@ from typing import Callable
 
 import pandas as pd
 
+from toolkit.compare.counts import abnormal_mask
 from toolkit.compare.layerwise import not_compared_reason
 from toolkit.core.text import show, show_line, show_vs  # noqa: F401 - the message number formats; also imported from here
-from toolkit.compare.counts import abnormal_mask
 from toolkit.memory.planner import Block, find_conflicts
 from toolkit.profile.budget import DEFAULT_REQUESTS, device_timing
 from toolkit.signoff.limits import bound_of, output_limits
