@@ -325,3 +325,38 @@ def test_a_tensor_line_tighter_than_the_error_arriving_from_upstream_is_not_call
             assert quoted == pytest.approx(errs[k - 2], rel=0.25)
         else:  # an earlier start: its advice must reach the tensor whose line is crossed
             assert int(subject[2:]) < k and f"mm{k}" in first[0].evidence.get("keep_dtype", [])
+
+
+# ------------------------------------------------------------------ the origin's kernel reads a constant FP16 changes
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op,scale,fusion_level", [("MatMul", 1.5e-7, 0), ("MatMul", 1.5e-7, 2), ("Conv", 1.5e-7, 0),
+                                                   ("Conv", 1.5e-7, 2)])
+def test_an_origin_whose_kernel_reads_a_constant_fp16_changes_names_it_in_the_finding_and_the_first_screen(
+        tmp_path, op, scale, fusion_level):
+    """Weights small enough that FP16 flushes many of them to zero or to subnormals (checked with numpy), in a
+    MatMul or Conv followed by Relu and a Mul (fused into one kernel at fusion_level 2): the origin
+    finding and the report's "Why" name the constant, not only the metrics."""
+    from toolkit.report import context
+
+    rng = np.random.default_rng(int(scale * 1e8) + fusion_level)
+    w = (rng.standard_normal((16, 16) if op == "MatMul" else (8, 8, 3, 3)) * scale).astype(np.float32)
+    w16 = w.astype(np.float16).astype(np.float32)
+    assert np.linalg.norm(w16 - w) / np.linalg.norm(w) > 0.01  # FP16 changes the weights (independently)
+    first = helper.make_node(op, ["x", "W"], ["a"], name="lin", **({"pads": [1, 1, 1, 1]} if op == "Conv" else {}))
+    shape = [4, 16] if op == "MatMul" else [1, 8, 6, 6]
+    g = helper.make_graph([first, helper.make_node("Relu", ["a"], ["r"], name="relu"),
+                           helper.make_node("Mul", ["r", "k"], ["y"], name="amp")], "small_w",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)],
+                          [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.float32(4.0), "k")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, x=rng.standard_normal(shape).astype(np.float32))
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=fusion_level))
+    found = [f for f in diag.findings if f.kind == "first_divergence"]
+    assert found, [f.kind for f in diag.findings]
+    consts = found[0].evidence.get("fp16_constants") or []
+    assert consts and consts[0]["name"] == "W" and consts[0]["reader"] == "lin"
+    assert "It reads constant 'W' (by 'lin'), which FP16 changes" in found[0].recommendation
+    assert "reads constant 'W'" in context.answer_section(diag)["why"]

@@ -36,6 +36,7 @@ from toolkit.compare import nondeterminism
 from toolkit.compare.counts import abnormal_mask, has_metrics
 from toolkit.compare.layerwise import golden_range, kernel_inputs
 from toolkit.compare.metrics.registry import METRICS
+from toolkit.compiler.passes.check_constants import describe
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show, show_crossed
 from toolkit.ir.weights import array_of
@@ -489,10 +490,13 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         if fusion_hint and r["NodeName"] in fusion_hint:
             advice += f", or {fusion_hint[r['NodeName']]}"
         kind = "first_divergence" if i == 0 else "divergence_origin"
+        consts = [] if same or storage else kernel_constants(r, kernels, compile_findings)
+        if consts:
+            ev["fp16_constants"] = consts
         group = _what(r, kernels)
         where = ((_storage_where(storage, r) if storage else
                   "is where the error starts with the FP16 overflow above. " if same else
-                  _fused_where(r, df, plan, lines) or _start_where(r, df, plan, lines))
+                  (_fused_where(r, df, plan, lines) or _start_where(r, df, plan, lines)) + _constants_text(consts))
                  + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
                                                                  else "")
@@ -589,6 +593,31 @@ def upstream_as_large(r, df: pd.DataFrame, plan, lines=None) -> list[tuple[str, 
 
 def _finite(v) -> bool:
     return isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+#: fp16_constant evidence keys of a change that alters what a kernel computes (before a mere integer
+#: inexactness, which a constant like 50000 → 50016 shows without harm)
+MATERIAL_CHANGES = ("overflow", "underflow_to_zero", "norm_change", "value_change")
+
+
+def kernel_constants(r, plan_kernels, compile_findings) -> list[dict]:
+    """[{"name", "reader", "change"}]: the constants FP16 changes (the compiler's fp16_constant findings,
+    toolkit.compiler.passes.check_constants) that a node of the origin row ``r``'s kernel reads, the material
+    changes first (:data:`MATERIAL_CHANGES`), at most 3; "change" in the compiler's words (``describe``)."""
+    k = plan_kernels.get(str(r.get("Kernel") or ""))
+    nodes = set(getattr(k, "nodes", None) or [r.get("NodeName")])
+    hits = [f for f in compile_findings if getattr(f, "kind", "") == "fp16_constant"
+            and isinstance(f.evidence, dict) and f.evidence.get("reader") in nodes]
+    hits.sort(key=lambda f: not any(c in f.evidence for c in MATERIAL_CHANGES))
+    return [{"name": f.subject, "reader": f.evidence["reader"], "change": describe(f.evidence)} for f in hits[:3]]
+
+
+def _constants_text(consts: list[dict]) -> str:
+    """"It reads constant 'W' (by 'conv'), which FP16 changes (...). " for :func:`kernel_constants`."""
+    if not consts:
+        return ""
+    parts = [f"'{c['name']}' (by '{c['reader']}'), which FP16 changes ({c['change']})" for c in consts]
+    return f"It reads constant{'s' if len(parts) > 1 else ''} {'; '.join(parts)}. "
 
 
 def _kernel_facts(r) -> str:

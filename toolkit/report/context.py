@@ -175,8 +175,11 @@ def _first_finding(diag: Diagnosis, kinds=("compile_stage_fault", "first_diverge
     return None
 
 
-def _why(first: dict, lines: dict) -> str:
-    """One line of evidence for the origin ``first`` (a first_divergence record)."""
+def _why(first: dict, lines: dict, finding=None) -> str:
+    """One line of evidence for the origin ``first`` (a first_divergence record): the storage rounding, the
+    overflow, or the constant FP16 changes that its kernel reads (the first of toolkit.compare.advisor's
+    kernel_constants, in the evidence of ``finding``, the first_divergence finding, when it is about the same
+    node) and the lines its tensor crosses."""
     ev = first.get("evidence") or {}
     sr = ev.get("storage_rounding")
     if isinstance(sr, dict) and sr.get("metric"):
@@ -186,7 +189,10 @@ def _why(first: dict, lines: dict) -> str:
     ov = ev.get("overflow")
     if isinstance(ov, dict):
         return "FP16 overflow: " + fmt(ov)
-    parts = []
+    fev = finding.evidence if finding is not None and finding.subject == first.get("node") and \
+        isinstance(finding.evidence, dict) else {}
+    consts = [c for c in fev.get("fp16_constants") or [] if isinstance(c, dict)]
+    parts = [f"it reads constant '{c.get('name')}', which FP16 changes ({c.get('change')})" for c in consts[:1]]
     for metric in ev.get("abnormal_metrics") or []:
         if metric in ev and metric in lines:
             parts.append(f"{metric} {fmt(ev[metric])} (line {fmt(lines[metric])})")
@@ -253,7 +259,7 @@ def answer_section(diag: Diagnosis) -> dict:
     lines = s.get("thresholds") if isinstance(s.get("thresholds"), dict) else {}
     out["where"] = [{"key": k, "value": fmt(first.get(k))} for k in ("node", "op_type", "kernel", "precision", "tensor")
                     if not is_missing(first.get(k)) and first.get(k) != ""]
-    out["why"] = _why(first, lines)
+    out["why"] = _why(first, lines, _first_finding(diag, ("first_divergence",)))
     device = _first_finding(diag, ("device_kernel_deviation",))
     if device is not None:  # device dumps: the device op itself computes something else than the simulated kernel
         out["recommendation"] = fmt(device.recommendation)
