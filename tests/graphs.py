@@ -131,3 +131,42 @@ def residual_model(folder, rng, layers: int = 6, width: int = 64, seq: int = 32,
     path = folder / "model.onnx"
     onnx.save(m, str(path), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0)
     return path, inits
+
+
+def nested_control_flow(depth: int, kind: str = "If") -> onnx.ModelProto:
+    """x[2, 4] → ``depth`` levels of control flow nested in each other's body (kind "If": then-branches, the
+    condition sum(x) > -1e9, computed from the input so no compiler folds it; "Loop": a body run twice that holds the next level) → y = x * 2 + 1 at the innermost
+    level, through named nodes 'inner_mul' and 'inner_add'. Level i's node is 'cf_{i}' (cf_{depth-1} is the
+    top-level node); returns the model (onnx.checker full_check passes)."""
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4])
+    body_nodes = [helper.make_node("Mul", ["x", "two"], ["m"], name="inner_mul"),
+                  helper.make_node("Add", ["m", "one"], ["t"], name="inner_add")]
+    out = "t"
+    for level in range(depth):
+        name, res = f"cf_{level}", f"o{level}"
+        if kind == "If":
+            then = helper.make_graph(body_nodes, f"then_{level}", [], [vi(out)])
+            other = helper.make_graph([helper.make_node("Identity", ["x"], [f"e{level}"], name=f"else_id_{level}")],
+                                      f"else_{level}", [], [vi(f"e{level}")])
+            node = helper.make_node("If", ["c"], [res], name=name, then_branch=then, else_branch=other)
+        else:
+            body = helper.make_graph(
+                body_nodes + [helper.make_node("Identity", ["cond_in"], [f"cond_out{level}"], name=f"cond_{level}"),
+                              helper.make_node("Identity", [out], [f"v{level}"], name=f"carry_{level}")],
+                f"body_{level}",
+                [helper.make_tensor_value_info(f"i{level}", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), vi(f"acc{level}")],
+                [helper.make_tensor_value_info(f"cond_out{level}", TensorProto.BOOL, []), vi(f"v{level}")])
+            node = helper.make_node("Loop", ["trips", "", "x"], [res], name=name, body=body)
+        body_nodes, out = [node], res
+    cond = [helper.make_node("ReduceSum", ["x"], ["s"], name="cond_sum", keepdims=0),
+            helper.make_node("Greater", ["s", "lo"], ["c"], name="cond_gt")] if kind == "If" else []
+    nodes = [*cond, *body_nodes, helper.make_node("Relu", [out], ["y"], name="relu")]
+    inits = [helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])]
+    inits.append(helper.make_tensor("lo", TensorProto.FLOAT, [], [-1e9]) if kind == "If" else
+                 helper.make_tensor("trips", TensorProto.INT64, [], [2]))
+    g = helper.make_graph(nodes, "nested", [vi("x")], [vi("y")], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m

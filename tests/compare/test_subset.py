@@ -143,3 +143,21 @@ def _saved(tmp_path, model):
     path = tmp_path / "m.onnx"
     onnx.save(model, path)
     return path
+
+
+@pytest.mark.parametrize("kind", ["If", "Loop"])
+@pytest.mark.parametrize("depth", [1, 3])
+@pytest.mark.parametrize("item", ["inner_add", "inner_*", "cf_0"])
+def test_nodes_naming_a_node_inside_a_control_flow_body_select_the_node_that_holds_it(kind, depth, item):
+    """Its tensors exist only inside the body: what both runs have is the top-level node's output."""
+    from tests.graphs import nested_control_flow
+
+    model = nested_control_flow(depth, kind)
+    top = f"cf_{depth - 1}"
+    if item == "cf_0" and depth == 1:
+        item = top  # cf_0 is the top-level node itself
+    kept = select(model, Subset(nodes=item))
+    assert kept["nodes"] == {top}
+    assert set(next(n for n in model.graph.node if n.name == top).output) <= kept["tensors"]
+    with pytest.raises(ConfigError, match="matches no node"):
+        select(model, Subset(nodes="nowhere_at_all"))

@@ -1,7 +1,8 @@
 """Which tensors a diagnosis compares and keeps: ``--nodes`` / ``--layers`` / ``--until`` / ``--outputs-only``.
 
 - ``nodes``: comma-separated items, each a node name, a glob pattern (``fnmatch``: ``*/self_attn/*``) or a range
-  of node indices in graph order (``10-20``, inclusive; a single ``7``);
+  of node indices in graph order (``10-20``, inclusive; a single ``7``); a name found only inside an If/Loop/Scan
+  body selects the top-level control-flow node that holds it (its tensors are compared at that node's outputs);
 - ``layers``: comma-separated transformer layer indices or inclusive ranges (``0-1,5``); a node belongs to layer
   N when its name has a path component ``layers.N`` / ``layer.N`` / ``h.N`` / ``blocks.N`` (``.`` or ``_``:
   the names torch's exporter and Hugging Face models give, e.g. ``/model/layers.3/self_attn/MatMul``);
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import onnx
 
 from toolkit.core.errors import ConfigError
+from toolkit.ir.graph import enclosing_nodes
 from toolkit.ir.load import renamed_twins
 
 #: A layer index in a node name: ``layers.3``, ``layer_3``, ``h.3``, ``blocks.3`` as a path component.
@@ -70,7 +72,10 @@ def layer_of(name: str) -> int | None:
     return int(found[-1]) if found else None
 
 
-def _by_nodes(names: list[str], spec: str) -> set[str]:
+def _by_nodes(names: list[str], spec: str, inner: dict[str, str] | None = None) -> set[str]:
+    """Top-level node names ``spec`` selects; an item that names (or matches) only nodes inside If/Loop/Scan
+    bodies (``inner``: toolkit.ir.graph.enclosing_nodes) selects the top-level nodes that hold them, whose
+    outputs are what the two runs both have."""
     keep: set[str] = set()
     for item in (s.strip() for s in spec.split(",") if s.strip()):
         if _RANGE.match(item):
@@ -78,6 +83,8 @@ def _by_nodes(names: list[str], spec: str) -> set[str]:
                 keep.update(names[lo:hi + 1])
             continue
         hit = fnmatch.filter(names, item)
+        if not hit and inner:
+            hit = sorted({inner[n] for n in fnmatch.filter(list(inner), item)})
         if not hit:
             near = difflib.get_close_matches(item, names, n=1)
             raise ConfigError(f"--nodes: '{item}' matches no node of the model"
@@ -146,7 +153,7 @@ def select(model: onnx.ModelProto, subset: Subset) -> dict:
     names = [n.name for n in model.graph.node]
     keep = set(names)
     if subset.nodes:
-        keep &= _by_nodes(names, subset.nodes)
+        keep &= _by_nodes(names, subset.nodes, enclosing_nodes(model.graph))
     if subset.layers:
         keep &= _by_layers(names, subset.layers)
     if subset.until:

@@ -42,6 +42,23 @@ def _value_type(vi: onnx.ValueInfoProto) -> ValueType | None:
     return ValueType(tt.elem_type, dims)
 
 
+def enclosing_nodes(graph: onnx.GraphProto) -> dict[str, str]:
+    """{name of a node inside an If/Loop/Scan body of ``graph``, at any depth: the name of the node of ``graph``
+    itself that holds it}. Unnamed inner nodes are left out; an inner name that several top-level nodes hold
+    maps to the first of them in graph order."""
+    out: dict[str, str] = {}
+    for top in graph.node:
+        stack = [sub for a in top.attribute for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)]
+        while stack:
+            g = stack.pop()
+            for n in g.node:
+                if n.name:
+                    out.setdefault(n.name, top.name)
+                stack.extend(sub for a in n.attribute
+                             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs))
+    return out
+
+
 def subgraph_outer_inputs(node: onnx.NodeProto) -> list[str]:
     """Names a node's subgraph attributes (If/Loop/Scan bodies) read from the enclosing scope, in first-use order."""
     found: list[str] = []

@@ -518,3 +518,21 @@ def test_keep_dtype_naming_a_duplicated_node_name_keeps_every_such_node(tmp_path
     prec2 = {n: k.precision for k in res2.plan.kernels for n in k.nodes}
     assert prec2["dup"] == "fp32" and prec2["dup__2"] == "fp16"
     assert not [f for f in res2.findings if f.kind == "duplicate_node_name"]
+
+
+@pytest.mark.parametrize("kind", ["If", "Loop"])
+@pytest.mark.parametrize("depth", [1, 3])
+def test_keep_dtype_naming_a_node_inside_a_control_flow_body_is_a_warning_not_an_error(kind, depth):
+    """The body runs on the host in FP32 (AI_CPU) whatever the settings: the entry changes nothing, and says so;
+    a name that is nowhere in the model, at any depth, is still an error."""
+    from tests.graphs import nested_control_flow
+
+    model = nested_control_flow(depth, kind)
+    res = compile_model(model, Config.from_dict({"precision_mode": "force_fp16", "keep_dtype": ["inner_add"]}))
+    f = [f for f in res.findings if f.kind == "option_unmatched"]
+    assert len(f) == 1 and f[0].subject == "inner_add" and f[0].evidence["reason"] == "in_subgraph"
+    assert f"control-flow node 'cf_{depth - 1}'" in f[0].recommendation
+    host = [k for k in res.plan.kernels if k.op_type == kind]
+    assert host and all(k.precision == "fp32" for k in host)
+    with pytest.raises(ConfigError, match="not in the model"):
+        compile_model(model, Config.from_dict({"keep_dtype": ["inner_nowhere"]}))

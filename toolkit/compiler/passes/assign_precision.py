@@ -42,6 +42,7 @@ from toolkit.compiler.registry import register_pass
 from toolkit.core.errors import ConfigError
 from toolkit.core.records import Finding
 from toolkit.core.text import suggest
+from toolkit.ir.graph import enclosing_nodes
 from toolkit.ir.load import has_renamed_nodes, twins_index
 from toolkit.precision.contract import default_mixlists
 from toolkit.precision.options import (
@@ -118,24 +119,33 @@ def _warn(ctx, kind: str, subject: str, evidence: dict, text: str, fix: str, log
 
 
 def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
-    """Warn for keep_dtype names the compiled model runs in no kernel (folded at compile time, or never run);
-    raise ConfigError for a name that was never a node of the model."""
+    """Warn for keep_dtype names the compiled model runs in no kernel (folded at compile time, never run, or a
+    node inside an If/Loop/Scan body: toolkit.ir.graph.enclosing_nodes, computed in FP32 on the host already);
+    raise ConfigError for a name that was never a node of the model, at any depth."""
     in_kernels = {n for k in ctx.kernels for n in k.nodes}
     in_graph = {n.name for n in ctx.graph.nodes}
     folded = set(ctx.folded_nodes) | set(ctx.folded)
+    inner: dict[str, str] | None = None  # built only when a name is not a top-level node (rare)
     for name, text in keep_names.items():
         if name in in_kernels:
             continue
+        if inner is None and name not in folded and name not in in_graph:
+            inner = enclosing_nodes(ctx.graph.model.graph)
         if name in folded:
             why, how = "folded", "was computed at compile time (fold_constants): no kernel runs it"
         elif name in in_graph:
             why, how = "not_run", "runs in no kernel (nothing reads its outputs)"
+        elif inner and name in inner:
+            why = "in_subgraph"
+            how = (f"is inside the subgraph of control-flow node '{inner[name]}', which runs on the host CPU in "
+                   "FP32 (AI_CPU) whatever the precision settings: it is computed in FP32 already")
         else:
             raise ConfigError(f"{cfg.where('keep_dtype')} names node '{name}', which is not in the model"
                               f"{suggest(name, in_kernels | in_graph)}; give node names of the .onnx file or "
                               "'OpType::X' entries")
         _warn(ctx, "option_unmatched", text, {"option": "keep_dtype", "entry": text, "reason": why},
               f"keep_dtype entry '{text}' matches no kernel: node '{name}' {how}",
+              "remove the entry (it changes nothing)" if why == "in_subgraph" else
               "remove the entry (it changes nothing), or keep the nodes that read its result", log)
 
 
