@@ -654,3 +654,78 @@ def test_a_dataset_diagnosis_verifies_the_worst_inputs_fix_as_a_single_input_doe
     got = Session(onnx.load(path), dataclasses.replace(fixed, op_compiler_cache_mode="disable"),
                   input_shapes=shapes_of(feed)).run(feed).outputs["y"]
     assert float(np.abs(got.astype(np.float64) - want).max()) <= 1e-3
+
+
+def _mm_model(tmp_path: Path, rng) -> Path:
+    """MatMul -> Relu -> MatMul (16 -> 64 -> 8): in FP16 its error crosses MaxAbsoluteError<=1e-3 for inputs of
+    scale 3, not for inputs of scale 0.01."""
+    w1 = rng.normal(0, 1, (16, 64)).astype(np.float32)
+    w2 = rng.normal(0, 1, (64, 8)).astype(np.float32)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+                           helper.make_node("Relu", ["h"], ["r"], name="relu"),
+                           helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _fp16_max_abs_error(path: Path, x: np.ndarray) -> float:
+    """Largest |FP16 emulation - onnxruntime FP32| of the MatMul model (numpy: inputs, weights and every
+    tensor rounded to FP16, products summed in FP32)."""
+    m = onnx.load(path)
+    w = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    f16 = lambda a: np.asarray(a, np.float32).astype(np.float16).astype(np.float32)  # noqa: E731
+    h = f16(np.maximum(f16(f16(x) @ f16(w["w1"])), 0))  # FP16 storage, FP32 accumulation
+    y16 = f16(h @ f16(w["w2"])).astype(np.float64)
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return float(np.abs(y16 - ref).max())
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("change", ["failing_input_fixed", "html_dropped"])
+def test_a_resumed_dataset_run_leaves_no_report_file_of_the_earlier_run(tmp_path, change):
+    """Kind: a dataset diagnosis re-run into the same --out (resumed) whose report holds fewer files than the
+    earlier one: the worst input no longer fails (no verified fix, no reproducer), or --no-html. The folder then
+    holds no keep_dtype.txt / fixed_config.json / repro/ (resp. index.html / plotly.min.js) of the earlier run,
+    and what the user put into the folder is untouched."""
+    rng = np.random.default_rng(3)
+    path = _mm_model(tmp_path, rng)
+    ds, out = tmp_path / "ds", tmp_path / "o"
+    ds.mkdir()
+    xs = [(rng.normal(0, 1, (1, 16)) * s).astype(np.float32) for s in (0.01, 0.02, 3.0)]
+    for i, x in enumerate(xs):
+        np.savez(ds / f"in{i}.npz", x=x)
+    line = 1e-3
+    assert _fp16_max_abs_error(path, xs[2]) > line  # the last input fails the line (checked independently)
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    run = dict(inputs=str(ds), thresholds=f"MaxAbsoluteError<={line}", out=str(out))
+    diagnose_command(str(path), cfg, html=True, **run)
+    for name in ("keep_dtype.txt", "fixed_config.json", "repro", "index.html", "plotly.min.js"):
+        assert (out / name).exists(), name
+    (out / "my_notes.txt").write_text("mine")
+    (out / "mine").mkdir()
+    (out / "mine" / "keep_dtype.txt").write_text("not the tool's")
+    if change == "failing_input_fixed":
+        x = (rng.normal(0, 1, (1, 16)) * 0.01).astype(np.float32)
+        assert max(_fp16_max_abs_error(path, v) for v in (xs[0], xs[1], x)) <= line
+        np.savez(ds / "in2.npz", x=x)
+        gone, kept = ("keep_dtype.txt", "fixed_config.json", "repro"), ("index.html", "plotly.min.js")
+    else:
+        gone, kept = ("index.html", "plotly.min.js"), ("keep_dtype.txt", "fixed_config.json", "repro")
+    res = diagnose_command(str(path), cfg, html=change != "html_dropped", **run)
+    assert res["dataset"]["facts"]["resumed"]
+    summary = json.loads((out / "summary.json").read_text())
+    for name in gone:
+        assert not (out / name).exists(), name
+    for name in kept:
+        assert (out / name).exists(), name
+    if change == "failing_input_fixed":
+        assert summary["verdict"] == "PASS" and not summary["fix"]["keep_dtype"] and "files" not in summary["fix"]
+    else:
+        assert (out / "keep_dtype.txt").read_text().split() == summary["fix"]["keep_dtype"]
+    assert (out / "my_notes.txt").read_text() == "mine"
+    assert (out / "mine" / "keep_dtype.txt").read_text() == "not the tool's"
+    assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]

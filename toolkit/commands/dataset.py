@@ -9,7 +9,9 @@ diagnose / compare also run the full single-input diagnosis (isolation, force_fp
 on the **worst input** — ranked by its verdict (FAIL, WARN, PASS), then the lowest CosineSimilarity of any
 graph output, then the highest RelativeEuclideanDistance, then the name — and write its report files
 (result.csv, findings.json, index.html, ...) next to dataset.csv (the aggregate), inputs.csv (one row per
-input) and summary.json (the dataset verdict and, under ``dataset``, the counts and the worst input).
+input) and summary.json (the dataset verdict and, under ``dataset``, the counts and the worst input). The
+report replaces the one an earlier run wrote into a resumed folder whole (toolkit.dataset.store.staged_report):
+no keep_dtype.txt, fixed_config.json, repro/ or index.html of an earlier run is left when this run writes none.
 The dataset verdict is FAIL when any input fails or could not be evaluated, WARN when any warns, else PASS.
 """
 
@@ -51,7 +53,7 @@ from toolkit.dataset.source import (
     sha256_file,
     write_loader_sets,
 )
-from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store
+from toolkit.dataset.store import Store, check_store_out, make_manifest, open_store, staged_report
 from toolkit.dataset.worker import JobSpec, Worker, tensor_order
 from toolkit.diagnose import Prepared, device_tensors, diagnose, layer_analysis, ship_sentence
 from toolkit.engine import Session, shapes_of
@@ -350,15 +352,16 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
                             inputs=f"worst input '{worst}' of {len(job.refs)} in {inputs}")
         folder = store.folder
         progress("writing the report")
-        atomic_write_text(folder / "dataset.csv", _csv_text(layers))
-        atomic_write_text(folder / "inputs.csv", _csv_text(table))
-        diag.artifacts = {"dataset": "dataset.csv", "inputs": "inputs.csv", "manifest": "manifest.json"}
-        written, note = write_fix(fix, diag, folder)
-        render = None
-        if html:
-            def render(d, f):
-                return render_dataset_report(d, f, layers, table, facts)
-        files = write_diagnosis(job.model, diag, extra, config, folder, html, render=render)
+        with staged_report(folder) as stage:  # replaces the report of an earlier run of this folder, whole
+            atomic_write_text(stage / "dataset.csv", _csv_text(layers))
+            atomic_write_text(stage / "inputs.csv", _csv_text(table))
+            diag.artifacts = {"dataset": "dataset.csv", "inputs": "inputs.csv", "manifest": "manifest.json"}
+            written, note = write_fix(fix, diag, stage)
+            render = None
+            if html:
+                def render(d, f):
+                    return render_dataset_report(d, f, layers, table, facts)
+            files = write_diagnosis(job.model, diag, extra, config, stage, html, render=render)
         files.update(dataset="dataset.csv", inputs="inputs.csv", manifest="manifest.json", **written)
     summary = [f"dataset: {verdict} over {len(job.refs)} input(s) ({n_new} evaluated now, "
                f"{len(job.refs) - n_new} reused); worst input: {worst}"] + [f"  - {r}" for r in reasons]
@@ -418,10 +421,11 @@ def signoff_dataset(model: str | None, policy, config: Config, *, config_path: s
                                                verdict, reasons, jobs, ray)
         folder = store.folder
         progress("writing the signoff")
-        atomic_write_text(folder / "dataset.csv", _csv_text(dataset_layers(first, agg)))
-        atomic_write_text(folder / "inputs.csv", _csv_text(table))
-        files = write_signoff(run, folder, html, {"dataset": "dataset.csv", "inputs": "inputs.csv",
-                                                  "manifest": "manifest.json"})
+        with staged_report(folder) as stage:  # replaces the report of an earlier run of this folder, whole
+            atomic_write_text(stage / "dataset.csv", _csv_text(dataset_layers(first, agg)))
+            atomic_write_text(stage / "inputs.csv", _csv_text(table))
+            files = write_signoff(run, stage, html, {"dataset": "dataset.csv", "inputs": "inputs.csv",
+                                                     "manifest": "manifest.json"})
     redone = [redone_line(store.redone)] if store.redone else []
     return {"summary": redone + signoff_lines(run, folder, html), "out": folder, "files": files,
             "verdict": run.summary["verdict"], "run": run}

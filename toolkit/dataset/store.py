@@ -21,7 +21,10 @@ and the run starts afresh. A new folder is removed again
 if the run fails before any input was evaluated successfully; once such a result exists the folder is kept
 (that is what makes a killed run resumable). A stored result that cannot be read or is not a valid record
 (truncated, empty, foreign, a folder in its place) counts as missing: removed, logged and evaluated again.
-Report files are (re)written at the end.
+Report files are (re)written at the end, and replace the report of an earlier run of the folder whole
+(:func:`staged_report`: written into ``.npuscope-report.tmp/``, moved in, the entries of the earlier report
+this one does not hold removed; ``.npuscope-report.json`` lists the report's entries). Nothing else in the
+folder is touched.
 
 One run at a time: a run holds an exclusive lock on ``.npuscope-run.lock`` in the folder (``fcntl.flock``,
 taken before the folder's contents are inspected, released and removed at exit; the kernel releases it when
@@ -459,3 +462,94 @@ def open_store(explicit: str | None, base: str | Path, stem: str, manifest: dict
         raise
     finally:
         release_lock(path, lock)
+
+
+#: The list of report files (names in the run folder) the last report of this folder consists of.
+REPORT_RECORD = ".npuscope-report.json"
+#: Where a report is written before it replaces the previous one (:func:`staged_report`).
+REPORT_STAGE = ".npuscope-report.tmp"
+#: Entries of a run folder that belong to the store, never to a report (never removed as a stale report file).
+_NOT_REPORT = (MANIFEST, RESULTS, LOG, LOCK, REPORT_RECORD, REPORT_STAGE)
+
+
+def _report_name(name) -> str | None:
+    """``name`` as a report entry of the run folder ("repro/" -> "repro"), or None when it is no plain name of
+    the folder's own (a path, '.', '..', an entry of the store, not text)."""
+    if not isinstance(name, str):
+        return None
+    name = name.rstrip("/")
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name in _NOT_REPORT \
+            or name.startswith(".aggregate-"):
+        return None
+    return name
+
+
+def previous_report(folder: Path) -> set[str]:
+    """The report entries an earlier run of ours wrote into ``folder``: the names in :data:`REPORT_RECORD`;
+    for a folder written before that record existed, the files its summary.json names (``artifacts``, the fix's
+    ``files``, ``repro``). Store entries (manifest, results, log) are never among them; unreadable records give
+    an empty set."""
+    names: list = []
+    for path, pick in ((folder / REPORT_RECORD, lambda d: d.get("files", [])),
+                       (folder / "summary.json", _summary_files)):
+        if path.is_symlink() or not path.is_file():
+            continue
+        try:
+            data = json_loads(read_limited(path, path.name, ValueError, limit="artifact"), path.name, ValueError)
+            names = list(pick(data)) if isinstance(data, dict) else []
+        except (ValueError, OSError, TypeError, AttributeError):
+            names = []
+        break
+    return {n for n in map(_report_name, names) if n is not None}
+
+
+def _summary_files(summary: dict) -> list:
+    """The files a summary.json written before :data:`REPORT_RECORD` existed says the run wrote."""
+    files = list((summary.get("artifacts") or {}).values()) if isinstance(summary.get("artifacts"), dict) else []
+    fix = summary.get("fix")
+    if isinstance(fix, dict) and isinstance(fix.get("files"), dict):
+        files += list(fix["files"].values())
+    if summary.get("repro") == "repro/model.onnx":
+        files.append("repro")
+    return files
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def staged_report(folder: Path):
+    """Yield a fresh, empty folder inside the run folder ``folder`` to write a run's report into; when the body
+    returns, that report replaces the previous one: its entries are moved into ``folder`` and every entry an
+    earlier report of ours wrote there (:func:`previous_report`) that this report does not hold is removed
+    (a resumed run that needs no fix leaves no keep_dtype.txt, fixed_config.json or repro/ of an earlier
+    verdict; a run without HTML no index.html). Files the user put into the folder are never touched. The
+    entries written are recorded in :data:`REPORT_RECORD`, first together with the previous ones (so a run
+    killed while the report is moved in still knows every file to remove), then alone. When the body raises, the
+    staged files are removed and the previous report is left as it was."""
+    stage = folder / REPORT_STAGE
+    if stage.exists() or stage.is_symlink():
+        _remove(stage)
+    stage.mkdir()
+    try:
+        yield stage
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    new = {n for n in (p.name for p in stage.iterdir()) if _report_name(n) is not None}
+    old = previous_report(folder)
+    atomic_write_text(folder / REPORT_RECORD, _dumps({"files": sorted(old | new)}))
+    for name in sorted(old - new):
+        _remove(folder / name)
+    for name in sorted(new):
+        target = folder / name
+        if (target.exists() or target.is_symlink()) and \
+                ((target.is_dir() and not target.is_symlink()) or (stage / name).is_dir()):
+            _remove(target)  # os.replace cannot put a folder over an entry or anything over a folder
+        os.replace(stage / name, target)
+    atomic_write_text(folder / REPORT_RECORD, _dumps({"files": sorted(new)}))
+    shutil.rmtree(stage, ignore_errors=True)
