@@ -1285,7 +1285,7 @@ def test_model_without_outputs_is_a_one_line_model_error(tmp_path):
     model = save_checked_model(tmp_path / "noout.onnx", [helper.make_node("MatMul", ["x", "W"], ["t"], name="mm")],
                  [vi("x", [1, 4])], [], [numpy_helper.from_array(w, "W")])
     assert not onnx.load(model).graph.output
-    for cmd in ("compare", "diagnose"):
+    for cmd in ("compare", "diagnose", "tune"):
         out = tmp_path / f"r_{cmd}"
         proc = npuscope_errors_only(cmd, model, "--out", out, cwd=tmp_path)
         assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -179,7 +179,27 @@ REFUSED = {
                              ["graph.name", "not UTF-8"]),
     "metadata value not UTF-8": (lambda f: not_utf8(_named(model(inits=[w_init()]), "meta", "ZZmetaZZ"), "ZZmetaZZ"),
                                  ["metadata_props[0].value", "not UTF-8"]),
+    # a NUL character in a name (or any ONNX string), wherever it is: refused at load, never split downstream
+    "graph input name with NUL": (lambda f: _renamed(model(inits=[w_init()]), "x", "a\x00b"),
+                                  ["graph.input[0].name", "NUL character"]),
+    "initializer name with NUL": (lambda f: _renamed(model(inits=[w_init()]), "w", "\x00w"),
+                                  ["NUL character", "'\\x00w'"]),
+    "node output name with NUL": (lambda f: _renamed(model(inits=[w_init()]), "y", "y\x00"),
+                                  ["graph.output[0].name", "NUL character"]),
+    "node name with NUL": (lambda f: _named(model(inits=[w_init()]), "node", "层\u202e\x00z"),
+                           ["graph.node[0].name", "NUL character"]),
 }
+
+
+def _renamed(m: onnx.ModelProto, old: str, new: str) -> onnx.ModelProto:
+    """Tensor ``old`` renamed ``new`` everywhere in the graph (inputs, outputs, initializers, node edges)."""
+    for v in [*m.graph.input, *m.graph.output, *m.graph.initializer]:
+        if v.name == old:
+            v.name = new
+    for n in m.graph.node:
+        n.input[:] = [new if i == old else i for i in n.input]
+        n.output[:] = [new if o == old else o for o in n.output]
+    return m
 
 
 def _set(m: onnx.ModelProto, what: str) -> onnx.ModelProto:

@@ -11,6 +11,7 @@ from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
 from toolkit.core.artifacts import check_out, output_dir, write_json, write_text
 from toolkit.core.csvjson import to_csv_safe
+from toolkit.diagnose import require_outputs
 from toolkit.ir.load import load_model
 from toolkit.report.tune_html import render_tune_report
 from toolkit.signoff.criteria import show
@@ -24,6 +25,14 @@ from toolkit.tuning.tune import (
     parse_target,
     tune,
 )
+
+
+def _depth_text(depth) -> str:
+    """" over 16 roundings" for a rounding depth above 1 (toolkit.tuning.allowance), else ""."""
+    try:
+        return f" over {int(depth)} roundings" if int(depth) > 1 else ""
+    except (TypeError, ValueError):
+        return ""
 
 
 def tune_command(model: str | None, config: Config, *, inputs: str | None = None, seed: int = 0,
@@ -49,6 +58,7 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
     src = resolve_model(model)
     progress(f"loading {src.path}")
     m = load_model(src.path)
+    require_outputs(m, src.path)
     if target is None:
         parsed_target = parse_target(with_shorthands(default_target(m), atol, rtol, default=True))
     check_target_outputs(m, parsed_target, "--target" if target or atol or rtol else "the default target")
@@ -93,8 +103,8 @@ def tune_command(model: str | None, config: Config, *, inputs: str | None = None
         lines.append(f"worst output after: {w['Output']} on {w['Input']}: CosineSimilarity "
                      f"{show(w['CosineSimilarity'], *lim['CosineSimilarity'], digits=10)}, "
                      f"MaxAbsoluteError {show(w['MaxAbsoluteError'], *lim['MaxAbsoluteError'], digits=3)}"
-                     + (f" (per element {show(used, 1.0, digits=3)} of max(limit, FP16 rounding of the value))"
-                        if used == used else ""))
+                     + (f" (per element {show(used, 1.0, digits=3)} of max(limit, FP16 rounding of the value"
+                        f"{_depth_text(w.get('RoundingDepth'))}))" if used == used else ""))
     exact = res.after[res.after["ExactMatchRate"].notna()] if "ExactMatchRate" in res.after else res.after.iloc[:0]
     if len(exact):  # integer/bool outputs, checked by an ExactMatchRate target
         e = exact.sort_values("ExactMatchRate").iloc[0]

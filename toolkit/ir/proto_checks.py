@@ -51,8 +51,10 @@ def add_note(model: onnx.ModelProto, note: str) -> None:
 
 # ------------------------------------------------------------------------------------------ strings
 def check_strings(model: onnx.ModelProto, where: str) -> None:
-    """Refuse a non-UTF-8 string field anywhere in ``model`` (ModelError naming its path, e.g.
-    ``graph.node[0].name``); repair ``doc_string`` fields (invalid bytes become U+FFFD) with a note."""
+    """Refuse a non-UTF-8 string field anywhere in ``model``, or one holding a NUL character (a name such as
+    ``"a\x00b"``; external-data entries are left to toolkit.ir.load's external-data check, which names the
+    tensor): ModelError naming its path, e.g. ``graph.node[0].name``. Repair ``doc_string`` fields (invalid
+    bytes become U+FFFD) with a note."""
     repaired = []
     stack = [(model, "")]
     while stack:
@@ -64,6 +66,10 @@ def check_strings(model: onnx.ModelProto, where: str) -> None:
                 stack.extend((v, field if i is None else f"{field}[{i}]") for i, v in reversed(items))
             elif fd.type == fd.TYPE_STRING:
                 for i, v in enumerate(value if fd.is_repeated else [value]):
+                    if isinstance(v, str) and "\x00" in v and fd.name != "doc_string" and "external_data" not in field:
+                        at = f"{field}[{i}]" if fd.is_repeated else field
+                        raise ModelError(f"'{where}': field {at} holds a NUL character ({v[:40]!r}); names and other "
+                                         "ONNX strings cannot contain one here: rename it in the exporter")
                     if not isinstance(v, bytes):
                         continue
                     if fd.name == "doc_string" and not fd.is_repeated:
