@@ -258,3 +258,106 @@ def test_precision_recompiles_screen_each_constant_array_once_and_a_replaced_one
     del tiny
     gc.collect()
     assert key not in cc._ISSUES
+
+
+# ------------------------------------------------------------------------------ constants a fold computed
+def _conv_bn_model(var: float, gamma: float = 1.0, eps: float = 1e-5, gemm: bool = False) -> onnx.ModelProto:
+    """Conv (or Gemm, transB=1) 'conv' with weight 'cw' (and bias 'cb') -> BatchNormalization 'bn' (scale 'g',
+    B 'bb', mean 'rm', var 'rv' = ``var`` on every channel) -> Relu."""
+    r = np.random.default_rng(5)
+    c = 4
+    if gemm:
+        w = r.uniform(0.5, 1.5, (c, 6)) * r.choice([-1, 1], (c, 6))
+        first = helper.make_node("Gemm", ["x", "cw", "cb"], ["c"], name="conv", transB=1)
+        x_shape = [2, 6]
+    else:
+        w = r.uniform(0.5, 1.5, (c, 3, 3, 3)) * r.choice([-1, 1], (c, 3, 3, 3))
+        first = helper.make_node("Conv", ["x", "cw", "cb"], ["c"], name="conv", pads=[1, 1, 1, 1])
+        x_shape = [1, 3, 6, 6]
+    inits = {"cw": w, "cb": r.uniform(-0.1, 0.1, c), "g": np.full(c, gamma), "bb": np.zeros(c), "rm": np.zeros(c),
+             "rv": np.full(c, var)}
+    out_shape = [2, c] if gemm else [1, c, 6, 6]
+    nodes = [first, helper.make_node("BatchNormalization", ["c", "g", "bb", "rm", "rv"], ["b"], name="bn",
+                                     epsilon=eps),
+             helper.make_node("Relu", ["b"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def _folded_weight(model: onnx.ModelProto) -> tuple[np.ndarray, np.ndarray]:
+    """(W * gamma / sqrt(var + eps) per output channel, that factor), float64 by hand from the model."""
+    init = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    eps = next(a.f for a in model.graph.node[1].attribute if a.name == "epsilon")
+    k = init["g"] / np.sqrt(init["rv"] + np.float64(np.float32(eps)))
+    w = init["cw"]
+    return w * k.reshape((-1,) + (1,) * (w.ndim - 1)), k
+
+
+@pytest.mark.parametrize("gemm", [False, True], ids=["conv", "gemm"])
+@pytest.mark.parametrize("var,gamma,eps,clause", [
+    (1e-10, 1.0, 1e-12, "overflow"),           # running_var tiny: the folded weight overflows FP16
+    (1e18, 1.0, 1e-5, "underflow_to_zero"),    # running_var huge: every folded value flushes to 0 in FP16
+    (1e12, 1.0, 1e-5, "norm_change"),          # folded weights ~1e-6, FP16 subnormals: the tensor changes
+])
+def test_a_bn_folded_constant_is_named_by_its_source_in_the_model(var, gamma, eps, clause, gemm):
+    """Kind: an fp16_constant finding about a weight the compiler computed by folding a BatchNormalization into
+    the node before it (fusion on). The finding says where it comes from in the model (the node, its weight, the
+    BN and its running_var / scale, in evidence["folded_from"] and the recommendation), what FP16 does to it
+    (judged on W*gamma/sqrt(var+eps) computed here) and what to change in the model; never only a name the model
+    does not hold. With the fusion off no folded constant is compiled, so none is reported."""
+    from toolkit.engine import compile_model
+
+    model = _conv_bn_model(var, gamma, eps, gemm=gemm)
+    w, k = _folded_weight(model)
+    h = _f16(w.astype(np.float32))
+    a = w.astype(np.float32).astype(np.float64)
+    expect = {"overflow": bool((np.abs(a) > FP16_MAX).any()),
+              "underflow_to_zero": bool((h == 0).all()),
+              "norm_change": np.linalg.norm(h - a) / np.linalg.norm(a) > 1e-3}
+    assert expect[clause]  # the variant does what it is meant to (numpy)
+    shapes = {"x": [2, 6] if gemm else [1, 3, 6, 6]}
+    with np.errstate(over="ignore"):
+        res = compile_model(model, Config(precision_mode="force_fp16"), input_shapes=shapes)
+    found = {f.subject: f for f in res.findings if f.kind == "fp16_constant"}
+    model_names = {t.name for t in model.graph.initializer}
+    folded = [f for name, f in found.items() if name not in model_names]
+    assert folded, found
+    f = next(x for x in folded if x.evidence["folded_from"]["role"] == "weight")
+    assert clause in f.evidence
+    src = f.evidence["folded_from"]
+    assert src["node"] == "conv" and src["weight"] == "cw" and src["batchnorm"] == "bn"
+    assert src["batchnorm_inputs"] == {"scale": "g", "B": "bb", "mean": "rm", "var": "rv"}
+    assert set(src["inputs"]) == {"cw", "g", "bb", "rm", "rv"} <= model_names
+    assert src["factor"]["absmax"] == pytest.approx(np.abs(k).max(), rel=1e-6)
+    rec = f.recommendation
+    for text in ("'cw'", "BatchNormalization 'bn'", "running_var 'rv'", "scale 'g'", "fusion"):
+        assert text in rec, (text, rec)
+    assert "clamp the constant" not in rec and "raise the constant" not in rec
+    assert f.evidence["keep_dtype"] == ["conv"]
+    # the fusion off: the BN is its own kernel, no constant of the compiler's is read (only the model's own)
+    for cfg in ({"fusion_level": 0}, {"fusion_switch_file": {"Switch": {"GraphFusion": {"ConvBatchnormFusionPass": "off"}}}}):
+        with np.errstate(over="ignore"):
+            off = compile_model(model, Config(precision_mode="force_fp16", **cfg), input_shapes=shapes)
+        subjects = {x.subject for x in off.findings if x.kind == "fp16_constant"}
+        assert subjects <= model_names, (cfg, subjects)
+        assert not any("folded_from" in x.evidence for x in off.findings if x.kind == "fp16_constant")
+
+
+def test_a_constant_of_the_model_has_no_folded_source():
+    """Kind: an fp16_constant finding about an initializer of the model itself (also next to a BN fold): no
+    folded_from, the model-level advice about the constant."""
+    from toolkit.engine import compile_model
+
+    model = _conv_bn_model(1.0)
+    model.graph.node.append(helper.make_node("Mul", ["y", "big"], ["z"], name="mulbig"))
+    model.graph.initializer.append(numpy_helper.from_array(np.array([1e5], np.float32), "big"))
+    model.graph.output[0].name = "z"
+    with np.errstate(over="ignore"):
+        res = compile_model(model, Config(precision_mode="force_fp16"), input_shapes={"x": [1, 3, 6, 6]})
+    found = {f.subject: f for f in res.findings if f.kind == "fp16_constant"}
+    assert set(found) == {"big"} and "folded_from" not in found["big"].evidence
+    assert "clamp the constant" in found["big"].recommendation

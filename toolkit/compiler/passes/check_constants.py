@@ -36,6 +36,12 @@ A handful of denormal weights among thousands (1 of 57361 values at 3e-39) moves
 than 1e-3 and is not reported (the count of flushed values is in the ``norm_change`` evidence when a tensor
 is reported). :func:`fp16_constant_issues` gives the raw facts (any overflow, any flush to zero, any integer
 losing exactness) the clauses start from.
+
+A constant a compile pass computed (fold_batchnorm's ``<node>__bnfold_W`` / ``__bnfold_B``, recorded in the
+compiled model: toolkit.compiler.derived) is named with where it comes from in the model (the node, its weight,
+the BatchNormalization and the range of scale/sqrt(var+epsilon)); its evidence holds that record as
+``folded_from`` and the advice says what to change in the model (the BN's running_var / scale, or the fusion
+off) instead of the computed constant.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ import weakref
 
 import numpy as np
 
+from toolkit.compiler import derived
 from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.core.records import Finding
@@ -247,9 +254,51 @@ def constant_reads(by_name: dict, is_f32_const, k):
                 yield i, nname, is_additive(node.op_type, idx)
 
 
-def _findings(by_name, is_f32_const, kernels, issues) -> tuple[list[Finding], list[str]]:
+def folded_phrase(src: dict) -> str:
+    """Where a constant a compile pass computed comes from, in words (``src``: its toolkit.compiler.derived
+    record)."""
+    if src.get("rule") != "ConvBatchnormFusionPass":
+        return f"computed at compile time by {src.get('rule')} from {', '.join(map(repr, src.get('inputs', [])))}"
+    f = src.get("factor") or {}
+    if f.get("absmax") is None:
+        rng = ""
+    elif f["absmin"] >= f["absmax"] * (1 - 1e-6):
+        rng = f": scale/sqrt(var+epsilon) = {show(f['absmax'], digits=3)}"
+    else:
+        rng = f": scale/sqrt(var+epsilon) from {show(f['absmin'], digits=3)} up to {show(f['absmax'], digits=3)}"
+    what = (f"weight '{src['weight']}'" if src.get("role") == "weight" else
+            f"bias '{src['bias']}'" if src.get("bias") else "bias (none in the model: 0)")
+    return f"{src['op_type']} '{src['node']}''s {what} with BatchNormalization '{src['batchnorm']}' folded in{rng}"
+
+
+def _folded_advice(src: dict, ev: dict) -> str:
+    """What to change in the model so that a constant a compile pass computed fits FP16 (``src``: its
+    toolkit.compiler.derived record, ``ev``: :func:`material_issues` evidence)."""
+    if src.get("rule") != "ConvBatchnormFusionPass":
+        return f"or change the constants it is computed from ({', '.join(map(repr, src.get('inputs', [])))})"
+    bn, ins, f = src["batchnorm"], src.get("batchnorm_inputs", {}), src.get("factor") or {}
+    var, scale = ins.get("var"), ins.get("scale")
+    if "overflow" in ev:
+        how = (f"its factor scale/sqrt(var+epsilon) reaches {show(f.get('absmax'), digits=3)}: raise its running_var "
+               f"'{var}' (or epsilon) or lower its scale '{scale}'")
+        if src.get("role") == "bias":
+            how += f", or its mean '{ins.get('mean')}' / B '{ins.get('B')}'"
+    elif "integer_inexact" in ev and len(ev) == 1:
+        how = f"its scale '{scale}', running_var '{var}' and epsilon give the weight integers above 2048"
+    else:
+        how = (f"its factor scale/sqrt(var+epsilon) falls to {show(f.get('absmin'), digits=3)}: lower its running_var "
+               f"'{var}' or raise its scale '{scale}'")
+    return (f"or change BatchNormalization '{bn}' in the model ({how}), or turn the fusion off "
+            f"({src['rule']} off in fusion_switch_file, or fusion_level 0: the BatchNormalization then runs as its "
+            "own kernel)")
+
+
+def _findings(by_name, is_f32_const, kernels, issues, sources=None) -> tuple[list[Finding], list[str]]:
     """(findings, log lines) over the float32 constants FP16 ``kernels`` read, each constant once, in kernel
-    order; ``issues(name, additive)`` gives its evidence (:func:`material_issues`)."""
+    order; ``issues(name, additive)`` gives its evidence (:func:`material_issues`). ``sources``: {constant name:
+    toolkit.compiler.derived record} of constants a compile pass computed (a BN folded into a Conv's weight):
+    their finding says where they come from in the model (evidence ``folded_from``) and what to change there."""
+    sources = sources or {}
     seen, found, log = set(), [], []
     for k in kernels:
         if k.precision != "fp16":
@@ -262,11 +311,14 @@ def _findings(by_name, is_f32_const, kernels, issues) -> tuple[list[Finding], li
             if not ev:
                 continue
             kinds = ", ".join(ev)
+            src = sources.get(cname)
+            origin = f" ({folded_phrase(src)})" if src else ""
             found.append(Finding(
                 severity(ev), "fp16_constant", cname,
-                {**ev, "reader": reader, "kernel": k.name, "keep_dtype": [reader]},
-                f"constant '{cname}' read by '{reader}' changes in FP16 ({describe(ev)}): keep '{reader}' "
-                f"in FP32 (keep_dtype) {_advice(ev)}"))
+                {**ev, "reader": reader, "kernel": k.name, "keep_dtype": [reader],
+                 **({"folded_from": src} if src else {})},
+                f"constant '{cname}'{origin} read by '{reader}' changes in FP16 ({describe(ev)}): keep '{reader}' "
+                f"in FP32 (keep_dtype) {_folded_advice(src, ev) if src else _advice(ev)}"))
             log.append(f"constant {cname} ({kinds}) read by {reader}")
     return found, log
 
@@ -310,7 +362,7 @@ def run(ctx) -> PassResult:
         return c is not None and c.dtype == np.float32
 
     found, log = _findings(g.by_name, is_f32_const, ctx.kernels,
-                           lambda c, add: cached_material_issues(g.const(c), add))
+                           lambda c, add: cached_material_issues(g.const(c), add), derived.sources(g.model))
     ctx.findings.extend(found)
     return PassResult(len(log), _summary(log))
 
@@ -337,7 +389,7 @@ def recheck(result, edited: set[str]) -> None:
     found, log = _findings({n.name: n for n in g.node},
                            lambda c: c in inits and inits[c].data_type == TensorProto.FLOAT, result.plan.kernels,
                            lambda c, add: material_issues(array_of(inits[c]), add) if c in edited
-                           else old.get(c, {}))
+                           else old.get(c, {}), derived.sources(result.model))
     result.findings = [f for f in result.findings if f.kind != "fp16_constant"] + found
     for p in result.passes:
         if p.name == "check_constants" and p.ran:

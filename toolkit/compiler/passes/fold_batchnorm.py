@@ -6,7 +6,9 @@ Never across a nonlinearity: only a BN whose input tensor is the cube op's outpu
 is folded (shared case c07: Conv→Relu→BN must stay unfused).
 
 Math (BN: y = s·(x−m)/sqrt(v+eps) + b): with k = s/sqrt(v+eps), W' = W·k over the output-channel axis and
-bias' = (bias−m)·k + b.
+bias' = (bias−m)·k + b. The new constants are named ``<node>__bnfold_W`` / ``<node>__bnfold_B``; where they come
+from (the node, its weight, the BN and its initializers, the range of k) is recorded in the compiled model
+(toolkit.compiler.derived) for the findings about them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
+from toolkit.compiler import derived
 from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 
@@ -88,7 +91,26 @@ def try_fold(g, bn) -> tuple[str | None, str]:
     wname, bname = f"{prod.name}__bnfold_W", f"{prod.name}__bnfold_B"
     g.consts[wname] = w_new.astype(w.dtype)
     g.consts[bname] = bias.astype(w.dtype)
+    _record_sources(g, prod, bn, wname, bname, k, eps)
     return prod.name, (wname, bname)
+
+
+def _record_sources(g, prod, bn, wname: str, bname: str, k: np.ndarray, eps: float) -> None:
+    """Record in the compiled model where ``wname`` / ``bname`` come from (toolkit.compiler.derived): the
+    producer, its weight (and bias) initializers, the BN node, its scale / B / mean / var initializers, epsilon
+    and the range of the per-channel factor k = scale / sqrt(var + epsilon) the weight was multiplied by."""
+    weight = prod.input[1]
+    bias = prod.input[2] if len(prod.input) > 2 and prod.input[2] else None
+    roles = dict(zip(("scale", "B", "mean", "var"), bn.input[1:5]))
+    mag = np.abs(k[np.isfinite(k)])
+    factor = {"absmax": float(mag.max()) if mag.size else None,
+              "absmin": float(mag.min()) if mag.size else None}
+    common = {"rule": RULE, "node": prod.name, "op_type": prod.op_type, "batchnorm": bn.name,
+              "batchnorm_inputs": roles, "epsilon": float(eps), "factor": factor}
+    derived.record(g.model, wname, {**common, "role": "weight", "weight": weight,
+                                    "inputs": [weight, *roles.values()]})
+    derived.record(g.model, bname, {**common, "role": "bias", "bias": bias, "weight": weight,
+                                    "inputs": [n for n in (bias, *roles.values()) if n]})
 
 
 @register_pass("fold_batchnorm", requires=("shapes",), min_level=1, switch=("GraphFusion", RULE), optional=True)
