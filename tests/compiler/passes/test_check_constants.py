@@ -347,17 +347,48 @@ def test_a_bn_folded_constant_is_named_by_its_source_in_the_model(var, gamma, ep
         assert not any("folded_from" in x.evidence for x in off.findings if x.kind == "fp16_constant")
 
 
-def test_a_constant_of_the_model_has_no_folded_source():
-    """Kind: an fp16_constant finding about an initializer of the model itself (also next to a BN fold): no
-    folded_from, the model-level advice about the constant."""
+@pytest.mark.parametrize("how", ["initializer", "constant_node"])
+def test_a_constant_of_the_model_has_no_folded_source(how):
+    """Kind: an fp16_constant finding about a constant of the model itself (an initializer, or a Constant node's
+    value), also next to a BN fold: no folded_from, the model-level advice about the constant."""
     from toolkit.engine import compile_model
 
     model = _conv_bn_model(1.0)
+    big = numpy_helper.from_array(np.array([1e5], np.float32), "big")
+    if how == "initializer":
+        model.graph.initializer.append(big)
+    else:
+        model.graph.node.insert(0, helper.make_node("Constant", [], ["big"], name="bigconst", value=big))
     model.graph.node.append(helper.make_node("Mul", ["y", "big"], ["z"], name="mulbig"))
-    model.graph.initializer.append(numpy_helper.from_array(np.array([1e5], np.float32), "big"))
     model.graph.output[0].name = "z"
     with np.errstate(over="ignore"):
         res = compile_model(model, Config(precision_mode="force_fp16"), input_shapes={"x": [1, 3, 6, 6]})
     found = {f.subject: f for f in res.findings if f.kind == "fp16_constant"}
     assert set(found) == {"big"} and "folded_from" not in found["big"].evidence
     assert "clamp the constant" in found["big"].recommendation
+
+
+@pytest.mark.parametrize("op,a,b,clause", [
+    ("Mul", 400.0, 400.0, "overflow"),              # 1.6e5 > 65504
+    ("Div", 1e-4, 1e5, "underflow_to_zero"),        # 1e-9 rounds to 0 in FP16
+    ("Add", 6e4, 6e4, "overflow"),
+])
+def test_a_constant_computed_at_compile_time_is_named_by_the_node_it_replaced(op, a, b, clause):
+    """Kind: an fp16_constant finding about a tensor fold_constants computed from the model's constants (the
+    output of a node whose inputs are all initializers): the finding names that node and the initializers it is
+    computed from (evidence folded_from) and advises changing those; the clause follows numpy's value of it."""
+    from toolkit.engine import compile_model
+
+    value = {"Mul": np.float32(a) * np.float32(b), "Div": np.float32(a) / np.float32(b),
+             "Add": np.float32(a) + np.float32(b)}[op]
+    assert bool(material_issues(np.full(3, value, np.float32)).get(clause))  # numpy's value does fail the clause
+    m = _model([helper.make_node(op, ["ca", "cb"], ["ab"], name="fold_me"),
+                helper.make_node("Mul", ["x", "ab"], ["y"], name="use")],
+               [("x", [2, 3])], [("y", [2, 3])], {"ca": np.full(3, a), "cb": np.full(3, b)})
+    with np.errstate(over="ignore"):
+        res = compile_model(m, Config(precision_mode="force_fp16"), input_shapes={"x": [2, 3]})
+    found = {f.subject: f for f in res.findings if f.kind == "fp16_constant"}
+    assert set(found) == {"ab"} and clause in found["ab"].evidence
+    assert found["ab"].evidence["folded_from"] == {"rule": "fold_constants", "node": "fold_me", "op_type": op,
+                                                   "inputs": ["ca", "cb"]}
+    assert f"{op} 'fold_me'" in found["ab"].recommendation and "('ca', 'cb')" in found["ab"].recommendation

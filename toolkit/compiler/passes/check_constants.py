@@ -37,11 +37,12 @@ than 1e-3 and is not reported (the count of flushed values is in the ``norm_chan
 is reported). :func:`fp16_constant_issues` gives the raw facts (any overflow, any flush to zero, any integer
 losing exactness) the clauses start from.
 
-A constant a compile pass computed (fold_batchnorm's ``<node>__bnfold_W`` / ``__bnfold_B``, recorded in the
-compiled model: toolkit.compiler.derived) is named with where it comes from in the model (the node, its weight,
-the BatchNormalization and the range of scale/sqrt(var+epsilon)); its evidence holds that record as
+A constant a compile pass computed (fold_batchnorm's ``<node>__bnfold_W`` / ``__bnfold_B``; fold_constants'
+outputs of nodes computed from constants; recorded in the compiled model: toolkit.compiler.derived) is named
+with where it comes from in the model (the node, its weight, the BatchNormalization and the range of
+scale/sqrt(var+epsilon); the node computed away and its inputs); its evidence holds that record as
 ``folded_from`` and the advice says what to change in the model (the BN's running_var / scale, or the fusion
-off) instead of the computed constant.
+off; the constants the node computes it from) instead of the computed constant.
 """
 
 from __future__ import annotations
@@ -258,7 +259,8 @@ def folded_phrase(src: dict) -> str:
     """Where a constant a compile pass computed comes from, in words (``src``: its toolkit.compiler.derived
     record)."""
     if src.get("rule") != "ConvBatchnormFusionPass":
-        return f"computed at compile time by {src.get('rule')} from {', '.join(map(repr, src.get('inputs', [])))}"
+        return (f"the output of {src.get('op_type')} '{src.get('node')}', computed at compile time from "
+                f"{', '.join(map(repr, src.get('inputs', [])))}")
     f = src.get("factor") or {}
     if f.get("absmax") is None:
         rng = ""
@@ -275,7 +277,8 @@ def _folded_advice(src: dict, ev: dict) -> str:
     """What to change in the model so that a constant a compile pass computed fits FP16 (``src``: its
     toolkit.compiler.derived record, ``ev``: :func:`material_issues` evidence)."""
     if src.get("rule") != "ConvBatchnormFusionPass":
-        return f"or change the constants it is computed from ({', '.join(map(repr, src.get('inputs', [])))})"
+        return (f"or change the constants {src.get('op_type')} '{src.get('node')}' computes it from "
+                f"({', '.join(map(repr, src.get('inputs', [])))}) in the model")
     bn, ins, f = src["batchnorm"], src.get("batchnorm_inputs", {}), src.get("factor") or {}
     var, scale = ins.get("var"), ins.get("scale")
     if "overflow" in ev:

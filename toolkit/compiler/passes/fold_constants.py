@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from toolkit.compiler import derived
 from toolkit.compiler.context import PassResult
 from toolkit.compiler.registry import register_pass
 from toolkit.ir.graph import Graph
@@ -137,7 +138,7 @@ def run(ctx) -> PassResult:
 def _fold_with_onnxruntime(ctx, model: onnx.ModelProto) -> PassResult | None:
     """toolkit.ort.const_eval on a graph without control flow; None (graph untouched) if onnxruntime refuses."""
     before = {o for n in model.graph.node for o in n.output if o}
-    nodes_before = [n.name for n in model.graph.node]
+    nodes_before = _node_facts(model)
     work = onnx.ModelProto()
     work.CopyFrom(model)
     n_const = constants_to_initializers(work)
@@ -164,7 +165,7 @@ def _fold_with_onnxscript(ctx, model: onnx.ModelProto) -> PassResult:
     from onnxscript import optimizer
 
     before = {o for n in model.graph.node for o in n.output if o}
-    nodes_before = [n.name for n in model.graph.node]
+    nodes_before = _node_facts(model)
     outputs = [o.name for o in model.graph.output]
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
     log = []
@@ -197,16 +198,30 @@ def _fold_with_onnxscript(ctx, model: onnx.ModelProto) -> PassResult:
     return PassResult(len(folded), log)
 
 
-def _record_nodes(ctx, nodes_before: list[str]) -> None:
+def _record_nodes(ctx, nodes_before) -> None:
     """Add the names of the nodes the fold removed to ``ctx.folded_nodes`` (so that an option naming one, e.g.
-    keep_dtype, can be told it was computed at compile time)."""
+    keep_dtype, can be told it was computed at compile time), and record in the compiled model where each
+    constant that replaced a removed node's output comes from (toolkit.compiler.derived: the node, its op type
+    and inputs), so that a finding about it can name them. ``nodes_before``: the graph's nodes before the fold."""
     left = {n.name for n in ctx.graph.nodes}
-    ctx.folded_nodes.extend(n for n in nodes_before if n not in left)
+    ctx.folded_nodes.extend(name for name, _, _, _ in nodes_before if name not in left)
+    for name, op_type, inputs, outputs in nodes_before:
+        if name in left or op_type == "Constant":
+            continue  # a Constant node's value is the model's own constant, under the name the model gives it
+        for o in outputs:
+            if o and o in ctx.graph.consts:
+                derived.record(ctx.graph.model, o, {"rule": "fold_constants", "node": name, "op_type": op_type,
+                                                    "inputs": [i for i in inputs if i]})
+
+
+def _node_facts(model: onnx.ModelProto) -> list[tuple[str, str, list[str], list[str]]]:
+    """(name, op type, inputs, outputs) of the top-level nodes of ``model``, copied (the fold rewrites them)."""
+    return [(n.name, n.op_type, list(n.input), list(n.output)) for n in model.graph.node]
 
 
 def _constants_only(ctx, model: onnx.ModelProto) -> PassResult:
     before = {o for n in model.graph.node for o in n.output if o}
-    nodes_before = [n.name for n in model.graph.node]
+    nodes_before = _node_facts(model)
     n_const = constants_to_initializers(model)
     ctx.graph = Graph(model)
     folded = sorted(before - {o for n in model.graph.node for o in n.output if o})
