@@ -25,7 +25,8 @@ from tests.faultkinds import builders as fk
 from tests.graphs import N, layered_model, make_model
 from toolkit.compare.subset import layer_of
 from toolkit.config.schema import Config
-from toolkit.engine import Session, shapes_of
+from toolkit.engine import Session, compile_model, shapes_of
+from toolkit.tuning.allowance import rounding_depths
 from tests.cli.helpers import cli_with_env_extra, _elt_model, _artifact_rows, _size_text, check_artifacts_agree_with_disk
 from tests.cli.helpers import PROGRESS, error_lines, assert_one_line_error, has_module, METRIC_COLUMNS, check_result_csv, needs_tables
 from tests.cli.helpers import TIMEOUT_S, npuscope, _cli, ws, FP16_MAX, _model
@@ -483,10 +484,14 @@ def test_a_dataset_fix_is_verified_on_every_input_not_only_the_worst(tmp_path, n
     assert f"on all {n} inputs" in r.stdout
     cfg = Config(precision_mode="force_fp16", keep_dtype=keep, op_compiler_cache_mode="disable")
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    # the default target's depth: FP16 roundings on the given config's plan (tested in tests/tuning/test_allowance.py)
+    depth = rounding_depths(compile_model(model, Config(precision_mode="force_fp16"),
+                                          input_shapes=shapes_of(sets[0])).plan)
     for feed in sets:  # the written fix, applied: every output of every set finite and within the default
-        # target's FP16 allowance, max(1e-2, 2^-10·max(|y|, rms(y))) per element (toolkit.tuning.tune)
+        # target's FP16 allowance, max(1e-2, 2^-10·sqrt(depth)·max(|y|, rms(y))) per element
         out = Session(model, cfg, input_shapes=shapes_of(feed)).run(feed).outputs
         for name, ref in zip([o.name for o in sess.get_outputs()], sess.run(None, feed)):
             got, ref = out[name].astype(np.float64), ref.astype(np.float64)
-            allow = np.maximum(1e-2, 2.0 ** -10 * np.maximum(np.abs(ref), np.sqrt(np.mean(ref ** 2))))
+            allow = np.maximum(1e-2, 2.0 ** -10 * np.sqrt(depth[name]) *
+                               np.maximum(np.abs(ref), np.sqrt(np.mean(ref ** 2))))
             assert np.isfinite(got).all() and (np.abs(got - ref) <= allow).all(), name

@@ -427,7 +427,7 @@ def test_cli_tune_default_target_allows_fp16_rounding_and_says_so(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     first = r.stdout.splitlines()[0]
     assert first.startswith("target MET") and "CosineSimilarity>=0.9999, MaxAbsoluteError<=0.01|fp16" in first
-    assert "0 node(s) kept in FP32" in r.stdout and "of max(limit, FP16 rounding of the value)" in r.stdout
+    assert "0 node(s) kept in FP32" in r.stdout and "of max(limit, FP16 rounding of the value over" in r.stdout
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
     assert summary["target"] == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01|fp16"]
     assert summary["met"] and summary["keep_dtype"] == []

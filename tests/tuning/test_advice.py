@@ -159,6 +159,13 @@ def test_accumulated_error_is_its_own_answer_with_shares_and_a_verified_set(tmp_
     assert _cos(out, ref) >= 0.999999
 
 
+def _allowance(ref: np.ndarray, depth: int) -> np.ndarray:
+    """The default target's element-wise bound on an output of ``depth`` FP16 roundings, written out here:
+    max(1e-2, 2^-10·sqrt(depth)·max(|y_i|, rms(y)))."""
+    y = np.abs(np.asarray(ref, np.float64))
+    return np.maximum(1e-2, 2.0 ** -10 * np.sqrt(depth) * np.maximum(y, np.sqrt(np.mean(y ** 2))))
+
+
 def _ill_conditioned_chain(layers: int, decades: float, width: int = 32, seed: int = 3):
     """``layers`` x (MatMul by Q·diag(d)·Q', then Add of a small bias), d alternating between 10^-decades..1 and
     its inverse: every layer is accurate alone, but each amplifies the FP16 rounding the layer before left, so
@@ -197,8 +204,9 @@ def test_origins_that_do_not_restore_the_outputs_give_way_to_accumulated_error(t
     e0 = np.linalg.norm(_device_outputs(model, feeds, cfg, [])["y"] - ref)
     assert np.linalg.norm(_device_outputs(model, feeds, cfg, part)["y"] - ref) > 0.5 * e0
     out = _device_outputs(model, feeds, cfg, fix.keep_dtype)["y"]
-    # the output is still stored in FP16 (|y| ~ 1e2): within its rounding, 2^-11 relative, of the reference
-    assert fix.met and _cos(out, ref) >= 0.9999 and (np.abs(out - ref) <= 1e-2 + 2.0 ** -10 * np.abs(ref)).all()
+    # the output is still stored in FP16 (|y| ~ 1e2): within the default target's rounding allowance for a chain
+    # of layers + 1 FP16 roundings (the input's Cast, one fused MatMul+Add kernel per layer)
+    assert fix.met and _cos(out, ref) >= 0.9999 and (np.abs(out - ref) <= _allowance(ref, layers + 1)).all()
     assert answer_section(diag)["recommendation"] == acc[0].recommendation  # the first screen leads with it
 
 

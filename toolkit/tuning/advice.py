@@ -219,7 +219,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     tuner = Tuner(prep.model, [("input", prep.feeds), *others], config, target,
                   task_functions(prep.zoo_name, task_metrics), progress, compiled=extras["compiled"])
     tuner.golden_out = [{o: golden[o] for o in tuner.outputs if o in golden}]
-    met, rows, err = check_outputs(extras["npu_outputs"], tuner.golden_out[0], target)
+    met, rows, err = check_outputs(extras["npu_outputs"], tuner.golden_out[0], target, tuner.depths)
     tasks = tuner.run_tasks(0, extras["npu_outputs"])
     met = met and all(t["passed"] for t in tasks)
     if others:

@@ -56,6 +56,7 @@ from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
 from toolkit.precision.ranges import RangeStats, range_findings
 from toolkit.runtime.npu import NpuRuntime
+from toolkit.tuning.allowance import fp16_check, rounding_depths
 from toolkit.tuning.resume import KernelMemo, ResumeCache
 from toolkit.tuning.sensitivity import (
     compare_metrics,
@@ -64,27 +65,9 @@ from toolkit.tuning.sensitivity import (
     rank_kernels,
 )
 
-#: Relative FP16 rounding allowed per element by a ``MaxAbsoluteError<=A|fp16`` condition (the default target's):
-#: element i may differ by max(A, FP16_ROUNDING·max(|y_i|, rms(y))), y the FP32 reference.
-#:
-#: FP16_ROUNDING = 2^-10 = 2·u, u = 2^-11 the unit roundoff of IEEE binary16 (11-bit significand; round to
-#: nearest moves a value by at most half an ulp, |fl(y) - y| <= u·|y|: Higham, Accuracy and Stability of
-#: Numerical Algorithms, 2nd ed., §2.1, Table 2.1). One u covers only the rounding of the final result; the op
-#: that produced it rounded its FP16 operands too (a cube op: inputs and weights, each <= u, then the result),
-#: so 2·u: the result's rounding and as much again from its operands. Measured with the simulator: a 3-MatMul
-#: FP16 chain on positive data (no cancellation), outputs up to 2.7e3: max |x - y| / max(|y|, rms) = 1.13·u, so
-#: u alone would keep its MatMuls in FP32 for plain rounding. The factor is floored at the output's RMS
-#: magnitude as in toolkit.compare.metrics.reductions.noise_scale (a value that cancels to near zero carries
-#: the rounding of the operands that produced it, whose size the RMS stands for). With A = 1e-2 the allowance
-#: exceeds A only where max(|y_i|, rms) > 10.24, so an output whose values all stay within ±10.24 (probability
-#: maps, most logits, normalised features) is judged exactly as by ``MaxAbsoluteError<=1e-2``; between 10.24
-#: and 20.48 the allowance grows to 0.02 (u instead of 2·u would keep the 1e-2 line up to 20.48, at the cost
-#: above). Larger factors were not taken: deep chains with cancellation reach 3-4·u element-wise, but there the
-#: CosineSimilarity line bounds the error of the whole output, and a wider allowance would excuse real errors.
-FP16_ROUNDING = 2.0 ** -10
 #: The default target on float outputs: cosine, and an absolute error of 1e-2 per element that grows with the
-#: value where FP16 rounding alone exceeds it (the ``|fp16`` suffix, :data:`FP16_ROUNDING`; issue 17: large
-#: outputs are not flagged for rounding). A ``--target`` the user writes is applied as written: its
+#: value and the output's rounding depth where FP16 rounding alone exceeds it (the ``|fp16`` suffix,
+#: toolkit.tuning.allowance; issue 17: large outputs and deep networks are not flagged for rounding). A ``--target`` the user writes is applied as written: its
 #: MaxAbsoluteError is absolute unless it carries ``|fp16`` itself.
 DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16"
 #: Added to the default target when a graph output may be integer or bool: such an output is right only when
@@ -141,7 +124,8 @@ class TargetCondition(tuple):
     """One target condition ``(metric, op, value)`` (a plain 3-tuple to compare and unpack) with ``output``: the
     graph output it is for, None for every output. ``op`` is the passing side (``>=``, ``>``, ``<=``, ``<``).
     ``fp16`` (MaxAbsoluteError only, written ``|fp16``): judged per element, each allowed
-    max(value, :data:`FP16_ROUNDING`·max(|y_i|, rms(y))) (:func:`fp16_allowance`)."""
+    max(value, FP16_ROUNDING·sqrt(L)·max(|y_i|, rms(y))), L the output's rounding depth
+    (toolkit.tuning.allowance.fp16_allowance)."""
 
     def __new__(cls, metric: str, op: str, value: float, output: str | None = None, fp16: bool = False):
         self = super().__new__(cls, (metric, op, value))
@@ -162,7 +146,7 @@ def parse_target(text: str) -> list[tuple[str, str, float]]:
     condition on that metric (two items on one metric of one output are refused). Values follow the ranges of
     --thresholds (CosineSimilarity in [-1, 1], errors >= 0, no NaN). ``MaxAbsoluteError<=1e-2|fp16`` (the
     default target's) is judged per element against max(1e-2, the FP16 rounding of the value), see
-    :data:`FP16_ROUNDING`; without ``|fp16`` the bound is on max|x - y| as written. Raises UsageError naming the
+    toolkit.tuning.allowance; without ``|fp16`` the bound is on max|x - y| as written. Raises UsageError naming the
     bad item."""
     found: dict[tuple, TargetCondition] = {}
     for c in parse_conditions(text, "target", fp16_ok=True):
@@ -181,37 +165,6 @@ def format_target(target) -> list[str]:
     rounded, unlike ``%g``), ``|fp16`` after an element-wise noise-aware bound (:class:`TargetCondition`)."""
     return [f"{_output_of(t) + ':' if _output_of(t) else ''}{t[0]}{t[1]}{float(t[2])!r}"
             f"{FP16_NOISE if getattr(t, 'fp16', False) else ''}" for t in target]
-
-
-def fp16_allowance(golden: np.ndarray, atol: float) -> np.ndarray:
-    """The per-element bound of ``MaxAbsoluteError<=atol|fp16``: max(atol, :data:`FP16_ROUNDING`·max(|y_i|,
-    rms(y))) over the finite reference values (float64, flat; rms over the finite values)."""
-    y = np.abs(np.asarray(golden, np.float64).reshape(-1))
-    fin = np.isfinite(y)
-    rms = math.sqrt(float(np.mean(np.square(y[fin])))) if fin.any() else 0.0
-    return np.maximum(atol, FP16_ROUNDING * np.maximum(y, rms))
-
-
-_NP_OPS = {"<=": np.less_equal, "<": np.less}
-
-
-def fp16_check(npu, golden, op: str, atol: float) -> tuple[bool, float]:
-    """(holds, share) of ``MaxAbsoluteError OP atol|fp16`` on one output: holds when every element where both
-    sides are finite has |x_i - y_i| OP :func:`fp16_allowance` (non-finite values are check_outputs' "finite
-    outputs" condition); share = max |x_i - y_i| / allowance_i (<= 1 within it; 0 for no element, inf where an
-    allowance of 0 is exceeded). A shape mismatch holds nothing (NaN share)."""
-    x = np.asarray(npu, np.float64).reshape(-1)
-    y = np.asarray(golden, np.float64).reshape(-1)
-    if x.shape != y.shape:
-        return False, math.nan
-    both = np.isfinite(x) & np.isfinite(y)
-    d = np.abs(x[both] - y[both])  # only finite pairs: inf - inf would warn
-    if not d.size:
-        return True, 0.0
-    allow = fp16_allowance(y, atol)[both]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = float(np.where(d == 0.0, 0.0, d / allow).max())
-    return bool(_NP_OPS[op](d, allow).all()), share
 
 
 def _output_of(condition) -> str | None:
@@ -237,7 +190,7 @@ def _conditions(target, dclass: str, output: str | None = None) -> list[tuple[st
     return list(chosen.values())
 
 
-def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], float]:
+def check_outputs(npu: dict, golden: dict, target, depths: dict | None = None) -> tuple[bool, list[dict], float]:
     """(met, rows, error): per float output, and per integer/bool output when the target holds an
     ExactMatchRate condition, a compare row (:data:`_ROW_METRICS` and the target's metrics; NaN where a metric
     does not apply) with ``Met`` and the failing ``Failed`` conditions (only the conditions that apply to the
@@ -245,8 +198,9 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
     every metric holds trivially); a sequence output is compared as toolkit.compare.layerwise.sequence_as_tensor
     makes it one tensor (a sequence of mixed dtypes is skipped); ``error`` = worst RelativeEuclideanDistance over float
     outputs (inf when NaN/inf appear). A ``MaxAbsoluteError<=A|fp16`` condition (the default target's) is judged
-    per element (:func:`fp16_check`), and its row has ``FP16AllowanceUsed``: max |x_i - y_i| / allowance_i
-    (<= 1 when it holds)."""
+    per element (toolkit.tuning.allowance.fp16_check) at the output's rounding depth (``depths``: {output: L},
+    toolkit.tuning.allowance.rounding_depths of the plan; 1 for an output it lacks or without it), and its row
+    has ``FP16AllowanceUsed``: max |x_i - y_i| / allowance_i (<= 1 when it holds) and ``RoundingDepth``."""
     rows, err, met = [], 0.0, True
     names = list(dict.fromkeys([*_ROW_METRICS, *(m for m, _, _ in target)]))
     for name, g in golden.items():
@@ -263,8 +217,8 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
         noise = {}  # text of an |fp16 condition -> (holds, share of the allowance)
         for c, t in conds:
             if getattr(t, "fp16", False):
-                noise[c] = fp16_check(d, g, t[1], t[2]) if not math.isnan(r.get(t[0], math.nan)) \
-                    else (False, math.nan)
+                noise[c] = fp16_check(d, g, t[1], t[2], (depths or {}).get(name, 1)) \
+                    if not math.isnan(r.get(t[0], math.nan)) else (False, math.nan)
         bad = [c for c, (m, op, v) in conds if not (noise[c][0] if c in noise else
                                                     not math.isnan(r.get(m, math.nan)) and _OPS[op](r[m], v))]
         nonfinite = bool(r["OverFlow"]) or (r["DeviceNaN"] + r["DeviceInf"]) > (r["GoldenNaN"] + r["GoldenInf"])
@@ -273,7 +227,8 @@ def check_outputs(npu: dict, golden: dict, target) -> tuple[bool, list[dict], fl
         red = r.get("RelativeEuclideanDistance", 0.0) if dclass == "float" else 0.0
         err = max(err, math.inf if nonfinite or math.isnan(red) else red)
         rows.append({"Output": name, **{m: r.get(m, math.nan) for m in names},
-                     **({"FP16AllowanceUsed": max(s for _, s in noise.values())} if noise else {}),
+                     **({"FP16AllowanceUsed": max(s for _, s in noise.values()),
+                         "RoundingDepth": max(1, (depths or {}).get(name, 1))} if noise else {}),
                      "NaN/Inf": int(r["DeviceNaN"] + r["DeviceInf"]), "Elements": int(g.size), "Met": not bad,
                      "Failed": ", ".join(bad)})
         met &= not bad
@@ -396,6 +351,7 @@ class Tuner:
         self.base = compiled if compiled is not None else compile_model(model, config,
                                                                        input_shapes=shapes_of(feeds[0][1]))
         self.outputs = [o.name for o in model.graph.output]
+        self.depths = rounding_depths(self.base.plan)  # the |fp16 allowance of the given config's plan
         self.golden_out: list[dict] = []
         self.order = list(range(len(feeds)))
         self.cache: dict[tuple, Trial] = {}
@@ -420,7 +376,7 @@ class Tuner:
         (toolkit.tuning.resume.ResumeCache: the same outputs as a whole run): (met, rows, error)."""
         res = self.resume.run(rt, i)
         self.runs += 1
-        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target)
+        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target, self.depths)
         tasks = self.run_tasks(i, res.outputs)
         for r in rows:
             r["Input"] = self.feeds[i][0]
@@ -431,7 +387,7 @@ class Tuner:
         RunResult keeps every kernel output)."""
         res = rt.run(self.feeds[i][1], dump=dump)
         self.runs += 1
-        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target)
+        met, rows, err = check_outputs(res.outputs, self.golden_out[i], self.target, self.depths)
         tasks = self.run_tasks(i, res.outputs)
         for r in rows:
             r["Input"] = self.feeds[i][0]

@@ -65,7 +65,7 @@ OPERATORS = ("<=", ">=", "<", ">", "=")
 #: The metric the ``--atol`` / ``--rtol`` shorthands bound (``--atol 1e-3`` = ``MaxAbsoluteError<=1e-3``).
 SHORTHANDS = {"--atol": "MaxAbsoluteError", "--rtol": "MaxRelativeError"}
 #: Suffix of a MaxAbsoluteError value that makes the bound element-wise and noise-aware: each element may differ by
-#: max(VALUE, FP16 rounding of its reference value); see toolkit.tuning.tune.FP16_ROUNDING for the allowance.
+#: max(VALUE, FP16 rounding of its reference value); see toolkit.tuning.allowance for the allowance.
 FP16_NOISE = "|fp16"
 #: Values a metric can take: CosineSimilarity in [-1, 1], ExactMatchRate in [0, 1], every error >= 0.
 RANGES = {"CosineSimilarity": (-1.0, 1.0), "ExactMatchRate": (0.0, 1.0)}
