@@ -391,3 +391,36 @@ def test_policy_names_are_checked_before_a_dataset_runs(tmp_path):
         signoff(tmp_path, "[outputs.nosuchout]\nCosineSimilarity = 0.99\n", KEEP, model=str(C08 / "model.onnx"),
                 inputs=str(folder), out="o")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("first_html,second_html", [(True, False), (False, True)])
+def test_a_resumed_dataset_signoff_leaves_no_report_file_of_the_earlier_run(tmp_path, first_html, second_html):
+    """Kind: a dataset signoff re-run into the same --out (resumed) with a report of other files (--no-html after
+    HTML, or HTML after none): the folder holds the second report's files only, next to the store and what the
+    user put there (untouched)."""
+    from toolkit import api
+
+    model = tiny_model(tmp_path / "m.onnx")
+    write_inputs(tmp_path / "in", 2)
+    pol = tmp_path / "p.toml"
+    pol.write_text('[policy]\nname = "tiny"\n[outputs."*"]\nCosineSimilarity = 0.5\n', encoding="utf-8")
+    out = tmp_path / "so"
+
+    def run(html):
+        return api.signoff_command(str(model), str(pol), Config.from_dict(FP16), inputs=str(tmp_path / "in"),
+                                   out=str(out), html=html)
+
+    run(first_html)
+    assert (out / "signoff.html").exists() == first_html
+    (out / "mine.txt").write_text("mine")
+    res = run(second_html)
+    assert res["run"].summary["dataset"]["resumed"]
+    assert (out / "signoff.html").exists() == second_html
+    written = set(json.loads((out / "summary.json").read_text())["artifacts"].values())
+    assert ("signoff.html" in written) == second_html
+    store = {"manifest.json", "results", "log.jsonl"}
+    beside_the_page = {"plotly.min.js"} if second_html else set()
+    assert {p.name for p in out.iterdir()} == \
+        written | store | beside_the_page | {"mine.txt", ".npuscope-report.json"}
+    assert (out / "mine.txt").read_text() == "mine"
