@@ -18,6 +18,7 @@ from toolkit.compare.layerwise import golden_range
 from toolkit.compare.metrics import compare_tensors
 from toolkit.config.schema import Config
 from toolkit.diagnose import diagnose, prepare
+from toolkit.engine import Session
 
 
 def _model(nodes, inputs, outputs, inits=None, opset=17) -> onnx.ModelProto:
@@ -360,3 +361,123 @@ def test_an_origin_whose_kernel_reads_a_constant_fp16_changes_names_it_in_the_fi
     assert consts and consts[0]["name"] == "W" and consts[0]["reader"] == "lin"
     assert "It reads constant 'W' (by 'lin'), which FP16 changes" in found[0].recommendation
     assert "reads constant 'W'" in context.answer_section(diag)["why"]
+
+
+# ------------------------------------------------------------------ FP16 underflow feeding an op infinite at 0
+def _underflow_model(kind: str, seed: int):
+    """A tensor t whose reference holds non-zero values below 2^-25 (FP16 flushes them to 0), read by an op
+    that is infinite at 0; returns (model, feeds, t's reference values computed here with numpy, producer of
+    t or "" for a graph input, the singular node)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    if kind == "softmax_log":  # logits spread ~40: the smallest probabilities ~1e-15
+        w = (rng.standard_normal((16, 10)) * 3).astype(np.float32)
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["l"], name="logits"),
+                 helper.make_node("Softmax", ["l"], ["t"], axis=-1, name="softmax"),
+                 helper.make_node("Log", ["t"], ["y"], name="log")]
+        l = x.astype(np.float64) @ w
+        e = np.exp(l - l.max(-1, keepdims=True))
+        return (_model(nodes, [("x", [2, 16])], [("y", [2, 10])], {"W": w}), {"x": x},
+                e / e.sum(-1, keepdims=True), "softmax", "log")
+    if kind == "tiny_ratio":  # a / b, both ~1e-9 (FP16 flushes both: 0/0), the ratio ~1; b is the divisor
+        nodes = [helper.make_node("Mul", ["x", "s"], ["a"], name="shrink_a"),
+                 helper.make_node("Abs", ["x"], ["ax"], name="abs"),
+                 helper.make_node("Add", ["ax", "off"], ["ax1"], name="offset"),
+                 helper.make_node("Mul", ["ax1", "s"], ["b"], name="shrink_b"),
+                 helper.make_node("Div", ["a", "b"], ["y"], name="ratio")]
+        model = _model(nodes, [("x", [2, 16])], [("y", [2, 16])], {"s": np.float32(1e-9), "off": np.float32(0.1)})
+        b = (np.abs(x).astype(np.float64) + np.float32(0.1)) * np.float32(1e-9)
+        return model, {"x": x}, b, "shrink_b", "ratio"  # the divisor is what makes x/0
+    # a graph input with tiny values goes into Log: the input's cast to FP16 flushes them
+    tiny = (np.abs(x) * 1e-9 + 1e-10).astype(np.float32)
+    nodes = [helper.make_node("Log", ["d"], ["y"], name="log")]
+    return _model(nodes, [("d", [2, 16])], [("y", [2, 16])]), {"d": tiny}, tiny.astype(np.float64), "", "log"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("kind", ["softmax_log", "tiny_ratio", "input_log"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_fp16_underflow_feeding_an_op_infinite_at_zero_is_named_and_its_advice_restores_the_output(
+        tmp_path, kind, seed):
+    """The NaN/Inf is not "a step inside the computation": the finding names the input FP16 flushes to 0 (how
+    many values, counted here with numpy), and its keep set (the consumer, and the FP16 producer so the tiny
+    values are stored in FP32) applied gives finite outputs."""
+    model, feeds, t_ref, producer, node = _underflow_model(kind, seed)
+    flushed = int(((np.abs(t_ref) > 0) & (np.abs(t_ref) < 2.0 ** -25)).sum())
+    assert flushed and (np.abs(t_ref).astype(np.float16) == 0).sum() >= flushed  # FP16 flushes them
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, **feeds)
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    diag, _ = diagnose(prepare(str(mp), str(ip)), cfg)
+    ov = [f for f in diag.findings if f.kind == "fp16_overflow"]
+    assert ov and ov[0].subject == node and ov[0].evidence["overflow"]["where"] == "underflow"
+    site = ov[0].evidence["overflow"]
+    assert site["flushed"] == flushed and site["producer"] == producer
+    assert "FP16 underflow feeds" in ov[0].recommendation and "step inside" not in ov[0].recommendation
+    keep = ov[0].evidence["keep_dtype"]
+    assert set(keep) == {node, producer} - {""}
+    out = Session(model, Config(precision_mode="force_fp16", fusion_level=0, keep_dtype=keep),
+                  input_shapes={k: list(v.shape) for k, v in feeds.items()}).run(feeds).outputs["y"]
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("scale", [2e-5, 3e-5])
+def test_nan_inf_at_a_node_whose_inputs_are_abnormal_points_upstream_without_a_keep_set(tmp_path, scale):
+    """h·h underflows in FP16 (h ~ ``scale``): the variance, its root and the divisor differ, and the Div that
+    turns the divisor into inf is only where it shows. Its fp16_overflow finding says so and advises no keep set
+    of its own; the first divergence is the square."""
+    rng = np.random.default_rng(int(scale * 1e6))
+    w = (rng.standard_normal((64, 64)) * scale / 8).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
+             helper.make_node("Mul", ["h", "h"], ["h2"], name="sq"),
+             helper.make_node("ReduceMean", ["h2"], ["var"], axes=[1], keepdims=1, name="var"),
+             helper.make_node("Sqrt", ["var"], ["sd"], name="sqrt"),
+             helper.make_node("Add", ["sd", "eps"], ["sde"], name="add_eps"),
+             helper.make_node("Div", ["h", "sde"], ["y"], name="norm")]
+    model = _model(nodes, [("x", [2, 64])], [("y", [2, 64])], {"W": w, "eps": np.float32(1e-12)})
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    h2 = (x.astype(np.float64) @ w) ** 2
+    assert (h2 < 2.0 ** -25).mean() > 0.5  # most squares flush to 0 in FP16 (independently)
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, x=x)
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config())
+    ov = [f for f in diag.findings if f.kind == "fp16_overflow" and f.subject == "norm"]
+    assert ov  # the Div shows NaN/Inf: it is said to come from upstream, with no keep set of its own
+    assert ov[0].evidence["overflow"]["where"] == "propagated" and "keep_dtype" not in ov[0].evidence
+    assert "its inputs are already abnormal" in ov[0].recommendation
+    first = [f for f in diag.findings if f.kind == "first_divergence"]
+    assert first and first[0].subject == "sq"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("var", [1e12, 4e13])
+def test_an_origin_reading_a_folded_batchnorm_weight_says_where_the_weight_comes_from(tmp_path, var):
+    """Conv → BatchNormalization (running_var ``var``: the folded weights W/sqrt(var) become FP16 subnormals,
+    checked with numpy) → Relu: the origin names the compiler's folded constant with its source in the model
+    (the Conv's weight and the BatchNormalization), in the finding and on the first screen."""
+    from toolkit.report import context
+
+    rng = np.random.default_rng(int(np.log10(var)))
+    w = (rng.standard_normal((8, 8, 3, 3)) * 0.3).astype(np.float32)
+    folded = w / np.sqrt(var + 1e-5)
+    assert (np.abs(folded) < 6.1e-5).all() and (folded.astype(np.float16) == 0).any()  # subnormal, some flush
+    c = np.ones(8, np.float32)
+    nodes = [helper.make_node("Conv", ["x", "cw"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"], name="bn", epsilon=1e-5),
+             helper.make_node("Relu", ["n"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "k"], ["y"], name="amp")]
+    model = _model(nodes, [("x", [1, 8, 6, 6])], [("y", [1, 8, 6, 6])],
+                   {"cw": w, "g": c, "b": 0 * c, "m": 0 * c, "v": c * var, "k": np.float32(np.sqrt(var) / 100)})
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, x=rng.standard_normal((1, 8, 6, 6)).astype(np.float32))
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=2))
+    first = [f for f in diag.findings if f.kind == "first_divergence"]
+    assert first
+    consts = first[0].evidence.get("fp16_constants") or []
+    assert consts and "BatchNormalization 'bn'" in consts[0].get("source", "") and "'cw'" in consts[0]["source"]
+    assert "BatchNormalization 'bn'" in first[0].recommendation
+    assert "BatchNormalization 'bn'" in context.answer_section(diag)["why"]

@@ -36,11 +36,11 @@ from toolkit.compare import nondeterminism
 from toolkit.compare.counts import abnormal_mask, has_metrics
 from toolkit.compare.layerwise import golden_range, kernel_inputs
 from toolkit.compare.metrics.registry import METRICS
-from toolkit.compiler.passes.check_constants import describe
+from toolkit.compiler.passes.check_constants import describe, folded_phrase
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show, show_crossed
 from toolkit.ir.weights import array_of
-from toolkit.precision.contract import FP16_MAX
+from toolkit.precision.contract import FP16_MAX, FP16_UNDERFLOW
 from toolkit.runtime import fp16_accum
 
 EVIDENCE_COLS = ["CosineSimilarity", "RelativeEuclideanDistance", "MaxAbsoluteError", "MeanRelativeError",
@@ -259,7 +259,7 @@ def _golden_absmax(t: str, df: pd.DataFrame, values) -> float:
     return float(v.iloc[0]) if len(v) else float("nan")
 
 
-def overflow_site(r, plan, df: pd.DataFrame, values=None) -> dict:
+def overflow_site(r, plan, df: pd.DataFrame, values=None, model=None) -> dict:
     """Where the FP16 overflow of overflow row ``r`` happens, in the order the kernel meets the values:
     {"where", "tensor", "golden_absmax", "producer"}; ``where``:
 
@@ -269,8 +269,14 @@ def overflow_site(r, plan, df: pd.DataFrame, values=None) -> dict:
     - ``"intermediate"``: a tensor the fused kernel keeps on chip (KernelSpec.internal) passes 65504;
       ``producer``: its node;
     - ``"output"``: the row's own tensor, stored in FP16, passes 65504 (``producer``: its node);
+    - ``"underflow"``: no reference value passes 65504, but the kernel holds an op that is infinite at 0
+      (:data:`SINGULAR_AT_ZERO`: Log, a divisor, Reciprocal, a negative power) and an FP16 input of it holds
+      non-zero reference values below FP16's underflow threshold 2^-25 (``flushed`` of them, the smallest
+      ``golden_absmin``), which FP16 storage flushes to 0 (values ``values`` must hold the reference tensors);
+      ``producer``: the node that wrote it ("" for a graph input);
     - ``"computation"``: no reference value the kernel reads, keeps or writes passes 65504 (a step inside the
-      computation);
+      computation); :func:`overflow_finding` makes it ``"propagated"`` when the row's inputs are abnormal
+      (Role "propagated": the error comes from upstream; no keep set is advised);
     - ``"unknown"``: the row's value fits FP16 and there is no plan to tell what it reads (compare-dumps).
 
     ``golden_absmax``: the reference |x| max of ``tensor`` (over its finite values; :func:`_golden_absmax`)."""
@@ -291,7 +297,56 @@ def overflow_site(r, plan, df: pd.DataFrame, values=None) -> dict:
                 return {"where": "intermediate", "tensor": t, "golden_absmax": a, "producer": producer.get(t, "")}
     if own["golden_absmax"] > FP16_MAX:
         return own
+    if k is not None and tensors is not None and values is not None:
+        low = _underflow_input(k, plan, df, values, model)
+        if low is not None:
+            return low
     return {**own, "where": "computation" if tensors is not None else "unknown"}
+
+
+#: Ops whose result is infinite (or NaN) where an input is 0, with that input's position: an input FP16 flushes
+#: to 0 there makes them inf/NaN (Log(0), x/0, 1/0, 0^-p).
+SINGULAR_AT_ZERO = {"Log": 0, "Div": 1, "Reciprocal": 0, "Pow": 0}
+
+
+def _singular_inputs(k, model) -> set[str] | None:
+    """The tensors kernel ``k``'s nodes read at a :data:`SINGULAR_AT_ZERO` position (None without ``model``)."""
+    if model is None:
+        return None
+    nodes = set(getattr(k, "nodes", []) or [])
+    return {n.input[SINGULAR_AT_ZERO[n.op_type]] for n in model.graph.node
+            if n.name in nodes and n.op_type in SINGULAR_AT_ZERO and len(n.input) > SINGULAR_AT_ZERO[n.op_type]}
+
+
+def _underflow_input(k, plan, df: pd.DataFrame, values: dict, model=None) -> dict | None:
+    """The ``"underflow"`` site of FP16 kernel ``k`` (:func:`overflow_site`), or None: the inputs of the kernel
+    whose reference holds non-zero values FP16 flushes to 0 (|v| < 2^-25), when the kernel holds an op of
+    :data:`SINGULAR_AT_ZERO` (with ``model``: only the inputs that op reads at its singular position, so a
+    numerator that flushes to 0 does not count). ``tensor``/``producer``/``flushed``/``golden_absmin``: the first such input;
+    ``tensors``: all of them (a ratio of two tiny values needs both kept non-zero)."""
+    if not set(SINGULAR_AT_ZERO) & set(_kernel_ops(k, df)):
+        return None
+    singular = _singular_inputs(k, model)  # with the model: only what a singular position reads
+    producer = dict(zip(df["TensorName"], df["NodeName"]))
+    found = []
+    for t in dict.fromkeys(kernel_inputs(plan).get(k.name, [])):
+        v = values.get(t) if singular is None or t in singular else None
+        if v is None:
+            continue
+        a = np.abs(np.asarray(v, np.float64).reshape(-1))
+        tiny = a[(a > 0) & (a < FP16_UNDERFLOW)]
+        if tiny.size:
+            found.append({"tensor": t, "golden_absmax": _golden_absmax(t, df, values),
+                          "golden_absmin": float(tiny.min()), "flushed": int(tiny.size),
+                          "producer": "" if t in getattr(plan, "graph_inputs", []) else producer.get(t, "")})
+    return {"where": "underflow", **found[0], "tensors": [f["tensor"] for f in found]} if found else None
+
+
+def _kernel_ops(k, df: pd.DataFrame) -> list[str]:
+    """The op types of kernel ``k``'s nodes, from the layer table (``k.op_type`` when its nodes have no row)."""
+    ops = df.loc[df["NodeName"].isin(list(getattr(k, "nodes", []) or [])), "OpType"].astype(str).tolist() \
+        if "OpType" in df.columns else []
+    return ops or [str(getattr(k, "op_type", ""))]
 
 
 def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = None) -> list:
@@ -316,6 +371,10 @@ def overflow_keep(r, plan, df: pd.DataFrame, values=None, site: dict | None = No
         return sizes[t] > FP16_MAX
 
     keep, seen = [k], set()
+    if site and site["where"] == "underflow":  # store the tiny values in FP32: their FP16 writers too
+        for t in site.get("tensors") or [site["tensor"]]:
+            writer = next((x for x in kernels if t in x.outputs and x.precision == "fp16"), None)
+            keep += [writer] if writer is not None and writer not in keep else []
     queue = [t for t in k.outputs if big(t)] + ([site["tensor"]] if site and site["where"] == "input_cast" else [])
     while queue:
         t = queue.pop(0)
@@ -381,6 +440,21 @@ def _site_text(r, site: dict, plan_kernels) -> str:
                 f"|x| up to {out})" if not output_too else
                 f"FP16 overflow at '{node}' ({op}): it reads constant '{site['tensor']}', {past}, which the FP16 "
                 "kernel stores as inf (see the fp16_constant finding)")
+    if site["where"] == "underflow":
+        src = (f"graph input '{site['tensor']}'" if not site["producer"] else
+               f"'{site['tensor']}' (written by '{site['producer']}')")
+        more = len(site.get("tensors") or []) - 1
+        src += f" and {more} more input(s) like it" if more > 0 else ""
+        return (f"FP16 underflow feeds '{node}' ({op}): it reads {src}, whose reference holds {site['flushed']} "
+                f"non-zero value(s) below FP16's smallest subnormal (down to {show(site['golden_absmin'], digits=3)}"
+                f" < 2^-25 = {FP16_UNDERFLOW:.3g}), which FP16 storage flushes to 0, and '{node}' turns 0 into "
+                f"inf/NaN where the reference stays finite (golden |x| up to "
+                f"{show(r.get('GoldenAbsMax', float('nan')))})")
+    if site["where"] == "propagated":
+        return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite, though no "
+                f"reference value it reads or writes passes FP16 max {FP16_MAX:.0f} (golden |x| up to "
+                f"{show(r.get('GoldenAbsMax', float('nan')))}): its inputs are already abnormal, so it follows from "
+                "an error upstream (a value that differs enough to reach 0 or past the FP16 range here)")
     if site["where"] == "unknown":
         return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite (golden |x| "
                 f"up to {show(r.get('GoldenAbsMax', float('nan')))}, within FP16 max {FP16_MAX:.0f}): the values "
@@ -407,17 +481,22 @@ def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=
     if plan is None:
         plan = SimpleNamespace(kernels=list(plan_kernels.values()))
     if acc is None:
-        site = overflow_site(r, plan, table, values)
+        site = overflow_site(r, plan, table, values, model)
         if site["where"] == "computation" and model is not None:
             site = _constant_site(r, site, plan_kernels, model)
+        if site["where"] == "computation" and str(r.get("Role") or "") == "propagated":
+            site = {**site, "where": "propagated"}  # its inputs are abnormal already: the error comes from upstream
         ev["overflow"] = site
-        keep = overflow_keep(r, plan, table, values, site) if graph_known else []
+        keep = overflow_keep(r, plan, table, values, site) if graph_known and site["where"] != "propagated" else []
         if keep:
             ev["keep_dtype"] = keep_names(keep)
         advice = (NO_GRAPH_ADVICE if not graph_known else _keep_kernels_advice(keep) if keep
-                  else _keep_advice(r, plan_kernels))
+                  else "fix where the error starts (the first_divergence finding); keeping this kernel alone in "
+                  "FP32 does not remove it" if site["where"] == "propagated" else _keep_advice(r, plan_kernels))
         if site["where"] == "input_cast" and keep:
             advice += f": it then reads '{site['tensor']}' in FP32"
+        elif site["where"] == "underflow" and keep:
+            advice += (": what it reads is then stored and read in FP32, where the small values stay non-zero")
         elif len(keep) > 1:
             advice += ": each of them meets values past FP16 max"
         return Finding("error", "fp16_overflow", r["NodeName"], ev, _site_text(r, site, plan_kernels) + ": "
@@ -495,7 +574,9 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
             ev["fp16_constants"] = consts
         group = _what(r, kernels)
         where = ((_storage_where(storage, r) if storage else
-                  "is where the error starts with the FP16 overflow above. " if same else
+                  ("is where the error shows, from the FP16 underflow above. "
+                   if (overflow.evidence.get("overflow") or {}).get("where") == "underflow" else
+                   "is where the error starts with the FP16 overflow above. ") if same else
                   (_fused_where(r, df, plan, lines) or _start_where(r, df, plan, lines)) + _constants_text(consts))
                  + advice if graph_known else
                  "is the first abnormal tensor in dump order" + (f" (device op {group})" if group.startswith("kernel")
@@ -603,20 +684,25 @@ MATERIAL_CHANGES = ("overflow", "underflow_to_zero", "norm_change", "value_chang
 def kernel_constants(r, plan_kernels, compile_findings) -> list[dict]:
     """[{"name", "reader", "change"}]: the constants FP16 changes (the compiler's fp16_constant findings,
     toolkit.compiler.passes.check_constants) that a node of the origin row ``r``'s kernel reads, the material
-    changes first (:data:`MATERIAL_CHANGES`), at most 3; "change" in the compiler's words (``describe``)."""
+    changes first (:data:`MATERIAL_CHANGES`), at most 3; "change" in the compiler's words (``describe``);
+    "source", for a constant a compile pass computed (a BatchNormalization folded into a Conv's weight), where
+    it comes from in the model (``folded_phrase``)."""
     k = plan_kernels.get(str(r.get("Kernel") or ""))
     nodes = set(getattr(k, "nodes", None) or [r.get("NodeName")])
     hits = [f for f in compile_findings if getattr(f, "kind", "") == "fp16_constant"
             and isinstance(f.evidence, dict) and f.evidence.get("reader") in nodes]
     hits.sort(key=lambda f: not any(c in f.evidence for c in MATERIAL_CHANGES))
-    return [{"name": f.subject, "reader": f.evidence["reader"], "change": describe(f.evidence)} for f in hits[:3]]
+    return [{"name": f.subject, "reader": f.evidence["reader"], "change": describe(f.evidence),
+             **({"source": folded_phrase(f.evidence["folded_from"])} if f.evidence.get("folded_from") else {})}
+            for f in hits[:3]]
 
 
 def _constants_text(consts: list[dict]) -> str:
     """"It reads constant 'W' (by 'conv'), which FP16 changes (...). " for :func:`kernel_constants`."""
     if not consts:
         return ""
-    parts = [f"'{c['name']}' (by '{c['reader']}'), which FP16 changes ({c['change']})" for c in consts]
+    parts = [f"'{c['name']}'{' (' + c['source'] + ')' if c.get('source') else ''} (by '{c['reader']}'), which FP16 "
+             f"changes ({c['change']})" for c in consts]
     return f"It reads constant{'s' if len(parts) > 1 else ''} {'; '.join(parts)}. "
 
 

@@ -192,7 +192,8 @@ def _why(first: dict, lines: dict, finding=None) -> str:
     fev = finding.evidence if finding is not None and finding.subject == first.get("node") and \
         isinstance(finding.evidence, dict) else {}
     consts = [c for c in fev.get("fp16_constants") or [] if isinstance(c, dict)]
-    parts = [f"it reads constant '{c.get('name')}', which FP16 changes ({c.get('change')})" for c in consts[:1]]
+    parts = [f"it reads constant '{c.get('name')}'" + (f" ({c['source']})" if c.get("source") else "")
+             + f", which FP16 changes ({c.get('change')})" for c in consts[:1]]
     for metric in ev.get("abnormal_metrics") or []:
         if metric in ev and metric in lines:
             parts.append(f"{metric} {fmt(ev[metric])} (line {fmt(lines[metric])})")
