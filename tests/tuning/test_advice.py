@@ -4,6 +4,7 @@ that need several nodes; every printed fix applied and re-run, checked here agai
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import onnx
@@ -399,3 +400,42 @@ def test_a_met_target_is_called_the_default_only_when_no_line_of_the_users_chang
     assert not fix.needed and fix.default is default
     said = "the default target (" if default else "the target (the default with your lines) ("
     assert said in fix.sentence()
+
+
+def _cos_finite(a, b) -> float:
+    both = np.isfinite(a) & np.isfinite(b)
+    a, b = a[both].astype(np.float64), b[both].astype(np.float64)
+    return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("case", ["all_nan_vs_low_cosine", "partial_nan_vs_lower_cosine", "finite_only",
+                                  "two_with_nan"])
+def test_a_dataset_state_takes_the_cosine_and_the_nan_count_of_the_same_worst_input(case):
+    """The fix sentence's 'output cosine C with N NaN/Inf' over several inputs: C and N are the same input's
+    (an input with NaN/Inf is the worst; more of them, worse; then the lowest cosine), computed here with numpy."""
+    from toolkit.tuning.advice import _state
+    from toolkit.tuning.tune import check_outputs, parse_target
+
+    rng = np.random.default_rng(len(case))
+    g = {k: rng.standard_normal((4, 16)).astype(np.float32) for k in ("a", "b", "c")}
+    dev = {k: v + rng.standard_normal(v.shape).astype(np.float32) * s for (k, v), s in zip(g.items(), (0.01, 0.3, 0.05))}
+    if case == "all_nan_vs_low_cosine":
+        dev["a"][:] = np.nan
+    elif case in ("partial_nan_vs_lower_cosine", "two_with_nan"):
+        dev["a"][0, :5] = np.inf
+    if case == "two_with_nan":
+        dev["c"][:2, :] = np.nan
+    rows = []
+    for k in g:
+        _, r, _ = check_outputs({"y": dev[k]}, {"y": g[k]}, parse_target("CosineSimilarity>=0.9999"))
+        rows += [{**x, "Input": k} for x in r]
+    bad = {k: int((~np.isfinite(dev[k])).sum()) for k in g}
+    worst = max(g, key=lambda k: (bad[k] > 0, bad[k], -_cos_finite(dev[k], g[k]) if np.isfinite(dev[k]).any() else 9))
+    cos, n = _state(rows)
+    assert n == bad[worst]
+    if np.isfinite(dev[worst]).any():
+        assert cos == pytest.approx(_cos_finite(dev[worst], g[worst]), abs=1e-9)
+    else:
+        assert math.isnan(cos)
+    if case == "finite_only":
+        assert worst == "b" and n == 0

@@ -153,8 +153,29 @@ def _worst_cosine(rows: list[dict]) -> float:
 
 
 def _state(rows: list[dict]) -> tuple[float, int]:
-    """(worst output CosineSimilarity over the finite positions, device NaN/Inf count over the outputs)."""
-    return _worst_cosine(rows), int(sum(int(r.get("NaN/Inf") or 0) for r in rows))
+    """(output CosineSimilarity over the finite positions, device NaN/Inf count over the outputs) of the worst
+    input set among ``rows`` (check_outputs rows, by their ``Input``), both of that one input: an input with
+    NaN/Inf is worse than any without (more of them, worse), then the lowest cosine; an output with NaN/Inf and
+    no cosine (no finite position pair) makes its input's cosine NaN ("n/a"). So a dataset's sentence never
+    puts one input's cosine next to another's NaN/Inf count."""
+    by_input: dict = {}
+    for r in rows:
+        by_input.setdefault(r.get("Input"), []).append(r)
+    states = []
+    for group in by_input.values():
+        bad = int(sum(int(r.get("NaN/Inf") or 0) for r in group))
+        blind = any(int(r.get("NaN/Inf") or 0) and not _finite_number(r.get("CosineSimilarity")) for r in group)
+        states.append((math.nan if blind else _worst_cosine(group), bad))
+    if not states:
+        return math.nan, 0
+    return max(states, key=lambda s: (s[1] > 0, s[1], math.isnan(s[0]), -s[0] if not math.isnan(s[0]) else 0.0))
+
+
+def _finite_number(v) -> bool:
+    try:
+        return v is not None and not isinstance(v, bool) and math.isfinite(float(v))
+    except (TypeError, ValueError):
+        return False
 
 
 def _measures(rows: list[dict]) -> dict[str, str]:
@@ -231,7 +252,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
             ok, r, e, tk, _ = tuner.check_one(extras["runtime"], i)
             met, rows, err, tasks = met and ok, rows + r, max(err, e), tasks + tk
     tuner.cache[()] = Trial((), met, err, rows, len(tuner.feeds))
-    fix = VerifiedFix(target=target, needed=not met, before=_worst_cosine(rows), before_nonfinite=_state(rows)[1],
+    fix = VerifiedFix(target=target, needed=not met, before=_state(rows)[0], before_nonfinite=_state(rows)[1],
                       rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others),
                       default=format_target(target) == format_target(parse_target(default_target(prep.model))))
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
