@@ -93,6 +93,7 @@ class VerifiedFix:
     default: bool = True  # ``target`` is the model's default target (no line of the user's changed it)
     inputs: int = 1  # input sets every check ran on (a dataset's worst input first)
     inputs_left_out: int = 0  # a dataset's inputs of another shape than the worst one (not checked)
+    simulated: bool = True  # some kernel of the plan runs on the device (False: everything folded or passed through)
 
     def summary(self) -> dict:
         return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
@@ -111,6 +112,9 @@ class VerifiedFix:
         target = ", ".join(format_target(self.target))
         if not self.needed and self.rows_before and all(r.get("Elements") == 0 for r in self.rows_before):
             return "no fix to verify: every output is empty, so no element was compared against the target"
+        if not self.needed and not self.simulated:
+            return ("no fix to verify: no kernel runs on the device (every output is a constant folded at compile "
+                    "time or a graph input passed through), so there is nothing to keep in FP32")
         if not self.needed:
             return f"no fix needed: the outputs meet {self.target_name()} ({target}) as compiled"
         if self.verdict != "FAIL":
@@ -254,6 +258,7 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     tuner.cache[()] = Trial((), met, err, rows, len(tuner.feeds))
     fix = VerifiedFix(target=target, needed=not met, before=_state(rows)[0], before_nonfinite=_state(rows)[1],
                       rows_before=rows, inputs=len(tuner.feeds), inputs_left_out=len(other_feeds) - len(others),
+                      simulated=bool(extras["compiled"].plan.kernels),
                       default=format_target(target) == format_target(parse_target(default_target(prep.model))))
     progress("verifying the advice: each advised keep_dtype set applied and re-run")
     _as_file_names(findings, prep.model)
