@@ -481,3 +481,41 @@ def test_an_origin_reading_a_folded_batchnorm_weight_says_where_the_weight_comes
     assert consts and "BatchNormalization 'bn'" in consts[0].get("source", "") and "'cw'" in consts[0]["source"]
     assert "BatchNormalization 'bn'" in first[0].recommendation
     assert "BatchNormalization 'bn'" in context.answer_section(diag)["why"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("fusion_level", [0, 2])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_storage_origin_names_the_fused_kernel_that_cancels_not_the_node_its_row_ends_with(tmp_path, fusion_level,
+                                                                                          seed):
+    """Two Gemms with near-equal weights (outputs ~2e3) → Sub 'diff' (their difference ~1e-2: FP16 storage of
+    the Gemm outputs, ulp 1-2, destroys it; checked with numpy) → Mul 'amp'. Fused (Gemm+Sub+Mul in one
+    kernel) the consumer that cannot work from the rounded values is that kernel, named with its nodes, never
+    "'amp' (Mul) cannot work"; unfused it is 'diff' itself."""
+    rng = np.random.default_rng(seed)
+    wa = rng.standard_normal((16, 16)).astype(np.float32)
+    wb = (wa + rng.standard_normal((16, 16)) * 1e-3).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "Wa", "bias"], ["p"], name="gemm_a"),
+             helper.make_node("Gemm", ["x", "Wb", "bias"], ["q"], name="gemm_b"),
+             helper.make_node("Sub", ["p", "q"], ["d"], name="diff"),
+             helper.make_node("Mul", ["d", "k"], ["y"], name="amp")]
+    model = _model(nodes, [("x", [2, 16])], [("y", [2, 16])],
+                   {"Wa": wa, "Wb": wb, "bias": np.full(16, 2000, np.float32), "k": np.float32(100.0)})
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    p, q = x.astype(np.float64) @ wa + 2000, x.astype(np.float64) @ wb + 2000
+    d16 = p.astype(np.float16).astype(np.float64) - q.astype(np.float16).astype(np.float64)
+    assert np.linalg.norm(d16 - (p - q)) > 0.5 * np.linalg.norm(p - q)  # FP16 storage destroys the difference
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, x=x)
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(fusion_level=fusion_level))
+    first = [f for f in diag.findings if f.kind == "first_divergence"]
+    assert first and "storage_rounding" in first[0].evidence
+    text = first[0].recommendation
+    assert "'amp' (Mul" not in text and "'amp' runs in FP16" not in text
+    kernel = first[0].evidence["storage_rounding"].get("consumer_kernel")
+    if fusion_level == 2 and kernel != "diff":  # the Sub is fused with a Gemm and the Mul
+        fused = diag.table.loc[diag.table["Kernel"] == kernel, "NodeName"].tolist()
+        assert len(fused) > 1 and f"kernel '{kernel}' ({', '.join(fused)}" in text
+    else:
+        assert "but 'diff' (Sub" in text

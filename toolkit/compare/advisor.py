@@ -125,9 +125,10 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     if len(keep) > 1:
         order = {k.name: i for i, k in enumerate(plan.kernels)}
         keep = sorted(keep, key=lambda k: order.get(k.name, 0))
-        why = (f"'{storage['consumer_node']}' runs in FP16 too and would round the values again"
+        consumer = _consumer_text(storage, df).split(" (")[0]  # 'node', or kernel 'k' when it fuses several
+        why = (f"{consumer} runs in FP16 too and would round the values again"
                if storage.get("consumer_kernel") in {k.name for k in keep} else
-               f"each of them stores the values in FP16 on their way to '{storage['consumer_node']}'")
+               f"each of them stores the values in FP16 on their way to {consumer}")
         return f"{_keep_kernels_advice(keep)}: {why}", keep
     k = plan_kernels.get(row.get("Kernel", ""))
     if k is None or getattr(k, "precision", "") != "fp32":  # compare-dumps' kernels carry no precision
@@ -151,8 +152,25 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
             + " with repro/"), []
 
 
-def _storage_where(ev: dict, row) -> str:
-    """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence)."""
+def _consumer_text(ev: dict, df: pd.DataFrame | None) -> str:
+    """"'node' (OpType, precision)" of a storage origin's consumer, or "kernel 'k' (a, b, c: KernelOpType,
+    precision)" when the consumer's row is written by a kernel fusing several nodes (the Mul a Gemm+Sub+Mul
+    kernel ends with is not what cancels; the kernel is)."""
+    node, op, prec = ev.get("consumer_node", ""), ev.get("consumer_op_type", ""), ev.get("consumer_precision", "")
+    rows = df[df["NodeName"] == node] if df is not None and "NodeName" in df.columns else None
+    if rows is not None and len(rows):
+        r = rows.iloc[0]
+        nodes = [n for n in str(r.get("FusedNodes") or "").split(";") if n and n != "nan"]
+        kernel = str(r.get("Kernel") or "")
+        if len(nodes) > 1 and kernel:
+            kop = str(r.get("KernelOpType") or "")
+            return f"kernel '{kernel}' ({', '.join(nodes)}{': ' + kop if kop and kop != 'nan' else ''}, {prec})"
+    return f"'{node}' ({op}, {prec})"
+
+
+def _storage_where(ev: dict, row, df: pd.DataFrame | None = None) -> str:
+    """The origin text of a tensor whose FP16 storage destroys a consumer's result (``ev``: its evidence;
+    ``df``: the layer table, to name a fused consumer by its kernel)."""
     metric = ev.get("metric") or "CosineSimilarity"
     exact = ev.get("exact_value", ev.get("exact_cosine"))
     stored = ev.get("stored_value", ev.get("stored_cosine"))
@@ -161,8 +179,7 @@ def _storage_where(ev: dict, row) -> str:
     fate = (f"past FP16 max {FP16_MAX:.0f}, its largest values become inf" if absmax > FP16_MAX
             else "it is rounded within FP16 noise")
     return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), {fate}, "
-            f"but '{ev['consumer_node']}' ({ev['consumer_op_type']}, {ev['consumer_precision']}) "
-            f"cannot work from the rounded values: {how} on the exact reference inputs it matches ({metric} "
+            f"but {_consumer_text(ev, df)} cannot work from the rounded values: {how} on the exact reference inputs it matches ({metric} "
             f"{show(exact)}), on them rounded to FP16 as the plan stores them it does not ({metric} "
             f"{show(stored)}). ")
 
@@ -573,7 +590,7 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         if consts:
             ev["fp16_constants"] = consts
         group = _what(r, kernels)
-        where = ((_storage_where(storage, r) if storage else
+        where = ((_storage_where(storage, r, df) if storage else
                   ("is where the error shows, from the FP16 underflow above. "
                    if (overflow.evidence.get("overflow") or {}).get("where") == "underflow" else
                    "is where the error starts with the FP16 overflow above. ") if same else
