@@ -303,14 +303,35 @@ def test_an_input_nothing_provides_is_named_as_missing(tmp_path, where):
 
 @pytest.mark.parametrize("names", [
     ["a", "a__2", "a__3", "b", "b__x", "a__2__2", "c__", "__4", "d__10"],
+    ["dense", "dense__2", "dense"],  # a real 'dense__2' is not a twin, and the repeat does not take its name
+    ["", "Relu_1", "", "x", "x", "x__2"],  # an unnamed node's made name never takes a real one
     ["x"],
     [f"n{i % 5}" + (f"__{i}" if i % 3 else "") for i in range(40)],
+    [("" if i % 4 == 0 else f"m{i % 3}") for i in range(30)],
 ])
-def test_twins_index_lists_what_renamed_twins_finds_for_every_name(names):
-    """The one-pass index and the per-name search agree on every name, and both are empty without renames."""
-    model = helper.make_model(helper.make_graph([], "g", [], []))
-    assert ld.twins_index(model, names) == {}
-    helper.set_model_props(model, {"npuscope.renamed_nodes": "1"})
-    index = ld.twins_index(model, names)
+def test_loader_names_are_unique_never_a_file_name_and_map_back_to_the_file(names):
+    """normalise_node_names: every node ends with a unique name; a name it makes is never one the file gives
+    another node; twins_index / file_names_of / renamed_twins map exactly the renamed repeats back to the
+    file's name (computed here from the list), unnamed nodes map to "" in loader_names, and nothing when the
+    file's names are unique."""
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=n) for i, n in enumerate(names)]
+    model = helper.make_model(helper.make_graph(nodes, "g", [], []))
+    renamed = ld.normalise_node_names(model)
+    got = [n.name for n in model.graph.node]
+    assert len(set(got)) == len(got) and all(got)
+    first = {n: names.index(n) for n in names if n}
+    for i, (old, new) in enumerate(zip(names, got)):
+        if old and first[old] == i:
+            assert new == old  # the first node of a name keeps it
+        else:
+            assert new not in set(names)  # a made name never takes one the file gives
+    expected_back = {new: old for i, (old, new) in enumerate(zip(names, got)) if old and first[old] != i}
+    assert ld.file_names_of(model) == expected_back
+    assert ld.loader_names(model) == {new: old for new, old in zip(got, names) if new != old}
+    assert renamed == len(ld.loader_names(model))
+    index = ld.twins_index(model, got)
     for name in set(names) | {"a", "b", "c", "n1"}:
-        assert index.get(name, []) == ld.renamed_twins(model, names, name)
+        assert index.get(name, []) == ld.renamed_twins(model, got, name)
+        assert sorted(index.get(name, [])) == sorted(k for k, v in expected_back.items() if v == name)
+    assert ld.normalise_node_names(model) == 0 and ld.loader_names(model) == {new: old for new, old in zip(got, names)
+                                                                             if new != old}  # idempotent

@@ -21,6 +21,7 @@ there the same way (mapped at their offset in the .onnx file).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from pathlib import Path
@@ -440,53 +441,79 @@ def check_known_ops(model: onnx.ModelProto, where: str) -> None:
     visit(model.graph)
 
 
+#: metadata_props key of the loader's renames: JSON {name the loader gave a node: the name the file gives it ("" for
+#: an unnamed node)} (:func:`normalise_node_names`).
+NODE_NAMES_KEY = "npuscope.node_names"
+
+
 def normalise_node_names(model: onnx.ModelProto) -> int:
     """Give every top-level node a unique, non-empty name; returns how many were renamed.
 
-    Empty names become ``<OpType>_<index>``; a repeated name gets ``__<n>`` appended.
+    Empty names become ``<OpType>_<index>``; a repeated name keeps it on its first node and gets ``__<n>``
+    appended on the others. A name made here is never one the file gives another node (the smallest free
+    ``__<n>`` is taken: a file with nodes ``dense``, ``dense__2``, ``dense`` gets ``dense__3``). What was renamed
+    is recorded in the model's metadata (:data:`NODE_NAMES_KEY`, merged with an earlier call's, and the count in
+    ``npuscope.renamed_nodes``), which :func:`twins_index` and :func:`loader_names` read.
     """
+    taken = {n.name for n in model.graph.node if n.name}
     seen: set[str] = set()
-    renamed = 0
+    made: dict[str, str] = {}
     for i, node in enumerate(model.graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        base, k = name, 2
-        while name in seen:
+        if node.name and node.name not in seen:
+            seen.add(node.name)
+            continue
+        base = node.name or f"{node.op_type}_{i}"
+        name, k = base, 1
+        if node.name or base in seen or base in taken:  # a repeat, or an unnamed node's name already in use
+            k = 2
             name = f"{base}__{k}"
-            k += 1
-        if name != node.name:
-            node.name = name
-            renamed += 1
+            while name in seen or name in taken:
+                k += 1
+                name = f"{base}__{k}"
+        made[name] = node.name
+        node.name = name
         seen.add(name)
-    if renamed:
-        meta = {p.key: p for p in model.metadata_props}
-        if "npuscope.renamed_nodes" in meta:
-            meta["npuscope.renamed_nodes"].value = str(renamed)
-        else:
-            onnx.helper.set_model_props(model, {**{p.key: p.value for p in model.metadata_props},
-                                                "npuscope.renamed_nodes": str(renamed)})
-    return renamed
+    if made:
+        props = {p.key: p.value for p in model.metadata_props}
+        known = loader_names(model)
+        known.update(made)
+        props["npuscope.renamed_nodes"] = str(len(known))
+        props[NODE_NAMES_KEY] = json.dumps(known, ensure_ascii=False, sort_keys=True)
+        del model.metadata_props[:]
+        onnx.helper.set_model_props(model, props)
+    return len(made)
+
+
+def loader_names(model: onnx.ModelProto) -> dict[str, str]:
+    """{name :func:`normalise_node_names` gave a node: the name the model file gives it, "" for an unnamed
+    node}; {} when it renamed none."""
+    for p in model.metadata_props:
+        if p.key == NODE_NAMES_KEY:
+            try:
+                got = json.loads(p.value)
+            except ValueError:
+                return {}
+            return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+    return {}
 
 
 def renamed_twins(model: onnx.ModelProto, names, name: str) -> list[str]:
     """The names :func:`normalise_node_names` gave to later nodes that the model file also called ``name``
-    (``name__2``, ``name__3``...), among ``names`` (the node names to search), when the loader renamed
-    duplicates (``model``'s ``npuscope.renamed_nodes`` metadata); [] otherwise."""
-    if not has_renamed_nodes(model):
-        return []
-    return [n for n in names if n.startswith(name + "__") and n[len(name) + 2:].isdigit()]
+    (``name__2``, ``name__3``...), among ``names`` (the node names to search); [] when it renamed none."""
+    return twins_index(model, names).get(name, [])
 
 
 def twins_index(model: onnx.ModelProto, names) -> dict[str, list[str]]:
     """{file name: [the names :func:`normalise_node_names` gave to later nodes the file also called so]} over
-    ``names`` (the node names to search), in one pass: :func:`renamed_twins` for every name at once; {} when
-    the loader renamed nothing."""
-    if not has_renamed_nodes(model):
-        return {}
+    ``names`` (the node names to search), in one pass, from the recorded renames (:func:`loader_names`; a name
+    the file itself gives, such as a real ``dense__2``, is never taken for a twin); {} when the loader renamed
+    nothing."""
+    made = loader_names(model) if has_renamed_nodes(model) else {}
     index: dict[str, list[str]] = {}
     for n in names:
-        base, sep, k = n.rpartition("__")
-        if sep and base and k.isdigit():
-            index.setdefault(base, []).append(n)
+        old = made.get(n)
+        if old:
+            index.setdefault(old, []).append(n)
     return index
 
 

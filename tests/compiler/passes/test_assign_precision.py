@@ -536,3 +536,21 @@ def test_keep_dtype_naming_a_node_inside_a_control_flow_body_is_a_warning_not_an
     assert host and all(k.precision == "fp32" for k in host)
     with pytest.raises(ConfigError, match="not in the model"):
         compile_model(model, Config.from_dict({"keep_dtype": ["inner_nowhere"]}))
+
+
+@pytest.mark.parametrize("names,entry,file_name", [
+    (["dense", "dense", "out"], "dense__2", "dense"),  # a repeat the loader renamed
+    (["", "Mul_1", "out"], "Mul_0", ""),  # an unnamed node
+    (["Mul_1", "", "out"], "Mul_1__2", ""),  # an unnamed node whose made name steps around a real one
+])
+def test_keep_dtype_naming_a_node_by_the_loaders_name_warns_that_a_converter_does_not_know_it(names, entry, file_name):
+    """The entry is applied (that node runs in FP32), with a loader_node_name warning naming what the file calls
+    it; the file's own names give no such warning."""
+    nodes = [N("Mul", ["x", "k"], ["a"], names[0]), N("Mul", ["a", "k"], ["b"], names[1]), N("Relu", ["b"], ["y"], names[2])]
+    model = make_model(nodes, [("x", [2, 4])], ["y"], {"k": np.full((2, 4), 3.0, np.float32)})
+    res = compile_model(model, Config.from_dict({"precision_mode": "force_fp16", "keep_dtype": [entry]}))
+    warn = [f for f in res.findings if f.kind == "loader_node_name"]
+    assert len(warn) == 1 and warn[0].subject == entry and warn[0].evidence["file_name"] == file_name
+    assert [k.precision for k in res.plan.kernels if entry in k.nodes] == ["fp32"]
+    ok = compile_model(model, Config.from_dict({"precision_mode": "force_fp16", "keep_dtype": ["out"]}))
+    assert not [f for f in ok.findings if f.kind == "loader_node_name"]

@@ -43,7 +43,7 @@ from toolkit.core.errors import ConfigError
 from toolkit.core.records import Finding
 from toolkit.core.text import suggest
 from toolkit.ir.graph import enclosing_nodes
-from toolkit.ir.load import has_renamed_nodes, twins_index
+from toolkit.ir.load import has_renamed_nodes, loader_names, twins_index
 from toolkit.precision.contract import default_mixlists
 from toolkit.precision.options import (
     ALL_FP32_MODES,
@@ -119,14 +119,24 @@ def _warn(ctx, kind: str, subject: str, evidence: dict, text: str, fix: str, log
 
 
 def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
-    """Warn for keep_dtype names the compiled model runs in no kernel (folded at compile time, never run, or a
+    """Warn for a keep_dtype name the loader made (toolkit.ir.load.loader_names: an unnamed or repeated node in
+    the file; a converter does not know it), and for names the compiled model runs in no kernel (folded at
+    compile time, never run, or a
     node inside an If/Loop/Scan body: toolkit.ir.graph.enclosing_nodes, computed in FP32 on the host already);
     raise ConfigError for a name that was never a node of the model, at any depth."""
     in_kernels = {n for k in ctx.kernels for n in k.nodes}
     in_graph = {n.name for n in ctx.graph.nodes}
     folded = set(ctx.folded_nodes) | set(ctx.folded)
     inner: dict[str, str] | None = None  # built only when a name is not a top-level node (rare)
+    made = loader_names(ctx.graph.model) if has_renamed_nodes(ctx.graph.model) else {}
     for name, text in keep_names.items():
+        if name in made:  # applied here, but a converter reading the model file knows no such node
+            file_name = made[name]
+            _warn(ctx, "loader_node_name", text, {"option": "keep_dtype", "entry": text, "file_name": file_name},
+                  f"keep_dtype entry '{text}' is npuscope's name for a node the model file "
+                  + (f"also calls '{file_name}'" if file_name else "leaves unnamed")
+                  + ": it is kept here, but a converter reading the file does not know that name",
+                  "give the node a unique name in the model (re-export it), then name it in keep_dtype", log)
         if name in in_kernels:
             continue
         if inner is None and name not in folded and name not in in_graph:
