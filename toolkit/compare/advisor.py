@@ -179,7 +179,8 @@ def _storage_where(ev: dict, row, df: pd.DataFrame | None = None) -> str:
     fate = (f"past FP16 max {FP16_MAX:.0f}, its largest values become inf" if absmax > FP16_MAX
             else "it is rounded within FP16 noise")
     return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), {fate}, "
-            f"but {_consumer_text(ev, df)} cannot work from the rounded values: {how} on the exact reference inputs it matches ({metric} "
+            f"but {_consumer_text(ev, df)} cannot work from the rounded values: {how} on the exact reference "
+            f"inputs it matches ({metric} "
             f"{show(exact)}), on them rounded to FP16 as the plan stores them it does not ({metric} "
             f"{show(stored)}). ")
 
@@ -314,7 +315,7 @@ def overflow_site(r, plan, df: pd.DataFrame, values=None, model=None) -> dict:
                 return {"where": "intermediate", "tensor": t, "golden_absmax": a, "producer": producer.get(t, "")}
     if own["golden_absmax"] > FP16_MAX:
         return own
-    if k is not None and tensors is not None and values is not None:
+    if k is not None and tensors is not None and values is not None and getattr(k, "precision", "") == "fp16":
         low = _underflow_input(k, plan, df, values, model)
         if low is not None:
             return low
@@ -339,8 +340,8 @@ def _underflow_input(k, plan, df: pd.DataFrame, values: dict, model=None) -> dic
     """The ``"underflow"`` site of FP16 kernel ``k`` (:func:`overflow_site`), or None: the inputs of the kernel
     whose reference holds non-zero values FP16 flushes to 0 (|v| < 2^-25), when the kernel holds an op of
     :data:`SINGULAR_AT_ZERO` (with ``model``: only the inputs that op reads at its singular position, so a
-    numerator that flushes to 0 does not count). ``tensor``/``producer``/``flushed``/``golden_absmin``: the first such input;
-    ``tensors``: all of them (a ratio of two tiny values needs both kept non-zero)."""
+    numerator that flushes to 0 does not count). ``tensor``/``producer``/``flushed``/``golden_absmin``: the
+    first such input; ``tensors``: all of them (two tiny divisors of one kernel need both kept non-zero)."""
     if not set(SINGULAR_AT_ZERO) & set(_kernel_ops(k, df)):
         return None
     singular = _singular_inputs(k, model)  # with the model: only what a singular position reads

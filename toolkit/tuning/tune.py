@@ -67,8 +67,9 @@ from toolkit.tuning.sensitivity import (
 
 #: The default target on float outputs: cosine, and an absolute error of 1e-2 per element that grows with the
 #: value and the output's rounding depth where FP16 rounding alone exceeds it (the ``|fp16`` suffix,
-#: toolkit.tuning.allowance; issue 17: large outputs and deep networks are not flagged for rounding). A ``--target`` the user writes is applied as written: its
-#: MaxAbsoluteError is absolute unless it carries ``|fp16`` itself.
+#: toolkit.tuning.allowance; issue 17: large outputs and deep networks are not flagged for rounding). A
+#: ``--target`` the user writes is applied as written: its MaxAbsoluteError is absolute unless it carries
+#: ``|fp16`` itself.
 DEFAULT_TARGET = "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16"
 #: Added to the default target when a graph output may be integer or bool: such an output is right only when
 #: every element matches (the abnormal line of ExactMatchRate, toolkit.compare.metrics.exact).
