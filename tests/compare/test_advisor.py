@@ -519,3 +519,28 @@ def test_a_storage_origin_names_the_fused_kernel_that_cancels_not_the_node_its_r
         assert len(fused) > 1 and f"kernel '{kernel}' ({', '.join(fused)}" in text
     else:
         assert "but 'diff' (Sub" in text
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("big", [1e5, 3e6])
+def test_an_overflow_in_a_fused_kernel_reading_a_constant_past_fp16_names_the_constant_not_the_fp32_intermediate(
+        tmp_path, big):
+    """MatMul → Mul by ``big`` (past 65504: FP16 stores the constant as inf) → Mul by 1/``big``, fused into one
+    kernel whose intermediates are FP32: the cause is the constant and the node reading it, not the on-chip
+    intermediate (it holds the large value without overflowing)."""
+    rng = np.random.default_rng(int(big) % 97)
+    w = (rng.standard_normal((16, 16)) * 0.2).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+             helper.make_node("Mul", ["m", "big"], ["up"], name="scale_up"),
+             helper.make_node("Mul", ["up", "small"], ["y"], name="scale_down")]
+    model = _model(nodes, [("x", [2, 16])], [("y", [2, 16])],
+                   {"W": w, "big": np.float32(big), "small": np.float32(1 / big)})
+    assert np.isinf(np.float16(big))  # independently: FP16 cannot hold the constant
+    mp, ip = tmp_path / "m.onnx", tmp_path / "x.npz"
+    onnx.save(model, mp)
+    np.savez(ip, x=rng.standard_normal((2, 16)).astype(np.float32))
+    diag, _ = diagnose(prepare(str(mp), str(ip)), Config(precision_mode="force_fp16", fusion_level=2))
+    ov = [f for f in diag.findings if f.kind == "fp16_overflow"]
+    assert ov and ov[0].evidence["overflow"]["where"] == "constant"
+    assert ov[0].evidence["overflow"]["tensor"] == "big" and ov[0].evidence["overflow"].get("reader") == "scale_up"
+    assert "intermediate" not in ov[0].recommendation and "'scale_up' reads constant 'big'" in ov[0].recommendation

@@ -426,7 +426,8 @@ def _constant_site(r, site: dict, plan_kernels, model) -> dict:
                 if a.dtype.kind == "f" and a.size:
                     absmax = float(np.nanmax(np.abs(a.astype(np.float64))))
                     if absmax > FP16_MAX:
-                        return {**site, "where": "constant", "tensor": i, "golden_absmax": absmax}
+                        return {**site, "where": "constant", "tensor": i, "golden_absmax": absmax,
+                                "reader": node.name}
     return site
 
 
@@ -453,10 +454,12 @@ def _site_text(r, site: dict, plan_kernels) -> str:
     if site["where"] == "output":
         return f"FP16 overflow at the output of '{node}' ({op}): {past}, which FP16 storage turns into inf"
     if site["where"] == "constant":
-        return (f"FP16 overflow at '{node}' ({op}): it reads constant '{site['tensor']}', {past}, which the FP16 "
+        reads = ("it reads" if site.get("reader", node) == node else
+                 f"its kernel's node '{site['reader']}' reads")
+        return (f"FP16 overflow at '{node}' ({op}): {reads} constant '{site['tensor']}', {past}, which the FP16 "
                 f"kernel stores as inf (see the fp16_constant finding); its own output stays within FP16 (golden "
                 f"|x| up to {out})" if not output_too else
-                f"FP16 overflow at '{node}' ({op}): it reads constant '{site['tensor']}', {past}, which the FP16 "
+                f"FP16 overflow at '{node}' ({op}): {reads} constant '{site['tensor']}', {past}, which the FP16 "
                 "kernel stores as inf (see the fp16_constant finding)")
     if site["where"] == "underflow":
         src = (f"graph input '{site['tensor']}'" if not site["producer"] else
@@ -500,7 +503,9 @@ def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=
         plan = SimpleNamespace(kernels=list(plan_kernels.values()))
     if acc is None:
         site = overflow_site(r, plan, table, values, model)
-        if site["where"] == "computation" and model is not None:
+        if site["where"] in ("computation", "intermediate") and model is not None:
+            # a fused kernel keeps its intermediates in FP32 (the numerics contract): a value past 65504 there
+            # overflows nothing itself, while a constant past 65504 the kernel reads is stored as inf
             site = _constant_site(r, site, plan_kernels, model)
         if site["where"] == "computation" and str(r.get("Role") or "") == "propagated":
             site = {**site, "where": "propagated"}  # its inputs are abnormal already: the error comes from upstream
