@@ -439,3 +439,21 @@ def test_a_dataset_state_takes_the_cosine_and_the_nan_count_of_the_same_worst_in
         assert math.isnan(cos)
     if case == "finite_only":
         assert worst == "b" and n == 0
+
+
+@pytest.mark.parametrize("bad_fraction", [0.25, 0.75, 1.0])
+def test_a_cosine_next_to_nan_inf_says_it_is_over_the_finite_values_and_how_many_of_all(bad_fraction):
+    """'0.99998 with 96 NaN/Inf' read as almost fine when 96 of 128 values are NaN/Inf: the text says the cosine
+    is over the finite values and gives N of M (counted here), or n/a when nothing finite is left."""
+    from toolkit.tuning.advice import _measures
+    from toolkit.tuning.tune import check_outputs, parse_target
+
+    rng = np.random.default_rng(int(bad_fraction * 8))
+    g = rng.standard_normal((4, 32)).astype(np.float32)
+    d = g + rng.standard_normal(g.shape).astype(np.float32) * 1e-3
+    n_bad = int(bad_fraction * g.size)
+    d.reshape(-1)[:n_bad] = np.inf
+    _, rows, _ = check_outputs({"y": d}, {"y": g}, parse_target("CosineSimilarity>=0.9999"))
+    text = _measures([{**r, "Input": "x"} for r in rows])["cosine"]
+    assert text.endswith(f"with {n_bad} of {g.size} NaN/Inf")
+    assert text.startswith("n/a") if n_bad == g.size else "on the finite values" in text

@@ -162,6 +162,12 @@ def _state(rows: list[dict]) -> tuple[float, int]:
     NaN/Inf is worse than any without (more of them, worse), then the lowest cosine; an output with NaN/Inf and
     no cosine (no finite position pair) makes its input's cosine NaN ("n/a"). So a dataset's sentence never
     puts one input's cosine next to another's NaN/Inf count."""
+    cos, bad, _ = _worst_input_state(rows)
+    return cos, bad
+
+
+def _worst_input_state(rows: list[dict]) -> tuple[float, int, int]:
+    """(cosine, NaN/Inf count, float elements) of the worst input among ``rows`` (:func:`_state`'s order)."""
     by_input: dict = {}
     for r in rows:
         by_input.setdefault(r.get("Input"), []).append(r)
@@ -169,9 +175,10 @@ def _state(rows: list[dict]) -> tuple[float, int]:
     for group in by_input.values():
         bad = int(sum(int(r.get("NaN/Inf") or 0) for r in group))
         blind = any(int(r.get("NaN/Inf") or 0) and not _finite_number(r.get("CosineSimilarity")) for r in group)
-        states.append((math.nan if blind else _worst_cosine(group), bad))
+        size = int(sum(int(r.get("Elements") or 0) for r in group if "CosineSimilarity" in r))
+        states.append((math.nan if blind else _worst_cosine(group), bad, size))
     if not states:
-        return math.nan, 0
+        return math.nan, 0, 0
     return max(states, key=lambda s: (s[1] > 0, s[1], math.isnan(s[0]), -s[0] if not math.isnan(s[0]) else 0.0))
 
 
@@ -184,12 +191,16 @@ def _finite_number(v) -> bool:
 
 def _measures(rows: list[dict]) -> dict[str, str]:
     """{label: value text} of the outputs' state in ``rows`` (toolkit.tuning.tune.check_outputs): "cosine"
-    (worst CosineSimilarity of the float outputs, "… with N NaN/Inf" when the device wrote some) and
+    (worst CosineSimilarity of the float outputs; when the device wrote NaN/Inf, "C on the finite values, with
+    N of M NaN/Inf", or "n/a with N of M NaN/Inf" when no finite pair is left: a cosine over a quarter of the
+    values is not read as the output's) and
     "ExactMatchRate" (worst of the integer/bool outputs), each only when such an output was checked."""
     out = {}
     if any(not math.isnan(float(r.get("CosineSimilarity", math.nan))) or r.get("NaN/Inf") for r in rows):
-        cos, bad = _state(rows)
-        out["cosine"] = _value(cos) + (f" with {bad} NaN/Inf" if bad else "")
+        cos, bad, size = _worst_input_state(rows)
+        of = f" of {size}" if size >= bad > 0 else ""
+        finite = " on the finite values," if bad and not math.isnan(cos) else ""
+        out["cosine"] = _value(cos) + (f"{finite} with {bad}{of} NaN/Inf" if bad else "")
     if any(not math.isnan(float(r.get("ExactMatchRate", math.nan))) for r in rows):
         out["ExactMatchRate"] = _value(_worst(rows, "ExactMatchRate"))
     return out
