@@ -729,3 +729,23 @@ def test_a_resumed_dataset_run_leaves_no_report_file_of_the_earlier_run(tmp_path
     assert (out / "my_notes.txt").read_text() == "mine"
     assert (out / "mine" / "keep_dtype.txt").read_text() == "not the tool's"
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_no_fix_needed_is_recorded_as_met_in_summary_json(tmp_path):
+    """'no fix needed: the outputs meet the default target' and summary.json's fix agree: needed False, met True
+    (a script reading fix.met must not conclude the target is missed), keep_dtype empty. The bundled model's
+    outputs are checked here against onnxruntime: within the default target's lines."""
+    from toolkit.diagnose import prepare
+    from toolkit.engine import Session, shapes_of
+    from toolkit.ort.reference import ReferenceRunner
+
+    res = diagnose_command("resnet_small", Config(), out=str(tmp_path / "o"), html=False)
+    prep = prepare("resnet_small", None)
+    got = Session(prep.model, Config(), input_shapes=shapes_of(prep.feeds)).run(prep.feeds).outputs["logits"]
+    ref = ReferenceRunner(prep.model, expose=False).run(prep.feeds)["logits"].astype(np.float64)
+    got = got.astype(np.float64)
+    assert float(got.ravel() @ ref.ravel() / np.linalg.norm(got) / np.linalg.norm(ref)) >= 0.9999
+    assert float(np.abs(got - ref).max()) <= 1e-2  # independently: the default target holds as compiled
+    fix = json.loads((tmp_path / "o" / "summary.json").read_text())["fix"]
+    assert fix["needed"] is False and fix["met"] is True and fix["keep_dtype"] == []
+    assert "no fix needed" in fix["sentence"]

@@ -96,8 +96,11 @@ class VerifiedFix:
     simulated: bool = True  # some kernel of the plan runs on the device (False: everything folded or passed through)
 
     def summary(self) -> dict:
+        """The summary.json entry. ``met``: the target holds with ``keep_dtype`` added, so also True when no fix
+        is needed (the given config meets it, with the empty set) and the plan ran a kernel."""
+        met = self.met if self.needed else (self.simulated and not self.rows_empty())
         return {"target": format_target(self.target), "needed": self.needed, "searched": self.searched,
-                "met": self.met, "keep_dtype": list(self.keep_dtype), "output_cosine_before": self.before,
+                "met": bool(met), "keep_dtype": list(self.keep_dtype), "output_cosine_before": self.before,
                 "output_cosine_after": self.after,
                 "output_nonfinite_before": self.before_nonfinite, "output_nonfinite_after": self.after_nonfinite,
                 "trials": self.trials, "search_log": list(self.log), "not_searched": self.not_searched,
@@ -106,6 +109,10 @@ class VerifiedFix:
     def target_name(self) -> str:
         """"the default target", or "the target (the default with your lines)" when the user's lines changed it."""
         return "the default target" if self.default else "the target (the default with your lines)"
+
+    def rows_empty(self) -> bool:
+        """Every output checked before is empty (no element compared against the target)."""
+        return bool(self.rows_before) and all(r.get("Elements") == 0 for r in self.rows_before)
 
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
