@@ -356,6 +356,7 @@ def diagnose_dataset(model: str | None, config: Config, *, inputs: str, threshol
             atomic_write_text(stage / "dataset.csv", _csv_text(layers))
             atomic_write_text(stage / "inputs.csv", _csv_text(table))
             diag.artifacts = {"dataset": "dataset.csv", "inputs": "inputs.csv", "manifest": "manifest.json"}
+            diag.artifact_dirs = [folder]  # the store's manifest.json stays in the run folder
             written, note = write_fix(fix, diag, stage)
             render = None
             if html:

@@ -54,6 +54,9 @@ class Diagnosis:
         triage: {"stage", "fp32_first_divergence", "evidence"} of the force_fp32 re-run.
         environment: package versions, CPU, threads, relevant environment variables.
         artifacts: {label: relative file name} of every file written next to the report.
+        artifact_dirs: folders that hold artifacts the report lists but does not write itself, looked in when a
+            name is not in the report's own folder (a dataset report, staged in a folder of its own before it is
+            moved in: the run folder with the store's manifest.json).
         neighbourhood: DataFrame (Src, Dst, Tensor) of the edges around the origin nodes and on to the graph
             outputs (toolkit.ir.neighbourhood); empty when no origin was found. Drawn by the report's graph view.
     """
@@ -71,3 +74,4 @@ class Diagnosis:
     environment: dict = field(default_factory=dict)
     artifacts: dict = field(default_factory=dict)
     neighbourhood: pd.DataFrame = field(default_factory=pd.DataFrame)
+    artifact_dirs: list = field(default_factory=list)

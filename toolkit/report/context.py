@@ -469,13 +469,15 @@ THIS_PAGE = "this page"
 def artifacts_section(diag: Diagnosis, out_dir=None, page: str = "index.html") -> list[dict]:
     """One row per ``diag.artifacts`` entry: {label, name, href, size}. ``size`` (with ``out_dir``) is the file's
     size on disk, "folder", "missing", or :data:`THIS_PAGE` for ``page``, the report file being rendered (not on
-    disk yet, or an older copy, while its own table is built)."""
+    disk yet, or an older copy, while its own table is built). A name not in ``out_dir`` is looked up in
+    ``diag.artifact_dirs`` (files the report lists but another part of the run writes)."""
     out = []
     for label, name in (diag.artifacts or {}).items():
         href = safe_href(name)
         size = ""
         if out_dir is not None and href is not None:
-            p = Path(out_dir) / str(name)
+            p = next((d / str(name) for d in [Path(out_dir), *map(Path, getattr(diag, "artifact_dirs", []) or [])]
+                      if (d / str(name)).exists()), Path(out_dir) / str(name))
             size = (THIS_PAGE if str(name) == page else human_bytes(p.stat().st_size) if p.is_file()
                     else "folder" if p.is_dir() else "missing")
         out.append({"label": fmt(label), "name": fmt(name), "href": href or "", "size": size})
