@@ -536,6 +536,8 @@ def test_keep_dtype_naming_a_node_inside_a_control_flow_body_is_a_warning_not_an
     assert host and all(k.precision == "fp32" for k in host)
     with pytest.raises(ConfigError, match="not in the model"):
         compile_model(model, Config.from_dict({"keep_dtype": ["inner_nowhere"]}))
+    with pytest.raises(ConfigError, match="did you mean 'inner_add'"):  # a body's names are suggested too
+        compile_model(model, Config.from_dict({"keep_dtype": ["inner_addd"]}))
 
 
 @pytest.mark.parametrize("names,entry,file_name", [

@@ -151,7 +151,7 @@ def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
                    "FP32 (AI_CPU) whatever the precision settings: it is computed in FP32 already")
         else:
             raise ConfigError(f"{cfg.where('keep_dtype')} names node '{name}', which is not in the model"
-                              f"{suggest(name, in_kernels | in_graph)}; give node names of the .onnx file or "
+                              f"{suggest(name, in_kernels | in_graph | set(inner or ()))}; give node names of the .onnx file or "
                               "'OpType::X' entries")
         _warn(ctx, "option_unmatched", text, {"option": "keep_dtype", "entry": text, "reason": why},
               f"keep_dtype entry '{text}' matches no kernel: node '{name}' {how}",
