@@ -382,6 +382,9 @@ def test_advice_for_a_node_whose_name_the_file_repeats_uses_the_files_name(tmp_p
     assert advised and all(f.evidence["keep_dtype"] == ["dense"] for f in advised)
     assert all(f"names 'dense' {layers} nodes" in f.recommendation for f in advised)
     assert fix.met and fix.keep_dtype == ["dense"]
+    # the fix sentence says the one name keeps every node the file calls so (counted here from the file)
+    assert fix.kept_nodes == sum(n.name == "dense" for n in model.graph.node) == layers
+    assert f"'dense' (naming {layers} nodes" in fix.sentence()
 
 
 @pytest.mark.parametrize("lines,default", [(None, True), ("y:MaxAbsoluteError<=1e-2", False),

@@ -46,6 +46,7 @@ from toolkit.tuning.tune import (
     check_outputs,
     default_target,
     format_target,
+    kept_nodes,
     measure_shares,
     parse_target,
     search_ranked,
@@ -94,6 +95,7 @@ class VerifiedFix:
     inputs: int = 1  # input sets every check ran on (a dataset's worst input first)
     inputs_left_out: int = 0  # a dataset's inputs of another shape than the worst one (not checked)
     simulated: bool = True  # some kernel of the plan runs on the device (False: everything folded or passed through)
+    kept_nodes: int = 0  # graph nodes keep_dtype names (an entry the file gives several nodes names each)
 
     def summary(self) -> dict:
         """The summary.json entry. ``met``: the target holds with ``keep_dtype`` added, so also True when no fix
@@ -132,6 +134,9 @@ class VerifiedFix:
             more = len(self.keep_dtype) - len(shown)
             names = ", ".join(shown) + (f" and {more} more ({len(self.keep_dtype)} in all, listed in keep_dtype.txt)"
                                         if more > 0 else "")
+            if self.kept_nodes > len(self.keep_dtype):  # the file repeats some of these names: each keeps all
+                names += (f" (naming {self.kept_nodes} nodes: the model file gives some of these names to several "
+                          "nodes, and keep_dtype keeps every one)")
             on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
             if self.inputs_left_out:  # one compiled plan per shape: the others were not run with the fix
                 return (f"fix for the worst input's shape, verified on its {self.inputs} input(s) only: keeping "
@@ -351,6 +356,7 @@ def _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met,
         progress("verifying the fix from scratch")
         _, after_rows, _, ok, _ = _verify(tuner, cfg)
         fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
+        fix.kept_nodes = kept_nodes(tuner.model, chosen)
         fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
         origins = [f for f in findings if f.kind in ORIGIN_KINDS]
         part = _origins_part(origins, tuner, fix) if origins else None
