@@ -625,16 +625,7 @@ def test_a_dataset_diagnosis_verifies_the_worst_inputs_fix_as_a_single_input_doe
     from toolkit.engine import Session, shapes_of
 
     rng = np.random.default_rng(3)
-    w1 = rng.normal(0, 1, (16, 64)).astype(np.float32)
-    w2 = rng.normal(0, 1, (64, 8)).astype(np.float32)
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
-                           helper.make_node("Relu", ["h"], ["r"], name="relu"),
-                           helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
-                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
-    path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    path = _mm_model(tmp_path, rng)
     ds = tmp_path / "ds"
     ds.mkdir()
     for i, scale in enumerate((0.1, 0.2, 3.0)):  # the last one: errors large enough to cross the line

@@ -14,20 +14,15 @@ import json
 
 import onnx
 
+from toolkit.ir.proto import metadata_json
+
 #: The compiled model's metadata_props key holding {constant name: source dict}.
 KEY = "npuscope.folded_from"
 
 
 def sources(model: onnx.ModelProto) -> dict:
     """{constant name: source dict} recorded in ``model`` ({} when none, or the entry is not a JSON object)."""
-    for p in model.metadata_props:
-        if p.key == KEY:
-            try:
-                data = json.loads(p.value)
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
+    return metadata_json(model, KEY)
 
 
 def record(model: onnx.ModelProto, name: str, source: dict) -> None:

@@ -32,6 +32,7 @@ from google.protobuf.message import DecodeError
 from toolkit.core.errors import ModelError
 from toolkit.core.text import escape_surrogates
 from toolkit.core.userpaths import check_path
+from toolkit.ir.proto import metadata_json
 from toolkit.ir.proto_checks import (
     check_dtypes,
     check_strings,
@@ -487,14 +488,7 @@ def normalise_node_names(model: onnx.ModelProto) -> int:
 def loader_names(model: onnx.ModelProto) -> dict[str, str]:
     """{name :func:`normalise_node_names` gave a node: the name the model file gives it, "" for an unnamed
     node}; {} when it renamed none."""
-    for p in model.metadata_props:
-        if p.key == NODE_NAMES_KEY:
-            try:
-                got = json.loads(p.value)
-            except ValueError:
-                return {}
-            return {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
-    return {}
+    return {str(k): str(v) for k, v in metadata_json(model, NODE_NAMES_KEY).items()}
 
 
 def renamed_twins(model: onnx.ModelProto, names, name: str) -> list[str]:

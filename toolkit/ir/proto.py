@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 def copy_fields(src, dst, skip=()):
     """``dst`` with every set field of protobuf message ``src`` copied except those named in ``skip``
@@ -17,3 +19,16 @@ def copy_fields(src, dst, skip=()):
         else:
             getattr(dst, fd.name).CopyFrom(val)
     return dst
+
+
+def metadata_json(model, key: str) -> dict:
+    """The JSON object stored under ``key`` in an ONNX model's ``metadata_props`` ({} when the key is absent or
+    its value is not a JSON object)."""
+    for p in model.metadata_props:
+        if p.key == key:
+            try:
+                data = json.loads(p.value)
+            except ValueError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
