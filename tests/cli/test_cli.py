@@ -378,7 +378,7 @@ def test_sigterm_while_working_exits_143_or_0(tmp_path, delay):
 SEEN = {
     N_MUL: r"+cmd|' /C calc'!A0\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r",
     N_DIV: r"-2+3\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069",
-    OUT: r"\r=cmd\nverdict: PASS\x08\x08\x7f\x9b31m\x9d0;t\x9c\t\x00\x0b\x0c\u202a\u202b\u202c\u202d\u202e"
+    OUT: r"\r=cmd\nverdict: PASS\x08\x08\x7f\x9b31m\x9d0;t\x9c\t\x0b\x0c\u202a\u202b\u202c\u202d\u202e"
          r"\u2066\u2067\u2068\u2069\x1b]0;PWNED-TITLE\x07\x1b[2J\x1b[31mFAKE verdict: PASS\x1b[0m\r",
 }
 
