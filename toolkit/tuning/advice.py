@@ -119,7 +119,7 @@ class VerifiedFix:
     def sentence(self) -> str:
         """One line for the terminal and the report's first screen."""
         target = ", ".join(format_target(self.target))
-        if not self.needed and self.rows_before and all(r.get("Elements") == 0 for r in self.rows_before):
+        if not self.needed and self.rows_empty():
             return "no fix to verify: every output is empty, so no element was compared against the target"
         if not self.needed and not self.simulated:
             return ("no fix to verify: no kernel runs on the device (every output is a constant folded at compile "

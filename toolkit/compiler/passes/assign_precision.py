@@ -121,9 +121,9 @@ def _warn(ctx, kind: str, subject: str, evidence: dict, text: str, fix: str, log
 def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
     """Warn for a keep_dtype name the loader made (toolkit.ir.load.loader_names: an unnamed or repeated node in
     the file; a converter does not know it), and for names the compiled model runs in no kernel (folded at
-    compile time, never run, or a
-    node inside an If/Loop/Scan body: toolkit.ir.graph.enclosing_nodes, computed in FP32 on the host already);
-    raise ConfigError for a name that was never a node of the model, at any depth."""
+    compile time, never run, or a node inside an If/Loop/Scan body: toolkit.ir.graph.enclosing_nodes, computed
+    in FP32 on the host already); raise ConfigError for a name that was never a node of the model, at any
+    depth."""
     in_kernels = {n for k in ctx.kernels for n in k.nodes}
     in_graph = {n.name for n in ctx.graph.nodes}
     folded = set(ctx.folded_nodes) | set(ctx.folded)
@@ -150,9 +150,9 @@ def _check_keep_names(ctx, cfg, keep_names: dict, log: list) -> None:
             how = (f"is inside the subgraph of control-flow node '{inner[name]}', which runs on the host CPU in "
                    "FP32 (AI_CPU) whatever the precision settings: it is computed in FP32 already")
         else:
+            known = in_kernels | in_graph | set(inner or ())
             raise ConfigError(f"{cfg.where('keep_dtype')} names node '{name}', which is not in the model"
-                              f"{suggest(name, in_kernels | in_graph | set(inner or ()))}; give node names of the .onnx file or "
-                              "'OpType::X' entries")
+                              f"{suggest(name, known)}; give node names of the .onnx file or 'OpType::X' entries")
         _warn(ctx, "option_unmatched", text, {"option": "keep_dtype", "entry": text, "reason": why},
               f"keep_dtype entry '{text}' matches no kernel: node '{name}' {how}",
               "remove the entry (it changes nothing)" if why == "in_subgraph" else
