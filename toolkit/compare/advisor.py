@@ -125,7 +125,7 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
     if len(keep) > 1:
         order = {k.name: i for i, k in enumerate(plan.kernels)}
         keep = sorted(keep, key=lambda k: order.get(k.name, 0))
-        consumer = _consumer_text(storage, df).split(" (")[0]  # 'node', or kernel 'k' when it fuses several
+        consumer = _consumer(storage, df)[0]  # 'node', or kernel 'k' when it fuses several
         why = (f"{consumer} runs in FP16 too and would round the values again"
                if storage.get("consumer_kernel") in {k.name for k in keep} else
                f"each of them stores the values in FP16 on their way to {consumer}")
@@ -152,10 +152,10 @@ def _origin_advice(row, plan_kernels, plan, df: pd.DataFrame) -> tuple[str, list
             + " with repro/"), []
 
 
-def _consumer_text(ev: dict, df: pd.DataFrame | None) -> str:
-    """"'node' (OpType, precision)" of a storage origin's consumer, or "kernel 'k' (a, b, c: KernelOpType,
-    precision)" when the consumer's row is written by a kernel fusing several nodes (the Mul a Gemm+Sub+Mul
-    kernel ends with is not what cancels; the kernel is)."""
+def _consumer(ev: dict, df: pd.DataFrame | None) -> tuple[str, str]:
+    """(name, details) of a storage origin's consumer: ("'node'", "OpType, precision"), or ("kernel 'k'",
+    "a, b, c: KernelOpType, precision") when the consumer's row is written by a kernel fusing several nodes
+    (the Mul a Gemm+Sub+Mul kernel ends with is not what cancels; the kernel is)."""
     node, op, prec = ev.get("consumer_node", ""), ev.get("consumer_op_type", ""), ev.get("consumer_precision", "")
     rows = df[df["NodeName"] == node] if df is not None and "NodeName" in df.columns else None
     if rows is not None and len(rows):
@@ -164,8 +164,8 @@ def _consumer_text(ev: dict, df: pd.DataFrame | None) -> str:
         kernel = str(r.get("Kernel") or "")
         if len(nodes) > 1 and kernel:
             kop = str(r.get("KernelOpType") or "")
-            return f"kernel '{kernel}' ({', '.join(nodes)}{': ' + kop if kop and kop != 'nan' else ''}, {prec})"
-    return f"'{node}' ({op}, {prec})"
+            return f"kernel '{kernel}'", f"{', '.join(nodes)}{': ' + kop if kop and kop != 'nan' else ''}, {prec}"
+    return f"'{node}'", f"{op}, {prec}"
 
 
 def _storage_where(ev: dict, row, df: pd.DataFrame | None = None) -> str:
@@ -178,11 +178,11 @@ def _storage_where(ev: dict, row, df: pd.DataFrame | None = None) -> str:
     absmax = pd.to_numeric(pd.Series([row.get("GoldenAbsMax")]), errors="coerce").iloc[0]
     fate = (f"past FP16 max {FP16_MAX:.0f}, its largest values become inf" if absmax > FP16_MAX
             else "it is rounded within FP16 noise")
+    consumer, details = _consumer(ev, df)
     return (f"is where the error starts: stored in FP16 (|x| up to {show(row.get('GoldenAbsMax'))}), {fate}, "
-            f"but {_consumer_text(ev, df)} cannot work from the rounded values: {how} on the exact reference "
-            f"inputs it matches ({metric} "
-            f"{show(exact)}), on them rounded to FP16 as the plan stores them it does not ({metric} "
-            f"{show(stored)}). ")
+            f"but {consumer} ({details}) cannot work from the rounded values: {how} on the exact reference inputs "
+            f"it matches ({metric} {show(exact)}), on them rounded to FP16 as the plan stores them it does not "
+            f"({metric} {show(stored)}). ")
 
 
 def nonfinite_inputs(df: pd.DataFrame) -> bool:

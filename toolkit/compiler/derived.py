@@ -25,11 +25,14 @@ def sources(model: onnx.ModelProto) -> dict:
     return metadata_json(model, KEY)
 
 
-def record(model: onnx.ModelProto, name: str, source: dict) -> None:
-    """Record that constant ``name`` of ``model`` was computed from ``source`` (JSON-able: node, initializer
-    names, ...), replacing an earlier record of the same name."""
+def record(model: onnx.ModelProto, records: dict) -> None:
+    """Record that each constant of ``records`` ({constant name: source}, JSON-able: node, initializer names,
+    ...) was computed from its source, replacing earlier records of the same names. The metadata entry is read
+    and written once per call, so a pass records all its constants in one call."""
+    if not records:
+        return
     data = sources(model)
-    data[name] = source
+    data.update(records)
     for p in model.metadata_props:
         if p.key == KEY:
             p.value = json.dumps(data, allow_nan=False)

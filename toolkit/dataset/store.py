@@ -340,12 +340,8 @@ def _resume_or_restart(path: Path, manifest: dict) -> bool:
 
 def _remove_entries(path: Path, keep: str) -> None:
     for entry in path.iterdir():
-        if entry.name == keep:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+        if entry.name != keep:
+            _remove(entry, ignore_errors=True)
 
 
 def _only_store_files(path: Path) -> bool:
@@ -514,9 +510,10 @@ def _summary_files(summary: dict) -> list:
     return files
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path, ignore_errors: bool = False) -> None:
+    """Remove a file, a symlink (not what it points to) or a folder tree; ``ignore_errors``: as shutil.rmtree."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        shutil.rmtree(path, ignore_errors=ignore_errors)
     else:
         path.unlink(missing_ok=True)
 

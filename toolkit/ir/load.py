@@ -463,14 +463,11 @@ def normalise_node_names(model: onnx.ModelProto) -> int:
         if node.name and node.name not in seen:
             seen.add(node.name)
             continue
-        base = node.name or f"{node.op_type}_{i}"
-        name, k = base, 1
-        if node.name or base in seen or base in taken:  # a repeat, or an unnamed node's name already in use
-            k = 2
+        name = base = node.name or f"{node.op_type}_{i}"
+        k = 2
+        while node.name == name or name in seen or name in taken:  # a repeat, or a made name already in use
             name = f"{base}__{k}"
-            while name in seen or name in taken:
-                k += 1
-                name = f"{base}__{k}"
+            k += 1
         made[name] = node.name
         node.name = name
         seen.add(name)

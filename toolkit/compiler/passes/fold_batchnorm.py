@@ -50,8 +50,9 @@ def _fold_weights(op, node, w, k):
     return w * k[None, :]
 
 
-def try_fold(g, bn) -> tuple[str | None, str]:
-    """Fold one BN; returns (producer node name or None, log line / refusal reason)."""
+def try_fold(g, bn, sources: dict | None = None) -> tuple[str | None, str]:
+    """Fold one BN; returns (producer node name or None, log line / refusal reason). ``sources``: a dict the
+    folded constants' sources are added to (:func:`_sources`), for one toolkit.compiler.derived.record call."""
     x = bn.input[0]
     prod = g.producer.get(x)
     if prod is None or prod.op_type not in ("Conv", "ConvTranspose", "Gemm"):
@@ -91,14 +92,15 @@ def try_fold(g, bn) -> tuple[str | None, str]:
     wname, bname = f"{prod.name}__bnfold_W", f"{prod.name}__bnfold_B"
     g.consts[wname] = w_new.astype(w.dtype)
     g.consts[bname] = bias.astype(w.dtype)
-    _record_sources(g, prod, bn, wname, bname, k, eps)
+    if sources is not None:
+        sources.update(_sources(prod, bn, wname, bname, k, eps))
     return prod.name, (wname, bname)
 
 
-def _record_sources(g, prod, bn, wname: str, bname: str, k: np.ndarray, eps: float) -> None:
-    """Record in the compiled model where ``wname`` / ``bname`` come from (toolkit.compiler.derived): the
-    producer, its weight (and bias) initializers, the BN node, its scale / B / mean / var initializers, epsilon
-    and the range of the per-channel factor k = scale / sqrt(var + epsilon) the weight was multiplied by."""
+def _sources(prod, bn, wname: str, bname: str, k: np.ndarray, eps: float) -> dict:
+    """{``wname``: source, ``bname``: source} for toolkit.compiler.derived: the producer, its weight (and bias)
+    initializers, the BN node, its scale / B / mean / var initializers, epsilon and the range of the
+    per-channel factor k = scale / sqrt(var + epsilon) the weight was multiplied by."""
     weight = prod.input[1]
     bias = prod.input[2] if len(prod.input) > 2 and prod.input[2] else None
     roles = dict(zip(("scale", "B", "mean", "var"), bn.input[1:5]))
@@ -107,23 +109,22 @@ def _record_sources(g, prod, bn, wname: str, bname: str, k: np.ndarray, eps: flo
               "absmin": float(mag.min()) if mag.size else None}
     common = {"rule": RULE, "node": prod.name, "op_type": prod.op_type, "batchnorm": bn.name,
               "batchnorm_inputs": roles, "epsilon": float(eps), "factor": factor}
-    derived.record(g.model, wname, {**common, "role": "weight", "weight": weight,
-                                    "inputs": [weight, *roles.values()]})
-    derived.record(g.model, bname, {**common, "role": "bias", "bias": bias, "weight": weight,
-                                    "inputs": [n for n in (bias, *roles.values()) if n]})
+    return {wname: {**common, "role": "weight", "weight": weight, "inputs": [weight, *roles.values()]},
+            bname: {**common, "role": "bias", "bias": bias, "weight": weight,
+                    "inputs": [n for n in (bias, *roles.values()) if n]}}
 
 
 @register_pass("fold_batchnorm", requires=("shapes",), min_level=1, switch=("GraphFusion", RULE), optional=True)
 def run(ctx) -> PassResult:
     g = ctx.graph
-    log, changed = [], 0
+    log, changed, sources = [], 0, {}
     for bn in [n for n in g.nodes if n.op_type == "BatchNormalization"]:
         x = bn.input[0]
         prod = g.producer.get(x)
         if prod is None or prod.op_type not in ("Conv", "ConvTranspose", "Gemm"):
             continue
         data_in = prod.input[0]
-        name, info = try_fold(g, bn)
+        name, info = try_fold(g, bn, sources)
         ctx.count_fusion("graph_fusion", RULE, True, name is not None)
         if name is None:
             log.append(info)
@@ -145,6 +146,7 @@ def run(ctx) -> PassResult:
             g.consumers.setdefault(t, []).append(prod)
         changed += 1
         log.append(f"folded {bn.name} into {prod.name}")
+    derived.record(g.model, sources)  # where the folded constants come from, for the findings about them
     if changed:
         g.reindex()
     return PassResult(changed, log)

@@ -205,13 +205,12 @@ def _record_nodes(ctx, nodes_before) -> None:
     and inputs), so that a finding about it can name them. ``nodes_before``: the graph's nodes before the fold."""
     left = {n.name for n in ctx.graph.nodes}
     ctx.folded_nodes.extend(name for name, _, _, _ in nodes_before if name not in left)
-    for name, op_type, inputs, outputs in nodes_before:
-        if name in left or op_type == "Constant":
-            continue  # a Constant node's value is the model's own constant, under the name the model gives it
-        for o in outputs:
-            if o and o in ctx.graph.consts:
-                derived.record(ctx.graph.model, o, {"rule": "fold_constants", "node": name, "op_type": op_type,
-                                                    "inputs": [i for i in inputs if i]})
+    # a Constant node's value is the model's own constant, under the name the model gives it
+    derived.record(ctx.graph.model, {o: {"rule": "fold_constants", "node": name, "op_type": op_type,
+                                         "inputs": [i for i in inputs if i]}
+                                     for name, op_type, inputs, outputs in nodes_before
+                                     if name not in left and op_type != "Constant"
+                                     for o in outputs if o and o in ctx.graph.consts})
 
 
 def _node_facts(model: onnx.ModelProto) -> list[tuple[str, str, list[str], list[str]]]:
