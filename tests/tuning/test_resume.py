@@ -182,8 +182,10 @@ def test_cheap_candidates_tried_together_first(need):
     chosen, ok = search_cheapest(ranked, meets, [], cost, {"mm": ["a2", "a3"], "mm2": []})
     assert ok and sorted(chosen) in _smallest(ranked, lambda k: need <= set(k), cost)
     cheap = [n for n in ranked if n not in cost]
-    if not need <= set(cheap):  # the cheap phase is one try, all of them; then the whole ranking's search
-        assert calls[:3] == [(), tuple(cheap), ()], calls
+    if not need <= set(cheap):  # the cheap phase is one try, all of them; then the whole ranking's search, which
+        # runs no prefix of only cheap candidates (their miss is implied)
+        assert calls[:2] == [(), tuple(cheap)], calls
+        assert not any(set(c) <= set(cheap) for c in calls[2:]), calls
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -210,3 +212,26 @@ def test_a_gone_runtimes_arena_is_reused_dirty_and_a_live_ones_never():
         gc.collect()
     with pytest.raises(ValueError, match="arena must be"):
         NpuRuntime(base, arena=np.zeros(1, np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int64, np.bool_, np.uint8])
+def test_store_copies_share_buffers_across_shapes_and_keep_every_value(dtype):
+    """A buffer a dropped run released is reused for a later value of any shape and dtype of a nearby byte size;
+    every copy equals its value bit for bit while its run is held (0-d and empty values included)."""
+    from toolkit.tuning.resume import _Buffers
+
+    rng = np.random.default_rng(1)
+    bufs = _Buffers()
+    shapes = [(3, 50, 50), (50, 3, 50), (7500,), (), (0, 4), (2, 1, 3751)]
+    first = [bufs.copy(rng.standard_normal(s).astype(dtype)) for s in shapes]
+    bufs.hold(first)
+    bufs.release(first)  # every buffer free again
+    fresh = bufs.fresh
+    later = [(s, rng.standard_normal(s).astype(dtype)) for s in reversed(shapes)]
+    copies = [bufs.copy(v) for _, v in later]
+    bufs.hold(copies)
+    assert bufs.fresh == fresh, "a value of a released size class got a new buffer"
+    for (s, v), c in zip(later, copies):
+        assert c.shape == s and c.dtype == v.dtype
+        assert np.array_equal(c.reshape(-1).view(np.uint8), v.reshape(-1).view(np.uint8))
+    assert len({id(c.base) for c in copies if c.size}) == sum(1 for c in copies if c.size)  # no two share memory

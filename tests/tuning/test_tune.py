@@ -26,7 +26,7 @@ from toolkit.engine import Session, shapes_of
 from toolkit.core.errors import UsageError
 from toolkit.inputs import input_specs, load_npz
 from toolkit.ir.load import load_model
-from toolkit.tuning.tune import keep_config, parse_target, search, tune
+from toolkit.tuning.tune import keep_config, parse_target, search, search_cheapest, tune
 
 
 def _fake_tuner(trials: dict):
@@ -322,6 +322,70 @@ def test_search_finds_the_needed_set_with_fewer_runs_than_linear():
     assert len({c for c in calls}) < 40 + 31  # doubling+bisection then one drop per member of the prefix
     assert search(ranked, lambda k: False, [])[1] is False
     assert search(ranked, lambda k: True, []) == ([], True)
+
+
+def _monotone_oracles(seed: int):
+    """Monotone targets over 12 ranked candidates (more FP32 never hurts): a needed set, and an accumulated
+    error (each node removes its share; the target is met when enough is removed), as PP-OCRv4 det's is."""
+    rng = np.random.default_rng(seed)
+    names = [f"n{i}" for i in range(12)]
+    need = set(rng.choice(names, size=int(rng.integers(1, 5)), replace=False))
+    share = dict(zip(names, rng.random(12)))
+    bar = float(rng.uniform(0.3, 0.8)) * sum(share.values())
+    cost = {n: float(rng.choice([0.0, 1e6, 4e6])) for n in names}
+    near = {n: [m for m in names if m != n and rng.random() < 0.25] for n in names}
+    return names, cost, near, [lambda k: need <= set(k), lambda k: sum(share[n] for n in k) >= bar]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_search_never_runs_a_try_a_failed_one_implies_and_stays_one_minimal(seed):
+    """Over monotone targets: every keep set is run once at most; none is run that lies inside a set which
+    already missed the target (its miss is implied); the answer meets the target and misses it without any one
+    of its nodes (each member checked here directly, not through the search's log)."""
+    names, cost, near, oracles = _monotone_oracles(seed)
+    for target in oracles:
+        asked: list[frozenset] = []
+
+        def meets(keep):
+            k = frozenset(keep)
+            assert k not in asked, f"{sorted(k)} run twice"
+            assert not any(k <= a and not target(a) for a in asked), f"{sorted(k)}: a miss already implied it"
+            asked.append(k)
+            return target(keep)
+
+        chosen, ok = search_cheapest(names, meets, [], cost, near)
+        assert ok == target(names)
+        if ok:
+            assert target(chosen)
+            assert all(not target([c for c in chosen if c != n]) for n in chosen), chosen
+
+
+def test_a_cube_nodes_replacement_is_not_run_when_its_drop_failed_with_the_neighbours_kept():
+    """A cube node whose drop failed while its cheaper neighbours were in the set (here: inside the set of every
+    candidate without cube ops) cannot be replaced by them: no try of them in its place is run."""
+    cost = {"mm": 4e6, "add": 0.0, "mul": 0.0}
+    calls: list[tuple] = []
+
+    def meets(keep):
+        calls.append(tuple(sorted(keep)))
+        return "mm" in keep
+
+    log: list[str] = []
+    chosen, ok = search_cheapest(["add", "mm", "mul"], meets, log, cost, {"mm": ["add"]})
+    assert ok and chosen == ["mm"]
+    # ('add',) is never run: inside the missed set of every candidate without cube ops
+    assert calls == [(), ("add", "mul"), ("add", "mm"), ("mm",)], calls
+    assert any("implied" in line and "neighbours ['add']" in line for line in log), log
+
+
+def test_without_it_reads_a_wider_failed_try_as_implied():
+    from toolkit.tuning.tune import _without_it
+
+    fail = [{"Failed": "CosineSimilarity>=0.9999"}]
+    tuner = _fake_tuner({("a", "b", "c"): (True, []), ("b", "c", "x"): (False, fail)})
+    assert _without_it(["a", "b", "c"], "a", tuner) == "fails CosineSimilarity>=0.9999 (implied: it failed with 1 " \
+        "more node(s) in FP32)"
+    assert _without_it(["a", "b", "c"], "b", tuner) == "not tried"  # no failed try without 'b' holds a and c
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

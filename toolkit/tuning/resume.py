@@ -192,35 +192,53 @@ def live_sets(rt: NpuRuntime, boundaries) -> dict[int, list[str]]:
     return {k: [t for t in order if written[t] < k <= last[t]] for k in boundaries}
 
 
-class _Buffers:
-    """Arrays the store copied values into, handed back for new copies once no stored run holds them: a fresh
-    allocation of a few MB faults its pages in on first write, which cost more than the copy itself (~1 ms of a
-    3.3 MB copy on PP-OCRv4 det, docs/benchmarks.md); a recycled one is already mapped.
+def _size_class(nbytes: int) -> int:
+    """``nbytes`` rounded up to the next of 8 steps per power of two (at most 12.5% larger): the byte size of a
+    store buffer, so that values of nearby sizes share buffers."""
+    if nbytes <= 4096:
+        return 4096
+    step = 1 << max(nbytes.bit_length() - 4, 0)
+    return -(-nbytes // step) * step
 
-    ``held`` counts, per array made here, the stored runs holding it; an array no run holds goes to ``free``
-    (by dtype and shape, at most ``max_bytes`` in all), where :meth:`copy` takes it back."""
+
+class _Buffers:
+    """Buffers the store copies values into, handed back for new copies once no stored run holds them: a fresh
+    allocation of a few MB faults its pages in on first write, which costs more than the copy itself (~1 ms of
+    a 3.3 MB copy on PP-OCRv4 det, docs/benchmarks.md); a recycled one is already mapped.
+
+    A buffer is a flat uint8 array of a size class (:func:`_size_class`); a copy is a view of a free buffer of
+    its byte size's class (any dtype and shape: tensors of different shapes share buffers). ``held`` counts, per copy made here, the stored runs holding it; a buffer
+    no run holds goes to ``free`` (at most ``max_bytes`` in all)."""
 
     def __init__(self, max_bytes: int = 256 << 20):
         self.max_bytes = max_bytes
-        self.held: dict[int, list] = {}  # id -> [array, number of stored runs holding it]
-        self.free: dict[tuple, list[np.ndarray]] = {}
+        self.held: dict[int, list] = {}  # id(copy) -> [copy, number of stored runs holding it, its buffer]
+        self.free: dict[int, list[np.ndarray]] = {}  # size class -> free buffers
         self.free_bytes = 0
-        self.recycled = 0  # copies made into a recycled array
+        self.recycled = 0  # copies made into a recycled buffer
+        self.fresh = 0  # copies made into a new buffer
+
+    def _take(self, nbytes: int) -> np.ndarray:
+        size = _size_class(nbytes)
+        pool = self.free.get(size)
+        if pool:
+            self.free_bytes -= size
+            self.recycled += 1
+            return pool.pop()
+        self.fresh += 1
+        return np.empty(size, np.uint8)
 
     def copy(self, v):
         """A copy of ``v`` (a list: element by element), owned by the store."""
         if isinstance(v, list):
             return [np.array(x, copy=True) for x in v]
         v = np.asarray(v)
-        pool = self.free.get((v.dtype, v.shape))
-        if pool:
-            out = pool.pop()
-            self.free_bytes -= out.nbytes
-            np.copyto(out, v)
-            self.recycled += 1
-        else:
-            out = np.array(v, copy=True)
-        self.held[id(out)] = [out, 0]
+        if v.dtype.hasobject:
+            return np.array(v, copy=True)
+        buf = self._take(v.nbytes)
+        out = buf[:v.nbytes].view(v.dtype).reshape(v.shape)
+        np.copyto(out, v)
+        self.held[id(out)] = [out, 0, buf]
         return out
 
     def hold(self, values) -> None:
@@ -237,9 +255,10 @@ class _Buffers:
             got[1] -= 1
             if got[1] <= 0:
                 del self.held[id(v)]
-                if self.free_bytes + v.nbytes <= self.max_bytes:
-                    self.free.setdefault((v.dtype, v.shape), []).append(v)
-                    self.free_bytes += v.nbytes
+                buf = got[2]
+                if self.free_bytes + buf.size <= self.max_bytes:
+                    self.free.setdefault(buf.size, []).append(buf)
+                    self.free_bytes += buf.size
 
 
 class ResumeCache:

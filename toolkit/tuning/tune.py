@@ -12,7 +12,8 @@ kernel sessions are cached by model digest):
    single-kernel isolation for every FP16 kernel, ranked by overflow evidence, then local error.
 4. Search over the ranked list: the shortest prefix that meets the target, found by doubling then bisection
    (about 2·log2(p) tries instead of p); then each chosen node is dropped again if the target still holds
-   without it (least sensitive first). Among sets that meet the target the search prefers the one of least
+   without it (least sensitive first; a try inside a set that already missed the target is known to miss it
+   too and is not run). Among sets that meet the target the search prefers the one of least
    FP32 cost, cube-op FLOPs first, then number of nodes (:func:`search_cheapest`): it searches the
    candidates without cube ops first (an Add that produces large values instead of the MatMul before it),
    and only when they cannot meet the target the whole ranking, then tries to replace each chosen cube node
@@ -438,34 +439,74 @@ class Tuner:
                       f"best so far: {best}")
 
 
+class Tried:
+    """``meets`` with a memory: each keep set is run once, and a set inside one that missed the target is known to
+    miss it too (more FP32 never made a model worse: the search's assumption) without a run. Call it as
+    ``meets``; :meth:`implied_miss` asks without running."""
+
+    def __init__(self, meets):
+        self.meets = meets
+        self.seen: dict[frozenset, bool] = {}
+
+    def __call__(self, keep) -> bool:
+        k = frozenset(keep)
+        if k not in self.seen:
+            self.seen[k] = bool(self.meets(list(keep)))
+        return self.seen[k]
+
+    def implied_miss(self, keep) -> bool:
+        """True when a set that missed the target holds every node of ``keep`` (so ``keep`` misses it too)."""
+        k = frozenset(keep)
+        return any(not ok and k <= s for s, ok in self.seen.items())
+
+
 def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:
-    """Shortest meeting prefix of ``ranked`` by doubling + bisection, then drop-one pruning (module doc)."""
+    """Shortest meeting prefix of ``ranked`` by doubling + bisection, then :func:`prune` (module doc). A try
+    inside a set that already missed the target is not run (:class:`Tried`)."""
+    meets = meets if isinstance(meets, Tried) else Tried(meets)
     if meets([]):
         return [], True
     lo, hi, n = 0, 1, len(ranked)
     while True:
         hi = min(hi, n)
-        if meets(ranked[:hi]):
+        if meets.implied_miss(ranked[:hi]):
+            log.append(f"first {hi} of {n} ranked kernels in FP32: target not met (implied: a try with them all "
+                       "in FP32 failed)")
+        elif meets(ranked[:hi]):
             break
-        log.append(f"first {hi} of {n} ranked kernels in FP32: target not met")
+        else:
+            log.append(f"first {hi} of {n} ranked kernels in FP32: target not met")
         if hi == n:
             return list(ranked), False
         lo, hi = hi, hi * 2
     log.append(f"first {hi} ranked kernels in FP32: target met")
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        ok = meets(ranked[:mid])
-        log.append(f"bisection: first {mid}: {'met' if ok else 'not met'}")
+        implied = meets.implied_miss(ranked[:mid])
+        ok = not implied and meets(ranked[:mid])
+        log.append(f"bisection: first {mid}: {'met' if ok else 'not met'}" + (" (implied)" if implied else ""))
         lo, hi = (lo, mid) if ok else (mid, hi)
-    chosen = list(ranked[:hi])
+    return prune(list(ranked[:hi]), meets, log), True
+
+
+def prune(chosen: list[str], meets: Tried, log: list[str]) -> list[str]:
+    """Drop-one pruning of a keep set that meets the target: each node, last in ``chosen`` (least sensitive)
+    first, is dropped when the target still holds without it. The result misses the target without any one of
+    its nodes (1-minimal); a try inside a set that already missed it is not run.
+
+    Least sensitive first, not costliest first: on PP-OCRv4 det dropping the costliest convolutions first left
+    44 nodes and 3.0 GFLOPs in FP32 against 36 and 1.9 GFLOPs (docs/benchmarks.md)."""
     for name in reversed(list(chosen)):
         trial = [c for c in chosen if c != name]
-        if meets(trial):
+        if meets.implied_miss(trial):
+            log.append(f"kept '{name}': the target fails without it (implied: a try without it and with more "
+                       "nodes in FP32 failed)")
+        elif meets(trial):
             chosen = trial
             log.append(f"dropped '{name}': target still met without it")
         else:
             log.append(f"kept '{name}': the target fails without it")
-    return chosen, True
+    return chosen
 
 
 def _total(keep, cost) -> tuple[float, int]:
@@ -473,24 +514,35 @@ def _total(keep, cost) -> tuple[float, int]:
     return sum(cost.get(n, 0.0) for n in keep), len(keep)
 
 
-def _replace_cube(chosen: list[str], cost: dict, neighbours: dict, meets, log: list[str]) -> list[str]:
+def _replace_cube(chosen: list[str], cost: dict, neighbours: dict, meets: Tried, log: list[str]) -> list[str]:
     """Replace each chosen cube node (largest cost first) by its cheaper neighbours among the candidates when
-    the target still holds and the set's :func:`_total` cost drops; replacements not needed are dropped."""
+    the target still holds and the set's :func:`_total` cost drops; replacements not needed are dropped, and the
+    set is pruned again (:func:`prune`: a replacement can make other members unneeded). A replacement inside a
+    set that already missed the target is not run (:meth:`Tried.implied_miss`)."""
     for c in sorted((c for c in chosen if cost.get(c)), key=lambda c: -cost[c]):
+        if c not in chosen:  # dropped by the pruning after an earlier replacement
+            continue
         alt = [n for n in neighbours.get(c, ()) if cost.get(n, 0.0) < cost[c] and n not in chosen]
         if not alt:
             continue
         trial = [x for x in chosen if x != c] + alt
-        if _total(trial, cost) >= _total(chosen, cost) or not meets(trial):
+        if _total(trial, cost) >= _total(chosen, cost):
+            log.append(f"'{c}' kept: its cheaper neighbours {alt} cost as much in FP32 together")
+            continue
+        if meets.implied_miss(trial):
+            log.append(f"'{c}' kept: its cheaper neighbours {alt} do not meet the target in its place (implied: "
+                       "a try without it failed with them in FP32 too)")
+            continue
+        if not meets(trial):
             log.append(f"'{c}' kept: its cheaper neighbours {alt} do not meet the target in its place")
             continue
         for a in reversed(alt):
             fewer = [x for x in trial if x != a]
-            if meets(fewer):
+            if not meets.implied_miss(fewer) and meets(fewer):
                 trial = fewer
         log.append(f"replaced '{c}' ({cost[c]:.0f} cube FLOPs in FP32) by "
                    f"{[x for x in trial if x not in chosen]}: target met at lower FP32 cost")
-        chosen = trial
+        chosen = prune(trial, meets, log)  # with the replacement in, other members may not be needed
     return chosen
 
 
@@ -503,9 +555,11 @@ def search_cheapest(ranked: list[str], meets, log: list[str], cost: dict | None 
     1. the candidates without cube ops alone (ranking order): a set meeting the target there costs no cube
        FLOPs in FP32, so it is preferred whatever its length; all of them are tried first, and when they miss
        the target together their prefixes are not searched (one try instead of about log2 of their number);
-    2. otherwise the whole ranking, then :func:`_replace_cube` on the chosen cube nodes.
+    2. otherwise the whole ranking, then :func:`_replace_cube` on the chosen cube nodes (a cube node whose drop
+       failed while its cheaper neighbours were still kept needs no try of them in its place).
     Returns (chosen, met)."""
     cost, neighbours = cost or {}, neighbours or {}
+    meets = Tried(meets)
     if meets([]):
         return [], True
     cheap = [n for n in ranked if not cost.get(n)]
@@ -632,16 +686,24 @@ NOT_MET_WITH_IT = "not decisive: the target is not met with it either"
 
 
 def _without_it(chosen, name, tuner) -> str:
-    """What happens to the target without ``name`` (the rest of ``chosen`` kept): "met", "fails <conditions>",
-    "not tried", or :data:`NOT_MET_WITH_IT` when the search's trial of the whole set did not meet the target."""
+    """What happens to the target without ``name`` (the rest of ``chosen`` kept): "met", "fails <conditions>"
+    (from the try of exactly that set, else from a failed try without ``name`` that kept more nodes in FP32,
+    which the search's assumption extends to this set: "(implied: ...)"), "not tried", or
+    :data:`NOT_MET_WITH_IT` when the search's trial of the whole set did not meet the target."""
     with_it = tuner.cache.get(tuple(sorted(chosen)))
     if with_it is not None and not with_it.met:
         return NOT_MET_WITH_IT
-    without = tuner.cache.get(tuple(sorted(c for c in chosen if c != name)))
+    rest = sorted(c for c in chosen if c != name)
+    without = tuner.cache.get(tuple(rest))
+    implied = ""
     if without is None:
-        return "not tried"
+        wider = [(len(k), t) for k, t in tuner.cache.items() if not t.met and name not in k and set(rest) <= set(k)]
+        if not wider:
+            return "not tried"
+        size, without = min(wider, key=lambda x: x[0])
+        implied = f" (implied: it failed with {size - len(rest)} more node(s) in FP32)"
     fails = sorted({x["Failed"] for x in without.rows if x["Failed"]})
-    return "fails " + "; ".join(fails) if fails else "met"
+    return "fails " + "; ".join(fails) + implied if fails else "met"
 
 
 def _evidence(chosen, ranking, tuner, findings) -> list[dict]:
