@@ -43,16 +43,38 @@ def test_converter_pass_list_is_one_documented_table():
 
 
 @pytest.mark.parametrize("name,close", [("LayerNormFusionPas", "LayerNormFusionPass"),
-                                        ("Xyzzy", None), ("MyOwnFusionPass", None)])
-def test_unknown_pass_suggests_only_close_names(name, close):
+                                        ("RMSNormFusionPas", "RMSNormFusionPass"), ("Xyzzy", None),
+                                        ("layer norm", None), ("", None), ("ConvFusionPass!", None)])
+def test_a_misspelt_simulated_pass_or_a_name_that_is_no_pass_name_is_refused(name, close):
     with pytest.raises(ConfigError) as exc:
         config_from_dict({"fusion_switch_file": {"Switch": {"GraphFusion": {name: "off"}}}})
     msg = str(exc.value)
-    assert f"unknown GraphFusion pass '{name}'" in msg
+    assert f"'{name}'" in msg and "\n" not in msg
     if close:
         assert f"did you mean '{close}'" in msg
     else:
         assert "did you mean" not in msg and "LayerNormFusionPass" in msg  # lists the simulated passes
+
+
+@pytest.mark.parametrize("level,name", [("GraphFusion", "ConvToFullyConnectionFusionPass"),
+                                        ("GraphFusion", "SoftmaxFusionPass"), ("GraphFusion", "MatMulBiasAddFusionPass"),
+                                        ("GraphFusion", "MyOwnFusionPass"), ("UBFusion", "TbeConv2dAddMulQuantPass"),
+                                        ("UBFusion", "AutomaticUbFusion")])
+def test_any_converter_pass_name_loads_with_a_warning_and_changes_nothing(level, name, tmp_path):
+    """The converter has hundreds of passes: a switch file naming one npuscope does not simulate loads, with a
+    warning per pass (saying when the name is not one npuscope knows), and the compile is the one without it."""
+    from toolkit.compiler import fusion_switch as fs
+
+    sw = {"Switch": {level: {name: "off", "ALL": "on"}}}
+    cfg = config_from_dict({"fusion_switch_file": sw})
+    lines, finds = fs.findings(cfg)
+    assert [(f.kind, f.subject) for f in finds] == [("fusion_switch_ignored", name)]
+    assert "not simulated; ignored" in lines[0]
+    assert ("does not know" in lines[0]) == (name not in fs.CONVERTER_PASSES[level])
+    model, _ = _mixed_model()
+    with_it, _ = compile_run(model, fusion_switch_file=sw)
+    without, _ = compile_run(model)
+    assert [(k.name, k.nodes) for k in kernels(with_it)] == [(k.name, k.nodes) for k in kernels(without)]
 
 
 def test_fusion_switch_file_turns_single_passes_off(tmp_path):

@@ -9,13 +9,18 @@ Pass names at each level, checked by :func:`check`:
 
 - a pass npuscope simulates (:func:`simulated_passes`: the graph-fusion rules of toolkit.compiler.rules and
   BatchNorm folding under GraphFusion, buffer fusion under UBFusion): switched as written;
-- a real converter pass npuscope does not simulate (:data:`CONVERTER_PASSES`): accepted and ignored, with a
-  warning ("not simulated; ignored"), so switch files copied from the converter load;
 - a known pass under the other level (e.g. a UBFusion pass under GraphFusion): a ConfigError saying where it
   belongs;
-- anything else: a ConfigError, with a suggestion only when a known name is close (difflib ratio >= 0.8).
+- a name close to a simulated pass of the level (difflib ratio >= 0.8, e.g. ``LayerNormFusionPas``): a
+  ConfigError with the suggestion (ignoring a misspelt simulated pass would silently leave it on);
+- any other name shaped like a converter pass name (:data:`PASS_NAME`: an identifier ending in ``Pass`` or
+  ``Fusion``, as every name of the converter's pattern list does): a converter pass npuscope does not simulate,
+  accepted and ignored with a warning ("not simulated; ignored"), so switch files copied from the converter
+  load whatever passes they name (the converter has hundreds); the warning says when the name is also not in
+  :data:`CONVERTER_PASSES` (so a misspelling of a converter pass is visible);
+- anything else: a ConfigError listing the simulated passes.
 
-:data:`CONVERTER_PASSES` is a small, not exhaustive list. Source: the converter's reference "Graph Fusion and
+:data:`CONVERTER_PASSES` is a small, not exhaustive list of passes the converter documents. Source: the converter's reference "Graph Fusion and
 UB Fusion Patterns" (CANN documentation, graphubfusionref pages, and its "Fusion Pattern List"), and the
 examples of the ``--fusion_switch_file`` option page (RequantFusionPass, TbeConvDequantVaddReluQuantFusionPass,
 TbeConvDequantQuantFusionPass, TbePool2dQuantFusionPass). One exception: ``V100NotRequireFusionPass`` was
@@ -28,6 +33,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 
 from toolkit.compiler.passes.buffer_fusion import RULE as UB_RULE
 from toolkit.compiler.passes.fold_batchnorm import RULE as BN_RULE
@@ -42,6 +48,9 @@ FUSION_LEVELS = ("GraphFusion", "UBFusion")
 SWITCH_SHAPE = '{"Switch": {"GraphFusion": {...}, "UBFusion": {...}}}'
 #: Smallest difflib ratio at which an unknown pass name gets a "did you mean" suggestion.
 SUGGEST_CUTOFF = 0.8
+
+#: The shape of a converter fusion pass name (module docstring): ``SoftmaxFusionPass``, ``AutomaticUbFusion``.
+PASS_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(Pass|Fusion)")
 
 #: Converter fusion passes npuscope does not simulate, per level (see the module docstring for the source).
 CONVERTER_PASSES: dict[str, frozenset[str]] = {
@@ -83,10 +92,12 @@ def level_of(name: str) -> str | None:
 
 
 def ignored_passes(sw: dict | None) -> list[tuple[str, str, str]]:
-    """(level, pass name, state) of every converter pass ``sw`` switches that npuscope does not simulate."""
+    """(level, pass name, state) of every converter pass ``sw`` switches that npuscope does not simulate (any
+    entry of a known level but "ALL" and the simulated passes; :func:`check` refused the rest already)."""
     table = (sw or {}).get("Switch", {}) if isinstance(sw, dict) else {}
-    return [(level, name, state) for level, passes in table.items() if isinstance(passes, dict)
-            for name, state in passes.items() if name in CONVERTER_PASSES.get(level, ())]
+    return [(level, name, state) for level, passes in table.items() if level in FUSION_LEVELS
+            and isinstance(passes, dict) for name, state in passes.items()
+            if name != "ALL" and name not in simulated_passes(level)]
 
 
 def _unknown(level: str, name: str, where: str) -> ConfigError:
@@ -95,10 +106,24 @@ def _unknown(level: str, name: str, where: str) -> ConfigError:
         return ConfigError(f"{where}: fusion switch names '{name}' under \"{level}\", but it is a {home} pass; "
                            f"move it under \"{home}\"")
     simulated = simulated_passes(level)
-    close = difflib.get_close_matches(name, simulated + sorted(CONVERTER_PASSES[level]), n=1, cutoff=SUGGEST_CUTOFF)
-    hint = f" (did you mean '{close[0]}'?)" if close else f" (simulated {level} passes: {', '.join(simulated)})"
-    return ConfigError(f"{where}: fusion switch names an unknown {level} pass '{name}'{hint}; pass names are "
-                       "case-sensitive, \"ALL\" switches every pass of the level")
+    close = difflib.get_close_matches(name, simulated, n=1, cutoff=SUGGEST_CUTOFF)
+    if close:
+        return ConfigError(f"{where}: fusion switch names an unknown {level} pass '{name}' (did you mean "
+                           f"'{close[0]}'?); pass names are case-sensitive")
+    return ConfigError(f"{where}: fusion switch {level} entry '{name}' is not a pass name (a converter pass "
+                       f"name is an identifier ending in Pass or Fusion, e.g. '{simulated[-1]}'; simulated {level} "
+                       f"passes: {', '.join(simulated)}); \"ALL\" switches every pass of the level")
+
+
+def _refused(level: str, name: str) -> bool:
+    """True when ``name`` under ``level`` is not a pass the switch file may name (module docstring)."""
+    if name == "ALL" or name in simulated_passes(level):
+        return False
+    home = level_of(name)
+    if home is not None:
+        return home != level
+    return bool(difflib.get_close_matches(name, simulated_passes(level), n=1, cutoff=SUGGEST_CUTOFF)) \
+        or not PASS_NAME.fullmatch(name)
 
 
 def check_config(config) -> list[str]:
@@ -126,9 +151,8 @@ def check(sw, where: str) -> list[str]:
         if not isinstance(passes, dict):
             raise ConfigError(f"{where}: fusion_switch_file must be {SWITCH_SHAPE}; \"{level}\" is "
                               f"{json.dumps(passes)}, expected an object {{pass name or \"ALL\": \"on\" | \"off\"}}")
-        known = set(simulated_passes(level)) | CONVERTER_PASSES[level]
         for pname, state in passes.items():
-            if pname != "ALL" and pname not in known:
+            if _refused(level, pname):
                 raise _unknown(level, pname, where)
             if not isinstance(state, str) or state not in ("on", "off"):
                 raise ConfigError(f"{where}: fusion switch {level} '{pname}' = {json.dumps(state)}; "
@@ -137,9 +161,12 @@ def check(sw, where: str) -> list[str]:
 
 
 def warning_text(level: str, name: str, state: str) -> str:
-    """The warning for converter pass ``name`` npuscope does not implement."""
+    """The warning for converter pass ``name`` npuscope does not implement (saying so when the name is not in
+    :data:`CONVERTER_PASSES` either)."""
+    known = "" if name in CONVERTER_PASSES.get(level, ()) else \
+        " (a name npuscope does not know: check its spelling against the converter's fusion pattern list)"
     return (f"fusion switch {level} '{name}' = \"{state}\": a converter pass npuscope does not implement "
-            "(not simulated; ignored)")
+            f"(not simulated; ignored){known}")
 
 
 def _warn_once(level: str, name: str, state: str) -> str:
