@@ -270,7 +270,7 @@ def ref_kl(x, y):
 
     p = distribution([float(v) for v in np.ravel(y)])
     q = distribution([float(v) for v in np.ravel(x)])
-    return math.fsum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+    return math.fsum(qi * math.log(qi / pi) for pi, qi in zip(p, q))  # device first, as msaccucmp sums it
 
 
 def ref_pstd(values):
@@ -328,11 +328,22 @@ def test_kl_ignores_affine_change_but_not_shape():
 
 
 def test_kl_two_element_closed_form():
-    # p = [e, 1]/(1+e) (golden), q = [1, e]/(1+e) → KL(p‖q) = (1 − e)/(1 + e)·ln(1/e)
+    # p = [e, 1]/(1+e) (golden), q = [1, e]/(1+e) → KL(q‖p) = KL(p‖q) = (1 − e)/(1 + e)·ln(1/e)
     e = KL_FLOOR
     expected = (1 - e) / (1 + e) * math.log(1 / e)
     assert compare_tensors(np.array([1.0, 0.0]), np.array([0.0, 1.0]))["KullbackLeiblerDivergence"] == \
         pytest.approx(expected, rel=1e-12)
+
+
+def test_kl_sums_device_over_golden_as_the_compare_tool_does():
+    """msaccucmp sums device·ln(device/golden): an asymmetric pair tells the direction apart."""
+    e = KL_FLOOR
+    q = [e / (2 + e), 1 / (2 + e), 1 / (2 + e)]  # device x = [0, 1, 1]
+    p = [e / (1 + 2 * e), e / (1 + 2 * e), 1 / (1 + 2 * e)]  # golden y = [0, 0, 1]
+    device_first = math.fsum(qi * math.log(qi / pi) for pi, qi in zip(p, q))
+    golden_first = math.fsum(pi * math.log(pi / qi) for pi, qi in zip(p, q))
+    got = compare_tensors(np.array([0.0, 1.0, 1.0]), np.array([0.0, 0.0, 1.0]))["KullbackLeiblerDivergence"]
+    assert got == pytest.approx(device_first, rel=1e-12) and abs(device_first - golden_first) > 1.0
 
 
 def test_orthogonal_and_opposite_vectors():

@@ -37,7 +37,7 @@ def _expected(x, y, rel_eps=1e-6, noise=(1e-3, 1e-5)) -> dict:
             "rel_count": int(q.sum()), "rel_sum": math.fsum(rel), "rel_max": float(rel.max()) if rel.size else 0.0,
             "std_x": math.sqrt(math.fsum((x - math.fsum(x) / x.size) ** 2) / x.size),
             "std_y": math.sqrt(math.fsum((y - math.fsum(y) / y.size) ** 2) / y.size),
-            "kl": max(math.fsum(p * np.log(p / r)), 0.0),
+            "kl": max(math.fsum(r * np.log(r / p)), 0.0),  # device r first, as msaccucmp sums it
             "within_noise": math.fsum(d * d) <= math.fsum(scale * scale)}
 
 

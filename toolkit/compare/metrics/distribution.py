@@ -12,16 +12,15 @@ from .spec import ASCEND_DOC, ASCEND_TOOL, INFORMATIONAL, LOWER_IS_BETTER, defin
 
 
 def kullback_leibler_divergence(s: PairSums) -> float:
-    """KL(p ‖ q) = Σ p·ln(p/q), in nats, p from golden y, q from device x.
+    """KL(q ‖ p) = Σ q·ln(q/p), in nats, q from device x, p from golden y: the compare tool's direction
+    (msaccucmp ``alg_KullbackLeiblerDivergence.py`` sums device·ln(device/golden)), so values read from its
+    result CSVs (parse-log) and ours are the same quantity under the same 0.005 line.
 
     Each tensor becomes a distribution in three steps: min-max normalise to [0, 1] (a constant tensor
     becomes all ones, i.e. uniform), floor every value at KL_EPS = float32 eps (1.19e-7) as the tool does
     so that log(0) never occurs, divide by the sum. Invariant to a positive affine change of either tensor
     (x → a·x + b, a > 0), so it measures the *shape* of the value distribution, not scale or offset.
     Tiny negative results from rounding are clamped to 0.
-
-    Direction: the tool's code computes Σ q·ln(q/p) (device first); we follow the spec we were given,
-    KL(golden ‖ device). The two agree to second order for small differences.
     """
     return s.kl
 
@@ -39,7 +38,7 @@ def device_std(s: PairSums) -> float:
 SPECS = (
     define("KullbackLeiblerDivergence", kullback_leibler_divergence, family="kl", direction=LOWER_IS_BETTER,
            default_threshold=0.005,
-           formula=f"Σ p·ln(p/q); p, q = sum-normalised max(minmax(y|x), {KL_EPS:.3g})", unit="nats, [0, inf)",
+           formula=f"Σ q·ln(q/p); q, p = sum-normalised max(minmax(x|y), {KL_EPS:.3g}) (device x first)", unit="nats, [0, inf)",
            source=f"{ASCEND_TOOL.format('KullbackLeiblerDivergence')}; {ASCEND_DOC}"),
     define("GoldenStd", golden_std, family="std", direction=INFORMATIONAL,
            formula="sqrt(Σ(y − ȳ)² / n)", unit="tensor units",

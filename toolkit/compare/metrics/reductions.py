@@ -18,8 +18,9 @@ Pass 2 (only for std, kl or the expected-noise test), with the pass-1 results:
 - noise: Σ n_i² with n_i = a + rtol·max(|y_i|, rms(y)), a = min(atol, rtol·rms(y)) (:func:`noise_scale`),
   against Σd² from pass 1;
 - std: Σ(x − x̄)², Σ(y − ȳ)² (two-pass population std);
-- kl: p′ = max(minmax(y), KL_EPS), q′ likewise: Σp′, Σq′ and T = Σ p′·ln(p′/q′); KL(p‖q) = T/Σp′ + ln(Σq′/Σp′),
-  which equals Σ p·ln(p/q) for p = p′/Σp′, q = q′/Σq′ (the sum-normalised distributions).
+- kl: q′ = max(minmax(x), KL_EPS) (device), p′ likewise of y (golden): Σq′, Σp′ and T = Σ q′·ln(q′/p′);
+  KL(q‖p) = T/Σq′ + ln(Σp′/Σq′), which equals Σ q·ln(q/p) for q = q′/Σq′, p = p′/Σp′ (the sum-normalised
+  distributions; device first, as the compare tool computes it).
 """
 
 from __future__ import annotations
@@ -187,17 +188,17 @@ def _second_pass(chunks: _Chunks, s: PairSums, noise, std: bool, kl: bool, mean_
             _distribution(X, range_x, B)
             parts["p"].append(float(A.sum()))
             parts["q"].append(float(B.sum()))
-            np.divide(A, B, out=B)
-            np.log(B, out=B)
-            np.multiply(A, B, out=B)
-            parts["t"].append(float(B.sum()))
+            np.divide(B, A, out=A)  # q'/p' (device over golden)
+            np.log(A, out=A)
+            np.multiply(B, A, out=A)
+            parts["t"].append(float(A.sum()))
     if noise is not None:
         s.within_noise = s.sum_sq_diff <= math.fsum(parts["noise"])
     if std:
         s.std_x, s.std_y = (math.sqrt(math.fsum(parts[k]) / s.n) for k in ("vx", "vy"))
     if kl:
         sp, sq = math.fsum(parts["p"]), math.fsum(parts["q"])
-        s.kl = max(math.fsum(parts["t"]) / sp + math.log(sq / sp), 0.0)
+        s.kl = max(math.fsum(parts["t"]) / sq + math.log(sp / sq), 0.0)
 
 
 def scaled_atol(rtol: float, atol: float, rms: float) -> float:
