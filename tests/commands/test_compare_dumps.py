@@ -137,6 +137,31 @@ def test_mapping_compares_the_fused_op_with_the_last_original(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("mapped_op", ["add_relu_fused", "no_such_op"])
+def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, mapped_op):
+    """--model with --mapping: the advisor reads the plan the dumps imply (every kernel field it needs), also
+    when the mapping names an op the target never dumped."""
+    x = feed()
+    gold, dev = golden_values(x), target_values(x)
+    g = write_onnx_golden(tmp_path / "golden", gold)
+    fused = mapped_op == "add_relu_fused"
+    t = write_device(tmp_path / "device", dev, skip={"add.1", "relu_2"} if fused else ())
+    if fused:
+        np.save(t / f"FusedAddRelu.add_relu_fused.9.1.{T0 + 115}.output.0.npy", dev["t_relu"])
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({mapped_op: ["add.1", "relu_2"]}))
+    diag = compare_dumps(side(g, "golden"), side(t, "target"), mapping=str(mapping),
+                         model=str(build_model(tmp_path / "m.onnx")))
+    df = diag.table
+    assert diag.summary["verdict"] == "FAIL"  # the output y is abnormal: the planted fault propagates
+    assert diag.summary["first_divergence"]["node"] == "relu_2"
+    r = row(df, "relu_2")
+    assert r["Kernel"] == ("add_relu_fused" if fused else "relu_2")
+    assert r["CosineSimilarity"] == pytest.approx(cosine(dev["t_relu"], gold["t_relu"]), abs=1e-12)
+    assert row(df, "sm_4")["Abnormal"] and row(df, "sm_4")["Role"] == "propagated"
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_missing_misshaped_truncated_and_superseded_dumps_are_rows(tmp_path):
     x = feed()
     gold = golden_values(x)

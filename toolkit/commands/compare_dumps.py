@@ -2,7 +2,8 @@
 
 :func:`compare_dumps` reads both sides (:mod:`toolkit.dumps.readers`), pairs them (:mod:`toolkit.dumps.match`),
 compares each pair (:mod:`toolkit.dumps.table`), runs the first-divergence advisor
-(:func:`toolkit.compare.advisor.advise` over a small plan adapter whose "kernels" are the mapping's fused ops)
+(:func:`toolkit.compare.advisor.advise` over the plan the dumps imply, :mod:`toolkit.dumps.dump_plan`: one
+kernel per target op)
 and returns a :class:`~toolkit.compare.diagnosis.Diagnosis`. :func:`compare_dumps_command` writes the folder:
 result.csv, summary.json, findings.json, kernel_times.csv (empty: dumps carry no times) and index.html.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pandas as pd
 
@@ -33,6 +33,7 @@ from toolkit.core.env import environment
 from toolkit.core.errors import InputError
 from toolkit.core.records import Finding
 from toolkit.core.text import join_present, show_crossed
+from toolkit.dumps.dump_plan import plan_of_pairs
 from toolkit.dumps.entry import DumpSet
 from toolkit.dumps.mapping import check_mapping_model, load_mapping
 from toolkit.dumps.match import Pairing, pair_with_model, pair_without_model
@@ -130,8 +131,8 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     progress(f"comparing {len(pairing.pairs)} tensor(s)")
     ts = time.perf_counter()
     df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
-    plan = SimpleNamespace(kernels=[SimpleNamespace(name=op, nodes=list(nodes)) for op, nodes in (maps or {}).items()])
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
+    plan = plan_of_pairs(pairing.pairs, df, outputs)
     findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None, lines=lines) + gap_findings(df)
     for f in findings:  # dumps cannot be re-run here: a keep_dtype set is a candidate, never a verified fix
         if isinstance(f.evidence, dict) and (f.evidence.get("keep_dtype") or "(keep_dtype)" in f.recommendation):
