@@ -300,6 +300,16 @@ def test_cli_writes_artifacts_and_the_tuned_config_is_accepted(tmp_path):
     assert "exp" in keep
     summary = json.loads((out / "summary.json").read_text())
     assert summary["met"] and summary["keep_dtype"] == keep
+    # a given config's own keep_dtype entry: in keep_dtype.txt and summary.json's keep_dtype, not among the added
+    cfg = tmp_path / "given.toml"
+    cfg.write_text('precision_mode = "force_fp16"\nkeep_dtype = ["log"]\n')
+    r = npuscope("tune", folder / "model.onnx", "--inputs", folder / "inputs.npz", "--config", cfg, "--target", TARGET,
+                 "--out", tmp_path / "g")
+    assert r.returncode == 0, r.stderr
+    lines = (tmp_path / "g" / "keep_dtype.txt").read_text().split()
+    given = json.loads((tmp_path / "g" / "summary.json").read_text())
+    assert given["keep_dtype"] == lines and "log" in lines and "exp" in lines
+    assert given["added_keep_dtype"] == [x for x in lines if x != "log"]
     html = (out / "tune.html").read_text()
     assert "Nodes kept in FP32" in html and "FP16 coverage" in html
     assert re.findall(r"<script[^>]*\bsrc\s*=\s*\"([^\"]*)\"", html) == ["plotly.min.js"]  # beside the page

@@ -324,7 +324,10 @@ class TuneResult:
         return f"{n} node(s) kept in FP32"
 
     def summary(self) -> dict:
-        return {"met": self.met, "keep_dtype": self.chosen, "target": format_target(self.target), "notes": self.notes,
+        """summary.json's content: ``keep_dtype`` every entry of the tuned config (keep_dtype.txt's lines: the
+        given config's and the ones tune added), ``added_keep_dtype`` the ones tune added."""
+        return {"met": self.met, "keep_dtype": list(self.config.keep_dtype), "added_keep_dtype": list(self.chosen),
+                "target": format_target(self.target), "notes": self.notes,
                 "trials": self.trials, "inputs": self.inputs, "timings_ms": self.timings_ms,
                 "coverage_before": self.coverage_before, "coverage_after": self.coverage_after, "cost": self.cost,
                 "tasks_before": self.tasks_before, "tasks_after": self.tasks_after, "evidence": self.evidence,
