@@ -96,3 +96,27 @@ def test_output_shares_measure_the_first_ranked_kernels_without_overflow_and_kee
             assert v == (0.0 if np.isinf(errs[k]) else 1.0)
     assert output_shares(ranked, output_error, 0.0, top_k=3)["OutputShare"].isna().all()  # nothing to remove
     assert output_shares(ranked, output_error, base, top_k=0)["OutputShare"].isna().all()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("where", ["none", "pos", "neg", "inf", "nan_and_pos", "all_nan", "empty"])
+def test_range_overflow_is_any_value_fp16_cannot_hold_nan_ignored(dtype, where):
+    from toolkit.tuning.sensitivity import _beyond_fp16
+
+    a = np.linspace(-6e4, 6e4, 101).astype(np.float64)
+    if where in ("pos", "nan_and_pos") and dtype != np.float16:
+        a[7] = 7e4
+    if where == "neg" and dtype != np.float16:
+        a[9] = -1e6
+    if where == "inf":
+        a[3] = -np.inf
+    if where == "nan_and_pos":
+        a[0] = np.nan
+    if where == "all_nan":
+        a[:] = np.nan
+    if where == "empty":
+        a = a[:0]
+    arr = a.astype(dtype)
+    finite_or_inf = arr[~np.isnan(arr)].astype(np.float64)
+    assert _beyond_fp16(arr) == bool((np.abs(finite_or_inf) > 65504.0).any())
+    assert _beyond_fp16(arr.astype(np.int64) if where in ("none", "pos") else np.zeros(3, np.int32)) is False

@@ -93,8 +93,11 @@ def _worst(rows: list[dict]) -> tuple[float, float, float, bool]:
 
 
 def _beyond_fp16(a) -> bool:
+    """True when a float array holds a finite or infinite value beyond ±65504 (NaN ignored)."""
     a = np.asarray(a)
-    return a.dtype.kind == "f" and bool((np.abs(a.astype(np.float32)) > FP16_MAX).any())  # NaN compares False
+    if a.dtype.kind != "f" or a.size == 0:
+        return False
+    return bool(np.fmax.reduce(a, axis=None) > FP16_MAX or np.fmin.reduce(a, axis=None) < -FP16_MAX)
 
 
 def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
@@ -106,6 +109,7 @@ def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
         dumps: the NPU run's dumps of the same input (RunResult.dumps).
     """
     ins = kernel_inputs(runtime.plan)
+    beyond: dict[str, bool] = {}  # tensor -> _beyond_fp16 of its reference (a tensor feeds several kernels)
     rows = []
     for k in runtime.plan.kernels:
         if k.fusion == "cast" or k.precision != "fp16":
@@ -116,7 +120,8 @@ def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
         arows = [compare_metrics(dumps[t], golden[t], LOCAL_METRICS) for t in outs if t in dumps]
         lc, lr, lm, lo = _worst(lrows)
         ac, ar, _, _ = _worst(arows)
-        rng = any(_beyond_fp16(golden[t]) for t in outs + [i for i in ins.get(k.name, []) if i in golden])
+        rng = any(beyond[t] if t in beyond else beyond.setdefault(t, _beyond_fp16(golden[t]))
+                  for t in outs + [i for i in ins.get(k.name, []) if i in golden])
         rows.append({"Kernel": k.name, "KeepName": keep_name(k), "OpType": k.op_type, "Nodes": ";".join(k.nodes),
                      "LocalCosine": lc, "LocalRED": lr, "LocalMaxAbs": lm, "LocalOverflow": lo,
                      "RangeOverflow": rng, "AccCosine": ac, "AccRED": ar, "OutputShare": math.nan})
