@@ -161,6 +161,34 @@ def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, map
     assert row(df, "sm_4")["Abnormal"] and row(df, "sm_4")["Role"] == "propagated"
 
 
+def test_tensors_inside_a_dump_folders_kernel_are_fused_not_missing(tmp_path):
+    """An ``npuscope run --dump`` folder records the kernel that wrote each tensor (its anchor node): with
+    --model, the nodes between that node and the tensor's producer ran inside the kernel, so their undumped
+    outputs read "fused into <kernel>" and do not make the verdict WARN."""
+    model = dump_model(tmp_path / "m.onnx")  # mm (t) -> relu (u) -> mul (y)
+    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+    w = numpy_helper.to_array(onnx.load(model).graph.initializer[0])
+    vals = {"t": x @ w}
+    vals["u"] = np.maximum(vals["t"], 0)
+    vals["y"] = vals["u"] * 2
+    g, t = tmp_path / "golden", tmp_path / "target"
+    g.mkdir()
+    t.mkdir()
+    for i, (node, tensor) in enumerate((("mm", "t"), ("relu", "u"), ("mul", "y"))):
+        np.save(g / f"{node}.0.{T0 + i}.npy", vals[tensor])
+    index = {"u.npy": {"tensor": "u", "kernel": "mm"}, "y.npy": {"tensor": "y", "kernel": "mul"}}
+    for f, info in index.items():
+        np.save(t / f, vals[info["tensor"]].astype(np.float16))
+    (t / "index.json").write_text(json.dumps(index))
+    diag = compare_dumps(side(g, "golden"), side(t, "target"), model=str(model))
+    df = diag.table
+    assert row(df, "mm")["CompareFailReason"] == "fused into mm"
+    assert row(df, "relu")["Kernel"] == "mm" and row(df, "relu")["FusedNodes"] == "mm;relu"
+    assert row(df, "relu")["CosineSimilarity"] == pytest.approx(
+        cosine(vals["u"].astype(np.float16), vals["u"]), abs=1e-9)
+    assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_missing_misshaped_truncated_and_superseded_dumps_are_rows(tmp_path):
     x = feed()

@@ -203,6 +203,8 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
     g_by, g_extra = _resolve_golden(idx, golden)
     t_by, t_extra = _resolve_target(idx, target, ops)
     fused, group_of, notes = _fused_tensors(idx, ops)
+    kept, kernel_groups = _kernel_fused_tensors(idx, t_by)
+    fused = {**kept, **fused}  # a mapping's word wins over what a kernel name implies
     pairs = [_model_pair("Input", name, name, 0, g_by.get(name), t_by.get(name), "", ())
              for name in idx.inputs if name in g_by or name in t_by]
     clashed = {n: names for names in idx.ambiguous.values() for n in names} if target.keyed_by == NODE \
@@ -213,12 +215,15 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
                 continue
             hit = t_by.get(t)
             mapped = hit[1] if hit else None
-            inputs = _group_inputs(idx, group_of.get(mapped.op, [n]) if mapped else [n])
+            kernel_group = kernel_groups.get(hit[0].kernel, []) if hit and mapped is None else []
+            group = group_of.get(mapped.op, [n]) if mapped else (kernel_group or [n])
+            inputs = _group_inputs(idx, group)
             reason = "" if hit else fused.get(t, "")
             if not hit and not reason and n.name in clashed:
                 reason = (f"target dump ambiguous: nodes {', '.join(repr(x) for x in clashed[n.name])} all dump as "
                           f"'{norm(n.name)}' (the dump tools' file-name rule); rename them or give --mapping")
-            pairs.append(_model_pair(n.op_type, n.name, t, i, g_by.get(t), hit, reason, inputs))
+            pairs.append(_model_pair(n.op_type, n.name, t, i, g_by.get(t), hit, reason, inputs,
+                                     [k.name for k in kernel_group] if len(kernel_group) > 1 else []))
     if clashed:
         notes.append("nodes whose dump file names coincide were not paired by name: "
                      + "; ".join(" / ".join(repr(x) for x in names) + f" -> '{form}'"
@@ -285,11 +290,52 @@ def _group_inputs(idx: _ModelIndex, nodes: list[onnx.NodeProto]) -> tuple[str, .
     return tuple(dict.fromkeys(i for n in nodes for i in n.input if i and i not in produced))
 
 
-def _model_pair(op_type, node, tensor, index, g, hit, reason, inputs) -> Pair:
+def _model_pair(op_type, node, tensor, index, g, hit, reason, inputs, group=()) -> Pair:
     t, mapped = hit if hit else (None, None)
     kernel, kernel_type = _kernel_of(t)
     return Pair(op_type, node, tensor, index, g, t, kernel, kernel_type,
-                list(mapped.originals) if mapped else [], reason, inputs)
+                list(mapped.originals) if mapped else list(group), reason, inputs)
+
+
+def _kernel_fused_tensors(idx: _ModelIndex, t_by: dict) -> tuple[dict[str, str], dict[str, list]]:
+    """({tensor: "fused into <kernel>"}, {kernel: [NodeProto of its group, in graph order]}) from the kernel
+    each tensor-keyed target dump records (``npuscope run --dump``'s index.json: ``kernel`` = the fused
+    kernel's anchor node). A kernel's group is every node on a path from its anchor node to the producer of a
+    tensor it wrote (anchor and producers included); outputs of the group's nodes that the target did not dump
+    were kept on chip by that kernel. A kernel that names no node of the model implies nothing."""
+    wrote: dict[str, set[str]] = {}
+    for tensor, (e, mapped) in t_by.items():
+        if e.keyed_by == TENSOR and e.kernel and mapped is None and tensor in idx.producer:
+            wrote.setdefault(e.kernel, set()).add(idx.producer[tensor].name)
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in idx.nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    fused, groups = {}, {}
+    for kernel, producers in wrote.items():
+        anchor = idx.node(kernel)
+        if anchor is None:
+            continue
+        below = _reachable([anchor], lambda n: [c for t in n.output for c in consumers.get(t, [])])
+        above = _reachable([idx.by_name[p] for p in producers],
+                           lambda n: [idx.producer[t] for t in n.input if t in idx.producer])
+        groups[kernel] = [n for n in idx.nodes if n.name in below and n.name in above]
+        for n in groups[kernel]:
+            for t in n.output:
+                if t and t not in t_by:
+                    fused.setdefault(t, f"fused into {kernel}")
+    return fused, groups
+
+
+def _reachable(start: list, step) -> set[str]:
+    """Names of the nodes reachable from ``start`` (included) by ``step(node) -> [nodes]``."""
+    seen, todo = set(), list(start)
+    while todo:
+        n = todo.pop()
+        if n.name not in seen:
+            seen.add(n.name)
+            todo += step(n)
+    return seen
 
 
 def _extra_pair(g: DumpEntry | None, t: DumpEntry | None, side: str) -> Pair:
