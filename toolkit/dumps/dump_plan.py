@@ -9,9 +9,10 @@ object with only ``name`` and ``nodes`` made the advisor fail on ``cast_of`` as 
 One kernel per ``Kernel`` value of the table (the target's device op or npuscope kernel; a row without one
 stands for its own node): ``nodes`` = the mapping's originals (``FusedNodes``) or the row's node, ``inputs`` =
 the ONNX tensors its node or fused group reads (empty without a model), ``outputs`` = the tensors of its rows,
-``precision`` = "fp16" when a target dump it wrote is float16 or bfloat16, else "fp32", ``op_type`` = the device
-op type (else the ONNX op type), ``op_class`` from the numerics contract by the ONNX op type. No offsets,
-lifetimes or casts: dumps carry none (``cast_of`` None, ``storage`` "host").
+``precision`` = "" (unknown: a dump shows the dtype an output was stored in, not the one the op computed in; the
+advisor then gives keep_dtype advice as a candidate), ``op_type`` = the device op type (else the ONNX op type),
+``op_class`` from the numerics contract by the ONNX op type; ``tensors`` carry the dumped dtype (the target's,
+else the golden's). No offsets, lifetimes or casts: dumps carry none (``cast_of`` None, ``storage`` "host").
 """
 
 from __future__ import annotations
@@ -22,9 +23,6 @@ from toolkit.compiler.plan import KernelSpec, Plan, TensorSpec
 from toolkit.precision.contract import op_class
 
 from .match import Pair
-
-#: target dtypes (table ``Precision``) whose kernel counts as an FP16 one
-_HALF = ("fp16", "bf16")
 
 
 def plan_of_pairs(pairs: list[Pair], df: pd.DataFrame, outputs: list[str] | None = None) -> Plan:
@@ -39,14 +37,12 @@ def plan_of_pairs(pairs: list[Pair], df: pd.DataFrame, outputs: list[str] | None
         k = kernels.get(name)
         if k is None:
             k = kernels[name] = KernelSpec(name, p.kernel_op_type or p.op_type, op_class(p.op_type).name,
-                                           list(p.fused) or [p.node], inputs=list(p.inputs))
+                                           list(p.fused) or [p.node], inputs=list(p.inputs), precision="")
         elif p.node not in k.nodes:
             k.nodes.append(p.node)
             k.inputs += [t for t in p.inputs if t not in k.inputs]
         if p.tensor not in k.outputs:
             k.outputs.append(p.tensor)
-        if str(r.get("Precision") or "") in _HALF:
-            k.precision = "fp16"
         dtype = str(r.get("DataType") or r.get("GroundTruthDataType") or "")
         tensors[p.tensor] = TensorSpec(p.tensor, dtype if dtype != "nan" else "", None, storage="host",
                                        producer=name)
