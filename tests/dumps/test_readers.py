@@ -15,6 +15,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tests.core.special_files import TIMEOUT, SAID, make_special, run, py
+from toolkit.dumps.raw_writer import RawTensorSpec, write_raw_dump
+from toolkit.dumps.readers import SideSpec as _SideSpec, read_side as _read_side
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -142,3 +144,21 @@ def test_run_results_written_by_polygraphy_are_read_with_or_without_a_bom(tmp_pa
     assert side.format == "polygraphy" and [e.name for e in side.entries] == list(values)
     for entry in side.entries:
         np.testing.assert_array_equal(entry.load(), values[entry.name])
+
+
+@pytest.mark.parametrize("original_op", [None, ("head/sq", 0)])
+def test_a_raw_dump_and_its_npy_conversion_are_one_dump(tmp_path, original_op):
+    """msaccucmp convert writes ``<raw name>.output.{i}.npy`` beside the raw file: the two are one dump. It is
+    counted once (the raw output as superseded), read from the .npy, and keyed as the raw header records it."""
+    raw_values = np.arange(6, dtype=np.float16).reshape(2, 3)
+    npy_values = raw_values - np.float16(5)  # a conversion that disagrees: the .npy must be the one read
+    name = "Mul.head_sq.5.2.1700000000000002"
+    write_raw_dump(tmp_path / name, [RawTensorSpec(raw_values, original_op=original_op)])
+    np.save(tmp_path / f"{name}.output.0.npy", npy_values)
+    ds = _read_side(_SideSpec(str(tmp_path), "target"))
+    assert len(ds.entries) == 1 and ds.superseded == 1
+    e = ds.entries[0]
+    assert e.source == f"{name}.output.0.npy"
+    assert np.array_equal(e.load(), npy_values)
+    assert (e.name, e.index, e.kernel) == (("head/sq", 0, "head_sq") if original_op else ("head_sq", 0, ""))
+    assert "also converted to .npy" in ds.detail

@@ -335,7 +335,8 @@ def console_lines(diag: Diagnosis) -> list[str]:
         d = s[side]
         extra = [f"{d['ignored_files']} file(s) ignored"] if d["ignored_files"] else []
         extra += [f"{d['input_dumps_skipped']} input dump(s) skipped"] if d["input_dumps_skipped"] else []
-        extra += [f"{d['superseded_dumps']} older dump(s) superseded"] if d["superseded_dumps"] else []
+        extra += [f"{d['superseded_dumps']} dump(s) superseded (older, or raw files converted to .npy)"] \
+            if d["superseded_dumps"] else []
         lines.append(f"{side}: {d['path']}: {d['dumps']} dump(s), {d['detail']}" + (f"; {', '.join(extra)}" if extra else ""))
     lines.append(f"order: {s['order']}")
     lines += [f"note: {n}" for n in s["notes"]]

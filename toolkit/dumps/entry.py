@@ -43,6 +43,9 @@ class DumpEntry:
         kernel: the npuscope kernel that wrote it (npuscope dump folders), or the device op of a raw device dump
             output keyed by its recorded original op (``name`` / ``index`` are then that op's), else "".
         order: position in the side's listing (file order / JSON order), for stable sorting.
+        dump_id: the device dump it comes from, (op name as its file name writes it, the op's output index,
+            timestamp), for device-convention files (raw and ``.npy``); None otherwise. A raw file's output
+            and its ``.npy`` conversion share it.
     """
 
     name: str
@@ -54,6 +57,7 @@ class DumpEntry:
     timestamp: int | None = None
     kernel: str = ""
     order: int = 0
+    dump_id: tuple | None = None
 
 
 @dataclass

@@ -34,10 +34,10 @@ def raw_dump_entries(folder: Path, fname: str, parsed: ParsedName, order: int) -
         source = fname if len(dump.outputs) == 1 else f"{fname}:output.{t.index}"
         if t.original_name:
             entry = DumpEntry(t.original_name, t.original_index, NODE, source, _loader(dump, t), op_type=parsed.op_type,
-                              timestamp=parsed.timestamp, kernel=op, order=order)
+                              timestamp=parsed.timestamp, kernel=op, order=order, dump_id=dump_id(parsed, t.index))
         else:
             entry = DumpEntry(op, t.index, NODE, source, _loader(dump, t), op_type=parsed.op_type,
-                              timestamp=parsed.timestamp, order=order)
+                              timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, t.index))
         entries.append(entry)
     return entries, len(dump.inputs)
 
@@ -45,7 +45,13 @@ def raw_dump_entries(folder: Path, fname: str, parsed: ParsedName, order: int) -
 def failed_entry(fname: str, parsed: ParsedName, order: int, reason: str) -> DumpEntry:
     """An entry for output 0 of ``parsed``'s op whose load raises DumpReadError(``reason``)."""
     return DumpEntry(parsed.name, 0, NODE, fname, _raiser(reason), op_type=parsed.op_type,
-                     timestamp=parsed.timestamp, order=order)
+                     timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, 0))
+
+
+def dump_id(parsed: ParsedName, index: int) -> tuple | None:
+    """(op name as the file name writes it, output ``index``, timestamp) of a device-convention file
+    (``DumpEntry.dump_id``), None for another convention."""
+    return (parsed.name, index, parsed.timestamp) if parsed.convention == "device" else None
 
 
 def unparsed_entry(fname: str, reason: str, order: int) -> DumpEntry:

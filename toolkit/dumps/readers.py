@@ -22,9 +22,10 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                ``original_op`` when recorded: :mod:`toolkit.dumps.raw_entries`); node-keyed. A ``.npy`` (or
                raw-dump-like) name the chosen convention cannot read becomes an unreadable entry whose reason
                says why (``file name not understood: ...``); other files are listed in ``DumpSet.ignored``;
-               device ``.input.{i}`` dumps and the inputs inside raw dumps are skipped (counted); a (name,
-               output index) dumped several times is taken at its latest timestamp (later file name on equal
-               timestamps).
+               device ``.input.{i}`` dumps and the inputs inside raw dumps are skipped (counted); a raw dump
+               output and its ``.npy`` conversion in the same folder are one dump (:func:`use_conversions`); a
+               (name, output index) dumped several times is taken at its latest timestamp (later file name on
+               equal timestamps).
 
 A folder that holds no file itself is searched for the device's nested layout
 ``{time}/{device_id}/{om_model}/{model_id}/{iteration}/`` (:mod:`toolkit.dumps.nested`): the one folder below
@@ -44,7 +45,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -58,7 +59,7 @@ from toolkit.core.userpaths import check_path
 from .entry import NODE, TENSOR, DumpEntry, DumpReadError, DumpSet, read_npy
 from .names import CONVENTIONS, choose_convention, dump_like, name_problem
 from .nested import nested_dump_folder
-from .raw_entries import raw_dump_entries, unparsed_entry
+from .raw_entries import dump_id, raw_dump_entries, unparsed_entry
 
 FORMATS = ("auto", "npuscope", "onnx", "device", "polygraphy")
 INDEX_FILE = "index.json"
@@ -152,6 +153,8 @@ def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, co
     parse = CONVENTIONS[convention]
     latest: dict[tuple[str, int], DumpEntry] = {}
     ignored, inputs, superseded, raw_files = [], 0, 0, 0
+    raw: list[DumpEntry] = []
+    npy: list[DumpEntry] = []
     for order, fname in enumerate(files):
         parsed = parse(fname)
         if parsed is None:
@@ -167,23 +170,47 @@ def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, co
             raw_files += 1
             entries, raw_inputs = raw_dump_entries(path, fname, parsed, order)
             inputs += raw_inputs
+            raw += entries
         else:
-            entries = [DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname),
-                                 op_type=parsed.op_type, timestamp=parsed.timestamp, order=order)]
-        for entry in entries:
-            key = (entry.name, entry.index)
-            if key in latest:
-                superseded += 1
-                if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
-                    continue
-            latest[key] = entry
+            npy.append(DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname),
+                                 op_type=parsed.op_type, timestamp=parsed.timestamp, order=order,
+                                 dump_id=dump_id(parsed, parsed.index)))
+    kept, converted = use_conversions(raw, npy)
+    for entry in sorted(kept, key=lambda e: e.order):
+        key = (entry.name, entry.index)
+        if key in latest:
+            superseded += 1
+            if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
+                continue
+        latest[key] = entry
     if not latest:
         raise InputError(f"{spec.label}: only device input dumps (.input.{{i}}.npy) found; convert the op outputs too "
                          f"(msaccucmp.py convert without -i)")
     detail = f"{convention} file names ({', '.join(f'{k}: {v}' for k, v in counts.items())} of {len(files)} files)"
     if raw_files:
         detail += f", {raw_files} raw device dump file(s) read without the vendor toolchain"
-    return DumpSet(path, convention, NODE, list(latest.values()), ignored, inputs, superseded, detail)
+    if converted:
+        detail += (f"; {converted} raw dump output(s) also converted to .npy in the folder: the .npy conversion is "
+                   "used (the vendor tool's reading of the same dump; the raw output counts as superseded)")
+    return DumpSet(path, convention, NODE, list(latest.values()), ignored, inputs, superseded + converted, detail)
+
+
+def use_conversions(raw: list[DumpEntry], npy: list[DumpEntry]) -> tuple[list[DumpEntry], int]:
+    """(the entries to use, the number of raw outputs dropped). A ``.npy`` whose ``dump_id`` (op name in the
+    file name, output index, timestamp) is that of a raw dump output is that output converted (``msaccucmp.py
+    convert`` writes ``<raw file name>.output.{i}.npy`` beside it): the same dump, used once. The ``.npy`` gives
+    the values (the vendor tool's reading, which the user converted the dump to have read); the raw header keeps
+    the identity it records (original op and output index, device op), which the file name cannot carry."""
+    by_id = {e.dump_id: e for e in raw if e.dump_id is not None}
+    out, dropped = list(raw), set()
+    for e in npy:
+        r = by_id.get(e.dump_id)
+        if r is None or id(r) in dropped:
+            out.append(e)
+            continue
+        dropped.add(id(r))
+        out.append(replace(r, source=e.source, load=e.load, order=e.order))
+    return [e for e in out if id(e) not in dropped], len(dropped)
 
 
 def _npy_loader(path: Path):
