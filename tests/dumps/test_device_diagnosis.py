@@ -111,3 +111,27 @@ def test_a_tensor_the_device_dumps_is_compared_even_where_our_plan_fuses_it(tmp_
     assert bool(row["Abnormal"]) is spoiled
     if spoiled:
         assert diag.summary["verdict"] != "PASS" and diag.summary["first_divergence"]["tensor"] == tensor
+
+
+def test_a_device_op_our_plan_fuses_is_named_as_the_device_names_it(tmp_path):
+    """The device ran stem_conv, stem_bn and stem_relu as ops of their own (fusion_level 0) and only stem_relu's
+    output is wrong, while our plan fuses the three into kernel stem_conv. The row's NPUDump and the
+    device_kernel_deviation finding name the device's Relu op, never our fused kernel, and no finding advises a
+    keep_dtype of the simulated plan for it (the simulated kernel holds the lines on the reference's inputs)."""
+    def plus5(a):
+        b = a.astype(np.float32).copy()
+        b[:, 0] += 5.0
+        return b.astype(a.dtype)
+
+    model, folder, npz = device_folder(tmp_path, "resnet_small", layout="ND", config=Config(fusion_level=0),
+                                       spoil={"stem_relu": plus5})
+    diag, _, _ = _diagnose(model, folder, npz)
+    relu_file = next(f.name for f in folder.iterdir() if ".stem_relu." in f.name)
+    op_type, op_name = relu_file.split(".")[:2]
+    row = diag.table.set_index("TensorName").loc["stem_relu"]
+    assert row["Kernel"] == "stem_conv" and row["NPUDump"] == op_name  # our kernel vs the device's op
+    dev = [f for f in diag.findings if f.kind == "device_kernel_deviation"]
+    assert [f.subject for f in dev] == [op_name]
+    assert dev[0].evidence["device_op_type"] == op_type and dev[0].evidence["kernel"] == "stem_conv"
+    on_it = [f for f in diag.findings if isinstance(f.evidence, dict) and f.evidence.get("tensor") == "stem_relu"]
+    assert on_it and not any("keep_dtype" in f.evidence for f in on_it)

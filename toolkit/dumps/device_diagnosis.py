@@ -59,7 +59,7 @@ from toolkit.profile.attribution import read_device_profile
 from toolkit.reexec.isolate import isolate
 
 from .audit import AUDIT_COLUMNS, audit_dumped, audit_findings, audit_op_summary
-from .entry import DumpReadError
+from .entry import NODE, DumpReadError
 from .mapping import load_mapping
 from .match import target_tensors
 from .readers import SideSpec, read_side
@@ -75,9 +75,12 @@ def _noop(msg: str) -> None:
 class DeviceDumps:
     """The device side: ``arrays`` {ONNX tensor: array as dumped}, ``dtypes`` {tensor: dtype name},
     ``unreadable`` {tensor: "device dump unreadable (<file>): <reason>"}, ``unmapped`` (dumps that name nothing
-    of the model), ``detail`` (the reader's line for the report)."""
+    of the model), ``detail`` (the reader's line for the report), ``ops`` {tensor: (device op that wrote it, its
+    op type)}: the op as the device names it (a raw dump's op, the op of a file name), never our plan's kernel,
+    which may fuse ops the device ran apart."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    ops: dict[str, tuple[str, str]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
@@ -91,6 +94,7 @@ def read_device_dumps(model, folder: str, mapping: str | None = None) -> DeviceD
     by, extra = target_tensors(model, side, load_mapping(mapping) if mapping else None)
     out = DeviceDumps(unmapped=[e.source for e in extra], detail=side.detail)
     for tensor, entry in by.items():
+        out.ops[tensor] = (entry.kernel or (entry.name if entry.keyed_by == NODE else ""), entry.op_type)
         try:
             arr = np.asarray(entry.load())
         except DumpReadError as exc:
@@ -140,15 +144,53 @@ def refine_device_origins(df: pd.DataFrame, runtime, golden: dict, device: dict,
     return df
 
 
-def _deviation_findings(df: pd.DataFrame) -> list[Finding]:
+def _deviation_findings(df: pd.DataFrame, dumps: DeviceDumps) -> list[Finding]:
+    """One ``device_kernel_deviation`` error per device origin, about the device op that wrote the tensor
+    (``dumps.ops``; our simulated kernel when the dump names no op): evidence ``device_op``, ``device_op_type``,
+    ``kernel`` (the simulated kernel re-run), ``node`` (the ONNX node whose output it is)."""
     out = []
+    nodes = dict(zip(df["TensorName"], df["NodeName"]))
     for t, ev in df.attrs.get("device_origins", {}).items():
-        out.append(Finding("error", "device_kernel_deviation", ev["kernel"], {"tensor": t, **ev},
-                           f"the device's '{ev['kernel']}' output '{t}' differs from the simulated kernel run on the "
-                           "device's own inputs, while the simulated kernel on the reference's inputs is within the "
-                           "lines: the device op itself computes something else (its implementation, format or "
-                           "memory); run it alone on the device, and try keep_dtype for it"))
+        op, op_type = dumps.ops.get(t) or ("", "")
+        op = op or ev["kernel"]
+        node = str(nodes.get(t) or "")
+        simulated = "the simulated kernel" if op == ev["kernel"] else f"npuscope's simulated kernel '{ev['kernel']}'"
+        out.append(Finding("error", "device_kernel_deviation", op,
+                           {"tensor": t, **ev, "device_op": op, "device_op_type": op_type, "node": node},
+                           f"the device op '{op}'{f' ({op_type})' if op_type else ''} output '{t}' differs from "
+                           f"{simulated} run on the device's own inputs, while the simulated kernel on the "
+                           "reference's inputs is within the lines: the device op itself computes something else "
+                           "(its implementation, format or memory); run it alone on the device"
+                           + (f", and try keep_dtype for '{node}'" if node else "")))
     return out
+
+
+def _defer_to_device(findings: list[Finding], df: pd.DataFrame) -> list[Finding]:
+    """The advisor's findings on a device origin (``df.attrs["device_origins"]``: the simulated kernel holds the
+    lines on the reference's and follows them on the device's inputs) advise no keep_dtype of our plan: the
+    simulated precision does not lose the tensor, the device op does (its device_kernel_deviation finding)."""
+    deviant = df.attrs.get("device_origins", {})
+    for f in findings:
+        ev = f.evidence if isinstance(f.evidence, dict) else {}
+        if f.kind == "device_kernel_deviation" or ev.get("tensor") not in deviant:
+            continue
+        ev.pop("keep_dtype", None)
+        op = next((g.subject for g in findings if g.kind == "device_kernel_deviation"
+                   and g.evidence.get("tensor") == ev["tensor"]), deviant[ev["tensor"]]["kernel"])
+        f.recommendation = (f"the simulated kernel '{deviant[ev['tensor']]['kernel']}' computes '{ev['tensor']}' within "
+                            "the lines on the reference's inputs, and the device's output differs from it on the "
+                            f"device's own inputs: keep_dtype of the simulated plan is no fix; the device op '{op}' "
+                            "computes something else (device_kernel_deviation)")
+    return findings
+
+
+def _device_ops(df: pd.DataFrame, dumps: DeviceDumps) -> pd.DataFrame:
+    """NPUDump of each dumped row = the device op that wrote it (the compare tool's meaning), not our kernel."""
+    for i, t in zip(df.index, df["TensorName"]):
+        op = (dumps.ops.get(t) or ("", ""))[0]
+        if op:
+            df.at[i, "NPUDump"] = op
+    return df
 
 
 def _device_rows(df: pd.DataFrame, dumps: DeviceDumps) -> pd.DataFrame:
@@ -179,10 +221,11 @@ def diagnose_device(prep: Prepared, config: Config, device_dumps: str | None = N
     outputs = [o.name for o in prep.model.graph.output]
     # the device's dumps decide what is compared: a tensor it dumped is compared even where our plan fuses it
     from_table = layer_table(prep.model, sess.plan, golden, device, thresholds, device_decides=True)
-    df = _device_rows(refine_device_origins(from_table, sess.runtime, golden, device, thresholds), dumps)
-    findings = _deviation_findings(df) + advise(df, sess.plan, sess.compiled.findings, outputs=outputs,
-                                                model=prep.model, values=golden,
-                                                lines=resolve_thresholds(thresholds))
+    df = _device_ops(_device_rows(refine_device_origins(from_table, sess.runtime, golden, device, thresholds),
+                                  dumps), dumps)
+    findings = _defer_to_device(_deviation_findings(df, dumps) + advise(
+        df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden,
+        lines=resolve_thresholds(thresholds)), df)
     audit = audit_dumped(sess.plan, prep.model, config, dumps.dtypes)
     if profile:
         audit = pd.concat([audit, audit_profile(sess.plan, prep.model, config, profile)[0]], ignore_index=True)
