@@ -525,3 +525,24 @@ def test_a_golden_dump_holding_nan_is_never_a_silent_pass(tmp_path, with_model, 
     assert diag.summary["verdict"] in ("WARN", "FAIL"), diag.summary["reasons"]
     name = out if with_model else f"{NODES[-1][0]}:0"  # without a model, rows are named node:output index
     assert any("holds NaN/Inf" in r and f"'{name}'" in r for r in diag.summary["reasons"]), diag.summary["reasons"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_swapped_sides_are_flagged_and_their_keep_advice_marked_doubtful(tmp_path):
+    """FP16 device dumps given as GOLDEN, the FP32 run as TARGET: a golden_lower_precision warning and note, and
+    the keep_dtype advice (which assumes TARGET is the low-precision run) says it is doubtful."""
+    x = feed()
+    gold, dev = golden_values(x), target_values(x)
+    t = write_onnx_golden(tmp_path / "golden", gold)
+    g = write_device(tmp_path / "device", dev)
+    diag = compare_dumps(side(g, "golden", format="device"), side(t, "target", format="onnx"),
+                         model=str(build_model(tmp_path / "m.onnx")))
+    kinds = [f.kind for f in diag.findings]
+    assert kinds[0] == "golden_lower_precision"
+    assert diag.findings[0].evidence["rows"] == len(NODES)  # every float16 golden against a float32 target
+    assert any(n.startswith("golden_lower_precision") for n in diag.summary["notes"])
+    keep = [f for f in diag.findings if f.evidence.get("keep_dtype") or "(keep_dtype)" in f.recommendation]
+    assert keep and all("the arguments look swapped" in f.recommendation for f in keep)
+    right = compare_dumps(side(t, "golden", format="onnx"), side(g, "target", format="device"),
+                          model=str(build_model(tmp_path / "m2.onnx")))
+    assert "golden_lower_precision" not in [f.kind for f in right.findings]

@@ -38,6 +38,7 @@ from toolkit.dumps.entry import DumpSet
 from toolkit.dumps.mapping import check_mapping_model, load_mapping
 from toolkit.dumps.match import Pairing, pair_with_model, pair_without_model
 from toolkit.dumps.readers import SideSpec, read_side
+from toolkit.dumps.sides import lower_precision_golden
 from toolkit.dumps.table import compare_pairs, reason_kind
 from toolkit.ir.load import load_model, loaded_sha256
 from toolkit.report.assets import PLOTLY_FILE
@@ -133,17 +134,23 @@ def compare_dumps(golden: SideSpec, target: SideSpec, *, mapping: str | None = N
     df = compare_pairs(pairing.pairs, lines, by_graph=onnx_model is not None)
     outputs = [o.name for o in onnx_model.graph.output] if onnx_model is not None else None
     plan = plan_of_pairs(pairing.pairs, df, outputs)
-    findings = advise(df, plan, outputs=outputs, graph_known=onnx_model is not None, lines=lines) + gap_findings(df)
+    swapped = lower_precision_golden(df)
+    findings = ([swapped] if swapped else []) + advise(df, plan, outputs=outputs, graph_known=onnx_model is not None,
+                                                       lines=lines) + gap_findings(df)
     for f in findings:  # dumps cannot be re-run here: a keep_dtype set is a candidate, never a verified fix
         if isinstance(f.evidence, dict) and (f.evidence.get("keep_dtype") or "(keep_dtype)" in f.recommendation):
             f.evidence["verified"] = False
             f.recommendation += UNVERIFIED
+            if swapped:  # the advice takes TARGET for the low-precision run: here it is GOLDEN
+                f.recommendation += f" [doubtful: {swapped.kind}, the arguments look swapped]"
     first = first_divergence(df)
     if first:
         first["basis"] = "graph" if onnx_model is not None else NO_MODEL_BASIS
     verdict, reasons = judge(df, outputs, findings)
     timings = {"read_ms": read_ms, "compare_ms": (time.perf_counter() - ts) * 1e3,
                "total_ms": (time.perf_counter() - t0) * 1e3}
+    if swapped:
+        pairing.notes.insert(0, f"{swapped.kind}: {swapped.recommendation}")
     summary = _summary(golden, target, g, t, pairing, df, mapping, model_info, lines, verdict, reasons, first, timings)
     return Diagnosis(summary=summary, table=df, findings=findings, environment=environment(),
                      kernel_times=pd.DataFrame(columns=KERNEL_TIME_COLUMNS))
