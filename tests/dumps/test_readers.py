@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from tests.core.special_files import TIMEOUT, SAID, make_special, run, py
+from toolkit.core.errors import InputError as _InputError
 from toolkit.dumps.raw_writer import RawTensorSpec, write_raw_dump
 from toolkit.dumps.readers import SideSpec as _SideSpec, read_side as _read_side
 
@@ -162,3 +163,24 @@ def test_a_raw_dump_and_its_npy_conversion_are_one_dump(tmp_path, original_op):
     assert np.array_equal(e.load(), npy_values)
     assert (e.name, e.index, e.kernel) == (("head/sq", 0, "head_sq") if original_op else ("head_sq", 0, ""))
     assert "also converted to .npy" in ds.detail
+
+
+def test_nested_device_dumps_are_found_beside_other_files(tmp_path):
+    """The device's {time}/{device_id}/{om}/{model_id}/{iteration}/ tree with a {time}_summary.json next to it:
+    the dumps are read from the tree, and the file beside it is listed as ignored."""
+    leaf = tmp_path / "dev" / "20241010101010" / "0" / "tiny_om" / "1" / "0"
+    leaf.mkdir(parents=True)
+    values = np.linspace(-1, 1, 6, dtype=np.float16)
+    np.save(leaf / "Relu.relu.4.2.1700000000000001.output.0.npy", values)
+    (tmp_path / "dev" / "20241010101010_summary.json").write_text("{}")
+    ds = _read_side(_SideSpec(str(tmp_path / "dev"), "target"))
+    assert [(e.name, e.index) for e in ds.entries] == [("relu", 0)]
+    assert np.array_equal(ds.entries[0].load(), values)
+    assert "20241010101010_summary.json" in ds.ignored and "nested folder '20241010101010/0/tiny_om/1/0'" in ds.detail
+
+
+def test_a_folder_of_other_files_and_no_nested_dumps_is_still_refused(tmp_path):
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "notes.txt").write_text("x")
+    with pytest.raises(_InputError, match="holds no .npy file and no raw device dump"):
+        _read_side(_SideSpec(str(tmp_path / "dev"), "target"))

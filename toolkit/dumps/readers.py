@@ -27,9 +27,11 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                (name, output index) dumped several times is taken at its latest timestamp (later file name on
                equal timestamps).
 
-A folder that holds no file itself is searched for the device's nested layout
+A folder that holds no dump itself (no file, or only files that are no dumps, such as the ``{time}_summary.json``
+some tools write beside the tree) is searched for the device's nested layout
 ``{time}/{device_id}/{om_model}/{model_id}/{iteration}/`` (:mod:`toolkit.dumps.nested`): the one folder below
-it that holds files is read; several such folders are an InputError that lists them.
+it that holds files is read (the files beside it are listed as ignored); several such folders are an
+InputError that lists them.
 
 Only regular files are read (toolkit.core.textfile.open_regular, never blocking): a folder entry that is a FIFO,
 socket, device or a symbolic link to one (``/dev/zero``) becomes an unreadable dump row ("<side> dump unreadable
@@ -106,18 +108,29 @@ def read_side(spec: SideSpec) -> DumpSet:
     if spec.format == "polygraphy":
         raise InputError(f"{spec.label} is a folder; --{spec.role}-format polygraphy needs the RunResults JSON file")
     files, nested = folder_members(path), None
-    if not files:
+    beside = [] if holds_dumps(files) else files  # e.g. the {time}_summary.json next to the {time}/ tree
+    if beside or not files:
         nested = nested_dump_folder(path, spec.label)
-        if nested is None:
+        if nested is None and not files:
             raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
-        path, files = nested, folder_members(nested)
+        if nested is not None:
+            path, files = nested, folder_members(nested)
     if spec.format == "npuscope" or (spec.format == "auto" and INDEX_FILE in files):
         ds = read_npuscope(path, spec, files)
     else:
         ds = read_named(path, spec, files)
     if nested is not None:
         ds.detail = f"nested folder '{nested.relative_to(spec.path).as_posix()}': {ds.detail}"
+        if beside:
+            ds.ignored = [*beside, *ds.ignored]
+            ds.detail += f" ({len(beside)} file(s) beside the nested tree ignored, e.g. '{beside[0]}')"
     return ds
+
+
+def holds_dumps(files: list[str]) -> bool:
+    """True when the folder member names ``files`` hold an ``index.json``, a ``.npy`` or a raw device dump name
+    (a folder read as it is); False for a folder of other files only, whose dumps may be in a nested tree."""
+    return INDEX_FILE in files or any(f.endswith(".npy") or CONVENTIONS["device"](f) is not None for f in files)
 
 
 def folder_members(path: Path) -> list[str]:
