@@ -137,12 +137,15 @@ def test_mapping_compares_the_fused_op_with_the_last_original(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("overflow", [False, True])
 @pytest.mark.parametrize("mapped_op", ["add_relu_fused", "no_such_op"])
-def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, mapped_op):
+def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, mapped_op, overflow):
     """--model with --mapping: the advisor reads the plan the dumps imply (every kernel field it needs), also
-    when the mapping names an op the target never dumped."""
+    when the mapping names an op the target never dumped, and on the FP16-overflow path."""
     x = feed()
     gold, dev = golden_values(x), target_values(x)
+    if overflow:
+        dev["t_relu"][0, 2] = np.inf
     g = write_onnx_golden(tmp_path / "golden", gold)
     fused = mapped_op == "add_relu_fused"
     t = write_device(tmp_path / "device", dev, skip={"add.1", "relu_2"} if fused else ())
@@ -155,9 +158,11 @@ def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, map
     df = diag.table
     assert diag.summary["verdict"] == "FAIL"  # the output y is abnormal: the planted fault propagates
     assert diag.summary["first_divergence"]["node"] == "relu_2"
+    assert diag.summary["first_divergence"]["kind"] == ("fp16_overflow" if overflow else "abnormal")
     r = row(df, "relu_2")
     assert r["Kernel"] == ("add_relu_fused" if fused else "relu_2")
-    assert r["CosineSimilarity"] == pytest.approx(cosine(dev["t_relu"], gold["t_relu"]), abs=1e-12)
+    finite = np.isfinite(dev["t_relu"])
+    assert r["CosineSimilarity"] == pytest.approx(cosine(dev["t_relu"][finite], gold["t_relu"][finite]), abs=1e-9)
     assert row(df, "sm_4")["Abnormal"] and row(df, "sm_4")["Role"] == "propagated"
 
 
