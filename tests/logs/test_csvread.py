@@ -132,3 +132,87 @@ def test_a_profiler_csv_saved_with_thousands_separators_loses_no_row(tmp_path, m
     frame = res.op_summary if module == "op_summary_csv" else res.tables["op_statistic"]
     col = "Task Duration(us)" if module == "op_summary_csv" else "Total Time(us)"
     assert sorted(frame[col].tolist()) == [10.0, 12345.5] and res.malformed == 0
+
+
+# ------------------------------------------------------------------------------------ trailing commas, chunks
+def test_rows_ending_in_a_trailing_comma_are_read_as_the_header_columns(tmp_path):
+    """Kind: a trailing empty field (``a,b,``) on the rows and not on the header, or on the header and not on the
+    rows: every row is read under the header's names (a note says so), never counted as malformed."""
+    import pandas as pd
+
+    from toolkit.logs.csvread import read_counted
+
+    rows = [["conv", "Conv", "5.5"], ["relu", "Relu", "1.25"]]
+    want = pd.DataFrame(rows, columns=["Op Name", "OP Type", "Task Duration(us)"])
+    for name, head, tail in (("rows", "Op Name,OP Type,Task Duration(us)\n", ","),
+                             ("header", "Op Name,OP Type,Task Duration(us),\n", ""),
+                             ("both", "Op Name,OP Type,Task Duration(us),\n", ",")):
+        p = tmp_path / f"{name}.csv"
+        p.write_text(head + "".join(",".join(r) + tail + "\n" for r in rows))
+        got = read_counted(p)
+        assert got.malformed == 0, name
+        pd.testing.assert_frame_equal(got.frame, want, check_dtype=False)
+    got = read_counted(tmp_path / "rows.csv")
+    assert any("trailing comma" in n for n in got.notes), got.notes
+    p = tmp_path / "extra.csv"
+    p.write_text("a,b\n1,2,3\n1,2,\n")  # a field with data past the header is still malformed
+    got = read_counted(p)
+    assert got.malformed == 1 and got.frame.values.tolist() == [["1", "2"]]
+
+
+def test_op_summary_rows_with_a_trailing_comma_are_parsed(tmp_path):
+    import pandas as pd
+
+    from toolkit.logs.parsers import op_summary_csv
+
+    p = tmp_path / "trail.csv"
+    p.write_text("Op Name,OP Type,Task Type,Task Duration(us)\nconv,Conv,AI_CORE,5.5,\nrelu,Relu,AI_VECTOR_CORE,1.25,\n")
+    res = op_summary_csv.parse(p)
+    want = pd.read_csv(p, index_col=False, usecols=range(4))  # pandas: the trailing field dropped
+    assert (res.records, res.malformed) == (2, 0)
+    assert res.op_summary["Task Duration(us)"].tolist() == want["Task Duration(us)"].tolist()
+    assert res.op_summary["Op Name"].tolist() == want["Op Name"].tolist()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 10_000])
+def test_a_csv_read_in_chunks_gives_the_rows_of_one_read(tmp_path, chunk_rows):
+    """Kind: bounded-memory reading (rows typed chunk by chunk through ``convert``): any chunk size gives the
+    rows pandas reads from the whole file, in order, malformed rows counted wherever they fall."""
+    import pandas as pd
+
+    from toolkit.logs.csvread import read_counted
+
+    p = tmp_path / "t.csv"
+    lines = ["Op Name,OP Type,Task Duration(us)"]
+    for i in range(50):
+        lines.append(f"op{i},{'Conv' if i % 3 else 'Relu'},{i * 0.5}")
+        if i % 11 == 5:
+            lines.append("bad,row")
+    p.write_text("\n".join(lines) + "\n")
+    want = pd.read_csv(p, dtype=str, on_bad_lines="skip", keep_default_na=False)
+    want = want[want["Task Duration(us)"] != ""].reset_index(drop=True)  # pandas pads the short rows
+
+    def typed(chunk):
+        return chunk.assign(**{"Task Duration(us)": pd.to_numeric(chunk["Task Duration(us)"])})
+
+    got = read_counted(p, convert=typed, chunk_rows=chunk_rows)
+    assert got.malformed == 5 and got.columns == ["Op Name", "OP Type", "Task Duration(us)"]
+    assert got.frame["Op Name"].tolist() == want["Op Name"].tolist()
+    assert got.frame["OP Type"].tolist() == want["OP Type"].tolist()
+    assert got.frame["Task Duration(us)"].tolist() == pd.to_numeric(want["Task Duration(us)"]).tolist()
+    assert list(got.frame.index) == list(range(50))
+
+
+def test_repeated_texts_of_a_long_csv_share_one_string(tmp_path):
+    """Kind: memory of a profiler CSV: a value repeated on every row (OP Type, shapes) is one string object,
+    not one per row; the values are unchanged."""
+    import pandas as pd
+
+    from toolkit.logs import csvread
+
+    p = tmp_path / "t.csv"
+    n = csvread.SHARED_MIN_ROWS * 3
+    p.write_text("Op Name,OP Type\n" + "".join(f"op{i},Conv\n" for i in range(n)))
+    got = csvread.read_counted(p, chunk_rows=csvread.SHARED_MIN_ROWS)
+    assert got.frame["OP Type"].tolist() == pd.read_csv(p)["OP Type"].tolist()
+    assert len({id(v) for v in got.frame["OP Type"]}) == 1

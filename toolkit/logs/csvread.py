@@ -36,25 +36,37 @@ class CsvRows:
     """A CSV read by :func:`read_counted`.
 
     Attributes:
-        frame: the data rows, all cells as strings, columns = the header's names (stripped; a name the header
-            repeats keeps its first column only).
+        frame: the data rows, columns = the header's names (stripped; a name the header repeats keeps its first
+            column only), all cells as strings — or, when :func:`read_counted` was given ``convert``, the
+            concatenation of what it returned for each chunk of rows.
         malformed: rows skipped because their number of fields differs from the header's (more *or* fewer:
-            a row is never shifted into other columns nor padded) or the csv module could not read them (a NUL
-            byte, a field over :data:`MAX_FIELD_CHARS`).
+            a row is never shifted into other columns nor padded; a trailing empty field is not an extra one)
+            or the csv module could not read them (a NUL byte, a field over :data:`MAX_FIELD_CHARS`).
         notes: what was skipped, ignored or decoded otherwise than as UTF-8 (toolkit.core.textfile.TextReader:
             "decoded as GB18030 (not UTF-8)", a count of bytes replaced with U+FFFD), one line each.
+        columns: the header's column names as read (stripped, renamed, repeats dropped), whatever ``convert`` made.
     """
 
     frame: pd.DataFrame
     malformed: int = 0
     notes: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
 
 
 #: The longest field read (characters); a longer one makes its row malformed.
 MAX_FIELD_CHARS = 1 << 20
+#: Rows read into one frame at a time: the csv module's lists of text cells are held for one chunk only.
+CHUNK_ROWS = 16_384
+#: A column whose chunk holds at most this many distinct texts has them shared across chunks (one string object
+#: per distinct value: OP Type, Task Type, shapes, dtypes repeat on every row of a profile).
+SHARED_DISTINCT = 4_096
+#: Chunks of fewer rows keep their strings as read: sharing pays only over many rows, and its cost is per column
+#: (a CSV of a few rows and 200,000 columns).
+SHARED_MIN_ROWS = 1_024
 
 
-def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None) -> CsvRows:
+def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None, convert=None,
+                 chunk_rows: int | None = None) -> CsvRows:
     """Read a CSV with a header row (the first non-blank row) with Python's csv module, streamed from a regular
     file only, decoded by toolkit.core.textfile.TextReader: a UTF-8 BOM skipped; UTF-8, or GB18030 for a file that
     is not UTF-8 but GB18030 (a CSV re-saved by Excel on Chinese-locale Windows); other bytes replaced with U+FFFD,
@@ -62,16 +74,31 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None
 
     Rows of only blank cells are skipped (not malformed). A row with more or fewer fields than the header is
     malformed (counted, skipped; pandas would have shifted every cell of such rows one column to the right, its
-    implicit index column). A header naming one column several times: when the column is one of ``used``
-    (the columns the parser reads) which cell holds the data is ambiguous, so the file is refused; otherwise
-    a note says so. ``rename(header) -> header`` (same length) renames the stripped header first, e.g. to tell
-    apart the columns a format repeats by their position (the compare tool's two DataType columns).
+    implicit index column). A trailing empty field is not a field: rows written with a comma at their end
+    (``a,b,``) under a header without one — or the header with one and the rows without — are read as the
+    header's columns (a note says so). A header naming one column several times: when the column is one of
+    ``used`` (the columns the parser reads) which cell holds the data is ambiguous, so the file is refused;
+    otherwise a note says so. ``rename(header) -> header`` (same length) renames the stripped header first, e.g. to
+    tell apart the columns a format repeats by their position (the compare tool's two DataType columns).
+
+    Bounded memory: rows are made into frames ``chunk_rows`` (default :data:`CHUNK_ROWS`) at a time, and
+    ``convert(frame) -> DataFrame`` (row-wise work of the parser: typed numbers, renamed columns) is applied to
+    each chunk as it is read, so only the converted rows are kept (text repeated in a column is one shared
+    string object); the frames are concatenated in file order (index 0..n-1), as one read would give.
 
     Raises:
         ValueError: no header row; a column of ``used`` named twice in the header.
         OSError (toolkit.core.textfile.NotRegularFile): not a regular file.
     """
-    rows, bad, width, head = [], 0, 0, None
+    chunk_rows = chunk_rows or CHUNK_ROWS
+    bad, width, head = 0, 0, None
+    rows: list[list[str]] = []
+    parts: list[pd.DataFrame] = []
+    shared: dict = {}
+    trailing = 0
+    notes: list[str] = []
+    keep: list[int] = []
+    columns: list[str] = []
     limit = csv.field_size_limit()
     try:
         csv.field_size_limit(MAX_FIELD_CHARS)
@@ -88,29 +115,76 @@ def read_counted(path: Path, used: list[str] | tuple[str, ...] = (), rename=None
                 if not any(c.strip() for c in row):
                     continue
                 if head is None:
-                    head, width = [c.strip() for c in row], len(row)
-                elif len(row) != width:
-                    bad += 1
-                else:
-                    rows.append(row)
+                    head = [c.strip() for c in row]
+                    while len(head) > 1 and not head[-1]:  # "a,b," : the trailing empty name is no column
+                        head.pop()
+                    width = len(head)
+                    if rename is not None:
+                        head = list(rename(head))
+                    names, notes = _unique_header(head, used)
+                    keep = sorted(names.values())
+                    continue
+                if len(row) != width:
+                    if len(row) > width and not any(c.strip() for c in row[width:]):
+                        del row[width:]  # a trailing comma (or several): empty fields past the header's
+                        trailing += 1
+                    else:
+                        bad += 1
+                        continue
+                rows.append(row)
+                if len(rows) >= chunk_rows:
+                    parts.append(_chunk(rows, head, keep, width, convert, shared, columns))
+                    rows = []
     finally:
         csv.field_size_limit(limit)
     if head is None:
         raise ValueError("no header row")
-    if rename is not None:
-        head = list(rename(head))
-    names, notes = _unique_header(head, used)
-    keep = sorted(names.values())
+    if rows or not parts:
+        parts.append(_chunk(rows, head, keep, width, convert, shared, columns))
+    del rows
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    notes += text.notes()
+    if trailing:
+        notes.append(f"{trailing} row(s) ending in empty field(s) past the header's {width} read without them "
+                     "(a trailing comma)")
+    if bad:
+        notes.append(f"{bad} row(s) with a number of fields other than the header's {width} skipped (malformed)")
+    return CsvRows(frame, bad, notes, columns)
+
+
+def _chunk(rows: list[list[str]], head: list[str], keep: list[int], width: int, convert, shared: dict,
+           columns: list[str]) -> pd.DataFrame:
+    """One chunk of rows as a frame of text cells (our own CSVs' formula prefixes undone), through ``convert``;
+    its text columns with few distinct values share one string object per value (``shared``: across chunks).
+    ``columns`` (empty at the first chunk) gets the header's names as read."""
     cells = np.empty((len(rows), len(keep)), dtype=object)  # one 2-D block: linear in the number of columns
     for j, r in enumerate(rows):
         cells[j] = r if len(keep) == width else [r[i] for i in keep]
     frame = pd.DataFrame(cells, columns=[head[i] for i in keep], dtype=object)
     frame = undo_formula_safe(frame)  # our own CSVs prefix formula-like names with ' (toolkit.core.csvjson)
     frame.columns = [str(c).strip() for c in frame.columns]
-    notes += text.notes()
-    if bad:
-        notes.append(f"{bad} row(s) with a number of fields other than the header's {width} skipped (malformed)")
-    return CsvRows(frame, bad, notes)
+    if not columns:
+        columns.extend(frame.columns)
+    if convert is not None:
+        frame = convert(frame)
+    return _share_texts(frame, shared)
+
+
+def _share_texts(frame: pd.DataFrame, shared: dict) -> pd.DataFrame:
+    """``frame`` with each object column of at most :data:`SHARED_DISTINCT` distinct values rebuilt from one
+    string object per value (the same values: only the copies the csv module made of each cell are dropped);
+    a frame of fewer than :data:`SHARED_MIN_ROWS` rows as it is."""
+    if len(frame) < SHARED_MIN_ROWS:
+        return frame
+    for i, dtype in enumerate(frame.dtypes):
+        if dtype != object:
+            continue
+        codes, uniques = pd.factorize(frame.iloc[:, i], use_na_sentinel=False)
+        if len(uniques) > SHARED_DISTINCT:
+            continue
+        values = np.array([shared.setdefault(v, v) if isinstance(v, str) else v for v in uniques], dtype=object)
+        frame.isetitem(i, pd.Series(values.take(codes), index=frame.index, dtype=object))
+    return frame
 
 
 def _unique_header(head: list[str], used) -> tuple[dict[str, int], list[str]]:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
 from toolkit.logs.profcells import COMMUNICATION, communication_rows, ns_text, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
@@ -47,13 +49,28 @@ def detect(path: Path, head: str) -> bool:
 
 
 def parse(path: Path) -> ParseResult:
-    """Read an op_summary CSV (module docstring)."""
+    """Read an op_summary CSV (module docstring); rows are typed chunk by chunk as they are read (:func:`typed`,
+    toolkit.logs.csvread.read_counted: bounded memory)."""
     path = Path(path)
-    read = read_counted(path, OP_SUMMARY_COLUMNS + ["Block Num", "Mix Block Num", "Task Start Time"])
+    read = read_counted(path, OP_SUMMARY_COLUMNS + ["Block Num", "Mix Block Num", "Task Start Time"],
+                        convert=lambda chunk: typed(chunk, path.name))
+    df = read.frame
+    notes = list(read.notes)
+    if "Time Kind" not in read.columns:
+        notes.append("no Time Kind column: read as a real device's profile (Time Kind 'device')")
+    ok, why = malformed_mask(_checks(df))
+    summary = op_summary_frame(df[ok])
+    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
+                       malformed=read.malformed + int((~ok).sum()), notes=notes + why)
+
+
+def typed(src: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Rows of an op_summary CSV (text cells) as op_summary columns: numbers as floats (NaN where missing),
+    exact start times, shape cells unquoted, communication rows' Task Type, Time Kind ``device`` where absent,
+    Source ``source`` where empty (module docstring). Row by row: any chunk of a file gives its rows' part."""
     for new, old in (("Block Dim", "Block Num"), ("Mix Block Dim", "Mix Block Num")):
-        if old in read.frame.columns and new not in read.frame.columns:
-            read.frame = read.frame.rename(columns={old: new})
-    src = read.frame
+        if old in src.columns and new not in src.columns:
+            src = src.rename(columns={old: new})
     df = src[[c for c in OP_SUMMARY_COLUMNS if c in src.columns and c != "Task Start Time(ns)"]].copy()
     for col in NUMERIC_COLUMNS:
         if col in df.columns and col != "Task Start Time(us)":
@@ -70,16 +87,9 @@ def parse(path: Path) -> ParseResult:
         comm = communication_rows(df)
         if comm.any():
             df["Task Type"] = df.get("Task Type", "").where(~comm, COMMUNICATION)
-    notes = list(read.notes)
-    if "Time Kind" not in df.columns:
-        df["Time Kind"] = "device"
-        notes.append("no Time Kind column: read as a real device's profile (Time Kind 'device')")
-    df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device")
-    df["Source"] = df["Source"].replace("", path.name) if "Source" in df.columns else path.name
-    ok, why = malformed_mask(_checks(df))
-    summary = op_summary_frame(df[ok])
-    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
-                       malformed=read.malformed + int((~ok).sum()), notes=notes + why)
+    df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device") if "Time Kind" in df.columns else "device"
+    df["Source"] = df["Source"].replace("", source) if "Source" in df.columns else source
+    return df
 
 
 def _checks(df) -> dict:

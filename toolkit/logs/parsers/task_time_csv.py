@@ -50,10 +50,23 @@ def detect(path: Path, head: str) -> bool:
 
 
 def parse(path: Path) -> ParseResult:
-    """Read a task_time CSV (module docstring)."""
+    """Read a task_time CSV (module docstring); rows are typed chunk by chunk as they are read (:func:`typed`,
+    toolkit.logs.csvread.read_counted: bounded memory)."""
     path = Path(path)
-    read = read_counted(path, USED)
-    src = read.frame
+    read = read_counted(path, USED, convert=typed)
+    df = read.frame
+    ok, why = malformed_mask({"no kernel_name": df["Op Name"] == "",
+                              "task_time(us) missing, not a number or beyond 1e18": ~sane_mask(df["Task Duration(us)"]),
+                              "negative task_time(us)": df["Task Duration(us)"] < 0,
+                              "negative task_start": df["Task Start Time(us)"] < 0})
+    good = df[ok].assign(**{"Time Kind": "device", "Source": path.name})
+    summary = op_summary_frame(good) if len(good) else op_summary_frame([])
+    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
+                       malformed=read.malformed + int((~ok).sum()), notes=read.notes + why)
+
+
+def typed(src: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a task_time CSV (text cells) as op_summary columns (module docstring); row by row."""
     col = lambda c: src[c].astype(str) if c in src.columns else pd.Series("", index=src.index)  # noqa: E731
     df = pd.DataFrame({"Op Name": col("kernel_name").str.strip(), "Task Type": col("kernel_type").map(kernel_type),
                        "Stream ID": numeric(col("stream_id")), "Task ID": numeric(col("task_id")),
@@ -64,14 +77,7 @@ def parse(path: Path) -> ParseResult:
         df["Task Start Time(us)"], df["Task Start Time(ns)"] = start_columns(src, "", "task_start(ns)")
     comm = communication_rows(df)
     df["Task Type"] = df["Task Type"].where(~comm, COMMUNICATION)
-    ok, why = malformed_mask({"no kernel_name": df["Op Name"] == "",
-                              "task_time(us) missing, not a number or beyond 1e18": ~sane_mask(df["Task Duration(us)"]),
-                              "negative task_time(us)": df["Task Duration(us)"] < 0,
-                              "negative task_start": df["Task Start Time(us)"] < 0})
-    good = df[ok].assign(**{"Time Kind": "device", "Source": path.name})
-    summary = op_summary_frame(good) if len(good) else op_summary_frame([])
-    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
-                       malformed=read.malformed + int((~ok).sum()), notes=read.notes + why)
+    return df
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))
