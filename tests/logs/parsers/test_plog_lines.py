@@ -76,7 +76,7 @@ TOOLCHAIN = [
     ("[ERROR] TSCH(-1,null):2024-03-01-10:58:11.000.002 task exception, stream_id=3, task_id=17",
      ("ERROR", "TSCH", "-1", "null", "", "", "", " task exception, stream_id=3, task_id=17")),
     ("[ERROR] AICPU(8812,aicpu_scheduler):2024-03-01-10:58:12.000.003 [ExecuteKernel][tid:8813]kernel failed",
-     ("ERROR", "AICPU", "8812", "aicpu_scheduler", "8813", "ExecuteKernel", "", "kernel failed")),
+     ("ERROR", "AICPU", "8812", "aicpu_scheduler", "8813", "", "", "kernel failed")),
     ("[WARNING] COMPILER(77,npuscope):2024-03-01-10:58:13.000.004 [pipeline.py:12]3 kernels kept in FP32",
      ("WARNING", "COMPILER", "77", "npuscope", "", "pipeline.py", "12", "3 kernels kept in FP32")),
 ]
@@ -157,3 +157,29 @@ def test_error_findings_follow_the_first_error_of_each_module(tmp_path, order):
     errs = [f.subject for f in res.findings if f.kind == "log_errors"]
     assert errs == list(order)
     assert [f.evidence["count"] for f in res.findings if f.kind == "log_errors"] == [counts[m] for m in order]
+
+
+AICPU_FORMS = [
+    # (the text after the time, (TID, File, Line, Function, Message)) — every way AICPU / host lines place a
+    # source position, a function and a thread id before the message
+    ("[ae_kernel_lib_aicpu.cc:258][TransformKernelErrorCode][tid:26041][AICPU_PROCESSER] Call failed, ret:-1.",
+     ("26041", "ae_kernel_lib_aicpu.cc", "258", "TransformKernelErrorCode", "[AICPU_PROCESSER] Call failed, ret:-1.")),
+    ("[aicpu_sd.cc:71] [Run][tid:8813]kernel failed", ("8813", "aicpu_sd.cc", "71", "Run", "kernel failed")),
+    ("[ExecuteKernel][tid:8813]kernel failed", ("8813", "", "", "ExecuteKernel", "kernel failed")),
+    ("[aicpu_sd.cc:71][tid:8813]kernel failed", ("8813", "aicpu_sd.cc", "71", "", "kernel failed")),
+    ("[aicpu_sd.cc][Run][tid:9]kernel failed", ("9", "aicpu_sd.cc", "", "Run", "kernel failed")),
+]
+
+
+def test_aicpu_function_and_thread_fields_leave_the_message_in_every_form(tmp_path):
+    from toolkit.logs.parsers import plog_lines
+
+    path = tmp_path / "plog-aicpu.log"
+    path.write_text("".join(f"[ERROR] AICPU(26021,aicpu_scheduler):2022-08-09-06:03:29.457.393 {text}\n"
+                            for text, _ in AICPU_FORMS))
+    res = plog_lines.parse(path)
+    assert (res.records, res.malformed) == (len(AICPU_FORMS), 0)
+    msgs = res.tables["log_messages"]
+    got = [tuple(r[c] for c in ("TID", "File", "Line", "Function", "Message")) for _, r in msgs.iterrows()]
+    assert got == [want for _, want in AICPU_FORMS]
+    assert not msgs["Message"].str.contains(r"\[tid:").any()

@@ -4,15 +4,16 @@ Written by npuscope's own logger (toolkit.logs.plog) and by the device toolchain
 "Log Reference", plog and device-side logs): host lines put the thread id after the source position
 (``[graph.cc:275]26183 message``); some modules write no source position at all (TEFUSION:
 ``...:12:00:00.000.000 message``); device logs carry a negative PID and no process (``TSCH(-1,null)``) and
-AICPU lines write the function and thread as ``[func][tid:N]message``. All of these are records: File and Line
-are the source position when there is one (a ``[func]`` gives File = the function, no Line; none gives empty
-cells, never another field), TID the thread id (``[tid:N]``, or the leading number of a host line with a source
-position; empty otherwise and for npuscope's own lines, which carry none).
+AICPU lines write the function and thread after the source position, ``[file:line][func][tid:N]message``, or
+without it, ``[func][tid:N]message`` (also ``[file:line][tid:N]``). All of these are records: File and Line are
+the source position when there is one (none gives empty cells, never another field), Function the ``[func]``
+before a ``[tid:N]``, TID the thread id (``[tid:N]``, or the leading number of a host line with a source
+position; empty otherwise and for npuscope's own lines, which carry none); Message is what follows them.
 
 Lines carry no per-op times, so ``op_summary`` is empty. Tables:
 
 - ``log_levels``: Level, Module, Count (every well-formed line, most frequent first);
-- ``log_messages``: Level, Module, PID, Process, TID, Time, File, Line, Message of the first
+- ``log_messages``: Level, Module, PID, Process, TID, Time, File, Line, Function, Message of the first
   :data:`MAX_MESSAGES` WARNING / ERROR lines (in file order). Each field longer than 2,000 characters is
   truncated with a marker giving its original length (toolkit.logs.textcap).
 
@@ -46,12 +47,13 @@ NAME = "plog"
 DESCRIPTION = "plog lines ([LEVEL] MODULE(PID,PROCESS):time [file:line]message), ours and the toolchain's"
 MAX_MESSAGES = 1000
 BLOCK_CHARS = 32 * 1024 * 1024  # bytes decoded per block (the name is older than the decoding)
-MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "TID", "Time", "File", "Line", "Message"]
+MESSAGE_COLUMNS = ["Level", "Module", "PID", "Process", "TID", "Time", "File", "Line", "Function", "Message"]
 _TIME = r"\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d\.\d{3}\.\d{3}"
 #: one record of any of the forms in the module docstring; groups level, module, pid, process, time, file, line,
-#: tid, message
+#: func, tid, message (a ``[func]`` alone before ``[tid:N]`` is matched as file: :func:`_record` moves it)
 RECORD_PATTERN = (r"\[(?P<level>[A-Z]+)\] (?P<module>[^(\n]+?)\((?P<pid>-?\d+),(?P<process>[^)\n]*)\):"
                   r"(?P<time>" + _TIME + r")(?: ?\[(?P<file>[^\]\n:\[]*)(?::(?P<line>\d+))?\])?"
+                  r"(?: ?\[(?P<func>[^\]\n\[]*)\](?=\[tid:\d+\]))?"
                   r"(?:\[tid:(?P<tid>\d+)\])?(?P<message>[^\n]*)")
 RECORD_RE = re.compile(RECORD_PATTERN + r"$")
 _HOST_TID = re.compile(r"(\d+) (.*)", re.DOTALL)
@@ -113,15 +115,17 @@ def _scan_blocks(blocks) -> tuple[Counter, list[tuple], int]:
 
 
 def _record(m: re.Match) -> tuple[str, ...]:
-    """The :data:`MESSAGE_COLUMNS` cells of one matched record (module docstring: File, Line, TID)."""
+    """The :data:`MESSAGE_COLUMNS` cells of one matched record (module docstring: File, Line, Function, TID)."""
     g = m.groupdict()
     tid, message = g["tid"] or "", g["message"]
+    file, func = g["file"] or "", g["func"] or ""
+    if tid and file and not g["line"] and not func:  # [func][tid:N]: a function, not a source file
+        file, func = "", file
     if not tid and g["line"] and g["process"] != ROOT:
         host = _HOST_TID.match(message)
         if host:
             tid, message = host.group(1), host.group(2)
-    return (g["level"], g["module"], g["pid"], g["process"], tid, g["time"], g["file"] or "", g["line"] or "",
-            message)
+    return (g["level"], g["module"], g["pid"], g["process"], tid, g["time"], file, g["line"] or "", func, message)
 
 
 def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[Finding]:
@@ -136,6 +140,7 @@ def _findings(levels: pd.DataFrame, messages: pd.DataFrame, name: str) -> list[F
             ev = {"count": int(row["Count"]), "file": name}
             if len(first):
                 where = ":".join(x for x in (first.iloc[0]["File"], first.iloc[0]["Line"]) if x)
+                where = "][".join(x for x in (where, first.iloc[0]["Function"]) if x)
                 ev["first"] = (f"{first.iloc[0]['Time']} " + (f"[{where}]" if where else "")
                                + f"{first.iloc[0]['Message']}")[:300]
             out.append(Finding(sev, kind, str(row["Module"]), ev,
