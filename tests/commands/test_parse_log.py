@@ -261,3 +261,21 @@ def test_op_statistic_files_keep_one_hundred_percent_per_device_and_model(tmp_pa
         for r in mine:
             got = want.loc[want["OP Type"] == r[2], "Ratio(%)"].item()
             assert got == pytest.approx(r[5] / total * 100.0)
+
+
+def test_summary_line_counts_only_the_time_kinds_rows_hold(tmp_path):
+    """Kind: a timeline whose Time Kind column is a Categorical (kinds resolved as events arrive): the terminal
+    line counts each kind that rows hold, e.g. "(device 2, host 1)", never a kind of 0 rows or an empty one."""
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "Ascend Hardware"}},
+              {"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "CANN"}},
+              {"ph": "X", "name": "Add", "pid": 1, "tid": 2, "ts": 10, "dur": 1.5, "args": {"Task Id": 1}},
+              {"ph": "X", "name": "hcom_allReduce_1", "pid": 1, "tid": 3, "ts": 20, "dur": 9.0,
+               "args": {"Task Type": "HCCL", "Task Id": 2}},
+              {"ph": "X", "name": "aclnnAdd", "pid": 2, "tid": 7, "ts": 5, "dur": 30.0, "args": {}}]
+    path = tmp_path / "trace_view.json"
+    path.write_text(json.dumps(events))
+    res = parse_log_command([str(path)], out=str(tmp_path / "out"), html=False)
+    ops = pd.read_csv(res["out"] / "op_summary.csv", keep_default_na=False)
+    want = ", ".join(f"{k} {v}" for k, v in ops["Time Kind"].value_counts().items())
+    line = next(ln for ln in res["summary"] if ln.startswith("op summary:"))
+    assert line == f"op summary: {len(ops)} row(s) ({want})" and want == "device 2, host 1"

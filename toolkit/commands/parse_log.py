@@ -335,6 +335,7 @@ def _summary_lines(data: dict, folder: Path, files: dict) -> list[str]:
     for d in data.get("duplicates", []):
         lines.append(f"{d}: given twice, read once")
     kinds = data["summary"]["Time Kind"].value_counts()
+    kinds = kinds[kinds > 0]  # a Categorical counts its categories no row holds
     lines.append(f"op summary: {len(data['summary']):,} row(s)"
                  + (" (" + ", ".join(f"{k} {v:,}" for k, v in kinds.items()) + ")" if len(kinds) else ""))
     if data.get("truncated"):

@@ -20,6 +20,13 @@ _QUOTES = "\"'"
 #: Task Type of communication rows (HCCL): a class of its own (toolkit.profile.optable.TASK_TYPES).
 COMMUNICATION = "COMMUNICATION"
 _COMM_RE = re.compile(r"^(?:hcom|hccl|allreduce|allgather|reducescatter|broadcast|alltoall)", re.IGNORECASE)
+_COMM_TASK_RE = re.compile(r"HCCL|COMMUNICATION", re.IGNORECASE)
+
+
+def is_communication(task_type: str = "", *names: str) -> bool:
+    """One task's :func:`communication_rows` rule: a Task Type naming HCCL / communication, or a name (Op Name,
+    OP Type, a timeline event's name) of the HCCL ops (hcom_*, Hccl*, AllReduce, ...)."""
+    return bool(_COMM_TASK_RE.search(str(task_type))) or any(_COMM_RE.match(str(n).strip()) for n in names)
 
 
 def us_text_to_ns(text) -> str:
@@ -62,4 +69,4 @@ def communication_rows(df: pd.DataFrame) -> pd.Series:
     Name of the HCCL ops (hcom_*, Hccl*, AllReduce, ...)."""
     tt = df.get("Task Type", pd.Series("", index=df.index)).astype(str).str.upper()
     names = [df.get(c, pd.Series("", index=df.index)).astype(str).str.strip() for c in ("OP Type", "Op Name")]
-    return tt.str.contains("HCCL|COMMUNICATION") | names[0].str.match(_COMM_RE) | names[1].str.match(_COMM_RE)
+    return tt.str.contains(_COMM_TASK_RE) | names[0].str.match(_COMM_RE) | names[1].str.match(_COMM_RE)

@@ -14,16 +14,16 @@ Overlap spans do not become tasks: they are summed in their own table (``overlap
 
 from __future__ import annotations
 
+from toolkit.logs.profcells import COMMUNICATION as COMMUNICATION_TASK_TYPE
+from toolkit.logs.profcells import is_communication
+
 DEVICE, COMMUNICATION, HOST, OVERLAP = "device", "communication", "host", "overlap"
 #: Time Kind of each kind's rows in the op summary (overlap spans are not tasks).
 TIME_KIND = {DEVICE: "device", COMMUNICATION: "device", HOST: "host"}
-#: Task Type given to communication rows that have none: a class of its own, never an op type's time.
-COMMUNICATION_TASK_TYPE = "COMMUNICATION"
 _PROCESS_WORDS = ((OVERLAP, ("overlap analysis",)), (COMMUNICATION, ("communication", "hccl")),
                   (DEVICE, ("ascend hardware", "npu", "device", "ai core")),
                   (HOST, ("cann", "ascendcl", "acl", "python", "pytorch", "cpu", "host", "runtime", "ge")))
 _DEVICE_ARGS = ("Task Id", "Physic Stream Id")
-_COMM_PREFIXES = ("hcom_", "hccl", "allreduce", "allgather", "reducescatter", "broadcast")
 
 
 def process_kind(name: str) -> str:
@@ -35,11 +35,19 @@ def process_kind(name: str) -> str:
     return ""
 
 
+def model_name(process: str) -> str:
+    """The Model Name a process name gives its events: none ("") for a profiler's processes, which name a kind of
+    event (Ascend Hardware, CANN, HCCL, Python, Overlap Analysis: :func:`process_kind`), never a model; any other
+    name as it is (a trace naming its processes after models)."""
+    return "" if process_kind(process) else process
+
+
 def event_kind(name: str, args: dict) -> str:
-    """The kind an event's own name and args give: communication for HCCL names, device for a ``Task Id`` /
-    ``Physic Stream Id`` arg, host for torch ``aten::`` ops; "" when they say nothing (the process decides)."""
+    """The kind an event's own name and args give: communication for HCCL names or an args ``Task Type`` naming
+    HCCL (toolkit.logs.profcells.is_communication, the CSVs' rule), device for a ``Task Id`` / ``Physic Stream
+    Id`` arg, host for torch ``aten::`` ops; "" when they say nothing (the process decides)."""
     low = name.strip().lower()
-    if low.startswith(_COMM_PREFIXES):
+    if is_communication(args.get("Task Type", ""), name):
         return COMMUNICATION
     if any(k in args for k in _DEVICE_ARGS):
         return DEVICE
@@ -82,7 +90,8 @@ def combine(columns: list, fn):
 
 
 def resolve(df, process: dict, default_time_kind: str, pid: str, kind: str, hint: str):
-    """Set Time Kind, Task Type and Model Name of an op-summary frame whose internal columns ``pid`` / ``kind``
+    """Set Time Kind, Task Type (``COMMUNICATION`` for every communication task, whatever its own) and Model Name
+    (:func:`model_name`) of an op-summary frame whose internal columns ``pid`` / ``kind``
     (the event's own kind) / ``hint`` (args time_kind) are Categoricals; returns (df, overlap row mask).
     ``process``: {pid as str: process name}."""
     import numpy as np
@@ -94,10 +103,10 @@ def resolve(df, process: dict, default_time_kind: str, pid: str, kind: str, hint
         return explicit or h or TIME_KIND.get(kind_of(p, k), "") or default_time_kind
 
     def task_type(p, k, t):
-        return t or (COMMUNICATION_TASK_TYPE if kind_of(p, k) == COMMUNICATION else "")
+        return COMMUNICATION_TASK_TYPE if kind_of(p, k) == COMMUNICATION else t
 
     kinds = combine([df[pid], df[kind]], kind_of)
     df["Time Kind"] = combine([df[pid], df[kind], df[hint], df["Time Kind"]], time_kind)
     df["Task Type"] = combine([df[pid], df[kind], df["Task Type"]], task_type)
-    df["Model Name"] = combine([df["Model Name"], df[pid]], lambda m, p: m or process.get(p, ""))
+    df["Model Name"] = combine([df["Model Name"], df[pid]], lambda m, p: m or model_name(process.get(p, "")))
     return df, np.asarray(kinds == OVERLAP)

@@ -69,13 +69,13 @@ def test_device_tasks_host_spans_and_overlap_are_kept_apart(tmp_path, monkeypatc
     assert set(s.loc[s["Time Kind"] == "host", "Op Name"]) == {"aclnnConvolution", "aten::conv2d"}
     assert "Computing" not in set(s["Op Name"])
     assert by.loc["Conv2D_1", "Task ID"] == 41 and by.loc["Conv2D_1", "Stream ID"] == 7
-    assert by.loc["Conv2D_1", "Task Type"] == "AI_CORE" and by.loc["Conv2D_1", "Model Name"] == "Ascend Hardware"
+    assert by.loc["Conv2D_1", "Task Type"] == "AI_CORE" and by.loc["Conv2D_1", "Model Name"] == ""
     assert by.loc["hcom_allReduce__1", "Task Type"] == "COMMUNICATION"
     spans = res.tables["overlap_spans"].set_index("Name")
     assert spans.loc["Computing", "Count"] == 2 and spans.loc["Computing", "Total Time(us)"] == 28.0
     stat = op_statistic(s)
     device = stat[stat["Time Kind"] == "device"]
-    assert device.groupby("Model Name")["Ratio(%)"].sum().tolist() == pytest.approx([100.0, 100.0])
+    assert device.groupby("Model Name")["Ratio(%)"].sum().tolist() == pytest.approx([100.0])  # one device run
     # the host aten:: span (70 us) is not a device hotspot: device time is 3 x 4 us + 30 us of communication
     assert device["Total Time(us)"].sum() == pytest.approx(42.0)
     assert stat.loc[stat["Time Kind"] == "host", "Total Time(us)"].sum() == pytest.approx(120.0)
@@ -144,3 +144,39 @@ def test_a_trace_in_gbk_or_with_foreign_bytes_reads_every_event(tmp_path, monkey
     assert res.records == len(latin) and res.malformed == 0
     n_bad = sum(b >= 0x80 for b in data)
     assert any(n.startswith(f"{n_bad} byte(s) that are not UTF-8 text") for n in res.notes), res.notes
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("meta_first", [True, False])
+def test_profiler_process_names_are_no_model_and_hccl_tasks_are_communication(tmp_path, monkeypatch, streamed,
+                                                                              meta_first):
+    """Kind: a device profiler's processes (Ascend Hardware, HCCL, Python) name a kind of event, not a model:
+    Model Name stays empty (a generic process name still gives it); an HCCL task keeps no Task Type "HCCL" but
+    gets COMMUNICATION, as op_summary.csv and kernel_details.csv rows do; no Time Kind without a row is left in
+    the frame's categories — whether the process names come before or after the events."""
+    import json
+
+    from toolkit.logs.parsers import chrome_trace
+
+    if streamed:
+        monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": n}}
+            for p, n in ((7, "Ascend Hardware"), (8, "Python"), (9, "resnet50"))]
+    ev = [{"ph": "X", "name": "aclnnAdd_AddAiCore_Add", "pid": 7, "tid": 2, "ts": "100.001", "dur": 10.2,
+           "args": {"Task Type": "AI_VECTOR_CORE", "Physic Stream Id": 2, "Task Id": 13}},
+          {"ph": "X", "name": "allreduce_1", "pid": 7, "tid": 3, "ts": "120.5", "dur": 1500.25,
+           "args": {"Task Type": "HCCL", "Physic Stream Id": 3, "Task Id": 14}},
+          {"ph": "X", "name": "Memcpy", "pid": 7, "tid": 3, "ts": "130.5", "dur": 2.0,
+           "args": {"Task Type": "HCCL", "Physic Stream Id": 3, "Task Id": 15}},
+          {"ph": "X", "name": "aten::add", "pid": 8, "tid": 1, "ts": "90", "dur": 30.0, "args": {}},
+          {"ph": "X", "name": "conv", "pid": 9, "tid": 1, "ts": "90", "dur": 3.0, "args": {"Task Id": 1}}]
+    path = tmp_path / "msprof_0.json"
+    path.write_text(json.dumps(meta + ev if meta_first else ev + meta))
+    s = chrome_trace.parse(path).op_summary
+    by = s.astype(str).set_index("Op Name")
+    assert by["Model Name"].to_dict() == {"aclnnAdd_AddAiCore_Add": "", "allreduce_1": "", "Memcpy": "",
+                                          "aten::add": "", "conv": "resnet50"}
+    assert by.loc[["allreduce_1", "Memcpy"], "Task Type"].tolist() == ["COMMUNICATION", "COMMUNICATION"]
+    assert by.loc["aclnnAdd_AddAiCore_Add", "Task Type"] == "AI_VECTOR_CORE"
+    counts = s["Time Kind"].value_counts()
+    assert sorted(counts.index.astype(str)) == ["device", "host"] and (counts > 0).all()

@@ -29,3 +29,17 @@ def test_block_dimensions_are_read_under_every_name(tmp_path, columns, values, w
     assert row["Block Dim"] == want[0] and row["Task Duration(us)"] == 12.25
     mix = row["Mix Block Dim"]
     assert (mix != mix) if want[1] is None else mix == want[1]  # NaN when the file has no such column
+
+
+def test_step_id_is_no_model_name_and_hccl_rows_are_communication(tmp_path):
+    """Kind: kernel_details.csv names no model (Step Id is a training step): Model Name stays empty; collective
+    communication rows get Task Type COMMUNICATION, as op_summary and the timelines give them."""
+    p = tmp_path / "kernel_details.csv"
+    with open(p, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(HEAD)
+        w.writerow(["1", "0", "conv1", "Conv2D", "AI Core", "10.5", "12.25", "0"])
+        w.writerow(["1", "0", "hcom_allReduce__1", "hcom_allReduce_", "HCCL", "30", "100", "0"])
+    s = kernel_details_csv.parse(p).op_summary
+    assert s["Model Name"].tolist() == ["", ""]
+    assert s["Task Type"].tolist() == ["AI_CORE", "COMMUNICATION"]

@@ -2,7 +2,8 @@
 or an object with a ``traceEvents`` array. Times ``ts``/``dur`` are in microseconds.
 
 Events read: ``ph: "X"`` complete events (``ts``, ``dur``) and ``B``/``E`` pairs (matched per pid/tid, last
-opened first closed). ``M`` metadata events name processes (used as Model Name) and threads; flow (``s``,
+opened first closed). ``M`` metadata events name processes (used as Model Name, except a device profiler's processes, which name a kind
+of event: toolkit.logs.timeline.model_name) and threads; flow (``s``,
 ``t``, ``f``), instant, counter and other phases are skipped without counting as malformed.
 
 Each complete event becomes one op-summary task. An ``args`` key equal to an op_summary column name (``OP
@@ -16,8 +17,8 @@ event order; Time Kind = args ``time_kind`` (as trace.json writes it), else the 
 Timelines of the device profilers (msprof's ``msprof_*.json``, torch_npu's ``trace_view.json``;
 toolkit.logs.timeline): events are classified by their process (``M`` process_name) and args. Device tasks
 get Time Kind ``device`` (Task ID from args ``Task Id``, Stream ID from ``Physic Stream Id``, else ``Stream Id``;
-Task Type from args ``Task Type``); communication tasks (HCCL) are device time of Task Type ``COMMUNICATION``
-when they carry none (a class of their own, not an op type); host API spans (CANN, AscendCL, Python, ``aten::``)
+Task Type from args ``Task Type``); communication tasks (HCCL: by name, args ``Task Type`` or process) are device
+time of Task Type ``COMMUNICATION`` (a class of their own, not an op type; as op_summary / kernel_details give them); host API spans (CANN, AscendCL, Python, ``aten::``)
 get Time Kind ``host``, so they are never summed with device time; overlap-analysis spans are no tasks: table
 ``overlap_spans`` (Name, Count, Total Time(us)). An explicit Time Kind (args ``Time Kind`` / ``time_kind``)
 always wins.
@@ -117,9 +118,9 @@ class _Builder:
                 span[0], span[1] = span[0] + 1, span[1] + dur
                 return True
             row["Time Kind"] = row.get("Time Kind") or hint or timeline.TIME_KIND.get(kind, "") or self.time_kind
-            if kind == timeline.COMMUNICATION and not row["Task Type"]:
+            if kind == timeline.COMMUNICATION:
                 row["Task Type"] = timeline.COMMUNICATION_TASK_TYPE
-            row["Model Name"] = row.get("Model Name") or process
+            row["Model Name"] = row.get("Model Name") or timeline.model_name(process)
         self.cols.append(row)
         return True
 
@@ -143,6 +144,9 @@ class _Builder:
                              columns=["Name", "Count", "Total Time(us)"])
         for col in (_PID, _KIND, _HINT):
             del df[col]
+        for col in df.columns:  # a category no row holds (e.g. the "" of a column resolved later) is not a value
+            if isinstance(df[col].dtype, pd.CategoricalDtype):
+                df[col] = df[col].cat.remove_unused_categories()
         return df.reset_index(drop=True), spans
 
 

@@ -23,8 +23,9 @@ Task ID, Stream ID, Input/Output Shapes, Data Types, Formats: same names
 =====================  =====================
 
 Detected by a header holding ``Name``, ``Type``, ``Accelerator Core`` and ``Duration(us)``. Time Kind is
-``device``, Source the file name. ``Step Id`` (when present) goes to the ``Model Name`` column as ``step <id>``
-so repeated iterations stay distinguishable. Malformed rows (counted, skipped, each reason in a note): more or
+``device``, Source the file name. Model Name stays empty: the file names no model (``Step Id`` is a training
+step, not a model, and is not read). Collective communication rows (HCCL) get Task Type COMMUNICATION, as in
+op_summary (toolkit.logs.profcells). Malformed rows (counted, skipped, each reason in a note): more or
 fewer fields than the header (toolkit.logs.csvread), no Name, a Duration(us) that is missing, not a number, not
 finite, beyond 1e18 or negative, a negative Start Time(us) / Wait Time(us), a Task ID / Stream ID / Block Num
 that is negative or not a whole number, another number that is not finite or beyond 1e18. A header naming a
@@ -69,10 +70,21 @@ def task_type(core: str) -> str:
 
 
 def parse(path: Path) -> ParseResult:
-    """Read a kernel_details.csv (module docstring)."""
+    """Read a kernel_details.csv (module docstring); rows are typed chunk by chunk as they are read
+    (:func:`typed`, toolkit.logs.csvread.read_counted: bounded memory)."""
     path = Path(path)
-    read = read_counted(path, list(RENAME) + SAME + ["Step Id"])
-    src = read.frame
+    read = read_counted(path, list(RENAME) + SAME, convert=typed)
+    df = read.frame
+    ok, why = malformed_mask(_checks(df))
+    good = df[ok].assign(**{"Time Kind": "device", "Source": path.name})
+    summary = op_summary_frame(good) if len(good) else op_summary_frame([])
+    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
+                       malformed=read.malformed + int((~ok).sum()), notes=read.notes + why)
+
+
+def typed(src: pd.DataFrame) -> pd.DataFrame:
+    """Rows of a kernel_details.csv (text cells) as op_summary columns (module docstring); row by row, so any
+    chunk of a file gives its rows' part."""
     for num, dim in (("Block Num", "Block Dim"), ("Mix Block Num", "Mix Block Dim")):  # both: the Num one
         if num in src.columns and dim in src.columns:
             src = src.drop(columns=[dim])
@@ -89,17 +101,11 @@ def parse(path: Path) -> ParseResult:
     for col in ("Input Shapes", "Output Shapes"):
         if col in df.columns:
             df[col] = df[col].map(unquote)
+    df["Task Type"] = df["Task Type"].map(task_type) if "Task Type" in df.columns else ""
     comm = communication_rows(df)
     if comm.any():
         df["Task Type"] = df["Task Type"].where(~comm, COMMUNICATION)
-    df["Task Type"] = df["Task Type"].map(task_type) if "Task Type" in df.columns else ""
-    if "Step Id" in src.columns:
-        df["Model Name"] = ["" if not str(s).strip() else f"step {str(s).strip()}" for s in src["Step Id"]]
-    ok, why = malformed_mask(_checks(df))
-    good = df[ok].assign(**{"Time Kind": "device", "Source": path.name})
-    summary = op_summary_frame(good) if len(good) else op_summary_frame([])
-    return ParseResult(str(path), NAME, op_summary=summary, records=len(summary),
-                       malformed=read.malformed + int((~ok).sum()), notes=read.notes + why)
+    return df
 
 
 def _checks(df) -> dict:
