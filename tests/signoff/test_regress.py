@@ -439,3 +439,68 @@ def test_improvements_mirror_the_regressions(runs, tmp_path):
     section = section[:section.index("</section>")]
     assert all(f"'{r['TensorName']}'" in section or f"&#39;{r['TensorName']}&#39;" in section
                for r in forward["newly_abnormal"])
+
+
+# ------------------------------------------------------------------------------ dump comparisons (compare-dumps)
+def _dumps_run(folder: Path, golden: str, target: str, model: str | None, tensors=("y",)) -> Path:
+    """A compare-dumps report folder: summary.json with its golden / target sections, a result.csv."""
+    folder.mkdir()
+    s = {"verdict": "PASS", "command": "compare-dumps", "model": f"{model}.onnx" if model else "",
+         "model_name": model or "", "model_sha256": hashlib.sha256(model.encode()).hexdigest() if model else "",
+         "inputs": f"golden {golden} (onnx file names) vs target {target} (device file names)",
+         "golden": {"path": golden, "format": "onnx", "dumps": len(tensors)},
+         "target": {"path": target, "format": "device", "dumps": len(tensors)},
+         "counts": {}, "triage": {}, "config": {}, "environment": {}}
+    (folder / "summary.json").write_text(json.dumps(s))
+    pd.DataFrame({"TensorName": list(tensors), "NodeName": list(tensors), "OpType": ["Mul"] * len(tensors),
+                  "CosineSimilarity": [1.0] * len(tensors),
+                  "RelativeEuclideanDistance": [0.0] * len(tensors), "Abnormal": [False] * len(tensors)}
+                 ).to_csv(folder / "result.csv", index=False)
+    return folder
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_dump_comparisons_take_the_golden_dumps_as_inputs_not_the_target(tmp_path):
+    """Kind: the target of a dump comparison is what is under test: two targets against one golden folder are
+    runs on the same inputs (no warning); another golden folder is another input; the note says these runs are
+    dump comparisons, not runs written before digests existed."""
+    a = _dumps_run(tmp_path / "a", "golden", "device_v1", "tiny")
+    b = _dumps_run(tmp_path / "b", "golden", "device_v2", "tiny")
+    rep = regress(a, b)
+    assert not any("different inputs" in w for w in rep["warnings"]), rep["warnings"]
+    assert not any(c["key"] in ("inputs", "target.path") for c in rep["environment_changes"])
+    assert len(rep["notes"]) == 1 and "compare-dumps" in rep["notes"][0]
+    assert "written before digests were recorded" not in rep["notes"][0]
+    other = regress(a, _dumps_run(tmp_path / "c", "golden_other", "device_v1", "tiny"))
+    assert {"key": "golden.path", "baseline": "golden", "new": "golden_other"} in other["environment_changes"]
+    assert any("different inputs" in w for w in other["warnings"])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_run_without_a_model_beside_one_with_a_model_is_refused_as_such(tmp_path):
+    """Kind: one compare-dumps run without --model: it is not "another model" (no empty name, no
+    --allow-different-models advice); the error names the run and the --model to re-run it with."""
+    a = _dumps_run(tmp_path / "a", "golden", "device", "tiny")
+    b = _dumps_run(tmp_path / "b", "golden", "device", None, tensors=("head_sq:0",))
+    for base, new, lacking in ((a, b, b), (b, a, b)):
+        with pytest.raises(InputError) as e:
+            regress(base, new)
+        msg = str(e.value)
+        assert f"'{lacking}' records no model" in msg and "--model tiny.onnx" in msg
+        assert "different models" not in msg and "allow-different-models" not in msg and "''" not in msg
+    both = regress(b, _dumps_run(tmp_path / "c", "golden", "device2", None, tensors=("head_sq:0",)))
+    assert both["warnings"] == []
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("text", ["nosuch:Cosine=1e-3", "nosuch:CosineSimilarity>=0.99", "y:Cosine=1e-3,yy:RED=0.1"])
+def test_a_tolerance_for_a_tensor_neither_run_has_is_refused(tmp_path, text):
+    """Kind: a ``TENSOR:`` tolerance item naming no tensor of the runs is refused as compare and compare-dumps
+    refuse it (the same check: the valid names listed), never silently replaced by the defaults."""
+    a = _dumps_run(tmp_path / "a", "golden", "device_v1", "tiny", tensors=("x", "y"))
+    b = _dumps_run(tmp_path / "b", "golden", "device_v2", "tiny", tensors=("x", "y"))
+    bad = [item.split(":")[0] for item in text.split(",") if item.split(":")[0] not in ("x", "y")][0]
+    with pytest.raises(UsageError) as e:
+        regress(a, b, parse_tolerance(text))
+    assert f"no tensor '{bad}'" in str(e.value) and "x, y" in str(e.value)
+    assert regress(a, b, parse_tolerance("y:Cosine=1e-3"))["verdict"]

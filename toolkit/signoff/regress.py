@@ -19,7 +19,10 @@ Inputs are compared by their data, not by how they were named: a diagnose/compar
 ``inputs_sha256`` ({input name: :func:`input_digest`}), a dataset run's inputs.csv the ``Sha256`` of each input
 file; two runs on the same data given by different paths match, the same path holding other data does not.
 A run without these digests (older npuscope, signoff) is compared by its input description as before, and
-the report's ``notes`` say so.
+the report's ``notes`` say so. A dump comparison (compare-dumps) records no digests: its inputs are its golden
+dumps (:data:`DUMP_INPUT_KEYS`), never the target folder, which is what is under test. A run that names no model
+(compare-dumps without ``--model``) beside one that does is refused as such (tensors are named differently), not as
+a result of another model.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.compare.metrics import HIGHER_IS_BETTER, METRICS
-from toolkit.compare.metrics.grammar import in_range, parse_conditions
+from toolkit.compare.metrics.grammar import check_names, in_range, parse_conditions
 from toolkit.core.boundedjson import json_loads, read_limited_bytes
 from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.errors import InputError, UsageError
@@ -52,12 +55,14 @@ class Tolerance(dict):
     """Allowed worsening per metric ``{metric: absolute change}`` (a dict, as before) plus what the condition
     grammar adds: ``per_tensor`` ({tensor: {metric: change}}: the changes allowed for that tensor, the common ones
     included) and ``bounds`` (absolute bounds, :class:`toolkit.compare.metrics.grammar.Condition`, each for every
-    tensor or the one it names: a tensor regresses when its new value breaks a bound its baseline value met)."""
+    tensor or the one it names: a tensor regresses when its new value breaks a bound its baseline value met);
+    ``conditions``: the parsed items of the text, for :func:`check_tensor_names`."""
 
-    def __init__(self, changes=(), per_tensor=None, bounds=()):
+    def __init__(self, changes=(), per_tensor=None, bounds=(), conditions=()):
         super().__init__(changes)
         self.per_tensor = dict(per_tensor or {})
         self.bounds = list(bounds)
+        self.conditions = list(conditions)
 
     def for_tensor(self, name: str) -> dict:
         """The allowed changes of tensor ``name``."""
@@ -80,11 +85,13 @@ def parse_tolerance(text: str | None) -> dict[str, float]:
     worsening (an absolute change >= 0 in the metric's bad direction), ``METRIC=off`` checks no change of that
     metric, any comparison (``CosineSimilarity>=0.999``, ``MaxAbsoluteError<1e-2``, ...) is an absolute bound the
     new run must keep, which replaces the default allowed change of that metric; ``TENSOR:`` before an item
-    limits it to that tensor. Raises UsageError naming the bad entry."""
+    limits it to that tensor (checked against the runs' tensors by :func:`check_tensor_names` once they are read).
+    Raises UsageError naming the bad entry."""
     tol = Tolerance(DEFAULT_TOLERANCE)
     per: dict[str, dict] = {}
     bounds, set_here = [], set()
-    for c in parse_conditions(text, "--tolerance entry", allowed=BOUNDABLE, ranged=False):
+    conditions = parse_conditions(text, "--tolerance entry", allowed=BOUNDABLE, ranged=False)
+    for c in conditions:
         target = tol if c.output is None else per.setdefault(c.output, {})
         if c.op == "=":
             if c.off:
@@ -102,7 +109,17 @@ def parse_tolerance(text: str | None) -> dict[str, float]:
         if (b.output, b.metric) not in set_here and (b.output is not None or b.metric in DEFAULT_TOLERANCE):
             (tol if b.output is None else per.setdefault(b.output, {}))[b.metric] = None
     tensors = {t: {k: v for k, v in {**tol, **own}.items() if v is not None} for t, own in per.items()}
-    return Tolerance({k: v for k, v in tol.items() if v is not None}, tensors, bounds)
+    return Tolerance({k: v for k, v in tol.items() if v is not None}, tensors, bounds, conditions)
+
+
+def check_tensor_names(tol, tables: dict) -> None:
+    """Refuse a ``TENSOR:`` item of ``tol`` naming no tensor of the runs' result.csv (``tables``: {run folder:
+    DataFrame or None}), the same check as compare's and compare-dumps' (toolkit.compare.metrics.grammar.check_names:
+    the closest name, the valid ones). Raises UsageError; nothing to check when neither run has per-tensor rows."""
+    names = list(dict.fromkeys(str(n) for t in tables.values() if t is not None and "TensorName" in t.columns
+                               for n in t["TensorName"]))
+    if names:
+        check_names(getattr(tol, "conditions", []), names, "--tolerance entry")
 
 
 def _damaged(path: Path, what: str, optional: bool = True) -> InputError:
@@ -351,9 +368,18 @@ def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: 
         have, lack = (baseline, new) if rb["table"] is None else (new, baseline)
         raise InputError(f"'{lack}' has no result.csv but '{have}' has: the per-tensor metrics cannot be compared; "
                          "pass report folders as diagnose, compare or signoff wrote them")
-    ha, hb = ra["summary"].get("model_sha256"), rb["summary"].get("model_sha256")
+    ha, hb = ra["summary"].get("model_sha256") or None, rb["summary"].get("model_sha256") or None
     if ha == hb:
         return []
+    if ha is None or hb is None:  # one run names no model: not two models, tensors named another way
+        lack, has, r = (baseline, new, rb) if ha is None else (new, baseline, ra)
+        model = r["summary"].get("model") or r["summary"].get("model_name")
+        if not allow_different_models:
+            raise InputError(f"'{lack}' records no model (compare-dumps run without --model, or an older npuscope) "
+                             f"but '{has}' is a result of model '{model}': their tensors are named differently; "
+                             f"re-run compare-dumps for '{lack}' with --model {model}")
+        return [f"'{lack}' records no model, '{has}' model '{model}'; tensor and decision changes compare tensors "
+                "named differently"]
     names = f"'{ra['summary'].get('model_name')}' ({ha}) vs '{rb['summary'].get('model_name')}' ({hb})"
     if not allow_different_models:
         raise InputError(f"'{baseline}' and '{new}' are results of different models: {names}; compare runs of "
@@ -366,6 +392,14 @@ def check_comparable(ra: dict, rb: dict, baseline, new, allow_different_models: 
 #: ``dataset.inputs_dir`` / ``dataset.inputs`` (folder and count). Compared only when a run has no input
 #: digests (:func:`run_digests`).
 INPUT_KEYS = ("inputs", "seed", "dataset.inputs_dir", "dataset.inputs")
+#: The same for a dump comparison (compare-dumps: ``golden`` and ``target`` sections): its inputs are the golden
+#: dumps the target is judged against; the target folder is the thing under test, so it is never an input.
+DUMP_INPUT_KEYS = ("golden.path", "golden.format", "golden.dumps")
+
+
+def dump_comparison(summary: dict) -> bool:
+    """True for the summary of a dump comparison (compare-dumps: ``golden`` and ``target`` sections)."""
+    return isinstance(summary.get("golden"), dict) and isinstance(summary.get("target"), dict)
 
 
 def run_digests(folder: Path, summary: dict, kind: str) -> dict[str, str] | None:
@@ -389,10 +423,11 @@ def digest_changes(da: dict[str, str], db: dict[str, str]) -> list[dict]:
 
 
 def input_changes(sa: dict, sb: dict) -> list[dict]:
-    """[{"key", "baseline", "new"}] for each :data:`INPUT_KEYS` entry whose value differs between the two
-    summaries (a key absent from both is skipped: older summaries may not record it)."""
+    """[{"key", "baseline", "new"}] for each :data:`INPUT_KEYS` entry (:data:`DUMP_INPUT_KEYS` for two dump
+    comparisons) whose value differs between the two summaries (a key absent from both is skipped: older
+    summaries may not record it)."""
     out = []
-    for key in INPUT_KEYS:
+    for key in DUMP_INPUT_KEYS if dump_comparison(sa) and dump_comparison(sb) else INPUT_KEYS:
         head, _, tail = key.partition(".")
         va, vb = ((s.get(head) or {}).get(tail) if tail else s.get(head) for s in (sa, sb))
         if va != vb:
@@ -408,11 +443,16 @@ def compare_inputs(ra: dict, rb: dict, baseline, new) -> tuple[list[dict], list[
         return digest_changes(ra["digests"], rb["digests"]), []
     runs = {"signoff": "a signoff run", "dataset": "a diagnose/compare run on an input folder",
             "single": "a diagnose/compare run written before digests were recorded"}
-    lacking = [f"'{f}' ({runs.get(r['kind'], r['kind'])})" for f, r in ((baseline, ra), (new, rb))
-               if r.get("digests") is None]
+    dumps = dump_comparison(ra["summary"]) and dump_comparison(rb["summary"])
+
+    def run(r):
+        return "a compare-dumps run: dump folders" if dump_comparison(r["summary"]) else runs.get(r["kind"], r["kind"])
+
+    lacking = [f"'{f}' ({run(r)})" for f, r in ((baseline, ra), (new, rb)) if r.get("digests") is None]
     what = "inputs.csv Sha256" if "dataset" in (ra["kind"], rb["kind"]) else DIGESTS_KEY
-    note = (f"{' and '.join(lacking)} record(s) no input digests ({what}): inputs were compared by their "
-            "description (path, seed), not by their data")
+    how = ("the golden dumps were compared by folder, format and count" if dumps
+           else "inputs were compared by their description (path, seed)")
+    note = f"{' and '.join(lacking)} record(s) no input digests ({what}): {how}, not by their data"
     return input_changes(ra["summary"], rb["summary"]), [note]
 
 
@@ -620,7 +660,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
             allow_different_models: bool = False) -> dict:
     """The regress report (regress.json content; see module docstring; ``warnings``: e.g. different models
     or inputs; ``notes``: e.g. inputs compared by description only).
-    Raises InputError (see :func:`load_run` and :func:`check_comparable`)."""
+    Raises InputError (see :func:`load_run` and :func:`check_comparable`), UsageError (a ``TENSOR:`` tolerance
+    item naming no tensor of either run: :func:`check_tensor_names`)."""
     tol = tolerance if isinstance(tolerance, Tolerance) else Tolerance(DEFAULT_TOLERANCE if tolerance is None
                                                                        else tolerance)
     ra, rb = load_run(baseline), load_run(new)
@@ -643,6 +684,7 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     if any(c["key"] != "policy_path" for c in policy):  # the same policy text moved to another path judges alike
         warnings.insert(0, policy_warning(sa, sb, policy))
     check_columns(tol, {baseline: ra["table"], new: rb["table"]})
+    check_tensor_names(tol, {baseline: ra["table"], new: rb["table"]})
     layers = layer_changes(ra["table"], rb["table"], tol)
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
