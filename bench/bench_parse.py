@@ -22,8 +22,13 @@ API spans, overlap spans) parsed by toolkit.logs.parsers.chrome_trace (streamed 
 whose peak RSS (ru_maxrss) is reported and checked against 500 MiB; peer: json.load in another child on a
 ``--peer-mb`` (default 200) file of the same events (json.load of 1 GB would need several GB), ratio in MB/s.
 
+Long op_summary CSV (``--csv-rows``, default 300,000; 0 skips it): the device profiler's 27-column op_summary
+export (quoted shape cells, tab-suffixed start times, N/A cells) of that many rows, parsed by
+toolkit.logs.parsers.op_summary_csv in a child process (CPU s, peak RSS), beside pandas.read_csv(dtype=str) of the
+same file in another child (the peer only splits the cells: no typing, checks or op-summary columns).
+
 Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--wide 200000] [--runs 3] [--timeline-mb 1024]
-       [--peer-mb 200] [--only-timeline]
+       [--peer-mb 200] [--only-timeline] [--csv-rows 300000] [--only-csv]
 """
 
 from __future__ import annotations
@@ -154,10 +159,67 @@ def write_timeline(path: Path, mb: int) -> int:
     return tasks
 
 
+#: the profiler's op_summary header (27 columns, msprof's export) and row shapes for :func:`write_op_summary`
+OP_SUMMARY_HEAD = ("Device_id,Model Name,Model ID,Task ID,Stream ID,Infer ID,Op Name,OP Type,OP State,Task Type,"
+                   "Task Start Time(us),Task Duration(us),Task Wait Time(us),Block Dim,Mix Block Dim,HF32 Eligible,"
+                   "Input Shapes,Input Data Types,Input Formats,Output Shapes,Output Data Types,Output Formats,"
+                   "Context ID,aicore_time(us),aic_total_cycles,aiv_time(us),cube_utilization(%)")
+OP_SUMMARY_OPS = [("TransData", "AI_VECTOR_CORE", '"""1,3,224,224"""', "FLOAT16", "NCHW", '"""1,1,224,224,16"""'),
+                  ("Conv2D", "AI_CORE", '"""1,1,224,224,16;4,4,16,16"""', "FLOAT16;FLOAT16", "NC1HWC0;FRACTAL_Z",
+                   '"""1,4,112,112,16"""'),
+                  ("Relu", "AI_VECTOR_CORE", '"""1,4,112,112,16"""', "FLOAT16", "NC1HWC0", '"""1,4,112,112,16"""'),
+                  ("MatMulV2", "AI_CORE", '"""1,2048;2048,1000"""', "FLOAT16;FLOAT16", "ND;ND", '"""1,1000"""')]
+
+
+def write_op_summary(path: Path, rows: int) -> None:
+    """A profiler-shaped op_summary CSV of ``rows`` rows (names unique per row, shapes and types repeated)."""
+    rng = random.Random(3)
+    ts = 1_700_000_000_000.0
+    with open(path, "w", newline="") as fh:
+        fh.write(OP_SUMMARY_HEAD + "\r\n")
+        chunk = []
+        for i in range(rows):
+            op, core, ishape, dtypes, fmts, oshape = OP_SUMMARY_OPS[i % len(OP_SUMMARY_OPS)]
+            dur = rng.randrange(100, 40_000) / 100
+            chunk.append(f"0,resnet50,1,{i % 65536},{2 + i % 3},0,layer{i // 4}/{op}_{i},{op},dynamic,{core},"
+                         f"{ts:.3f}\t,{dur},0,{rng.choice((1, 8, 16, 32))},0,NO,{ishape},{dtypes},{fmts},{oshape},"
+                         f"FLOAT16,NC1HWC0,N/A,{dur * 0.9:.2f},123456,N/A,45.3\r\n")
+            ts += dur + 1.5
+            if len(chunk) == 10_000:
+                fh.write("".join(chunk))
+                chunk = []
+        fh.write("".join(chunk))
+
+
+def csv_bench(folder: Path, rows: int, runs: int) -> None:
+    path = folder / "op_summary_long.csv"
+    write_op_summary(path, rows)
+    mib = path.stat().st_size / 2 ** 20
+    ours = min((run_child("ours-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
+    peer = min((run_child("pandas-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
+    assert ours["records"] == peer["records"] == rows, (ours["records"], peer["records"], rows)
+    print(f"\nop_summary CSV: {rows:,} rows, {mib:.1f} MiB; seconds are the child's CPU seconds")
+    print(f"{'parse':<40}{'CPU s':>8}{'wall s':>8}{'MB/s':>8}{'peak RSS MiB':>14}{'RSS/file':>10}")
+    for name, r in (("ours (op_summary_csv.parse)", ours), ("pandas.read_csv(dtype=str)", peer)):
+        print(f"{name:<40}{r['seconds']:>8.1f}{r['wall']:>8.1f}{path.stat().st_size / 1e6 / r['seconds']:>8.1f}"
+              f"{r['rss_mib']:>14.0f}{r['rss_mib'] / mib:>10.1f}")
+    print(f"throughput ratio ours / pandas: {peer['seconds'] / ours['seconds']:.2f}; "
+          f"peak RSS ours / pandas: {ours['rss_mib'] / peer['rss_mib']:.2f}")
+
+
 def child(kind: str, path: str) -> None:
     """Run one side in this (child) process; print {"seconds", "rss_mib", "records"} as JSON."""
     t, cpu0 = time.perf_counter(), time.process_time()
-    if kind == "ours":
+    extra = {}
+    if kind == "ours-csv":
+        from toolkit.logs.parsers import op_summary_csv
+
+        records = op_summary_csv.parse(Path(path)).records
+    elif kind == "pandas-csv":
+        import pandas as pd
+
+        records = len(pd.read_csv(path, dtype=str))
+    elif kind == "ours":
         from toolkit.logs.parsers import chrome_trace
 
         res = chrome_trace.parse(Path(path))
@@ -232,10 +294,15 @@ def main() -> None:
     ap.add_argument("--timeline-mb", type=int, default=1024, help="size of the timeline JSON (0: skip it)")
     ap.add_argument("--peer-mb", type=int, default=200, help="size of the file json.load reads")
     ap.add_argument("--only-timeline", action="store_true", help="run the timeline part only")
+    ap.add_argument("--csv-rows", type=int, default=300_000, help="rows of the long op_summary CSV (0: skip it)")
+    ap.add_argument("--only-csv", action="store_true", help="run the long op_summary CSV part only")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(*args.child)
+    if args.only_csv:
+        with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
+            return csv_bench(Path(tmp), args.csv_rows, args.runs)
     if args.only_timeline:
         with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
             return timeline_bench(Path(tmp), args.timeline_mb, args.peer_mb, args.runs)
@@ -285,6 +352,8 @@ def main() -> None:
                   f"{mb_ours / mb_peer:>8.2f}")
         print(f"\nratio = our MB/s / peer MB/s (> 1: ours faster). Peak RSS "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        if args.csv_rows:
+            csv_bench(folder, args.csv_rows, args.runs)
         if args.timeline_mb:
             timeline_bench(folder, args.timeline_mb, args.peer_mb, args.runs)
 

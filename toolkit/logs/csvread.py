@@ -56,7 +56,7 @@ class CsvRows:
 #: The longest field read (characters); a longer one makes its row malformed.
 MAX_FIELD_CHARS = 1 << 20
 #: Rows read into one frame at a time: the csv module's lists of text cells are held for one chunk only.
-CHUNK_ROWS = 16_384
+CHUNK_ROWS = 4_096
 #: A column whose chunk holds at most this many distinct texts has them shared across chunks (one string object
 #: per distinct value: OP Type, Task Type, shapes, dtypes repeat on every row of a profile).
 SHARED_DISTINCT = 4_096
@@ -171,19 +171,19 @@ def _chunk(rows: list[list[str]], head: list[str], keep: list[int], width: int, 
 
 
 def _share_texts(frame: pd.DataFrame, shared: dict) -> pd.DataFrame:
-    """``frame`` with each object column of at most :data:`SHARED_DISTINCT` distinct values rebuilt from one
+    """``frame`` with each text column (object or string dtype) of at most :data:`SHARED_DISTINCT` distinct values rebuilt from one
     string object per value (the same values: only the copies the csv module made of each cell are dropped);
     a frame of fewer than :data:`SHARED_MIN_ROWS` rows as it is."""
     if len(frame) < SHARED_MIN_ROWS:
         return frame
     for i, dtype in enumerate(frame.dtypes):
-        if dtype != object:
+        if dtype != object and not isinstance(dtype, pd.StringDtype):
             continue
         codes, uniques = pd.factorize(frame.iloc[:, i], use_na_sentinel=False)
         if len(uniques) > SHARED_DISTINCT:
             continue
         values = np.array([shared.setdefault(v, v) if isinstance(v, str) else v for v in uniques], dtype=object)
-        frame.isetitem(i, pd.Series(values.take(codes), index=frame.index, dtype=object))
+        frame.isetitem(i, pd.Series(values.take(codes), index=frame.index, dtype=dtype))  # its own dtype kept
     return frame
 
 
