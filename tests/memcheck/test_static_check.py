@@ -103,3 +103,52 @@ def test_light_zoo_plans_have_no_conflicts(policy):
         shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
                   for i in model.graph.input if i.name not in inits}
         _plan_ok(model, shapes, policy)
+
+
+def _two_views_model(op1: str, op2: str):
+    """Relu -> a; ``op1``(a) -> b (a graph output); ``op2``(a) -> c -> Mul -> z: two views of one base alive
+    together, every view op type."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def view(op, src, dst, tag):
+        extra = {"Reshape": [f"shape_{tag}"], "Squeeze": [f"axes_{tag}"], "Unsqueeze": [f"axes_{tag}"]}.get(op, [])
+        attrs = {"axis": 1} if op == "Flatten" else {}
+        return helper.make_node(op, [src, *extra], [dst], name=f"{op.lower()}_{tag}", **attrs)
+
+    shape = {"Reshape": [1, 4, 6], "Flatten": [1, 24], "Squeeze": [24], "Unsqueeze": [1, 1, 24], "Identity": [1, 24]}
+    inits = []
+    for op, tag in ((op1, "1"), (op2, "2")):
+        if op == "Reshape":
+            inits.append(numpy_helper.from_array(np.array([1, 4, 6], np.int64), f"shape_{tag}"))
+        if op in ("Squeeze", "Unsqueeze"):
+            inits.append(numpy_helper.from_array(np.array([0], np.int64), f"axes_{tag}"))
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), view(op1, "a", "b", "1"), view(op2, "a", "c", "2"),
+             helper.make_node("Mul", ["c", "c"], ["z"], name="mul")]
+    g = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 24])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, shape[op2]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, shape[op1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+@pytest.mark.parametrize("op1", ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"])
+@pytest.mark.parametrize("op2", ["Reshape", "Identity", "Squeeze"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_view_kernel_rewriting_its_bases_bytes_meets_no_other_view_of_that_base(op1, op2, policy):
+    """A view kernel copies its input onto itself: the bytes it writes are already there, so it overwrites no
+    other view of the same base, whatever the policy; the run still equals onnxruntime's (numpy compares)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    m = _two_views_model(op1, op2)
+    x = np.random.default_rng(3).standard_normal((1, 24)).astype(np.float32)
+    sess = Session(m, Config(precision_mode="force_fp32", memory_reuse=policy), input_shapes={"x": [1, 24]})
+    assert static_conflicts(sess.plan) == []
+    got = sess.run({"x": x}).outputs
+    want = dict(zip(["z", "b"], ort.InferenceSession(m.SerializeToString()).run(["z", "b"], {"x": x})))
+    for k in want:
+        assert np.array_equal(np.asarray(got[k]), want[k]), k

@@ -5,7 +5,9 @@ plan's own ``first``/``last``, so a planner that misjudged a lifetime is caught.
 at step ``s`` (graph inputs: step -1) and each other arena tensor ``V`` whose byte range meets ``A``'s and that
 is live at ``s`` (written at or before ``s`` and read at or after it), the write is accepted only when it is
 a share the runtime makes safe (toolkit.memory.aliases.benign_share): ``A`` is a view of ``V`` at the same
-offset, or a verified in-place op writing over an input whose last read is this step. Anything else is a
+offset, or a verified in-place op writing over an input whose last read is this step. A view kernel's write
+changes no byte at all (it copies its input onto itself, toolkit.memory.aliases), so it meets no tensor sharing
+those bytes, e.g. another view of the same base. Anything else is a
 :class:`Conflict`: the writer kernel, the tensor it writes, the victim and the reader that comes too late.
 An arena tensor whose offset breaks the plan's ``alignment`` is a conflict of kind ``misaligned`` (an edited
 plan.json; the planner never makes one).
@@ -71,6 +73,13 @@ def _is_view_of_earlier_base(plan, life, victim, reader_step) -> bool:
     return base is not None and base.offset == victim.offset and life[base.name].last < reader_step
 
 
+def _rewrites_own_bytes(plan, k, a) -> bool:
+    """Kernel ``k`` writes ``a`` as a view of its first input at that input's offset: the bytes it writes are the
+    ones already there."""
+    src = plan.tensors.get(k.inputs[0]) if k is not None and k.inputs else None
+    return src is not None and src.storage == "arena" and src.offset == a.offset and is_view(k, src, a)
+
+
 def _classify(plan, life, s, k, v) -> tuple[str, int] | None:
     """(kind, reader step) when writing at step ``s`` over live tensor ``v`` is a conflict, else None."""
     lv = life[v.name]
@@ -101,6 +110,8 @@ def static_conflicts(plan) -> list[Conflict]:
     for a in arena:
         s = life[a.name].first
         k = plan.kernels[s] if 0 <= s < len(plan.kernels) else None
+        if _rewrites_own_bytes(plan, k, a):
+            continue
         lo = bisect.bisect_left(starts, a.offset - maxlen)
         hi = bisect.bisect_left(starts, a.offset + a.nbytes)
         for v in arena[lo:hi]:
