@@ -11,7 +11,8 @@ from toolkit.config.keep_dtype import keep_file_text, unwritable_entry
 from toolkit.config.schema import Config
 
 
-@pytest.mark.parametrize("names", [["mm"], ["a/b", "OpType::Conv", "x.y:z"], ["n\u00e9\u4e2d"], []])
+@pytest.mark.parametrize("names", [["mm"], ["a/b", "OpType::Conv", "x.y:z"], ["n\u00e9\u4e2d"], [],
+                                   ["#m2", "#", "# x", "a#b"]])  # '#' starts a comment line: written OpName::#...
 def test_entries_the_file_holds_read_back_as_written(tmp_path, names):
     text = keep_file_text(names)
     assert text is not None and unwritable_entry(names) is None

@@ -352,6 +352,22 @@ def test_a_long_fix_sentence_shows_a_dozen_names_and_counts_the_rest(n):
     assert (f"and {n - 12} more ({n} in all, listed in keep_dtype.txt)" in text) == (n > 12)
 
 
+@pytest.mark.parametrize("odd", ["ok", "#m2", " lead", "a\nb"])
+@pytest.mark.parametrize("n", [1, 20])
+def test_a_fix_sentence_names_only_the_files_that_can_hold_its_names(odd, n):
+    """keep_dtype.txt is written only when every name fits one of its lines (toolkit.config.keep_dtype): the
+    sentence names it only then, and a long list points to the file that holds it."""
+    from toolkit.config.keep_dtype import keep_file_text
+
+    keep = [odd] + [f"n{i}" for i in range(n - 1)]
+    text = VerifiedFix(target=[], needed=True, met=True, searched=True, keep_dtype=keep).sentence()
+    writable = keep_file_text(keep) is not None
+    assert ("(keep_dtype.txt, fixed_config.json)" in text) == writable
+    assert ("keep_dtype.txt cannot hold" in text) == (not writable)
+    if n > 12:
+        assert f"listed in {'keep_dtype.txt' if writable else 'fixed_config.json'})" in text
+
+
 @pytest.mark.parametrize("left_out", [0, 1, 3])
 def test_a_fix_checked_on_one_shape_of_a_dataset_does_not_claim_the_others(left_out):
     text = VerifiedFix(target=[], needed=True, met=True, searched=True, keep_dtype=["a"], inputs=2,

@@ -73,7 +73,8 @@ def unwritable_entry(entries) -> str | None:
 def keep_file_text(entries) -> str | None:
     """The text of a keep_dtype file (one entry per line, the converter's format) holding ``entries``, or None
     when one of them cannot be a line of it (:func:`unwritable_entry`); such entries fit only a JSON config's
-    ``keep_dtype`` list."""
+    ``keep_dtype`` list. A node name starting with ``#`` is written ``OpName::#...`` (the reader skips a line
+    starting with ``#`` as a comment; the prefix is the converter's explicit node-name form)."""
     if unwritable_entry(entries) is not None:
         return None
-    return "".join(f"{e}\n" for e in entries)
+    return "".join(f"{OP_NAME_PREFIX}{e}\n" if str(e).startswith("#") else f"{e}\n" for e in entries)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.compare.tasks import TASKS, load_task
+from toolkit.config.keep_dtype import unwritable_entry
 from toolkit.config.schema import Config
 from toolkit.core.records import Finding
 from toolkit.core.text import show
@@ -132,7 +133,11 @@ class VerifiedFix:
         if self.met:
             shown = [f"'{k}'" for k in self.keep_dtype[:SHOWN_NAMES]]
             more = len(self.keep_dtype) - len(shown)
-            names = ", ".join(shown) + (f" and {more} more ({len(self.keep_dtype)} in all, listed in keep_dtype.txt)"
+            one_per_line = unwritable_entry(self.keep_dtype) is None  # else keep_dtype.txt is not written
+            files = "keep_dtype.txt, fixed_config.json" if one_per_line else \
+                "fixed_config.json; keep_dtype.txt cannot hold one of these names on a line"
+            listed = "keep_dtype.txt" if one_per_line else "fixed_config.json"
+            names = ", ".join(shown) + (f" and {more} more ({len(self.keep_dtype)} in all, listed in {listed})"
                                         if more > 0 else "")
             if self.kept_nodes > len(self.keep_dtype):  # the file repeats some of these names: each keeps all
                 names += (f" (naming {self.kept_nodes} nodes: the model file gives some of these names to several "
@@ -140,11 +145,11 @@ class VerifiedFix:
             on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
             if self.inputs_left_out:  # one compiled plan per shape: the others were not run with the fix
                 return (f"fix for the worst input's shape, verified on its {self.inputs} input(s) only: keeping "
-                        f"{names} in FP32 (keep_dtype.txt, fixed_config.json): "
+                        f"{names} in FP32 ({files}): "
                         f"{change_text(self.rows_before, self.rows_after)}, target {target} met there (recompiled "
                         f"and re-run); {self.inputs_left_out} input(s) of other shapes were not checked: diagnose "
                         "them with --config fixed_config.json")
-            return (f"verified fix: keeping {names} in FP32 (keep_dtype.txt, fixed_config.json): "
+            return (f"verified fix: keeping {names} in FP32 ({files}): "
                     f"{change_text(self.rows_before, self.rows_after)}, target {target} met{on} (recompiled and "
                     "re-run)")
         if not self.searched:
