@@ -106,6 +106,26 @@ def test_op_summary_data_types_are_audited(tmp_path):
     assert all(f.kind == "precision_mismatch" for f in audit_findings(audit))
 
 
+def test_an_audit_names_the_table_its_rows_came_from(tmp_path):
+    """The same device dtypes as an msprof op_summary or a torch_npu kernel_details table: the rows are audited
+    alike and each names its own table as Source."""
+    import csv
+
+    model, plan = _plan(Config())
+    rows = [("stem_conv", "Conv2D", "FLOAT16", "FLOAT16"), ("block2_a_conv", "Conv2D", "FLOAT16", "FLOAT")]
+    p1 = _op_summary(tmp_path / "op_summary_0_1.csv", rows)
+    p2 = tmp_path / "kernel_details.csv"
+    with open(p2, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Step Id", "Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
+                    "Input Data Types", "Output Data Types"])
+        for i, (op, typ, ind, outd) in enumerate(rows):
+            w.writerow([1, 0, op, typ, "AI_CORE", i * 10, 5, ind, outd])
+    (a1, m1), (a2, m2) = audit_profile(plan, model, Config(), str(p1)), audit_profile(plan, model, Config(), str(p2))
+    assert m1 == m2 == 2 and set(a1["Source"]) == {"op_summary"} and set(a2["Source"]) == {"kernel_details"}
+    assert a1.drop(columns="Source").equals(a2.drop(columns="Source"))
+
+
 def test_an_op_summary_row_named_after_an_onnx_node_is_matched(tmp_path):
     model, plan = _plan(Config(precision_mode="force_fp32"))
     import pandas as pd

@@ -13,7 +13,7 @@ follows its input). Two audits compare that with what the device wrote:
   plan or one of its ONNX nodes (the dump tools' file-name form, toolkit.dumps.match.norm, is tried too).
 
 Only floating-point tensors are audited (an integer tensor has no precision to choose). :data:`AUDIT_COLUMNS`:
-Source ("dump" / "op_summary"), OpName (device op / dump), NodeName (ONNX node), OpType, Kernel (ours),
+Source ("dump" / "op_summary" / "kernel_details"), OpName (device op / dump), NodeName (ONNX node), OpType, Kernel (ours),
 TensorName ("" for op_summary rows), ExpectedDataType, DataType (the device's), ImpliedBy. Every row is a
 mismatch; :func:`audit_findings` turns them into ``precision_mismatch`` warnings (one per kernel).
 """
@@ -122,9 +122,12 @@ def _cell_dtypes(cell) -> list[str]:
 
 
 def audit_op_summary(plan, model: onnx.ModelProto, config, summary: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """(rows of :data:`AUDIT_COLUMNS` with Source "op_summary", rows matched to a kernel) for an op_summary
-    frame (columns Op Name, OP Type, Output Data Types, Input Data Types). A row's dtype is its first float
-    output dtype (else first float input dtype); rows with no float dtype or no kernel of ours are skipped."""
+    """(rows of :data:`AUDIT_COLUMNS`, rows matched to a kernel) for an op_summary frame (columns Op Name, OP
+    Type, Output Data Types, Input Data Types). Source is the table the frame was read from (its
+    ``attrs["table"]``: "op_summary" or "kernel_details", toolkit.profile.attribution.read_device_profile),
+    "op_summary" when it does not say. A row's dtype is its first float output dtype (else first float input
+    dtype); rows with no float dtype or no kernel of ours are skipped."""
+    source = str(summary.attrs.get("table") or "op_summary")
     view = _PlanView(plan, model)
     rows, matched = [], 0
     for _, r in summary.iterrows():
@@ -139,7 +142,7 @@ def audit_op_summary(plan, model: onnx.ModelProto, config, summary: pd.DataFrame
         want = want or ("float16" if k.precision == "fp16" else "float32")
         if got != want:
             node = op if op in k.nodes else (k.nodes[-1] if k.nodes else "")
-            rows.append({"Source": "op_summary", "OpName": op, "NodeName": node, "OpType": str(r.get("OP Type", "")),
+            rows.append({"Source": source, "OpName": op, "NodeName": node, "OpType": str(r.get("OP Type", "")),
                          "Kernel": k.name, "TensorName": "", "ExpectedDataType": want, "DataType": got,
                          "ImpliedBy": implied_by(k, view.ops[k.name], config)})
     return pd.DataFrame(rows, columns=AUDIT_COLUMNS).drop_duplicates(["OpName", "DataType"]), matched

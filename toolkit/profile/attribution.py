@@ -104,7 +104,8 @@ def _profile_table(folder: Path) -> Path:
 
 
 def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
-    """(op summary of a real device's profile, notes): msprof op_summary_*.csv
+    """(op summary of a real device's profile, its ``attrs["table"]`` "op_summary" or "kernel_details", notes):
+    msprof op_summary_*.csv
     (toolkit.logs.parsers.op_summary_csv) or torch_npu kernel_details.csv (toolkit.logs.parsers.kernel_details_csv),
     told apart by their headers (toolkit.logs.detect). ``path`` may be the profiler's folder (a PROF_* folder,
     its mindstudio_profiler_output, an ASCEND_PROFILER_OUTPUT or the folder above one: toolkit.logs.profdirs)
@@ -144,6 +145,7 @@ def read_device_profile(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     notes = [f"{p.name}: read as {name}, {res.records} row(s)"] + [f"{p.name}: {n}" for n in res.notes]
     if res.malformed:
         notes.append(f"{p.name}: {res.malformed} malformed row(s) skipped")
+    res.op_summary.attrs["table"] = {op_summary_csv.NAME: "op_summary", kernel_details_csv.NAME: "kernel_details"}[name]
     return res.op_summary, notes
 
 
