@@ -495,10 +495,8 @@ def search(ranked: list[str], meets, log: list[str]) -> tuple[list[str], bool]:
 def prune(chosen: list[str], meets: Tried, log: list[str]) -> list[str]:
     """Drop-one pruning of a keep set that meets the target: each node, last in ``chosen`` (least sensitive)
     first, is dropped when the target still holds without it. The result misses the target without any one of
-    its nodes (1-minimal); a try inside a set that already missed it is not run.
-
-    Least sensitive first, not costliest first: on PP-OCRv4 det dropping the costliest convolutions first left
-    44 nodes and 3.0 GFLOPs in FP32 against 36 and 1.9 GFLOPs (docs/benchmarks.md)."""
+    its nodes (1-minimal); a try inside a set that already missed it is not run. (Least sensitive first keeps
+    fewer nodes and FLOPs in FP32 than costliest first: docs/benchmarks.md.)"""
     for name in reversed(list(chosen)):
         trial = [c for c in chosen if c != name]
         if meets.implied_miss(trial):
