@@ -193,8 +193,8 @@ def live_sets(rt: NpuRuntime, boundaries) -> dict[int, list[str]]:
 
 
 def _size_class(nbytes: int) -> int:
-    """``nbytes`` rounded up to the next of 8 steps per power of two (at most 12.5% larger): the byte size of a
-    store buffer, so that values of nearby sizes share buffers."""
+    """``nbytes`` (bytes) rounded up to the next of 8 steps per power of two (at most 12.5% larger), and to at
+    least 4,096 bytes: the byte size of a store buffer, so that values of nearby sizes share buffers."""
     if nbytes <= 4096:
         return 4096
     step = 1 << max(nbytes.bit_length() - 4, 0)

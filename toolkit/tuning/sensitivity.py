@@ -120,8 +120,11 @@ def kernel_sensitivity(runtime, golden: dict, dumps: dict) -> pd.DataFrame:
         arows = [compare_metrics(dumps[t], golden[t], LOCAL_METRICS) for t in outs if t in dumps]
         lc, lr, lm, lo = _worst(lrows)
         ac, ar, _, _ = _worst(arows)
-        rng = any(beyond[t] if t in beyond else beyond.setdefault(t, _beyond_fp16(golden[t]))
-                  for t in outs + [i for i in ins.get(k.name, []) if i in golden])
+        read = outs + [i for i in ins.get(k.name, []) if i in golden]
+        for t in read:
+            if t not in beyond:
+                beyond[t] = _beyond_fp16(golden[t])
+        rng = any(beyond[t] for t in read)
         rows.append({"Kernel": k.name, "KeepName": keep_name(k), "OpType": k.op_type, "Nodes": ";".join(k.nodes),
                      "LocalCosine": lc, "LocalRED": lr, "LocalMaxAbs": lm, "LocalOverflow": lo,
                      "RangeOverflow": rng, "AccCosine": ac, "AccRED": ar, "OutputShare": math.nan})
