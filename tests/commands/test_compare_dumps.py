@@ -194,6 +194,38 @@ def test_tensors_inside_a_dump_folders_kernel_are_fused_not_missing(tmp_path):
     assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
 
 
+@pytest.mark.parametrize("golden_kernel", ["mm", "relu"])
+def test_tensors_inside_a_golden_dump_folders_kernel_are_fused_not_missing(tmp_path, golden_kernel):
+    """The same on the golden side: an ``npuscope run --dump`` folder of a force_fp32 run as GOLDEN, device dumps of
+    every node as TARGET. The golden kernel's inner tensors, which only the target dumped, read "fused into
+    <kernel> in the golden run" and do not make the verdict WARN; the tensors both sides have are compared."""
+    model = dump_model(tmp_path / "m.onnx")  # mm (t) -> relu (u) -> mul (y)
+    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
+    w = numpy_helper.to_array(onnx.load(model).graph.initializer[0])
+    vals = {"t": x @ w}
+    vals["u"] = np.maximum(vals["t"], 0)
+    vals["y"] = vals["u"] * 2
+    g, t = tmp_path / "golden", tmp_path / "target"
+    g.mkdir()
+    t.mkdir()
+    # kernel 'mm' computes t and u (u dumped); kernel 'relu' names a node after the producer of t: no group
+    index = {"u.npy": {"tensor": "u", "kernel": golden_kernel}, "y.npy": {"tensor": "y", "kernel": "mul"}}
+    for f, info in index.items():
+        np.save(g / f, vals[info["tensor"]])
+    (g / "index.json").write_text(json.dumps(index))
+    for i, (node, tensor) in enumerate((("mm", "t"), ("relu", "u"), ("mul", "y"))):
+        np.save(t / f"{node}.0.{T0 + i}.npy", vals[tensor].astype(np.float16))
+    diag = compare_dumps(side(g, "golden"), side(t, "target"), model=str(model))
+    df = diag.table
+    if golden_kernel == "mm":
+        assert row(df, "mm")["CompareFailReason"] == "fused into mm in the golden run"
+        assert diag.summary["verdict"] == "PASS", diag.summary["reasons"]
+    else:  # 'relu' did not compute t: its absence is a real gap
+        assert row(df, "mm")["CompareFailReason"] == "no golden dump"
+    assert row(df, "relu")["CosineSimilarity"] == pytest.approx(
+        cosine(vals["u"].astype(np.float16), vals["u"]), abs=1e-9)
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_missing_misshaped_truncated_and_superseded_dumps_are_rows(tmp_path):
     x = feed()

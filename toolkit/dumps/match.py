@@ -9,6 +9,10 @@ A raw device dump output that records its original op (:mod:`toolkit.dumps.raw_e
 is the device op, ``name`` / ``index`` the original op and output) stands for that op's output whatever the
 mapping says; the mapping still names the op's other originals ("fused into <op>") and its FusedNodes.
 
+An ``npuscope run --dump`` folder records the kernel that wrote each tensor (its index.json): the undumped
+tensors inside that kernel read "fused into <kernel>" when the folder is the target, and "fused into <kernel> in
+the golden run" when it is the golden (a force_fp32 run) and only the target dumped them.
+
 Order:
 - with a model (:func:`pair_with_model`): the graph's node order (topological, as ONNX requires), each node's
   outputs in output order, graph inputs first; every dump is resolved to a tensor name through the model,
@@ -205,6 +209,8 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
     fused, group_of, notes = _fused_tensors(idx, ops)
     kept, kernel_groups = _kernel_fused_tensors(idx, t_by)
     fused = {**kept, **fused}  # a mapping's word wins over what a kernel name implies
+    # a golden that is an npuscope dump folder (a force_fp32 run) kept its kernels' inner tensors on chip too
+    golden_fused, _ = _kernel_fused_tensors(idx, {t: (e, None) for t, e in g_by.items()})
     pairs = [_model_pair("Input", name, name, 0, g_by.get(name), t_by.get(name), "", ())
              for name in idx.inputs if name in g_by or name in t_by]
     clashed = {n: names for names in idx.ambiguous.values() for n in names} if target.keyed_by == NODE \
@@ -218,7 +224,8 @@ def pair_with_model(model: onnx.ModelProto, golden: DumpSet, target: DumpSet,
             kernel_group = kernel_groups.get(hit[0].kernel, []) if hit and mapped is None else []
             group = group_of.get(mapped.op, [n]) if mapped else (kernel_group or [n])
             inputs = _group_inputs(idx, group)
-            reason = "" if hit else fused.get(t, "")
+            reason = fused.get(t, "") if not hit else \
+                (f"{golden_fused[t]} in the golden run" if t not in g_by and t in golden_fused else "")
             if not hit and not reason and n.name in clashed:
                 reason = (f"target dump ambiguous: nodes {', '.join(repr(x) for x in clashed[n.name])} all dump as "
                           f"'{norm(n.name)}' (the dump tools' file-name rule); rename them or give --mapping")
