@@ -403,6 +403,33 @@ def test_advice_for_a_node_whose_name_the_file_repeats_uses_the_files_name(tmp_p
     assert f"'dense' (naming {layers} nodes" in fix.sentence()
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("layers,big", [(3, 1), (5, 4)])
+def test_a_fix_naming_unnamed_nodes_says_the_names_are_npuscopes(tmp_path, layers, big):
+    """``layers`` unnamed MatMuls (the loader calls them MatMul_<index>), layer ``big`` overflowing FP16: the fix
+    keeps that layer by npuscope's name, and diagnose's sentence and tune's notes say a converter reading the file
+    has no node of that name; the fix, applied, meets the target (checked against onnxruntime here)."""
+    rng = np.random.default_rng(layers)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        inits.append(_c(f"w{i}", rng.standard_normal((8, 8)) * (1e3 if i == big else 0.3)))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))  # no name
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "unnamed", [helper.make_tensor_value_info("x", F, [2, 8])],
+                          [helper.make_tensor_value_info(prev, F, [2, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": (rng.standard_normal((2, 8)) * 30).astype(np.float32)}
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    prep, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert fix.met and f"MatMul_{big}" in fix.keep_dtype
+    assert fix.unnamed == [k for k in fix.keep_dtype if k.startswith("MatMul_")]
+    assert f"'MatMul_{big}'" in fix.sentence() and "leaves unnamed" in fix.sentence()
+    got = _device_outputs(prep.model, feeds, cfg, fix.keep_dtype)[prev]
+    assert _cos(got, _ort(model, feeds)[prev]) >= 0.9999
+    res = tune(prep.model, [("x", feeds)], cfg, DEFAULT_TARGET)
+    assert res.met and any(f"'MatMul_{big}'" in n and "leaves unnamed" in n for n in res.notes), res.notes
+
+
 @pytest.mark.parametrize("lines,default", [(None, True), ("y:MaxAbsoluteError<=1e-2", False),
                                            ("CosineSimilarity<0.99999", False)])
 def test_a_met_target_is_called_the_default_only_when_no_line_of_the_users_changed_it(tmp_path, lines, default):

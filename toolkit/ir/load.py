@@ -515,6 +515,13 @@ def file_names_of(model: onnx.ModelProto) -> dict[str, str]:
     return {t: base for base, twins in index.items() for t in twins}
 
 
+def unnamed_in_file(model: onnx.ModelProto, names) -> list[str]:
+    """The names among ``names`` that :func:`normalise_node_names` gave to nodes the model file leaves unnamed
+    (``MatMul_3``): npuscope knows them, a converter reading the file does not. [] when it renamed none."""
+    made = loader_names(model) if has_renamed_nodes(model) else {}
+    return [n for n in names if made.get(n) == ""]
+
+
 def has_renamed_nodes(model: onnx.ModelProto) -> bool:
     """Whether :func:`normalise_node_names` renamed nodes of ``model`` (its ``npuscope.renamed_nodes`` metadata)."""
     return any(p.key == "npuscope.renamed_nodes" for p in model.metadata_props)

@@ -37,7 +37,7 @@ from toolkit.core.records import Finding
 from toolkit.core.text import show
 from toolkit.diagnose import Prepared
 from toolkit.engine import shapes_of
-from toolkit.ir.load import file_names_of
+from toolkit.ir.load import file_names_of, unnamed_in_file
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.tuning.tune import (
     Trial,
@@ -51,8 +51,8 @@ from toolkit.tuning.tune import (
     measure_shares,
     parse_target,
     search_ranked,
+    unnamed_text,
 )
-
 
 #: Node names a fix sentence shows; a longer set is counted, and listed whole in keep_dtype.txt.
 SHOWN_NAMES = 12
@@ -97,6 +97,7 @@ class VerifiedFix:
     inputs_left_out: int = 0  # a dataset's inputs of another shape than the worst one (not checked)
     simulated: bool = True  # some kernel of the plan runs on the device (False: everything folded or passed through)
     kept_nodes: int = 0  # graph nodes keep_dtype names (an entry the file gives several nodes names each)
+    unnamed: list = field(default_factory=list)  # keep_dtype entries that are npuscope's names for unnamed nodes
 
     def summary(self) -> dict:
         """The summary.json entry. ``met``: the target holds with ``keep_dtype`` added, so also True when no fix
@@ -142,6 +143,9 @@ class VerifiedFix:
             if self.kept_nodes > len(self.keep_dtype):  # the file repeats some of these names: each keeps all
                 names += (f" (naming {self.kept_nodes} nodes: the model file gives some of these names to several "
                           "nodes, and keep_dtype keeps every one)")
+            if self.unnamed:  # applied by npuscope; a converter reading the file has no such node
+                names += (f" ({unnamed_text(self.unnamed)}: give those nodes these names in the model before "
+                          "handing keep_dtype to a converter)")
             on = "" if self.inputs == 1 else f" on all {self.inputs} inputs"
             if self.inputs_left_out:  # one compiled plan per shape: the others were not run with the fix
                 return (f"fix for the worst input's shape, verified on its {self.inputs} input(s) only: keeping "
@@ -362,6 +366,7 @@ def _search_fix(prep, config, findings, extras, stage, verdict, tuner, fix, met,
         _, after_rows, _, ok, _ = _verify(tuner, cfg)
         fix.met, fix.keep_dtype, fix.config = bool(ok and chosen), list(chosen), cfg
         fix.kept_nodes = kept_nodes(tuner.model, chosen)
+        fix.unnamed = unnamed_in_file(tuner.model, chosen)
         fix.rows_after, (fix.after, fix.after_nonfinite) = after_rows, _state(after_rows)
         origins = [f for f in findings if f.kind in ORIGIN_KINDS]
         part = _origins_part(origins, tuner, fix) if origins else None

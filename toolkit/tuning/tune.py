@@ -51,7 +51,7 @@ from toolkit.config.schema import Config
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.text import suggest
 from toolkit.engine import Session, compile_model, shapes_of
-from toolkit.ir.load import file_names_of, twins_index
+from toolkit.ir.load import file_names_of, twins_index, unnamed_in_file
 from toolkit.ort.reference import ReferenceRunner
 from toolkit.precision import coverage as cov
 from toolkit.precision.contract import CUBE
@@ -801,6 +801,10 @@ def _tune(model, feeds, config, target, tasks, top_k, progress) -> TuneResult:
     flops = cov.node_flops(model, st.shapes)
     c0, c1 = cov.coverage(tuner.base.plan, flops), cov.coverage(after_plan, flops)
     tm["total_ms"] = (time.perf_counter() - t0) * 1e3
+    unnamed = unnamed_in_file(model, chosen)
+    if unnamed:  # keep_dtype.txt works in npuscope; a converter reading the file has no such node
+        notes.append(f"{unnamed_text(unnamed)}: give those nodes these names in the model before handing "
+                     "keep_dtype.txt to a converter")
     return TuneResult(met=met, chosen=chosen, config=tuned_cfg, target=target, before=pd.DataFrame(before_rows),
                       after=pd.DataFrame(after_rows), ranking=ranking, ranges=range_df, findings=findings,
                       evidence=_evidence(chosen, ranking, tuner, findings), coverage_before=c0, coverage_after=c1,
@@ -880,6 +884,15 @@ def file_names(ranking: pd.DataFrame, model: onnx.ModelProto) -> pd.DataFrame:
     df["Nodes"] = [";".join(dict.fromkeys(nodes[k])) for k in df["KeepName"]]
     df["Rank"] = range(len(df))
     return df
+
+
+def unnamed_text(names: list[str], shown: int = 8) -> str:
+    """"'MatMul_3' is npuscope's name for a node the model file leaves unnamed" (several: "are ... names for
+    nodes"), the first ``shown`` quoted."""
+    listed = ", ".join(f"'{n}'" for n in names[:shown]) + (f" and {len(names) - shown} more"
+                                                          if len(names) > shown else "")
+    return (f"{listed} is npuscope's name for a node the model file leaves unnamed" if len(names) == 1 else
+            f"{listed} are npuscope's names for nodes the model file leaves unnamed")
 
 
 def kept_nodes(model: onnx.ModelProto, keep) -> int:
