@@ -504,3 +504,49 @@ def test_a_tolerance_for_a_tensor_neither_run_has_is_refused(tmp_path, text):
         regress(a, b, parse_tolerance(text))
     assert f"no tensor '{bad}'" in str(e.value) and "x, y" in str(e.value)
     assert regress(a, b, parse_tolerance("y:Cosine=1e-3"))["verdict"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("spoil,regressed", [("truncated", True), ("misshaped", True), ("listed_missing", True),
+                                              ("absent", False)])
+def test_a_tensor_compared_before_whose_dump_is_broken_now_is_a_regression(tmp_path, spoil, regressed):
+    """compare-dumps of one golden against a good target (baseline) and against one whose dump of 'u' is spoiled
+    (new): a dump that cannot be compared now (cut short, misshaped, listed in index.json without its file) is a
+    regression naming the tensor, never "normal again"; a dump not taken (absent) is a change of what was dumped,
+    listed in tensor_changes (not as a broken comparison)."""
+    from tests.dumps.builders import dump_model, dump_sides
+    from toolkit.commands.compare_dumps import compare_dumps_command
+
+    model = dump_model(tmp_path / "m.onnx")
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    g, t_good = dump_sides(good, model, "none", "u")
+    _, t_bad = dump_sides(bad, model, spoil, "u")
+    for target, out in ((t_good, tmp_path / "base"), (t_bad, tmp_path / "new")):
+        compare_dumps_command(str(g), str(target), model=str(model), out=str(out), html=False)
+    base = pd.read_csv(tmp_path / "base" / "result.csv", keep_default_na=False).set_index("TensorName")
+    assert base.at["u", "CompareFailReason"] == ""  # compared in the baseline (read here from its table)
+    rep = regress(tmp_path / "base", tmp_path / "new")
+    # (a missing dump also turns the verdict PASS -> WARN, a regression of its own; the tensor's line is ours)
+    assert any("'u'" in r and "compared in the baseline and is not now" in r for r in rep["reasons"]) is regressed, \
+        rep["reasons"]
+    assert rep["regressed"] or not regressed
+    assert not any("'u'" in r for r in rep["improvements"]), rep["improvements"]
+    assert any(c["TensorName"] == "u" and c["change"].startswith("compared only in baseline")
+               for c in rep["tensor_changes"]), rep["tensor_changes"]
+
+
+def test_a_row_that_could_not_be_compared_is_never_normal_again():
+    """An abnormal baseline row whose new row holds no metrics (unreadable) is not "normal again"; one compared
+    and normal now is."""
+    from toolkit.signoff.regress import layer_changes
+
+    base = pd.DataFrame({"TensorName": ["a", "b"], "NodeName": ["na", "nb"], "OpType": ["Add", "Add"],
+                         "Abnormal": [True, True], "CompareFailReason": ["", ""],
+                         "CosineSimilarity": [0.5, 0.5], "AbnormalMetrics": ["CosineSimilarity", "CosineSimilarity"]})
+    new = base.assign(Abnormal=[False, False], CompareFailReason=["target dump unreadable (x.npy): truncated", ""],
+                      CosineSimilarity=[float("nan"), 1.0])
+    got = layer_changes(base, new, dict(DEFAULT_TOLERANCE))
+    assert [r["TensorName"] for r in got["newly_normal"]] == ["b"]
+    assert [r["TensorName"] for r in got["lost_comparisons"]] == ["a"]

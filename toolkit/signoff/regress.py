@@ -4,8 +4,10 @@ Reads from each folder: summary.json (required: verdict, environment, config, si
 (per-tensor metrics), plan.json (per-node kernel, precision, placement, fusion rule) and fusion_result.json.
 
 A regression is any of: a verdict that got worse (PASS < WARN < FAIL), a signoff criterion that passed and now
-fails, a tensor abnormal (or overflowing) now that was not before, or a tolerance metric that got worse by more
-than its tolerance (absolute change in the metric's bad direction; defaults :data:`DEFAULT_TOLERANCE`).
+fails, a tensor abnormal (or overflowing) now that was not before, a tensor compared before whose dumps cannot be
+compared now (unreadable, mismatched: :data:`BROKEN_REASONS`; ``lost_comparisons``), or a tolerance metric that
+got worse by more than its tolerance (absolute change in the metric's bad direction; defaults
+:data:`DEFAULT_TOLERANCE`). A tensor is "normal again" only when it is compared in the new run.
 Both folders must be results of diagnose/compare or signoff (:func:`result_kind`), of the same kind of input
 (a dataset run, ``--inputs`` folder, is not compared with a single-input run) and of the same model (same
 ``model_sha256``) unless ``allow_different_models`` is set, which only adds a warning to the report.
@@ -533,6 +535,18 @@ def _bad(t: pd.DataFrame) -> pd.Series:
     return ab | ov
 
 
+#: CompareFailReason words of a row whose dumps exist but could not be compared (an unreadable or cut-short dump,
+#: a shape or dtype-class mismatch, dump names that several nodes share): a tensor compared in the baseline and
+#: failing so now is a regression. Other reasons (fused into a kernel, not stored by the plan, no dump taken,
+#: folded at compile time...) are decisions of the build or the dump, listed in ``tensor_changes`` only.
+BROKEN_REASONS = ("unreadable", "mismatch", "ambiguous")
+
+
+def _broken(reason) -> bool:
+    text = "" if reason is None or (isinstance(reason, float) and math.isnan(reason)) else str(reason)
+    return any(w in text for w in BROKEN_REASONS)
+
+
 def _compared(df: pd.DataFrame) -> pd.Series:
     """Bool per tensor: compared in that run (no CompareFailReason; a table without the column: every row)."""
     if "CompareFailReason" not in df.columns:
@@ -562,18 +576,21 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
     "layer_improvements": [...] (better beyond the tolerance), "tensor_changes": [...]} by TensorName."""
     if ta is None or tb is None:
         return {"newly_abnormal": [], "layer_deltas": [], "newly_normal": [], "layer_improvements": [],
-                "tensor_changes": []}
+                "tensor_changes": [], "lost_comparisons": []}
     a, b = ta.drop_duplicates("TensorName").set_index("TensorName"), tb.drop_duplicates("TensorName").set_index("TensorName")
     bad_a, bad_b = _bad(a), _bad(b)
     common = [t for t in b.index if t in a.index]
     newly = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "OpType": b.at[t, "OpType"],
               "metrics": str(b.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in b.columns else ""}
              for t in common if bad_b[t] and not bad_a[t]]
+    compared_a, compared_b = _compared(a), _compared(b)
+    # normal again only when compared now: a row that could not be compared holds no metric to be normal by
     healed = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "OpType": b.at[t, "OpType"],
                "metrics": str(a.at[t, "AbnormalMetrics"]) if "AbnormalMetrics" in a.columns else ""}
-              for t in common if bad_a[t] and not bad_b[t]]
+              for t in common if bad_a[t] and not bad_b[t] and compared_b[t]]
+    lost = [{"TensorName": t, "NodeName": b.at[t, "NodeName"], "reason": str(b.at[t, "CompareFailReason"])}
+            for t in common if compared_a[t] and not compared_b[t] and _broken(b.at[t, "CompareFailReason"])]
     deltas, better = [], []
-    compared_a, compared_b = _compared(a), _compared(b)
     one_sided = [t for t in common if compared_a[t] != compared_b[t]]  # fused / not stored in one of the runs
     per = getattr(tol, "per_tensor", {}) or {}
     metrics = list(dict.fromkeys([*tol, *(m for d in per.values() for m in d)]))
@@ -616,7 +633,7 @@ def layer_changes(ta: pd.DataFrame | None, tb: pd.DataFrame | None, tol: dict) -
                  + f" ({(a if compared_b[t] else b).at[t, 'CompareFailReason'] or 'no metrics'})"}
                 for t in one_sided]
     return {"newly_abnormal": newly, "layer_deltas": deltas, "newly_normal": healed, "layer_improvements": better,
-            "tensor_changes": changes}
+            "tensor_changes": changes, "lost_comparisons": lost}
 
 
 def node_decisions(plan: dict | None) -> dict[str, dict]:
@@ -689,6 +706,8 @@ def regress(baseline: str | Path, new: str | Path, tolerance: dict | None = None
     reasons = [f"{v['what']}: {v['baseline']} -> {v['new']}" for v in verdicts if v["regression"]]
     reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') is newly abnormal ({r['metrics']})"
                 for r in layers["newly_abnormal"]]
+    reasons += [f"tensor '{r['TensorName']}' (node '{r['NodeName']}') was compared in the baseline and is not now: "
+                f"{r['reason']}" for r in layers["lost_comparisons"]]
     reasons += [f"tensor '{d['TensorName']}': {d['metric']} {' -> '.join(show_pair(d['baseline'], d['new']))} "
                 + (f"(breaks the bound {d['bound']})" if "bound" in d else f"(tolerance {show_line(d['tolerance'])})")
                 for d in layers["layer_deltas"]]
