@@ -15,7 +15,7 @@ CosineSimilarity < 0.99, RelativeEuclideanDistance > 0.05, KullbackLeiblerDiverg
 RootMeanSquareError > 1, MeanRelativeError > 1) to the metrics a row has; an msprobe row whose Accuracy is "No"
 (or Result "Warning"/"Different") is abnormal too. :func:`advise` gives the findings in the compare tool's
 advisor order, which is ours: FP16 overflow first (the first row with OverFlow YES), then inconsistent inputs
-(an abnormal input-tensor row before any abnormal output row), then the first op over the lines;
+(an abnormal input-tensor row, TensorIndex ``{op}:input:{i}`` (:func:`is_input`), before any abnormal output row), then the first op over the lines;
 :func:`advisor_first` puts the rows those findings name on top of the table (then every other row in file order).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from toolkit.compare.metrics import resolve_thresholds
@@ -89,8 +90,15 @@ def judge(df: pd.DataFrame, lines: dict | None = None) -> pd.DataFrame:
 _WIDE_FLOATS = frozenset({"DT_FLOAT", "DT_DOUBLE", "FLOAT", "FLOAT32", "DOUBLE", "FLOAT64"})
 
 
-def _is_input(r) -> bool:
-    return ":input:" in f":{r['TensorIndex'].lower()}:" or r["TensorIndex"].lower().startswith("input")
+#: An input-tensor TensorIndex: the compare tool's ``{op}:input:{i}`` (msprobe's ``input.{i}`` is read as
+#: ``input:{i}``). An op's own name never counts (``input_proj:output:0`` is an output of op input_proj).
+_INPUT_TENSOR = r"(?:^|:)input:\d+\s*$"
+
+
+def is_input(tensor_index: pd.Series) -> pd.Series:
+    """True for the rows whose TensorIndex (text) names an input tensor of its op (``conv1:input:0``, msprobe's
+    ``input:0``); False for outputs (``input_proj:output:0``, ``input:output:0``) and empty cells."""
+    return tensor_index.astype(str).str.contains(_INPUT_TENSOR, case=False, regex=True, na=False)
 
 
 def advise(df: pd.DataFrame) -> list[Finding]:
@@ -109,16 +117,15 @@ def advise(df: pd.DataFrame) -> list[Finding]:
             out.append(Finding("error", "fp16_overflow", r["NPUDump"] or r["GroundTruth"], _ev(r),
                                f"FP16 overflow at '{r['NPUDump']}' (the compare tool's OverFlow = YES; {len(over)} "
                                "row(s) in all): keep it in FP32 (keep_dtype) or scale its inputs, then compare again"))
-    bad = df[df["Abnormal"].astype(bool)]
-    first_out = next((i for i, r in bad.iterrows() if not _is_input(r)), None)
-    ins = [i for i, r in bad.iterrows() if _is_input(r) and (first_out is None or i < first_out)]
-    if ins:
-        r = df.loc[ins[0]]
+    bad, inp = df["Abnormal"].astype(bool).to_numpy(), is_input(df["TensorIndex"]).to_numpy()
+    outs, ins = np.flatnonzero(bad & ~inp), np.flatnonzero(bad & inp)
+    if len(ins) and (not len(outs) or ins[0] < outs[0]):
+        r = df.iloc[ins[0]]
         out.append(Finding("error", "inconsistent_input", r["NPUDump"] or r["GroundTruth"], _ev(r),
                            f"the input '{r['TensorIndex']}' of '{r['NPUDump']}' differs from the golden's before any "
                            "output does: the two runs were not fed the same data; compare with the same inputs"))
-    if first_out is not None:
-        r = df.loc[first_out]
+    if len(outs):
+        r = df.iloc[outs[0]]
         out.append(Finding("error", "first_divergence", r["NPUDump"] or r["GroundTruth"], _ev(r),
                            f"'{r['NPUDump']}' ({r['OpType'] or 'op'}, golden '{r['GroundTruth']}') is the first op "
                            f"over the lines ({r['AbnormalMetrics'] or 'Accuracy ' + r['Accuracy']}): isolate it "
