@@ -135,3 +135,38 @@ def test_a_device_op_our_plan_fuses_is_named_as_the_device_names_it(tmp_path):
     assert dev[0].evidence["device_op_type"] == op_type and dev[0].evidence["kernel"] == "stem_conv"
     on_it = [f for f in diag.findings if isinstance(f.evidence, dict) and f.evidence.get("tensor") == "stem_relu"]
     assert on_it and not any("keep_dtype" in f.evidence for f in on_it)
+
+
+@pytest.mark.parametrize("output_dumped", [True, False])
+def test_dumps_naming_no_node_are_rows_and_a_finding(tmp_path, output_dumped):
+    """A device dump under an op name the model does not have (a fused device op without --mapping, a TransData
+    the converter added) is a row "device dump not in the model"; the ops no mapping resolves (not the Casts and
+    TransData the converter adds) get one finding, a warning naming the output when a graph output has no dump of
+    its own (one of these may be it)."""
+    import onnx
+
+    model, folder, npz = device_folder(tmp_path, "resnet_small", "ND")
+    out = onnx.load(str(model)).graph.output[0].name
+    values = read_device_dumps(onnx.load(str(model)), str(folder))
+    foreign = values.arrays[out]
+    if not output_dumped:  # the output's own dump is gone: only the foreign op holds it
+        op = values.ops[out][0]
+        for f in folder.iterdir():
+            if f".{op}." in f.name:
+                f.unlink()
+    np.save(folder / "MatMulV2.fused_classifier_op.999.1.1700000000999999.output.0.npy", foreign)
+    np.save(folder / "TransData.trans_TransData_99.998.1.1700000000999998.output.0.npy", foreign)
+    diag, _, _ = _diagnose(model, folder, npz)
+    df = diag.table
+    extra = df[df["CompareFailReason"] == "device dump not in the model"]
+    # the written run also dumps the Casts our plan inserts: ops the converter adds, as its TransData
+    assert {"fused_classifier_op", "trans_TransData_99"} <= set(extra["NodeName"])
+    others = extra[~extra["NodeName"].isin(["fused_classifier_op", "trans_TransData_99"])]
+    assert len(others) and set(others["OpType"]) == {"Cast"}
+    assert not extra["Abnormal"].any()
+    found = [f for f in diag.findings if f.kind == "device_dump_not_in_the_model"]
+    # the finding is about the op no mapping resolves, not the ops the converter adds
+    assert len(found) == 1 and found[0].evidence["names"] == ["fused_classifier_op:0"]
+    assert found[0].severity == ("info" if output_dumped else "warning")
+    assert (f"'{out}'" in found[0].recommendation) is (not output_dumped)
+    assert diag.summary["device_dumps"]["unmapped"] == len(extra)

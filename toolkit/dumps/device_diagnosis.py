@@ -21,6 +21,9 @@ and the FP32 reference runs on the same inputs (give the inputs the device ran: 
 :func:`audit_profile` is the audit alone, when only a device profile (op_summary) is given.
 
 Rows our plan stores but the device did not dump read "no device dump"; unreadable dumps keep their reason.
+Dumps that name no node of the model are rows "device dump not in the model" (last, as compare-dumps lists them)
+and, unless they are ops the converter adds (Cast, TransData), one ``device_dump_not_in_the_model`` finding (a
+warning when a graph output has no device dump).
 A tensor the device dumps is compared even where our plan fuses it into a kernel: the device may not have fused
 it, and its dump is what it computed (a fused-away tensor the device did not dump keeps the "fused into" row).
 """
@@ -85,6 +88,7 @@ class DeviceDumps:
     unreadable: dict[str, str] = field(default_factory=dict)
     unmapped: list[str] = field(default_factory=list)
     detail: str = ""
+    not_in_model: list = field(default_factory=list)  # the DumpEntry of each ``unmapped`` dump
 
 
 def read_device_dumps(model, folder: str, mapping: str | None = None) -> DeviceDumps:
@@ -92,7 +96,7 @@ def read_device_dumps(model, folder: str, mapping: str | None = None) -> DeviceD
     folder with no dump, or no dump naming a tensor of the model."""
     side = read_side(SideSpec(folder, "device-dumps"))
     by, extra = target_tensors(model, side, load_mapping(mapping) if mapping else None)
-    out = DeviceDumps(unmapped=[e.source for e in extra], detail=side.detail)
+    out = DeviceDumps(unmapped=[e.source for e in extra], detail=side.detail, not_in_model=list(extra))
     for tensor, entry in by.items():
         out.ops[tensor] = (entry.kernel or (entry.name if entry.keyed_by == NODE else ""), entry.op_type)
         try:
@@ -204,6 +208,51 @@ def _device_rows(df: pd.DataFrame, dumps: DeviceDumps) -> pd.DataFrame:
     return df
 
 
+def _not_in_model_rows(df: pd.DataFrame, dumps: DeviceDumps) -> pd.DataFrame:
+    """``df`` with one row per device dump that names no node of the model (op ``name``, output ``index``; as
+    compare-dumps lists them): TensorName ``<op>:<index>``, CompareFailReason "device dump not in the model"."""
+    if not dumps.not_in_model:
+        return df
+    rows = [{"TensorName": f"{e.name}:{e.index}" if e.keyed_by == NODE else e.name, "NodeName": e.name,
+             "OpType": e.op_type, "TensorIndex": e.index, "NPUDump": e.kernel or e.name,
+             "TargetDump": e.source, "CompareFailReason": "device dump not in the model", "Abnormal": False,
+             "OverFlow": False} for e in dumps.not_in_model]
+    extra = pd.DataFrame(rows, columns=df.columns.union(list(rows[0]), sort=False))
+    out = pd.concat([df, extra[[c for c in extra.columns]]], ignore_index=True)
+    out.attrs = df.attrs
+    for col in ("Abnormal", "OverFlow"):
+        if col in out.columns:
+            out[col] = out[col].fillna(False).astype(bool)
+    return out
+
+
+#: Device op types the converter adds to a model (precision Casts, format conversions): their dumps name no node
+#: of the model by design, so they are rows but no reason for a finding.
+CONVERTER_OPS = ("Cast", "TransData")
+
+
+def _not_in_model_finding(df: pd.DataFrame, dumps: DeviceDumps, outputs: list[str]) -> list[Finding]:
+    """One finding for the device dumps that name no node of the model, other than ops the converter adds
+    (:data:`CONVERTER_OPS`): a warning when some graph output has no device dump (one of them may be it, under a
+    fused op's name), else info."""
+    entries = [e for e in dumps.not_in_model if e.op_type not in CONVERTER_OPS]
+    if not entries:
+        return []
+    names = [f"{e.name}:{e.index}" if e.keyed_by == NODE else e.name for e in entries]
+    reasons = dict(zip(df["TensorName"], df["CompareFailReason"]))
+    missing = [o for o in outputs if reasons.get(o) == NO_DEVICE_DUMP]
+    shown = ", ".join(f"'{n}'" for n in names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    text = (f"{len(names)} device dump(s) name no node of the model ({shown}): give --mapping from each device op "
+            "to the original nodes it computes (docs/compare-dumps.md), or check that the folder holds this model's "
+            "dumps")
+    if missing:
+        text += (f"; graph output(s) {', '.join(repr(o) for o in missing)} have no device dump, and one of these "
+                 "may be it under a fused op's name")
+    return [Finding("warning" if missing else "info", "device_dump_not_in_the_model", names[0],
+                    {"dumps": len(names), "names": names[:20], "files": [e.source for e in entries[:20]],
+                     "outputs_without_dump": missing}, text)]
+
+
 def diagnose_device(prep: Prepared, config: Config, device_dumps: str | None = None, *, profile: str | None = None,
                     mapping: str | None = None, thresholds=None, task_metrics=(), progress=_noop):
     """Run the device diagnosis; returns (Diagnosis, extras as toolkit.diagnose.diagnose gives them, audit
@@ -226,6 +275,8 @@ def diagnose_device(prep: Prepared, config: Config, device_dumps: str | None = N
     findings = _defer_to_device(_deviation_findings(df, dumps) + advise(
         df, sess.plan, sess.compiled.findings, outputs=outputs, model=prep.model, values=golden,
         lines=resolve_thresholds(thresholds)), df)
+    findings += _not_in_model_finding(df, dumps, outputs)
+    df = _not_in_model_rows(df, dumps)
     audit = audit_dumped(sess.plan, prep.model, config, dumps.dtypes)
     if profile:
         audit = pd.concat([audit, audit_profile(sess.plan, prep.model, config, profile)[0]], ignore_index=True)
