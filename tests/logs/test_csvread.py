@@ -216,3 +216,14 @@ def test_repeated_texts_of_a_long_csv_share_one_string(tmp_path):
     got = csvread.read_counted(p, chunk_rows=csvread.SHARED_MIN_ROWS)
     assert got.frame["OP Type"].tolist() == pd.read_csv(p)["OP Type"].tolist()
     assert len({id(v) for v in got.frame["OP Type"]}) == 1
+
+
+def test_malformed_mask_with_no_check_passes_every_row():
+    import pandas as pd
+
+    from toolkit.logs.csvread import malformed_mask
+
+    ok, notes = malformed_mask({}, index=pd.RangeIndex(3))
+    assert ok.tolist() == [True, True, True] and notes == []
+    ok, notes = malformed_mask({})
+    assert len(ok) == 0 and ok.dtype == bool and notes == []

@@ -66,6 +66,14 @@ def frame(rows: pd.DataFrame, tool: str) -> pd.DataFrame:
     return judge(out)[COLUMNS]
 
 
+def summary_note(table: pd.DataFrame) -> str:
+    """The first note of a compare result file: its row and abnormal counts, or that it holds no compared row."""
+    if not len(table):
+        return ("only a header, no compared tensor row: the compare run wrote none; check the dump folders it was "
+                "given and compare again")
+    return f"{len(table)} compared tensor(s), {int(table['Abnormal'].sum())} abnormal"
+
+
 def judge(df: pd.DataFrame, lines: dict | None = None) -> pd.DataFrame:
     """Abnormal / AbnormalMetrics per row (module docstring); Advice empty. Returns ``df`` (changed)."""
     lines = {m: v for m, v in (lines or resolve_thresholds(None)).items() if m in df.columns}

@@ -204,11 +204,12 @@ def _unique_header(head: list[str], used) -> tuple[dict[str, int], list[str]]:
     return {name: idx[0] for name, idx in where.items()}, notes
 
 
-def malformed_mask(checks: dict[str, pd.Series]) -> tuple[pd.Series, list[str]]:
+def malformed_mask(checks: dict[str, pd.Series], index: pd.Index | None = None) -> tuple[pd.Series, list[str]]:
     """(rows that pass every check, one note per failed check). ``checks``: {why a row is malformed: boolean
     Series true for the rows it catches}, all on the same index; a note reads "N row(s) malformed: <why>"
-    (a row failing several checks is counted under each)."""
-    bad = None
+    (a row failing several checks is counted under each). With no check every row of ``index`` passes (an empty
+    mask when ``index`` is None too)."""
+    bad = pd.Series(False, index=index if index is not None else pd.RangeIndex(0), dtype=bool) if not checks else None
     notes = []
     for why, mask in checks.items():
         mask = mask.fillna(False).astype(bool)

@@ -139,3 +139,14 @@ def test_an_overflow_on_an_fp32_dump_is_not_advised_keep_dtype(tmp_path, dtype, 
     assert f.kind == kind and f.subject == "exp"
     assert ("keep_dtype cannot help" in f.recommendation) is (kind == "fp32_overflow")
     assert ("keep it in FP32" in f.recommendation) is (kind == "fp16_overflow")
+
+
+def test_a_compare_result_with_only_a_header_is_a_file_with_no_record(tmp_path):
+    """Read like the other parsers' header-only files: no record, so parse-log says 'no record in it' (exit 2)."""
+    from toolkit.commands.parse_log import read_file
+
+    path = write(tmp_path / "result_1.csv", header(), [])
+    res = msaccucmp_csv.parse(path)
+    assert res.records == 0 and res.malformed == 0 and res.findings == []
+    assert len(res.tables["compare_results"]) == 0 and "only a header" in res.notes[0]
+    assert read_file(path)[1].startswith("msaccucmp_csv: no record in it (only a header")

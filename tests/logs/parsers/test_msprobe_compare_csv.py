@@ -75,3 +75,14 @@ def test_malformed_rows_are_counted(tmp_path):
     rows = [{"NPU Name": api("add"), "Bench Name": api("add"), "Cosine": "1"}, {"NPU Name": "", "Bench Name": "x"}]
     res = msprobe_compare_csv.parse(write(tmp_path / "c.csv", REAL, rows, extra=["a,b"]))
     assert res.records == 1 and res.malformed == 2
+
+
+@pytest.mark.parametrize("head", [REAL, SUMMARY, MD5])
+def test_a_compare_result_with_only_a_header_is_a_file_with_no_record(tmp_path, head):
+    from toolkit.commands.parse_log import read_file
+
+    path = write(tmp_path / "compare_result_1.csv", head, [])
+    res = msprobe_compare_csv.parse(path)
+    assert res.records == 0 and res.malformed == 0 and res.findings == []
+    assert len(res.tables["compare_results"]) == 0 and "only a header" in res.notes[0]
+    assert read_file(path)[1].startswith("msprobe_compare_csv: no record in it (only a header")

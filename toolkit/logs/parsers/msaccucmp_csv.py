@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from toolkit.logs import compare_results as cr
 from toolkit.logs.csvread import header, malformed_mask, read_counted
 from toolkit.logs.registry import Parser, ParseResult, register_parser
@@ -48,15 +50,17 @@ def parse(path: Path) -> ParseResult:
     """Read a compare result CSV (module docstring)."""
     read = read_counted(Path(path), USED, rename=sides)
     df = read.frame
-    ok, why = malformed_mask({"no NPUDump and no GroundTruth": (df.get("NPUDump", "").astype(str).str.strip() == "")
-                              & (df.get("GroundTruth", "").astype(str).str.strip() == "")} if len(df) else {})
-    rows = df[ok.to_numpy()] if len(df) else df
-    table = cr.frame(rows, "msaccucmp")
+    ok, why = malformed_mask({"no NPUDump and no GroundTruth": _blank(df, "NPUDump") & _blank(df, "GroundTruth")})
+    table = cr.frame(df[ok.to_numpy()], "msaccucmp")
     findings = cr.advise(table)
     return ParseResult(str(path), NAME, tables={"compare_results": cr.advisor_first(table, findings)},
-                       records=len(table), malformed=read.malformed + int((~ok).sum()) if len(df) else read.malformed,
-                       notes=[f"{len(table)} compared tensor(s), {int(table['Abnormal'].sum())} abnormal"]
-                       + read.notes + why, findings=findings)
+                       records=len(table), malformed=read.malformed + int((~ok).sum()),
+                       notes=[cr.summary_note(table)] + read.notes + why, findings=findings)
+
+
+def _blank(df, column: str):
+    """True where ``column`` is empty (every row when the file has no such column)."""
+    return df[column].astype(str).str.strip() == "" if column in df else pd.Series(True, index=df.index)
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))

@@ -56,18 +56,16 @@ def parse(path: Path) -> ParseResult:
     df = read.frame.copy()
     if "NPUDump" not in df:
         df["NPUDump"] = ""
-    ok, why = malformed_mask({"no NPU Name": df["NPUDump"].astype(str).str.strip() == ""}) if len(df) else (None, [])
-    rows = df[ok.to_numpy()].copy() if len(df) else df
+    ok, why = malformed_mask({"no NPU Name": df["NPUDump"].astype(str).str.strip() == ""})
+    rows = df[ok.to_numpy()].copy()
     names = rows["NPUDump"].astype(str)
     rows["OpType"] = names.map(lambda n: n.split(".")[1] if n.count(".") >= 1 else "")
     rows["TensorIndex"] = names.map(_tensor_index)
     table = cr.frame(rows, "msprobe")
     findings = cr.advise(table)
-    bad = int((~ok).sum()) if ok is not None else 0
     return ParseResult(str(path), NAME, tables={"compare_results": cr.advisor_first(table, findings)},
-                       records=len(table), malformed=read.malformed + bad,
-                       notes=[f"{len(table)} compared tensor(s), {int(table['Abnormal'].sum())} abnormal"]
-                       + read.notes + why, findings=findings)
+                       records=len(table), malformed=read.malformed + int((~ok).sum()),
+                       notes=[cr.summary_note(table)] + read.notes + why, findings=findings)
 
 
 register_parser(Parser(NAME, DESCRIPTION, detect, parse))
