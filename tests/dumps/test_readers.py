@@ -184,3 +184,25 @@ def test_a_folder_of_other_files_and_no_nested_dumps_is_still_refused(tmp_path):
     (tmp_path / "dev" / "notes.txt").write_text("x")
     with pytest.raises(_InputError, match="holds no .npy file and no raw device dump"):
         _read_side(_SideSpec(str(tmp_path / "dev"), "target"))
+
+
+@pytest.mark.parametrize("form", ["5-field", "4-field", "9-field"])
+@pytest.mark.parametrize("raw", [True, False])
+@pytest.mark.parametrize("tasks", [(5, 17), (17, 5), (9, 10)])
+def test_dumps_of_one_op_with_one_timestamp_are_told_apart_by_task_id(tmp_path, form, raw, tasks):
+    """Two dumps of one op output share a timestamp: the one of the higher task id (it ran later) is used, compared
+    as numbers (17 > 5, though '5' sorts after '17' as text), whatever the name form, raw or converted; the side's
+    detail says a tie was broken."""
+    ts = 1700000000000100
+    values = {t: np.full((2, 3), float(t), np.float16) for t in tasks}
+    for t in tasks:
+        name = {"5-field": f"Add.loop.{t}.2.{ts}", "4-field": f"Add.loop.{t}.{ts}",
+                "9-field": f"Add.loop.2.{t}.{ts}.0.0.1234.0"}[form]
+        if raw:
+            write_raw_dump(tmp_path / name, [RawTensorSpec(values[t])])
+        else:
+            np.save(tmp_path / f"{name}.output.0.npy", values[t])
+    ds = _read_side(_SideSpec(str(tmp_path), "target"))
+    assert len(ds.entries) == 1 and ds.superseded == 1
+    assert np.array_equal(ds.entries[0].load(), values[max(tasks)])
+    assert "share its timestamp" in ds.detail

@@ -46,6 +46,8 @@ class DumpEntry:
         dump_id: the device dump it comes from, (op name as its file name writes it, the op's output index,
             timestamp), for device-convention files (raw and ``.npy``); None otherwise. A raw file's output
             and its ``.npy`` conversion share it.
+        task_id: the device file name's task id (-1 when it has none): between dumps of one op and one timestamp,
+            the higher task id ran later.
     """
 
     name: str
@@ -58,6 +60,7 @@ class DumpEntry:
     kernel: str = ""
     order: int = 0
     dump_id: tuple | None = None
+    task_id: int = -1
 
 
 @dataclass

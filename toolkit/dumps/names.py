@@ -63,6 +63,8 @@ class ParsedName:
         raw: True for a raw device dump file (no ``.npy``), read by :mod:`toolkit.dumps.raw`.
         layout / dtype: MindSpore's ``.{format}.{dtype}`` after ``.output.{i}`` ("DefaultFormat", "float16"),
             else "".
+        task_id: the device name's task id (-1 for onnx): dumps of one op with one timestamp are told apart by it
+            (the higher ran later).
     """
 
     convention: str
@@ -76,6 +78,7 @@ class ParsedName:
     raw: bool = False
     layout: str = ""
     dtype: str = ""
+    task_id: int = -1
 
 
 #: name → parser(file name) -> ParsedName | None, in registration order.
@@ -129,23 +132,23 @@ def parse_device_stem(stem: str) -> ParsedName | str:
         and not _is_timestamp(fields[-1])
     if long_tail:
         if len(fields) >= 9 and _is_int(fields[-6]) and _is_int(fields[-7]):
-            form, op_fields, ts = "9-field", fields[1:-7], fields[-5]
+            form, op_fields, ts, task = "9-field", fields[1:-7], fields[-5], fields[-6]
         elif _is_int(fields[-6]):
-            form, op_fields, ts = "8-field", fields[1:-6], fields[-5]
+            form, op_fields, ts, task = "8-field", fields[1:-6], fields[-5], fields[-6]
         else:
             return f"'{fields[-6]}' before the timestamp {fields[-5]} is not an integer task id"
     elif not _is_int(fields[-1]):
         return f"the last field '{fields[-1]}' is not an integer timestamp; expected {_FORMS_TEXT}"
     elif len(fields) >= 5 and _is_int(fields[-2]) and _is_int(fields[-3]):
-        form, op_fields, ts = "5-field", fields[1:-3], fields[-1]
+        form, op_fields, ts, task = "5-field", fields[1:-3], fields[-1], fields[-3]
     elif _is_int(fields[-2]):
-        form, op_fields, ts = "4-field", fields[1:-2], fields[-1]
+        form, op_fields, ts, task = "4-field", fields[1:-2], fields[-1], fields[-2]
     else:
         return f"'{fields[-2]}' before the timestamp is not an integer id; expected {_FORMS_TEXT}"
     op_name = ".".join(op_fields)
     if not op_name:
         return f"no op_name between op_type '{fields[0]}' and the ids"
-    return ParsedName("device", op_name, 0, int(ts), op_type=fields[0], form=form)
+    return ParsedName("device", op_name, 0, int(ts), op_type=fields[0], form=form, task_id=int(task))
 
 
 def device_name(filename: str) -> ParsedName | str:

@@ -34,10 +34,12 @@ def raw_dump_entries(folder: Path, fname: str, parsed: ParsedName, order: int) -
         source = fname if len(dump.outputs) == 1 else f"{fname}:output.{t.index}"
         if t.original_name:
             entry = DumpEntry(t.original_name, t.original_index, NODE, source, _loader(dump, t), op_type=parsed.op_type,
-                              timestamp=parsed.timestamp, kernel=op, order=order, dump_id=dump_id(parsed, t.index))
+                              timestamp=parsed.timestamp, kernel=op, order=order, dump_id=dump_id(parsed, t.index),
+                              task_id=parsed.task_id)
         else:
             entry = DumpEntry(op, t.index, NODE, source, _loader(dump, t), op_type=parsed.op_type,
-                              timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, t.index))
+                              timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, t.index),
+                              task_id=parsed.task_id)
         entries.append(entry)
     return entries, len(dump.inputs)
 
@@ -45,7 +47,7 @@ def raw_dump_entries(folder: Path, fname: str, parsed: ParsedName, order: int) -
 def failed_entry(fname: str, parsed: ParsedName, order: int, reason: str) -> DumpEntry:
     """An entry for output 0 of ``parsed``'s op whose load raises DumpReadError(``reason``)."""
     return DumpEntry(parsed.name, 0, NODE, fname, _raiser(reason), op_type=parsed.op_type,
-                     timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, 0))
+                     timestamp=parsed.timestamp, order=order, dump_id=dump_id(parsed, 0), task_id=parsed.task_id)
 
 
 def dump_id(parsed: ParsedName, index: int) -> tuple | None:

@@ -24,8 +24,8 @@ Formats (``SideSpec.format``; ``"auto"`` picks one as listed):
                says why (``file name not understood: ...``); other files are listed in ``DumpSet.ignored``;
                device ``.input.{i}`` dumps and the inputs inside raw dumps are skipped (counted); a raw dump
                output and its ``.npy`` conversion in the same folder are one dump (:func:`use_conversions`); a
-               (name, output index) dumped several times is taken at its latest timestamp (later file name on
-               equal timestamps).
+               (name, output index) dumped several times is taken at its latest timestamp (on equal timestamps the
+               higher task id, which ran later, then the later file name).
 
 A folder that holds no dump itself (no file, or only files that are no dumps, such as the ``{time}_summary.json``
 some tools write beside the tree) is searched for the device's nested layout
@@ -187,13 +187,16 @@ def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, co
         else:
             npy.append(DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname),
                                  op_type=parsed.op_type, timestamp=parsed.timestamp, order=order,
-                                 dump_id=dump_id(parsed, parsed.index)))
+                                 dump_id=dump_id(parsed, parsed.index), task_id=parsed.task_id))
     kept, converted = use_conversions(raw, npy)
+    ties = 0  # dumps of one op output with one timestamp: the higher task id ran later
     for entry in sorted(kept, key=lambda e: e.order):
         key = (entry.name, entry.index)
         if key in latest:
             superseded += 1
-            if (latest[key].timestamp, latest[key].order) > (entry.timestamp, entry.order):
+            ties += latest[key].timestamp == entry.timestamp
+            if (latest[key].timestamp, latest[key].task_id, latest[key].order) > \
+                    (entry.timestamp, entry.task_id, entry.order):
                 continue
         latest[key] = entry
     if not latest:
@@ -202,6 +205,9 @@ def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, co
     detail = f"{convention} file names ({', '.join(f'{k}: {v}' for k, v in counts.items())} of {len(files)} files)"
     if raw_files:
         detail += f", {raw_files} raw device dump file(s) read without the vendor toolchain"
+    if ties:
+        detail += (f"; {ties} dump(s) of an op output share its timestamp with another: the one of the higher task "
+                   "id (it ran later) is used")
     if converted:
         detail += (f"; {converted} raw dump output(s) also converted to .npy in the folder: the .npy conversion is "
                    "used (the vendor tool's reading of the same dump; the raw output counts as superseded)")
