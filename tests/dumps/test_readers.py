@@ -206,3 +206,31 @@ def test_dumps_of_one_op_with_one_timestamp_are_told_apart_by_task_id(tmp_path, 
     assert len(ds.entries) == 1 and ds.superseded == 1
     assert np.array_equal(ds.entries[0].load(), values[max(tasks)])
     assert "share its timestamp" in ds.detail
+
+
+@pytest.mark.parametrize("with_dumps", [0, 1, 2])
+def test_only_nested_folders_holding_dumps_count_as_the_nested_layout(tmp_path, with_dumps):
+    """A folder of CSVs whose subfolders hold reports (CSV, JSON) and ``with_dumps`` of them dumps: folders without
+    a dump are not taken for the nested layout. None: refused as holding no dump, naming what it holds and
+    pointing to parse-log; one: read from it; two: both named."""
+    side = tmp_path / "side"
+    side.mkdir()
+    (side / "result_1.csv").write_text("Index,OpType\n")
+    for i in range(3):
+        sub = side / f"report{i}"
+        sub.mkdir()
+        (sub / "summary.json").write_text("{}")
+        (sub / "op_summary.csv").write_text("x\n")
+        if i < with_dumps:
+            np.save(sub / f"Relu.relu.4.2.170000000000000{i}.output.0.npy", np.ones(3, np.float16))
+    if with_dumps == 1:
+        ds = _read_side(_SideSpec(str(side), "target"))
+        assert ds.path == side / "report0" and [e.name for e in ds.entries] == ["relu"]
+        return
+    with pytest.raises(_InputError) as info:
+        _read_side(_SideSpec(str(side), "target"))
+    msg = str(info.value)
+    if with_dumps == 0:
+        assert "holds no .npy file and no raw device dump" in msg and "'result_1.csv'" in msg and "parse-log" in msg
+    else:
+        assert "dumps in 2 nested folders ('report0', 'report1')" in msg

@@ -20,25 +20,26 @@ MAX_FOLDERS = 10_000
 LAYOUT = "{time}/{device_id}/{om_model}/{model_id}/{iteration}/"
 
 
-def nested_dump_folder(root: Path, label: str) -> Path | None:
+def nested_dump_folder(root: Path, label: str, holds_dumps=bool) -> Path | None:
     """The single folder under ``root`` (at most :data:`MAX_DEPTH` levels, symbolic links to folders not
-    followed) that holds files; None when no folder below holds any. Raises InputError when several do, naming
-    them (relative to ``root``), or when the tree is too large to search."""
+    followed) whose file names ``holds_dumps(names) -> bool`` takes for dumps (default: any file); None when no
+    folder below does. Raises InputError when several do, naming them (relative to ``root``), or when the tree is
+    too large to search."""
     found, visited = [], 0
     for top, dirs, files in os.walk(root, followlinks=False):
         visited += 1
         if visited > MAX_FOLDERS:
-            raise InputError(f"{label} holds no file itself and more than {MAX_FOLDERS} folders below it; give the "
+            raise InputError(f"{label} holds no dump itself and more than {MAX_FOLDERS} folders below it; give the "
                              f"folder that holds the dumps ({LAYOUT})")
         depth = len(Path(top).relative_to(root).parts)
         if depth >= MAX_DEPTH:
             dirs[:] = []
         dirs.sort()
-        if files and depth > 0:
+        if files and depth > 0 and holds_dumps(sorted(files)):
             found.append(Path(top))
     if len(found) > 1:
         shown = ", ".join(f"'{p.relative_to(root).as_posix()}'" for p in found[:4])
         more = f" and {len(found) - 4} more" if len(found) > 4 else ""
-        raise InputError(f"{label} holds no file itself but dumps in {len(found)} nested folders ({shown}{more}); "
+        raise InputError(f"{label} holds no dump itself but dumps in {len(found)} nested folders ({shown}{more}); "
                          f"give one of them as the side (device layout {LAYOUT})")
     return found[0] if found else None

@@ -110,7 +110,7 @@ def read_side(spec: SideSpec) -> DumpSet:
     files, nested = folder_members(path), None
     beside = [] if holds_dumps(files) else files  # e.g. the {time}_summary.json next to the {time}/ tree
     if beside or not files:
-        nested = nested_dump_folder(path, spec.label)
+        nested = nested_dump_folder(path, spec.label, holds_dumps)
         if nested is None and not files:
             raise InputError(f"{spec.label} is an empty folder; {_EXPECTED}")
         if nested is not None:
@@ -147,7 +147,10 @@ def read_named(path: Path, spec: SideSpec, files: list[str]) -> DumpSet:
     npy = [f for f in files if f.endswith(".npy")]
     raw = [f for f in files if not f.endswith(".npy") and CONVENTIONS["device"](f) is not None]
     if not npy and not raw:
-        raise InputError(f"{spec.label} holds no .npy file and no raw device dump; {_EXPECTED}")
+        held = f" (it holds {len(files)} other file(s), e.g. '{files[0]}')" if files else ""
+        logs = any(f.lower().endswith((".csv", ".log", ".json")) for f in files)
+        hint = ("; compare-result CSVs, profiler exports and logs are read by `npuscope parse-log`" if logs else "")
+        raise InputError(f"{spec.label} holds no .npy file and no raw device dump{held}; {_EXPECTED}{hint}")
     if not npy and spec.format == "onnx":
         raise InputError(f"{spec.label} holds raw device dumps only ({len(raw)}, e.g. '{raw[0]}') but "
                          f"--{spec.role}-format is onnx; use --{spec.role}-format device (or auto)")
