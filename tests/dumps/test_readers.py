@@ -234,3 +234,22 @@ def test_only_nested_folders_holding_dumps_count_as_the_nested_layout(tmp_path, 
         assert "holds no .npy file and no raw device dump" in msg and "'result_1.csv'" in msg and "parse-log" in msg
     else:
         assert "dumps in 2 nested folders ('report0', 'report1')" in msg
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float8_e4m3fn"])
+def test_a_device_npy_named_with_an_ml_dtype_is_read_in_that_dtype(tmp_path, dtype_name):
+    """MindSpore's ``....output.0.DefaultFormat.bfloat16.npy``: np.save writes an ml_dtypes array as raw bytes
+    (void ``|V2``); the dtype in the file name restores it bit for bit. A plain float32 file of that name is read
+    as it is."""
+    want = np.dtype(getattr(ml_dtypes, dtype_name))
+    values = np.array([0.5, -1.25, 3.0, 0.0], dtype=want)
+    stem = f"MatMul.mm.3.2.1700000000000005.output.0.DefaultFormat.{dtype_name}"
+    np.save(tmp_path / f"{stem}.npy", values)
+    assert np.load(tmp_path / f"{stem}.npy").dtype.kind == "V"  # what numpy wrote (checked, not assumed)
+    got = _read_side(_SideSpec(str(tmp_path), "target")).entries[0].load()
+    assert got.dtype == want and got.tobytes() == values.tobytes()
+    other = tmp_path / "plain"
+    other.mkdir()
+    np.save(other / f"{stem}.npy", values.astype(np.float32))
+    got = _read_side(_SideSpec(str(other), "target")).entries[0].load()
+    assert got.dtype == np.float32 and np.array_equal(got, values.astype(np.float32))

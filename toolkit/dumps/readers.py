@@ -188,7 +188,7 @@ def _named_set(path: Path, spec: SideSpec, files: list[str], convention: str, co
             inputs += raw_inputs
             raw += entries
         else:
-            npy.append(DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname),
+            npy.append(DumpEntry(parsed.name, parsed.index, NODE, fname, _npy_loader(path / fname, parsed.dtype),
                                  op_type=parsed.op_type, timestamp=parsed.timestamp, order=order,
                                  dump_id=dump_id(parsed, parsed.index), task_id=parsed.task_id))
     kept, converted = use_conversions(raw, npy)
@@ -235,8 +235,14 @@ def use_conversions(raw: list[DumpEntry], npy: list[DumpEntry]) -> tuple[list[Du
     return [e for e in out if id(e) not in dropped], len(dropped)
 
 
-def _npy_loader(path: Path):
-    return lambda: read_npy(path)
+def _npy_loader(path: Path, dtype_name: str = ""):
+    """Loader of a named ``.npy`` dump. ``dtype_name``: the dtype its file name gives (MindSpore's
+    ``.output.{i}.{format}.{dtype}.npy``), which restores an ml_dtypes tensor np.save wrote as raw bytes (void
+    ``|V2`` for bfloat16): :func:`restore_dtype` for void arrays only; any other array is returned as read."""
+    def load():
+        arr = read_npy(path)
+        return restore_dtype(arr, dtype_name) if dtype_name and arr.dtype.kind == "V" else arr
+    return load
 
 
 # ------------------------------------------------------------------------------------------ npuscope folders
