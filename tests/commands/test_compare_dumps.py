@@ -583,3 +583,14 @@ def test_swapped_sides_are_flagged_and_their_keep_advice_marked_doubtful(tmp_pat
     right = compare_dumps(side(t, "golden", format="onnx"), side(g, "target", format="device"),
                           model=str(build_model(tmp_path / "m2.onnx")))
     assert "golden_lower_precision" not in [f.kind for f in right.findings]
+
+
+def test_a_0d_dump_row_names_its_shape(tmp_path):
+    """A scalar (0-d) tensor dumped on both sides: compared, its Shape cell reads "scalar", not empty."""
+    g, t = tmp_path / "golden", tmp_path / "target"
+    g.mkdir()
+    t.mkdir()
+    np.save(g / "s.0.1700000000000001.npy", np.array(2.5, np.float32))
+    np.save(t / "Add.s.1.2.1700000000000001.output.0.npy", np.array(2.5, np.float16))
+    df = compare_dumps(side(g, "golden"), side(t, "target")).table
+    assert list(df["Shape"]) == ["scalar"] and df["CosineSimilarity"].iloc[0] == pytest.approx(1.0)

@@ -174,3 +174,12 @@ def test_compile_summary_and_log_state_placement():
     lines = res.log_lines()
     assert any(ln.startswith("[place_ops]") for ln in lines) and any(ln.startswith("[insert_copies]") for ln in lines)
     assert any("MemcpyH2D t -> t::h2d" in ln for ln in lines)
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2, 3), (1, 3, 224, 224), (0, 4)])
+def test_shape_text_writes_every_dim_and_names_a_0d_shape(shape):
+    from toolkit.core.text import shape_text
+
+    got = shape_text(shape)
+    assert got == ("scalar" if not shape else "x".join(map(str, shape)))
+    assert got == "scalar" or tuple(int(d) for d in got.split("x")) == shape

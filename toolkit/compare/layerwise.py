@@ -32,6 +32,7 @@ from toolkit.compare.metrics import ROW_KEYS, compare_tensors, resolve_threshold
 from toolkit.compare.metrics.registry import METRICS
 from toolkit.compare.nondeterminism import dependent_tensors
 from toolkit.compare.nondeterminism import reason as nondeterministic_reason
+from toolkit.core.text import shape_text
 from toolkit.precision.contract import expected_fp32_noise, expected_noise
 
 INFO_COLUMNS = ["Index", "OpType", "NodeName", "TensorName", "TensorIndex", "Kernel", "KernelIndex",
@@ -154,7 +155,7 @@ class LayerRows:
             device_value, seq_reason = sequence_as_tensor(d)
         if g is not None:
             row["GroundTruthDataType"] = str(np.asarray(g).dtype)
-            row["Shape"] = "x".join(str(x) for x in np.shape(g))
+            row["Shape"] = shape_text(np.shape(g))
             row.update(golden_range(g))
             if "GoldenAbsMax" in row:
                 self.absmax[t] = row["GoldenAbsMax"]

@@ -204,6 +204,11 @@ def join_present(*parts, sep: str = ", ") -> str:
     return sep.join(str(p) for p in parts if p is not None and str(p) != "")
 
 
+def shape_text(shape) -> str:
+    """A tensor shape as the result tables write it: ``(1, 3, 8)`` → ``"1x3x8"``, a 0-d shape → ``"scalar"``."""
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
 def human_bytes(n: int) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":

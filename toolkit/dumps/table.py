@@ -24,6 +24,7 @@ import pandas as pd
 
 from toolkit.compare.layerwise import INFO_COLUMNS, golden_range
 from toolkit.compare.metrics import ROW_KEYS, compare_tensors
+from toolkit.core.text import shape_text
 
 from .entry import DumpEntry, DumpReadError
 from .match import Pair
@@ -55,7 +56,7 @@ def compare_pair(i: int, p: Pair, thresholds: dict[str, float] | None) -> dict:
     y, y_err = _load(p.golden)
     x, x_err = _load(p.target)
     if y is not None:
-        row.update(GroundTruth=p.golden.name, GroundTruthDataType=str(y.dtype), Shape="x".join(str(d) for d in y.shape), **golden_range(y))
+        row.update(GroundTruth=p.golden.name, GroundTruthDataType=str(y.dtype), Shape=shape_text(y.shape), **golden_range(y))
     if x is not None:
         row.update(NPUDump=p.kernel or p.target.name, DataType=str(x.dtype), Precision=_PRECISION.get(str(x.dtype), str(x.dtype)))
     errors = [f"{side} dump unreadable ({e.source}): {err}" for side, e, err in
