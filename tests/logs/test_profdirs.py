@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toolkit.commands.parse_log import parse_log_command
 from toolkit.logs.profdirs import MSPROF_OUTPUT, TORCH_OUTPUT, output_folder
 
@@ -56,3 +58,44 @@ def test_each_layout_counts_each_task_once(tmp_path):
         assert summary["rows"] == 2, summary
         skipped = {s["path"].rsplit("/", 1)[-1]: s["reason"] for s in summary["skipped"]}
         assert any("same device tasks" in r for r in skipped.values()), skipped
+
+
+TASK_TIME = ("kernel_name,kernel_type,stream_id,task_id,task_time(us),task_start(ns),task_stop(ns)\n"
+             "conv1,KERNEL_AICORE,3,1,10,100000,110000\nrelu1,KERNEL_AIVEC,3,2,5,120000,125000\n")
+
+
+def test_task_time_next_to_op_summary_or_kernel_details_is_skipped_so_each_task_counts_once(tmp_path):
+    """msprof writes task_time_*.csv beside op_summary_*.csv (torch_npu: kernel_details.csv): the same tasks. The
+    statistic must be the op_summary's alone, computed here with pandas from the CSV written above."""
+    import io
+
+    import pandas as pd
+
+    want = pd.read_csv(io.StringIO(OP_SUMMARY)).groupby("OP Type")["Task Duration(us)"].agg(["count", "sum"])
+    for name, text in (("op_summary_0_1.csv", OP_SUMMARY), ("kernel_details.csv", KERNEL_DETAILS)):
+        out = tmp_path / name / "PROF_000001_20240301_abc" / MSPROF_OUTPUT
+        out.mkdir(parents=True)
+        (out / name).write_text(text)
+        (out / "task_time_0_1.csv").write_text(TASK_TIME)
+        (out / "msprof_0_1.json").write_text(json.dumps(TIMELINE))
+        res = parse_log_command([str(out.parent)], out=str(tmp_path / f"rep_{name}"), html=False)
+        summary = json.loads((res["out"] / "parse_summary.json").read_text())
+        assert summary["rows"] == len(pd.read_csv(io.StringIO(text))) == 2
+        skipped = {s["path"].rsplit("/", 1)[-1]: s["reason"] for s in summary["skipped"]}
+        assert set(skipped) == {"task_time_0_1.csv", "msprof_0_1.json"}
+        assert skipped["task_time_0_1.csv"].startswith(f"same device tasks as {name} ")
+        stat = pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False).set_index("OP Type")
+        assert sorted(stat.index) == sorted(want.index)  # no row with a blank OP Type (task_time has none)
+        assert stat.loc[want.index, "Count"].tolist() == want["count"].tolist()
+        assert stat.loc[want.index, "Total Time(us)"].tolist() == pytest.approx(want["sum"].tolist())
+
+
+def test_task_time_alone_or_in_another_folder_is_read(tmp_path):
+    from toolkit.logs.profdirs import timeline_twins
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "op_summary_0_1.csv").write_text(OP_SUMMARY)
+    (b / "task_time_0_1.csv").write_text(TASK_TIME)
+    (b / "task_time_1_1.csv").write_text(TASK_TIME)
+    assert timeline_twins([a / "op_summary_0_1.csv", b / "task_time_0_1.csv", b / "task_time_1_1.csv"]) == {}

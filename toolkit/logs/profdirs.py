@@ -9,9 +9,14 @@ Layouts (CANN profiling docs; torch_npu's Ascend PyTorch Profiler):
   mindstudio_profiler_output repeats the same tasks).
 
 :func:`output_folder` turns a given folder into the one folder of exported files to read (so a run is read
-once, never from both its ASCEND_PROFILER_OUTPUT and its PROF_ copy). :func:`timeline_twins` names the timeline
-JSONs to skip: in one output folder, msprof_*.json / trace_view.json hold the same device tasks as the
-op_summary_*.csv / kernel_details.csv / task_time_*.csv next to them, which are read instead.
+once, never from both its ASCEND_PROFILER_OUTPUT and its PROF_ copy). :func:`timeline_twins` names the files to
+skip because another file of the same folder holds their device tasks:
+
+- the per-task tables of one output folder are the same tasks in other columns: op_summary_*.csv (the richest:
+  shapes, types, block dims) is read and kernel_details.csv / task_time_*.csv next to it skipped; without an
+  op_summary, kernel_details.csv is read and task_time_*.csv skipped (:data:`TASK_TABLES`, in that order);
+- msprof_*.json / trace_view.json hold the same device tasks as the per-task table next to them, which is read
+  instead.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pathlib import Path
 MSPROF_OUTPUT = "mindstudio_profiler_output"
 TORCH_OUTPUT = "ASCEND_PROFILER_OUTPUT"
 _TIMELINES = ("msprof", "trace_view")
-_TASK_TABLES = ("op_summary", "kernel_details", "task_time")
+#: The per-task tables of a profiler output folder, the preferred first: a folder's tables of a later kind hold the
+#: same device tasks as its tables of the first kind present, and are skipped.
+TASK_TABLES = ("op_summary", "kernel_details", "task_time")
 
 
 def output_folder(folder: Path) -> Path:
@@ -38,17 +45,27 @@ def output_folder(folder: Path) -> Path:
 
 
 def timeline_twins(paths: list[Path]) -> dict[Path, str]:
-    """{timeline JSON: why it is skipped} for the timelines that share a folder with a per-task table."""
+    """{file: why it is skipped} for the files of ``paths`` whose device tasks another file of the same folder
+    holds (module docstring): the per-task tables of a less preferred kind than the folder's first
+    (:data:`TASK_TABLES`), and the timeline JSONs next to a per-task table. Files of different folders are never
+    compared."""
     by_dir: dict[Path, list[Path]] = {}
     for p in paths:
         by_dir.setdefault(p.resolve().parent, []).append(p)
     out = {}
     for files in by_dir.values():
-        tables = [p for p in files if p.suffix == ".csv" and p.name.startswith(_TASK_TABLES)]
-        if not tables:
+        tables = {kind: [p for p in files if p.suffix == ".csv" and p.name.startswith(kind)] for kind in TASK_TABLES}
+        kept = next((kind for kind in TASK_TABLES if tables[kind]), None)
+        if kept is None:
             continue
+        read = tables[kept][0].name
+        for kind in TASK_TABLES[TASK_TABLES.index(kept) + 1:]:
+            for p in tables[kind]:
+                out[p] = (f"same device tasks as {read} in this profiler output folder ({kind} holds the tasks of "
+                          f"{kept}, in fewer columns); {read} was read instead, so nothing is counted twice (give "
+                          f"the {kind} file alone to read it)")
         for p in files:
             if p.suffix == ".json" and p.name.startswith(_TIMELINES):
-                out[p] = (f"same device tasks as {tables[0].name} in this profiler output folder; {tables[0].name} "
+                out[p] = (f"same device tasks as {read} in this profiler output folder; {read} "
                           "was read instead, so nothing is counted twice (give the JSON alone for its host spans)")
     return out
