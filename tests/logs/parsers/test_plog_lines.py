@@ -183,3 +183,61 @@ def test_aicpu_function_and_thread_fields_leave_the_message_in_every_form(tmp_pa
     got = [tuple(r[c] for c in ("TID", "File", "Line", "Function", "Message")) for _, r in msgs.iterrows()]
     assert got == [want for _, want in AICPU_FORMS]
     assert not msgs["Message"].str.contains(r"\[tid:").any()
+
+
+# ------------------------------------------------------------------------------------------ console captures
+ATC_ERROR_BLOCK = ["E19999: Inner Error!",
+                   "        Op[Resize_3] infershape failed[FUNC:InferShapeAndType][FILE:infershape_pass.cc][LINE:115]",
+                   "        TraceBack (most recent call last):",
+                   "        Call InferShapeAndType for node:Resize_3(Resize) failed[FUNC:Infer][FILE:infer.cc][LINE:117]"]
+
+
+@pytest.mark.parametrize("block_chars", [None, 64])
+def test_a_console_capture_reads_plog_lines_and_error_code_blocks(tmp_path, monkeypatch, block_chars):
+    """An atc run's output saved to a file (CANN console text, plog lines, an E-code block with its indented
+    lines): read, not 'unknown format'; the tool's own lines are ignored (counted in a note), never malformed."""
+    if block_chars:
+        monkeypatch.setattr(plog_lines, "BLOCK_CHARS", block_chars)  # blocks cut inside the E-code block
+    t0 = 1704463407.5
+    lines = ["ATC start working now, please wait for a moment.",
+             plog_line("WARNING", "TBE", 12345, "atc.bin", t0, "tbe_op_info.cc", 120, "op[Conv_12] fallback"),
+             plog_line("ERROR", "GE", 12345, "atc.bin", t0 + 1, "graph_builder.cc", 231, "OP[Resize_3] failed"),
+             "ATC run failed, Please check the detail log, Try 'atc --help' for more information",
+             *ATC_ERROR_BLOCK,
+             "EZ3002: Optype [Resize] of Ops kernel [AIcoreEngine] is unsupported.",
+             "        Possible Cause: the op is not supported on this device."]
+    path = tmp_path / "atc_stdout.log"
+    path.write_text("\n".join(lines) + "\n")
+    assert detect_format(path).parser.name == "plog"
+    res = plog_lines.parse(path)
+    plog_records = sum(1 for ln in lines if ln.startswith("["))
+    code_lines = [ln for ln in lines if ln[:1] == "E" and ln[6:8] == ": "]
+    console = [ln for ln in lines if not ln.startswith(("[", "E", " "))]
+    assert res.records == plog_records + len(code_lines) == 4 and res.malformed == 0
+    assert any(f"{len(console)} console line(s)" in n for n in res.notes)
+    codes = res.tables["log_error_codes"]
+    assert codes["Code"].tolist() == [ln[:6] for ln in code_lines] == ["E19999", "EZ3002"]
+    assert codes["Op"].tolist() == ["Resize_3", ""]
+    assert codes["Message"].tolist() == [ln[8:] for ln in code_lines]
+    assert codes["Detail"].iloc[0] == " | ".join(ln.strip() for ln in ATC_ERROR_BLOCK[1:])
+    first = res.findings[0]
+    assert (first.kind, first.subject, first.evidence["op"]) == ("log_errors", "E19999", "Resize_3")
+    assert {(f.kind, f.subject) for f in res.findings} >= {("log_errors", "GE"), ("log_warnings", "TBE")}
+
+
+def test_tool_text_with_no_log_line_is_still_unknown(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("ATC start working now, please wait for a moment.\nATC run success\n")
+    det = detect_format(path)
+    assert det.parser is None and det.reason == "unknown format"
+
+
+def test_in_a_plog_file_other_lines_stay_malformed_and_code_blocks_are_records(tmp_path):
+    t0 = 1700000000.5
+    lines = [plog_line("INFO", "GE", 1, "p", t0 + i, "a.cc", i, f"m{i}") for i in range(4)]
+    lines[3:3] = ["garbage line", *ATC_ERROR_BLOCK[:2]]  # the first 5 lines: 3 records of 5, a plog file
+    path = tmp_path / "plog-1.log"
+    path.write_text("\n".join(lines) + "\n")
+    res = plog_lines.parse(path)
+    assert res.records == 4 + 1 and res.malformed == 1
+    assert res.tables["log_error_codes"]["Op"].tolist() == ["Resize_3"]
