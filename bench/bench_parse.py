@@ -27,8 +27,13 @@ export (quoted shape cells, tab-suffixed start times, N/A cells) of that many ro
 toolkit.logs.parsers.op_summary_csv in a child process (CPU s, peak RSS), beside pandas.read_csv(dtype=str) of the
 same file in another child (the peer only splits the cells: no typing, checks or op-summary columns).
 
+Compare result CSV (``--compare-rows``, default 200,000; 0 skips it): the compare tool's result CSV (msaccucmp's 21
+columns, one row over the cosine line), parsed and judged by toolkit.logs.parsers.msaccucmp_csv in a child
+process, beside pandas.read_csv(dtype=str) of the same file in another child.
+
 Usage: python bench/bench_parse.py [--lines 1000000] [--mb 200] [--wide 200000] [--runs 3] [--timeline-mb 1024]
-       [--peer-mb 200] [--only-timeline] [--csv-rows 300000] [--only-csv]
+       [--peer-mb 200] [--only-timeline] [--csv-rows 300000] [--only-csv] [--compare-rows 200000]
+       [--only-compare]
 """
 
 from __future__ import annotations
@@ -207,6 +212,37 @@ def csv_bench(folder: Path, rows: int, runs: int) -> None:
           f"peak RSS ours / pandas: {ours['rss_mib'] / peer['rss_mib']:.2f}")
 
 
+COMPARE_HEAD = ("Index,OpType,NPUDump,DataType,Address,GroundTruth,DataType,TensorIndex,Shape,OverFlow,CosineSimilarity,"
+                "MaxAbsoluteError,AccumulatedRelativeError,RelativeEuclideanDistance,KullbackLeiblerDivergence,"
+                "StandardDeviation,MeanAbsoluteError,RootMeanSquareError,MaxRelativeError,MeanRelativeError,"
+                "CompareFailReason")
+
+
+def write_compare(path: Path, rows: int) -> None:
+    """A compare tool result CSV (msaccucmp's columns) of ``rows`` rows, one of them over the cosine line."""
+    with open(path, "w", newline="") as fh:
+        fh.write(COMPARE_HEAD + "\n")
+        for i in range(rows):
+            n = f"model/block{i // 100}/layer{i % 100}/conv:0"
+            cos = 0.95 if i == rows * 3 // 4 else 0.9999
+            fh.write(f"{i},Conv2D,{n},float16,{hex(0x1000 + i * 64)},{n},float32,{n}:output:0,\"[1, 64, 56, 56]\",NO,"
+                     f"{cos},0.01,1.0,0.001,1e-05,\"(0.1;1.0),(0.1;1.0)\",0.001,0.001,0.1,0.001,\n")
+
+
+def compare_bench(folder: Path, rows: int, runs: int) -> None:
+    path = folder / "result_long.csv"
+    write_compare(path, rows)
+    mib = path.stat().st_size / 2 ** 20
+    ours = min((run_child("ours-compare", path) for _ in range(runs)), key=lambda r: r["seconds"])
+    peer = min((run_child("pandas-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
+    assert ours["records"] == peer["records"] == rows, (ours["records"], peer["records"], rows)
+    print(f"\ncompare result CSV: {rows:,} rows, {mib:.1f} MiB; seconds are the child's CPU seconds")
+    for name, r in (("ours (msaccucmp_csv.parse)", ours), ("pandas.read_csv(dtype=str)", peer)):
+        print(f"{name:<40}{r['seconds']:>8.1f}{r['wall']:>8.1f}{path.stat().st_size / 1e6 / r['seconds']:>8.1f}"
+              f"{r['rss_mib']:>14.0f}")
+    print(f"throughput ratio ours / pandas: {peer['seconds'] / ours['seconds']:.2f}")
+
+
 def child(kind: str, path: str) -> None:
     """Run one side in this (child) process; print {"seconds", "rss_mib", "records"} as JSON."""
     t, cpu0 = time.perf_counter(), time.process_time()
@@ -215,6 +251,10 @@ def child(kind: str, path: str) -> None:
         from toolkit.logs.parsers import op_summary_csv
 
         records = op_summary_csv.parse(Path(path)).records
+    elif kind == "ours-compare":
+        from toolkit.logs.parsers import msaccucmp_csv
+
+        records = msaccucmp_csv.parse(Path(path)).records
     elif kind == "pandas-csv":
         import pandas as pd
 
@@ -296,6 +336,8 @@ def main() -> None:
     ap.add_argument("--only-timeline", action="store_true", help="run the timeline part only")
     ap.add_argument("--csv-rows", type=int, default=300_000, help="rows of the long op_summary CSV (0: skip it)")
     ap.add_argument("--only-csv", action="store_true", help="run the long op_summary CSV part only")
+    ap.add_argument("--compare-rows", type=int, default=200_000, help="rows of the compare result CSV (0: skip it)")
+    ap.add_argument("--only-compare", action="store_true", help="run the compare result CSV part only")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -303,6 +345,9 @@ def main() -> None:
     if args.only_csv:
         with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
             return csv_bench(Path(tmp), args.csv_rows, args.runs)
+    if args.only_compare:
+        with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
+            return compare_bench(Path(tmp), args.compare_rows, args.runs)
     if args.only_timeline:
         with tempfile.TemporaryDirectory(prefix="bench_parse_") as tmp:
             return timeline_bench(Path(tmp), args.timeline_mb, args.peer_mb, args.runs)
@@ -354,6 +399,8 @@ def main() -> None:
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
         if args.csv_rows:
             csv_bench(folder, args.csv_rows, args.runs)
+        if args.compare_rows:
+            compare_bench(folder, args.compare_rows, args.runs)
         if args.timeline_mb:
             timeline_bench(folder, args.timeline_mb, args.peer_mb, args.runs)
 

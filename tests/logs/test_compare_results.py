@@ -45,3 +45,32 @@ def test_an_input_row_of_an_op_named_input_something_is_an_inconsistent_input():
     findings = cr.advise(table(index, cosine))
     assert [(f.kind, f.evidence["TensorIndex"]) for f in findings] == [
         ("inconsistent_input", "input_layernorm:input:0"), ("first_divergence", "input_layernorm:output:0")]
+
+
+def test_judge_flags_each_metric_over_its_default_line_in_column_order():
+    """Random metrics with NaN and ±inf; the expectation from the compare tool's default lines (GUIDE §4) with
+    numpy, metric by metric."""
+    rng = np.random.default_rng(7)
+    n = 2_000
+    cols = {"CosineSimilarity": (0.99, "below"), "RelativeEuclideanDistance": (0.05, "above"),
+            "KullbackLeiblerDivergence": (0.005, "above"), "RootMeanSquareError": (1.0, "above"),
+            "MeanRelativeError": (1.0, "above")}
+    df = pd.DataFrame({m: rng.choice([line * 0.5, line, line * 1.5, np.nan, np.inf, -np.inf], n)
+                       for m, (line, _) in cols.items()})
+    df["MaxAbsoluteError"] = rng.uniform(0, 100, n)  # no default line: never abnormal
+    df["Accuracy"] = rng.choice(["", "Yes", "No", " warning "], n)
+    got = cr.judge(df.copy())
+    over = {m: (df[m].to_numpy() < line) if side == "below" else (df[m].to_numpy() > line)
+            for m, (line, side) in cols.items()}  # NaN compares False: never over
+    want = [";".join(m for m in cols if over[m][i]) for i in range(n)]
+    assert got["AbnormalMetrics"].tolist() == want
+    bad_accuracy = df["Accuracy"].str.strip().str.lower().isin(["no", "warning", "different"]).to_numpy()
+    assert got["Abnormal"].tolist() == [bool(w) or b for w, b in zip(want, bad_accuracy)]
+    assert (got["Advice"] == "").all()
+
+
+def test_judge_reads_a_text_metric_cell_as_no_value():
+    df = pd.DataFrame({"CosineSimilarity": pd.Series([0.5, "N/A", 0.999], dtype=object), "Accuracy": ""})
+    got = cr.judge(df)
+    assert got["AbnormalMetrics"].tolist() == ["CosineSimilarity", "", ""]
+    assert got["Abnormal"].tolist() == [True, False, False]

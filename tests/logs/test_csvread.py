@@ -227,3 +227,35 @@ def test_malformed_mask_with_no_check_passes_every_row():
     assert ok.tolist() == [True, True, True] and notes == []
     ok, notes = malformed_mask({})
     assert len(ok) == 0 and ok.dtype == bool and notes == []
+
+
+def test_formula_prefixes_are_undone_in_whichever_chunk_holds_them(tmp_path):
+    """Our own CSVs write '=x as ''=x'' (toolkit.core.csvjson.formula_safe): undone in every chunk that has one,
+    other chunks read as they are; the header's prefix is undone either way."""
+    from toolkit.logs.csvread import read_counted
+
+    path = tmp_path / "t.csv"
+    path.write_text("'=name,b\nplain,1\nit's,2\n'-neg,3\n'@at,4\nlast,'5\n")
+    for chunk_rows in (1, 2, 100):
+        read = read_counted(path, chunk_rows=chunk_rows)
+        assert list(read.frame.columns) == ["=name", "b"]
+        assert read.frame["=name"].tolist() == ["plain", "it's", "-neg", "@at", "last"]
+        assert read.frame["b"].tolist() == ["1", "2", "3", "4", "'5"]
+
+
+def test_map_distinct_is_map_called_once_per_distinct_value():
+    import pandas as pd
+
+    from toolkit.logs.csvread import map_distinct
+
+    calls = []
+
+    def fn(v):
+        calls.append(v)
+        return f"<{v}>"
+
+    s = pd.Series(["a", "b", "a", None, "b", "a"], index=[5, 4, 3, 2, 1, 0], dtype=object)
+    got = map_distinct(s, fn)
+    want = s.map(lambda v: f"<{v}>")
+    pd.testing.assert_series_equal(got, want)
+    assert sorted(calls, key=str) == sorted(["a", "b", None], key=str)

@@ -30,7 +30,7 @@ from toolkit.compare.metrics import resolve_thresholds
 from toolkit.compare.metrics.registry import METRICS
 from toolkit.compare.metrics.spec import HIGHER_IS_BETTER
 from toolkit.core.records import Finding
-from toolkit.logs.csvread import numeric
+from toolkit.logs.csvread import map_distinct, numeric
 
 METRIC_COLUMNS = ["CosineSimilarity", "MaxAbsoluteError", "AccumulatedRelativeError", "RelativeEuclideanDistance",
                   "KullbackLeiblerDivergence", "MeanAbsoluteError", "RootMeanSquareError", "MaxRelativeError",
@@ -55,15 +55,20 @@ def frame(rows: pd.DataFrame, tool: str) -> pd.DataFrame:
     out = pd.DataFrame(index=rows.index)
     for col in COLUMNS:
         if col in TEXT:
-            out[col] = rows[col].astype(str).str.strip() if col in rows else ""
+            out[col] = _stripped(rows[col]) if col in rows else ""
         elif col in METRIC_COLUMNS:
             out[col] = numeric(rows[col]) if col in rows else math.nan
     out["Tool"] = tool
     index = numeric(rows["Index"]) if "Index" in rows else pd.Series(range(len(rows)), index=rows.index, dtype=float)
     out["Index"] = index.astype("Int64") if index.notna().all() and (index % 1 == 0).all() else index
-    out["OverFlow"] = rows["OverFlow"].map(overflow_flag) if "OverFlow" in rows else math.nan
+    out["OverFlow"] = map_distinct(rows["OverFlow"], overflow_flag) if "OverFlow" in rows else math.nan
     out = out.reset_index(drop=True)
     return judge(out)[COLUMNS]
+
+
+def _stripped(col: pd.Series) -> pd.Series:
+    """``col.astype(str).str.strip()``, stripped in one list comprehension (the str accessor costs ~10x more)."""
+    return pd.Series([str(v).strip() for v in col.to_numpy(dtype=object)], index=col.index, dtype=str)
 
 
 def summary_note(table: pd.DataFrame) -> str:
@@ -75,23 +80,32 @@ def summary_note(table: pd.DataFrame) -> str:
 
 
 def judge(df: pd.DataFrame, lines: dict | None = None) -> pd.DataFrame:
-    """Abnormal / AbnormalMetrics per row (module docstring); Advice empty. Returns ``df`` (changed)."""
+    """Abnormal / AbnormalMetrics per row (module docstring); Advice empty. Returns ``df`` (changed).
+
+    ``lines``: {metric: line} (default: toolkit.compare.metrics.resolve_thresholds); a metric is over its line
+    when its value is below it (CosineSimilarity: higher is better) or above it (the others); NaN never is, ±inf
+    is compared as a number. AbnormalMetrics lists the metrics over their lines, ';'-joined in ``lines`` order.
+    Column-wise over the whole table (numpy), not row by row."""
     lines = {m: v for m, v in (lines or resolve_thresholds(None)).items() if m in df.columns}
-    crossed = []
-    for _, r in df.iterrows():
-        names = []
-        for m, line in lines.items():
-            v = r[m]
-            if isinstance(v, float) and not math.isnan(v):
-                below = METRICS[m].direction == HIGHER_IS_BETTER
-                if (v < line) if below else (v > line):
-                    names.append(m)
-        crossed.append(names)
+    names = np.full(len(df), "", dtype=object)
+    for m, line in lines.items():
+        v = _floats(df[m])
+        with np.errstate(invalid="ignore"):
+            over = (v < line) if METRICS[m].direction == HIGHER_IS_BETTER else (v > line)
+        names = np.where(over, names + (m + ";"), names)
     acc = df["Accuracy"].astype(str).str.strip().str.lower().isin(_BAD_ACCURACY) if "Accuracy" in df else False
-    df["AbnormalMetrics"] = [";".join(c) for c in crossed]
-    df["Abnormal"] = pd.Series([bool(c) for c in crossed], index=df.index) | acc
+    crossed = pd.Series([n[:-1] for n in names], index=df.index)  # without the last ';' (dtype inferred: text)
+    df["AbnormalMetrics"] = crossed
+    df["Abnormal"] = (crossed != "") | acc
     df["Advice"] = ""
     return df
+
+
+def _floats(col: pd.Series) -> np.ndarray:
+    """A metric column as float64 (a cell that is no float, e.g. text, is NaN: never over a line)."""
+    if pd.api.types.is_float_dtype(col):
+        return col.to_numpy(dtype=float, na_value=np.nan)
+    return np.array([v if isinstance(v, float) else math.nan for v in col], dtype=float)
 
 
 #: NPU dump data types (the compare tool's names) that are FP32 or wider: an overflow there is no FP16 overflow.

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
+from toolkit.logs.csvread import header, malformed_mask, map_distinct, numeric, read_counted
 from toolkit.logs.profcells import COMMUNICATION, communication_rows, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
@@ -100,8 +100,8 @@ def typed(src: pd.DataFrame) -> pd.DataFrame:
     df["Task Start Time(us)"], df["Task Start Time(ns)"] = start_columns(src, "Start Time(us)")
     for col in ("Input Shapes", "Output Shapes"):
         if col in df.columns:
-            df[col] = df[col].map(unquote)
-    df["Task Type"] = df["Task Type"].map(task_type) if "Task Type" in df.columns else ""
+            df[col] = map_distinct(df[col], unquote)
+    df["Task Type"] = map_distinct(df["Task Type"], task_type) if "Task Type" in df.columns else ""
     comm = communication_rows(df)
     if comm.any():
         df["Task Type"] = df["Task Type"].where(~comm, COMMUNICATION)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
+from toolkit.logs.csvread import header, malformed_mask, map_distinct, numeric, read_counted
 from toolkit.logs.profcells import COMMUNICATION, communication_rows, ns_text, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
@@ -82,7 +82,7 @@ def typed(src: pd.DataFrame, source: str) -> pd.DataFrame:
         df["Task Start Time(ns)"] = src["Task Start Time(ns)"].map(ns_text)
     for col in TEXT_CELLS:
         if col in df.columns:
-            df[col] = df[col].map(unquote)
+            df[col] = map_distinct(df[col], unquote)
     if "Task Type" in df.columns or "OP Type" in df.columns:
         comm = communication_rows(df)
         if comm.any():
