@@ -75,3 +75,18 @@ def test_detection_reads_through_a_bom_and_gbk_bytes(tmp_path):
     assert detect_format(tmp_path / "bom.log").parser.name == "plog"
     assert detect_format(tmp_path / "gbk.csv").parser.name == "op_summary_csv"
     assert detect_format(tmp_path / "bom_only.csv").reason == "empty"
+
+
+def test_detect_format_alone_finds_the_built_in_parsers(tmp_path):
+    """docs/parse-log.md, "Programmatic use": in a fresh interpreter, importing toolkit.logs.detect alone is enough
+    (it registers the built-in parsers)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "op_summary_0_1.csv"
+    path.write_text("Op Name,OP Type,Task Type,Task Duration(us)\nconv1,Conv2D,AI_CORE,2.5\nrelu1,Relu,AI_VECTOR_CORE,1\n")
+    script = ("import sys; from toolkit.logs.detect import detect_format; d = detect_format(sys.argv[1]); "
+              "r = d.parser.parse(sys.argv[1]); print(d.parser.name, r.records, r.op_summary['Task Duration(us)'].sum())")
+    out = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["op_summary_csv", "2", str(2.5 + 1.0)]

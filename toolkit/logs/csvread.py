@@ -17,7 +17,7 @@ import pandas as pd
 
 from toolkit.core.csvjson import undo_formula_safe
 from toolkit.core.textfile import TextReader
-from toolkit.logs.detect import head_lines
+from toolkit.logs.head import head_lines
 
 
 def header(head: str) -> list[str]:

@@ -5,9 +5,13 @@ is true, or None with ``reason`` one of "not found", "not a file" (a folder), "n
 (named pipe)" (or a socket, device; toolkit.core.textfile.not_regular_reason: never opened), "a broken symbolic link (...)",
 "unreadable: ...", "empty", "binary", "UTF-16 text (a byte-order mark): re-save it as UTF-8" or "unknown format".
 
-The head given to ``detect`` is decoded as the parsers decode the file (:func:`head_text`): a leading UTF-8
-byte-order mark removed, UTF-8, or GB18030 when the head is not UTF-8 but GB18030
+The head given to ``detect`` is decoded as the parsers decode the file (toolkit.logs.head.head_text): a leading
+UTF-8 byte-order mark removed, UTF-8, or GB18030 when the head is not UTF-8 but GB18030
 (toolkit.core.textfile.choose_encoding).
+
+Importing this module registers the built-in parsers (it imports :mod:`toolkit.logs.parsers`, which sits below
+it: the parsers read heads with :mod:`toolkit.logs.head`), so ``detect_format(path).parser.parse(path)`` works
+on its own.
 """
 
 from __future__ import annotations
@@ -15,53 +19,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.core.textfile import UTF8_BOM, NotRegularFile, choose_encoding, not_regular_reason, open_regular
+from toolkit.core.textfile import UTF8_BOM, NotRegularFile, not_regular_reason
+# importing the parsers registers the built-in formats, so detect_format works on its own
+from toolkit.logs import parsers as built_in
+from toolkit.logs.head import BINARY_CONTROL_SHARE, head_lines, head_text, is_binary, read_head
 from toolkit.logs.registry import HEAD_BYTES, Parser, parsers
 
-#: A head with a NUL byte, or with more than this share of control characters, is binary.
-BINARY_CONTROL_SHARE = 0.10
-_TEXT_CONTROLS = {9, 10, 12, 13}
+__all__ = ["BINARY_CONTROL_SHARE", "Detection", "built_in", "detect_format", "head_lines", "head_text", "is_binary",
+           "read_head"]
 
 
 @dataclass
 class Detection:
+    """The parser of a file (None when no registered parser reads it) and, then, why (module docstring)."""
+
     path: Path
     parser: Parser | None
     reason: str = ""
-
-
-def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
-    """The first ``size`` bytes of ``path`` (a regular file: toolkit.core.textfile.open_regular). Raises OSError
-    (NotRegularFile for a FIFO, socket, device or a link to one)."""
-    with open_regular(path) as fh:
-        return fh.read(size)
-
-
-def is_binary(head: bytes) -> bool:
-    """True for a NUL byte or > 10% control characters (other than tab, newlines, form feed)."""
-    if b"\x00" in head:
-        return True
-    if not head:
-        return False
-    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
-    return controls / len(head) > BINARY_CONTROL_SHARE
-
-
-def head_text(head: bytes, whole: bool = False) -> str:
-    """``head`` (the first bytes of a file; all of them when ``whole``) as text: a leading UTF-8 BOM removed,
-    decoded as UTF-8, or as GB18030 when it is not UTF-8 but GB18030 (toolkit.core.textfile.choose_encoding);
-    bytes neither decodes replaced with U+FFFD."""
-    if head.startswith(UTF8_BOM):
-        head = head[len(UTF8_BOM):]
-    return head.decode(choose_encoding(head, whole), errors="replace")
-
-
-def head_lines(head: str, n: int) -> list[str]:
-    """The first ``n`` non-blank complete lines of a file head (a last line cut by the head size is dropped)."""
-    lines = head.splitlines()
-    if len(lines) > 1 and not head.endswith(("\n", "\r")):
-        lines = lines[:-1]
-    return [ln for ln in lines if ln.strip()][:n]
 
 
 def detect_format(path: str | Path) -> Detection:

@@ -1,7 +1,7 @@
 """The parser registry of ``parse-log``: one small unit per input format.
 
 A parser is ``detect(path, head) -> bool`` (``head``: the first :data:`HEAD_BYTES` bytes of the file, BOM
-removed, decoded as UTF-8 or GB18030 with replacement: toolkit.logs.detect.head_text) and ``parse(path) -> ParseResult``. Parsers are tried in registration
+removed, decoded as UTF-8 or GB18030 with replacement: toolkit.logs.head.head_text) and ``parse(path) -> ParseResult``. Parsers are tried in registration
 order (the order of imports in :mod:`toolkit.logs.parsers`); the first whose ``detect`` says yes reads the file.
 
 Each parser module ends with ``register_parser(Parser(NAME, DESCRIPTION, detect, parse))``.

@@ -35,7 +35,7 @@ import pandas as pd
 
 from toolkit.core.records import Finding
 from toolkit.core.textfile import TextReader
-from toolkit.logs.detect import head_lines
+from toolkit.logs.head import head_lines
 from toolkit.logs.jsonio import number
 from toolkit.logs.numbers import sane
 from toolkit.logs.registry import Parser, ParseResult, register_parser

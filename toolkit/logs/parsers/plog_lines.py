@@ -51,7 +51,7 @@ import pandas as pd
 
 from toolkit.core.records import Finding
 from toolkit.core.textfile import TextReader
-from toolkit.logs.detect import head_lines
+from toolkit.logs.head import head_lines
 from toolkit.logs.plog import ROOT
 from toolkit.logs.registry import HEAD_BYTES, Parser, ParseResult, register_parser
 from toolkit.logs.textcap import clip
