@@ -89,6 +89,12 @@ def combine(columns: list, fn):
     return pd.Categorical.from_codes(np.asarray(out, np.int32)[inverse], list(index))
 
 
+def kinds(df, process: dict, pid: str, kind: str):
+    """The kind of each row of an op-summary frame (a Categorical): the event's own (internal column ``kind``),
+    else its process's (``pid``, a key of ``process``: {pid as str: process name}); "" when neither says."""
+    return combine([df[pid], df[kind]], lambda p, k: k or process_kind(process.get(p, "")))
+
+
 def resolve(df, process: dict, default_time_kind: str, pid: str, kind: str, hint: str):
     """Set Time Kind, Task Type (``COMMUNICATION`` for every communication task, whatever its own) and Model Name
     (:func:`model_name`) of an op-summary frame whose internal columns ``pid`` / ``kind``
@@ -105,8 +111,8 @@ def resolve(df, process: dict, default_time_kind: str, pid: str, kind: str, hint
     def task_type(p, k, t):
         return COMMUNICATION_TASK_TYPE if kind_of(p, k) == COMMUNICATION else t
 
-    kinds = combine([df[pid], df[kind]], kind_of)
+    of_rows = kinds(df, process, pid, kind)
     df["Time Kind"] = combine([df[pid], df[kind], df[hint], df["Time Kind"]], time_kind)
     df["Task Type"] = combine([df[pid], df[kind], df["Task Type"]], task_type)
     df["Model Name"] = combine([df["Model Name"], df[pid]], lambda m, p: m or model_name(process.get(p, "")))
-    return df, np.asarray(kinds == OVERLAP)
+    return df, np.asarray(of_rows == OVERLAP)

@@ -81,6 +81,42 @@ def test_device_tasks_host_spans_and_overlap_are_kept_apart(tmp_path, monkeypatc
     assert stat.loc[stat["Time Kind"] == "host", "Total Time(us)"].sum() == pytest.approx(120.0)
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("metadata_last", [False, True])
+def test_a_profiler_timeline_keeps_ids_only_where_its_events_give_them(tmp_path, monkeypatch, streamed,
+                                                                          metadata_last):
+    """Host spans (CANN, Python) and the HCCL task carry no Task Id / stream in their args: their ids stay empty
+    (never the event order or the thread id); device tasks keep theirs. Process names first (msprof) or last."""
+    import math
+
+    if streamed:
+        monkeypatch.setattr(chrome_trace, "STREAM_MIN_BYTES", 0)
+    events = _msprof_timeline()
+    if metadata_last:
+        events = events[5:] + events[:5]
+    path = tmp_path / "msprof_0.json"
+    path.write_text(json.dumps(events))
+    s = chrome_trace.parse(path).op_summary.astype({"Op Name": str})
+    by = s.set_index("Op Name")
+    given = {e["name"]: e["args"] for e in events if e["ph"] == "X" and e["pid"] != 3}
+    for name, args in given.items():
+        task, stream = args.get("Task Id"), args.get("Physic Stream Id", args.get("Stream Id"))
+        got_task, got_stream = by.loc[name, "Task ID"], by.loc[name, "Stream ID"]
+        assert (math.isnan(got_task) if task is None else got_task == task), (name, got_task)
+        assert (math.isnan(got_stream) if stream is None else got_stream == stream), (name, got_stream)
+
+
+def test_a_plain_trace_still_numbers_its_tasks_and_streams_by_event_and_tid(tmp_path):
+    events = [{"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "resnet"}},
+              {"name": "a", "ph": "X", "pid": 1, "tid": 5, "ts": 0, "dur": 1, "args": {}},
+              {"name": "b", "ph": "X", "pid": 1, "tid": "worker", "ts": 2, "dur": 1, "args": {}},
+              {"name": "c", "ph": "X", "pid": 1, "tid": 5, "ts": 4, "dur": 1, "args": {"Task ID": 9}}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(events))
+    s = chrome_trace.parse(path).op_summary
+    assert s["Task ID"].tolist() == [0, 1, 9] and s["Stream ID"].tolist() == [5, 0, 5]
+
+
 def test_streamed_and_loaded_reads_agree(tmp_path, monkeypatch):
     import json
 

@@ -11,7 +11,8 @@ Type``, ``Task Type``, ``Stream ID``, ``Time Kind``, ``Input Shapes``, ...) sets
 Name = event name; Task Type = the event's ``cat`` when it is one of toolkit.profile.optable.TASK_TYPES;
 OP Type = args ``op_type`` or ``op_name``, else the ``cat`` when it is not a task type (``npuscope profile``'s
 trace.json puts the op type there); Stream ID = ``tid`` (a non-numeric tid gets a running number); Task ID =
-event order; Time Kind = args ``time_kind`` (as trace.json writes it), else the top-level object's
+event order (a profiler timeline's events, whose process or name gives their kind, take their ids from their
+args only: left empty where the source gives none, e.g. host API spans); Time Kind = args ``time_kind`` (as trace.json writes it), else the top-level object's
 ``otherData["Time Kind"]``, else ``measured``; Source = the file name.
 
 Timelines of the device profilers (msprof's ``msprof_*.json``, torch_npu's ``trace_view.json``;
@@ -67,16 +68,18 @@ def detect(path: Path, head: str) -> bool:
     return _DETECT_RE.match(head) is not None and ('"ph"' in head or '"traceEvents"' in head)
 
 
-#: internal columns: the event's pid, the kind its name/args give, an explicit Time Kind from args
-_PID, _KIND, _HINT = "_pid", "_kind", "_hint"
-_COLUMNS = OP_SUMMARY_COLUMNS + [_PID, _KIND, _HINT]
+#: internal columns: the event's pid, the kind its name/args give, an explicit Time Kind from args, and the ids a
+#: plain trace gives it (event order, tid), kept until its kind is known
+_PID, _KIND, _HINT, _TASK_N, _STREAM_N = "_pid", "_kind", "_hint", "_task_n", "_stream_n"
+_COLUMNS = OP_SUMMARY_COLUMNS + [_PID, _KIND, _HINT, _TASK_N, _STREAM_N]
 
 
 class _Builder:
     """Collects op-summary rows from complete events, column by column (toolkit.logs.streamjson.Columns)."""
 
     def __init__(self, source: str, time_kind: str):
-        self.cols, self.source, self.time_kind = Columns(_COLUMNS, set(NUMERIC_COLUMNS)), source, time_kind
+        self.cols = Columns(_COLUMNS, set(NUMERIC_COLUMNS) | {_TASK_N, _STREAM_N})
+        self.source, self.time_kind = source, time_kind
         self.process, self.streams, self.overlap = {}, {}, {}
 
     def stream(self, pid, tid) -> float:
@@ -96,12 +99,11 @@ class _Builder:
         task_type = cat if cat in TASK_TYPES else str(args.get("Task Type", ""))
         name = str(args.get("Op Name", ev.get("name", "")))
         kind = timeline.event_kind(name, args)
-        stream = number(args.get("Physic Stream Id", args.get("Stream Id")))
-        task = number(args.get("Task Id"))
-        row = {"Op Name": name, "Task ID": self.cols.n if task is None else task,
-               "Stream ID": self.stream(pid, tid) if stream is None else stream,
-               "OP Type": str(args.get("op_type", args.get("op_name", "" if task_type else cat))),
+        row = {"Op Name": name, "OP Type": str(args.get("op_type", args.get("op_name", "" if task_type else cat))),
                "Task Type": task_type, "Task Start Time(us)": ts, "Task Duration(us)": dur}
+        ids = {"Task ID": number(args.get("Task Id")),
+               "Stream ID": number(args.get("Physic Stream Id", args.get("Stream Id")))}
+        row.update({col: v for col, v in ids.items() if v is not None})
         for col in present:
             if args[col] is not None:
                 row[col] = args[col] if col in _NUMERIC else str(args[col])
@@ -110,9 +112,13 @@ class _Builder:
         hint = str(args.get("time_kind", ""))
         process = self.process.get(str(pid))
         if process is None:  # its process_name comes later (or never): resolved in frame()
-            row.update({_PID: str(pid), _KIND: kind, _HINT: hint})
+            row.update({_PID: str(pid), _KIND: kind, _HINT: hint, _TASK_N: self.cols.n,
+                        _STREAM_N: self.stream(pid, tid)})
         else:  # resolved now: no per-row pid / kind storage (msprof writes the metadata first)
             kind = kind or timeline.process_kind(process)
+            if not kind:  # a plain trace: ids from event order and tid where its args give none
+                row.setdefault("Task ID", self.cols.n)
+                row.setdefault("Stream ID", self.stream(pid, tid))
             if kind == timeline.OVERLAP:
                 span = self.overlap.setdefault(name, [0, 0.0])
                 span[0], span[1] = span[0] + 1, span[1] + dur
@@ -134,6 +140,11 @@ class _Builder:
         overlap = None
         if deferred:  # rows read before their process_name: resolved now, once per distinct combination
             df, overlap = timeline.resolve(df, self.process, self.time_kind, _PID, _KIND, _HINT)
+            plain = np.asarray(timeline.kinds(df, self.process, _PID, _KIND) == "")
+            for col, own in (("Task ID", _TASK_N), ("Stream ID", _STREAM_N)):  # a plain trace's ids, as above
+                fill = plain & df[col].isna().to_numpy()
+                if fill.any():
+                    df.loc[fill, col] = df.loc[fill, own]
         rows = dict(self.overlap)
         if overlap is not None and overlap.any():
             for name, d in zip(df["Op Name"][overlap].astype(str), df["Task Duration(us)"][overlap]):
@@ -142,7 +153,7 @@ class _Builder:
             df = df[~overlap]
         spans = pd.DataFrame([(n, c, t) for n, (c, t) in sorted(rows.items())],
                              columns=["Name", "Count", "Total Time(us)"])
-        for col in (_PID, _KIND, _HINT):
+        for col in (_PID, _KIND, _HINT, _TASK_N, _STREAM_N):
             del df[col]
         for col in df.columns:  # a category no row holds (e.g. the "" of a column resolved later) is not a value
             if isinstance(df[col].dtype, pd.CategoricalDtype):
