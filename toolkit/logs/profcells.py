@@ -23,6 +23,18 @@ _COMM_RE = re.compile(r"^(?:hcom|hccl|allreduce|allgather|reducescatter|broadcas
 _COMM_TASK_RE = re.compile(r"HCCL|COMMUNICATION", re.IGNORECASE)
 
 
+#: What the profilers write in a Model Name cell when there is no model (op_summary of a single-op / aclnn run):
+#: no name, read as "" (as a timeline's process names are: toolkit.logs.timeline.model_name).
+NO_MODEL = frozenset({"n/a", "na", "none", "null"})
+
+
+def model_names(cells: pd.Series) -> pd.Series:
+    """Model Name cells as text, stripped; the profilers' "no model" placeholders (:data:`NO_MODEL`: ``N/A``, ...)
+    and missing cells as ""."""
+    text = cells.fillna("").astype(str).str.strip()
+    return text.where(~text.str.lower().isin(NO_MODEL), "")
+
+
 def is_communication(task_type: str = "", *names: str) -> bool:
     """One task's :func:`communication_rows` rule: a Task Type naming HCCL / communication, or a name (Op Name,
     OP Type, a timeline event's name) of the HCCL ops (hcom_*, Hccl*, AllReduce, ...)."""

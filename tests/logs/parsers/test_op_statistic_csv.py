@@ -49,3 +49,11 @@ def test_op_statistic_csv_parser(tmp_path):
     write_csv(ours, OP_STATISTIC_COLUMNS[:9], [["Conv", "AI_CORE", 1, 2, 2, 2, 2, 100, "simulated"],
                                            ["Conv", "HOST_CPU", 1, 9, 9, 9, 9, 100, "measured"]])
     assert op_statistic_csv.parse(ours).tables["op_statistic"]["Time Kind"].tolist() == ["simulated", "measured"]
+
+
+def test_a_model_name_of_n_a_is_read_as_no_model(tmp_path):
+    p = tmp_path / "op_statistic_0_1.csv"
+    p.write_text("Device_id,Model Name,OP Type,Core Type,Count,Total Time(us),Avg Time(us),Min Time(us),Max Time(us),"
+                 "Ratio(%)\n0,N/A,Add,AI_VECTOR_CORE,2,10,5,4,6,20\n0,resnet,Conv2D,AI_CORE,1,40,40,40,40,80\n")
+    t = op_statistic_csv.parse(p).tables["op_statistic"]
+    assert t["Model Name"].tolist() == ["", "resnet"]

@@ -117,3 +117,34 @@ def test_an_older_op_summary_with_the_unit_less_start_in_ns(tmp_path):
     assert s["Task Start Time(ns)"].tolist() == ["1700000000000000123", "1700000000000020500"]
     assert s["Task Start Time(us)"].tolist() == pytest.approx([1700000000000000.123, 1700000000000020.5])
     assert s["Input Shapes"].tolist() == ["1,3", "1,3"]
+
+
+def test_a_model_name_of_n_a_is_empty_in_op_summary_and_op_statistic_alike(tmp_path):
+    """msprof writes Model Name N/A for a run with no model (aclnn single ops): no name, in both outputs; the
+    statistic's counts and totals from pandas over the rows written here."""
+    import io
+    import json
+
+    import pandas as pd
+
+    from toolkit.commands.parse_log import parse_log_command
+
+    text = ("Device_id,Model Name,Task ID,Stream ID,Op Name,OP Type,Task Type,Task Start Time(us),Task Duration(us)\n"
+            "0,N/A,10,2,aclnnAdd_1,Add,AI_VECTOR_CORE,100.5,4.5\n0,N/A,11,2,aclnnMatmul_1,MatMulV3,MIX_AIC,110,40\n"
+            "0, n/a ,12,2,aclnnAdd_2,Add,AI_VECTOR_CORE,160,5.5\n1,bert,13,2,bert_mm,MatMulV3,MIX_AIC,200,10\n")
+    path = tmp_path / "op_summary_0_1.csv"
+    path.write_text(text)
+    assert set(op_summary_csv.parse(path).op_summary["Model Name"]) == {"", "bert"}
+    res = parse_log_command([str(path)], out=str(tmp_path / "rep"), html=False)
+    summary = pd.read_csv(res["out"] / "op_summary.csv", keep_default_na=False, dtype={"Model Name": str})
+    stat = pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False, dtype={"Model Name": str})
+    assert summary["Model Name"].tolist() == ["", "", "", "bert"]
+    src = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    src["Model Name"] = src["Model Name"].str.strip().replace({"N/A": "", "n/a": ""})
+    src["Task Duration(us)"] = src["Task Duration(us)"].astype(float)
+    want = src.groupby(["Model Name", "OP Type"])["Task Duration(us)"].agg(["count", "sum"]).sort_index()
+    got = stat.set_index(["Model Name", "OP Type"])[["Count", "Total Time(us)"]].sort_index()
+    assert got.index.tolist() == want.index.tolist()
+    assert got["Count"].tolist() == want["count"].tolist()
+    assert got["Total Time(us)"].tolist() == pytest.approx(want["sum"].tolist())
+    assert json.loads((res["out"] / "parse_summary.json").read_text())["rows"] == 4

@@ -3,7 +3,8 @@ Min Time(us), Max Time(us), Ratio(%) — plus, in npuscope's own files, a traili
 
 Per op type, not per task, so ``op_summary`` is empty; the rows go to table ``op_statistic`` with exactly
 :data:`toolkit.profile.optable.OP_STATISTIC_COLUMNS` (numbers as floats; a missing Core Type is ""; a file
-without a Time Kind column, or an empty cell, is a real device's profile: Time Kind ``device``).
+without a Time Kind column, or an empty cell, is a real device's profile: Time Kind ``device``; a Model Name of
+``N/A``, the profiler's "no model", is empty: toolkit.logs.profcells.model_names).
 Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
 shifted: toolkit.logs.csvread), no OP Type, a Count / Total Time(us) that is missing, not a number, not finite,
 beyond 1e18 or negative, another number column holding a non-finite value or one beyond 1e18
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from toolkit.logs.csvread import header, malformed_mask, numeric, read_counted
 from toolkit.logs.numbers import missing_or_sane, sane_mask
+from toolkit.logs.profcells import model_names
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import OP_STATISTIC_COLUMNS
 
@@ -40,6 +42,7 @@ def parse(path: Path) -> ParseResult:
             df[col] = ""
     df = df[OP_STATISTIC_COLUMNS].copy()
     df["Time Kind"] = df["Time Kind"].fillna("").astype(str).str.strip().replace("", "device")
+    df["Model Name"] = model_names(df["Model Name"])
     for col in _NUMBERS:
         df[col] = numeric(df[col])
     ok, why = malformed_mask(_checks(df))

@@ -9,7 +9,8 @@ kept; Task Start Time(ns) is the exact start (from the µs column's decimals, or
 Time`` in ns, which also gives Task Start Time(us); a file that has a Task Start Time(ns) column, as ours, keeps it
 as written); shape / dtype / format cells lose the quotes around them
 (also tripled ones); collective communication rows (HCCL Task Type, hcom_* / Hccl* ops) get Task Type
-COMMUNICATION. A file without a ``Time Kind`` column is a real device's profile
+COMMUNICATION; a Model Name of ``N/A`` (a run with no model: toolkit.logs.profcells.model_names) is empty. A
+file without a ``Time Kind`` column is a real device's profile
 (Time Kind ``device``); empty Time Kind cells are ``device`` too. Empty Source cells become the file name.
 
 Malformed rows (counted, skipped, each reason in a note): more or fewer fields than the header (never
@@ -27,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from toolkit.logs.csvread import header, malformed_mask, map_distinct, numeric, read_counted
-from toolkit.logs.profcells import COMMUNICATION, communication_rows, ns_text, start_columns, unquote
+from toolkit.logs.profcells import COMMUNICATION, communication_rows, model_names, ns_text, start_columns, unquote
 from toolkit.logs.numbers import missing_or_sane, sane_mask
 from toolkit.logs.registry import Parser, ParseResult, register_parser
 from toolkit.profile.optable import (
@@ -87,6 +88,8 @@ def typed(src: pd.DataFrame, source: str) -> pd.DataFrame:
         comm = communication_rows(df)
         if comm.any():
             df["Task Type"] = df.get("Task Type", "").where(~comm, COMMUNICATION)
+    if "Model Name" in df.columns:
+        df["Model Name"] = model_names(df["Model Name"])
     df["Time Kind"] = df["Time Kind"].str.strip().replace("", "device") if "Time Kind" in df.columns else "device"
     df["Source"] = df["Source"].replace("", source) if "Source" in df.columns else source
     return df
