@@ -466,7 +466,7 @@ def doctor_cmd(model, as_json):
 @_with(GENERATED)
 @click.option("--target", help='Conditions every final output must meet on every input, [OUTPUT:]METRIC<op>VALUE '
               'items as --thresholds writes them, e.g. "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2", applied '
-              'as written. Default: "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16", where |fp16 judges '
+              'as written. Default: "CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16,KullbackLeiblerDivergence<=0.005", where |fp16 judges '
               'each element against max(1e-2, 2^-10*max(|y|, rms(y))) so FP16 rounding of large outputs passes; '
               '--atol / --rtol add to it.')
 @_with(_threshold_options("")[1:])

@@ -439,7 +439,8 @@ def test_cli_tune_default_target_allows_fp16_rounding_and_says_so(tmp_path):
     assert first.startswith("target MET") and "CosineSimilarity>=0.9999, MaxAbsoluteError<=0.01|fp16" in first
     assert "0 node(s) kept in FP32" in r.stdout and "of max(limit, FP16 rounding of the value over" in r.stdout
     summary = json.loads((tmp_path / "d" / "summary.json").read_text())
-    assert summary["target"] == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01|fp16"]
+    assert summary["target"] == ["CosineSimilarity>=0.9999", "MaxAbsoluteError<=0.01|fp16",
+                                 "KullbackLeiblerDivergence<=0.005"]
     assert summary["met"] and summary["keep_dtype"] == []
     # the user's absolute line, as written: FP16 rounding of ~3e3 crosses it, so MatMuls are kept
     e = cli("tune", model, "--inputs", inputs, "--target", TARGET, "--out", tmp_path / "e", "--no-html")

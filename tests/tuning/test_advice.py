@@ -503,3 +503,33 @@ def test_a_cosine_next_to_nan_inf_says_it_is_over_the_finite_values_and_how_many
     text = _measures([{**r, "Input": "x"} for r in rows])["cosine"]
     assert text.endswith(f"with {n_bad} of {g.size} NaN/Inf")
     assert text.startswith("n/a") if n_bad == g.size else "on the finite values" in text
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("offset,spread", [(1000.0, 0.3), (-3000.0, 1.0)])
+def test_outputs_whose_differences_fp16_erases_on_an_offset_fail_and_the_fix_is_tunes(tmp_path, offset, spread):
+    """Logits = x·W + offset (a bias of ``offset``, the differences of size ``spread``): in FP16 the values round in
+    steps comparable to the spread, within the magnitude-scaled noise, and the argmax flips (numpy, onnxruntime).
+    diagnose FAILs on the output's KullbackLeiblerDivergence, its verified fix restores the argmax, and tune at the
+    default target keeps the same set."""
+    rng = np.random.default_rng(int(abs(offset)))
+    w = rng.standard_normal((16, 10)) * spread / 4
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+                           helper.make_node("Add", ["h", "b"], ["logits"], name="bias")], "tied",
+                          [helper.make_tensor_value_info("x", F, [64, 16])],
+                          [helper.make_tensor_value_info("logits", F, [64, 10])],
+                          [_c("w", w), _c("b", np.full(10, offset))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": rng.standard_normal((64, 16)).astype(np.float32)}
+    ref = _ort(model, feeds)["logits"]
+    cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
+    before = _device_outputs(model, feeds, cfg, [])["logits"]
+    assert np.mean(before.argmax(1) == ref.argmax(1)) < 0.9  # FP16 storage loses the argmax (numpy)
+    assert _cos(before, ref) > 0.9999  # while cosine, dominated by the offset, does not see it
+    prep, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
+    assert diag.summary["verdict"] == "FAIL"
+    assert fix.met and fix.keep_dtype
+    after = _device_outputs(prep.model, feeds, cfg, fix.keep_dtype)["logits"]
+    assert np.mean(after.argmax(1) == ref.argmax(1)) == 1.0
+    res = tune(prep.model, [("x", feeds)], cfg, DEFAULT_TARGET)
+    assert res.met and sorted(res.chosen) == sorted(fix.keep_dtype)

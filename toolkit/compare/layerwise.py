@@ -112,6 +112,7 @@ class LayerRows:
         self.absmax: dict[str, float] = {}  # {tensor: reference |x| max}
         self.kindex = {k.name: i for i, k in enumerate(plan.kernels)}
         self.folded = set(plan.folded)
+        self.graph_outputs = {o.name for o in model.graph.output}
         self.random_src = random_src or {}
         #: {tensor: (row Index, producing node, output index)} in table order (graph inputs first)
         self.position: dict[str, tuple] = {}
@@ -182,7 +183,8 @@ class LayerRows:
                 noise = self.allowed[t] = noise_allowance(k, t, self.ins.get(k.name, []), self.allowed, self.absmax)
             elif self.use_noise:
                 noise = expected_fp32_noise()
-            row.update(compare_tensors(device_value, g, thresholds=self.thresholds, expected_noise=noise, tensor=t))
+            row.update(compare_tensors(device_value, g, thresholds=self.thresholds, expected_noise=noise, tensor=t,
+                                       output=t in self.graph_outputs))
         return row
 
     def frame(self, rows: list[dict]) -> pd.DataFrame:

@@ -4,7 +4,8 @@ Given a finished diagnosis (toolkit.diagnose.diagnose: its reference run, compil
 re-used, nothing is run twice), :func:`verify_advice`:
 
 1. checks the outputs of the run already made against the default tune target
-   (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16`` on every float
+   (toolkit.tuning.tune.default_target: ``CosineSimilarity>=0.9999,MaxAbsoluteError<=1e-2|fp16,
+   KullbackLeiblerDivergence<=0.005`` on every float
    graph output, ``ExactMatchRate>=1`` on every integer/bool one, no NaN/Inf where the reference is finite)
    and the task checks;
 2. applies every keep_dtype set a finding advises (evidence ``keep_dtype``) and re-runs it: the finding gets

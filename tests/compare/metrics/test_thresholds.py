@@ -11,7 +11,14 @@ import pandas as pd
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from toolkit.compare.metrics import DEFAULT_THRESHOLDS, Thresholds, line_origins, noise_covers, parse_thresholds
+from toolkit.compare.metrics import (
+    DEFAULT_THRESHOLDS,
+    Thresholds,
+    compare_tensors,
+    line_origins,
+    noise_covers,
+    parse_thresholds,
+)
 from toolkit.compare.metrics.thresholds import unjudged_lines
 from toolkit.core.errors import UsageError
 from toolkit.core.text import show_line
@@ -33,6 +40,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_which_lines_the_allowance_covers():
     assert all(noise_covers(m, DEFAULT_THRESHOLDS) for m in DEFAULT_THRESHOLDS)
+    # on a graph output, every default line but KullbackLeiblerDivergence's (a shape metric; the allowance grows
+    # with magnitude)
+    assert [m for m in DEFAULT_THRESHOLDS if not noise_covers(m, DEFAULT_THRESHOLDS, output=True)] == \
+        ["KullbackLeiblerDivergence"]
     t = parse_thresholds("KullbackLeiblerDivergence>0.005,MaxAbsoluteError>1,CosineSimilarity<0.9")
     assert isinstance(t, Thresholds) and t.explicit == {"KullbackLeiblerDivergence", "MaxAbsoluteError",
                                                         "CosineSimilarity"}
@@ -147,3 +158,21 @@ def test_thresholds_text_reads_back_to_the_same_lines(text):
     assert {t: (dict(v), v.explicit) for t, v in a.per_tensor.items()} == \
         {t: (dict(v), v.explicit) for t, v in b.per_tensor.items()}, written
     assert (written == "") == (text is None)
+
+
+@pytest.mark.parametrize("offset,spread", [(1000.0, 0.3), (250.0, 0.1), (-4000.0, 2.0), (60.0, 0.02)])
+def test_fp16_rounding_that_erases_an_outputs_differences_on_a_common_offset_is_abnormal(offset, spread):
+    """Values offset ± spread rounded to FP16 (numpy): the error is within the magnitude-scaled FP16 noise, yet the
+    rounding step is comparable to the spread, so the differences the tensor carries are lost (the argmax flips).
+    KullbackLeiblerDivergence measures that (it is offset-invariant); on a graph output the allowance does not
+    excuse it."""
+    rng = np.random.default_rng(int(abs(offset)))
+    y = (offset + spread * rng.standard_normal((64, 10))).astype(np.float32)
+    x = y.astype(np.float16).astype(np.float32)
+    assert np.mean(np.argmax(x, 1) == np.argmax(y, 1)) < 0.95  # the rounding loses what the tensor says (numpy)
+    noise = {"rtol": 2.0 ** -10, "atol": 1e-3}
+    row = compare_tensors(x, y, expected_noise=noise, output=True)
+    assert row["WithinExpectedNoise"] is True  # FP16 rounding, by the magnitude-scaled allowance
+    assert "KullbackLeiblerDivergence" in row["AbnormalMetrics"] and row["Abnormal"]
+    # inside the graph the same storage noise is excused: what it does shows in the outputs
+    assert not compare_tensors(x, y, expected_noise=noise)["Abnormal"]

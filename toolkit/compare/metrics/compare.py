@@ -29,7 +29,7 @@ ROW_KEYS = STATUS_KEYS + tuple(METRICS) + VERDICT_KEYS
 
 def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None,
                     expected_noise: Mapping[str, float] | None = None,
-                    rel_eps: float = DEFAULT_REL_EPS, tensor: str | None = None) -> dict:
+                    rel_eps: float = DEFAULT_REL_EPS, tensor: str | None = None, output: bool = False) -> dict:
     """Compare device tensor ``x`` with golden tensor ``y``; never raises on data problems.
 
     Args:
@@ -52,6 +52,8 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
         rel_eps: |y| floor for the relative errors (default 1e-6).
         tensor: the tensor's name: lines set for it alone (``"name:METRIC<VALUE"`` items,
             :attr:`~.thresholds.Thresholds.per_tensor`) replace the common ones.
+        output: the tensor is a graph output, where the allowance does not excuse a shape metric's line
+            (:data:`~.thresholds.OUTPUT_SHAPE_METRICS`). Default False.
 
     Returns:
         dict with :data:`ROW_KEYS`:
@@ -94,7 +96,7 @@ def compare_tensors(x, y, *, thresholds: Mapping[str, float] | str | None = None
         elif not reason:
             reason = _compare_float(row, xa.reshape(-1), ya.reshape(-1), fin_x, fin_y, noise, rel_eps)
     row["CompareFailReason"] = reason
-    _judge(row, lines)
+    _judge(row, lines, output)
     return row
 
 
@@ -205,13 +207,13 @@ def _nonfinite_agree(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.all((x == y) | (np.isnan(x) & np.isnan(y))))
 
 
-def _judge(row: dict, lines: Mapping[str, float]) -> None:
+def _judge(row: dict, lines: Mapping[str, float], output: bool = False) -> None:
     crossed = [name for name, line in lines.items() if METRICS[name].is_abnormal(row[name], line)]
     if row["OverFlow"]:
         crossed.append("OverFlow")
     row["AbnormalMetrics"] = crossed
     excused = row["WithinExpectedNoise"] is True
-    row["Abnormal"] = any(not (excused and noise_covers(name, lines)) for name in crossed)
+    row["Abnormal"] = any(not (excused and noise_covers(name, lines, output)) for name in crossed)
 
 
 def _parse_noise(expected_noise: Mapping[str, float] | None) -> tuple[float, float] | None:
