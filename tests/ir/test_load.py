@@ -198,6 +198,29 @@ def test_checker_message_keeps_the_node_name(tmp_path):
     assert "n1_node" in str(info.value) and "Add" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("dims", [[-1, 4], [4, -4], [-2, -8], [0, -1], [-16]])
+@pytest.mark.parametrize("extent", [(None, None), (0, 64), (0, None)])
+def test_external_data_with_negative_dims_is_refused_before_any_read(tmp_path, dims, extent):
+    """An external initializer with a negative dim (also where the product is positive, and with or without a
+    declared length): one-line ModelError naming the tensor and its dims, as for an embedded one."""
+    from toolkit.ir.load import load_model
+
+    (tmp_path / "w.bin").write_bytes(np.ones(16, np.float32).tobytes())
+    init = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=dims, data_location=TensorProto.EXTERNAL)
+    for key, val in (("location", "w.bin"), ("offset", extent[0]), ("length", extent[1])):
+        if val is not None:
+            init.external_data.add(key=key, value=str(val))
+    graph = helper.make_graph([helper.make_node("Add", ["x", "W"], ["y"], name="add")], "ext",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    with pytest.raises(ModelError) as info:
+        load_model(tmp_path / "m.onnx")
+    assert "'W'" in str(info.value) and f"negative dims {dims}" in str(info.value) and "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("offset, length, expected", [
     (10**15, None, "declares offset 1000000000000000, beyond the end of the data file (64 bytes)"),
     (0, 10**15, "declares 1000000000000000 bytes at offset 0, ending at byte 1000000000000000, beyond the end of "

@@ -315,6 +315,8 @@ def _load_external_data(model: onnx.ModelProto, base: Path, src: Path) -> int:
                              "must name the data file next to the model (re-save the model's external data)")
         fsize = target.stat().st_size
         offset, length = _extent_field(fields, "offset", where), _extent_field(fields, "length", where)
+        if any(d < 0 for d in t.dims):  # before any size is worked out from them
+            raise ModelError(f"{where} has negative dims {list(t.dims)}; re-export the model")
         need = raw_bytes_needed(t) or 0  # STRING tensors: unknown (0)
         problem = _extent_problem(offset or 0, length, need, fsize)
         if problem:
