@@ -40,8 +40,11 @@ from toolkit.ir.proto_checks import (
     dedupe_opsets,
     densify_sparse_initializers,
     graphs,
+    node_cycle,
+    nodes_unsorted,
     normalise_ir_version,
     raw_bytes_needed,
+    sort_nodes,
 )
 from toolkit.ir.weights import MAP_MIN_BYTES, array_of, is_mapped, mark_mapped, remember_file_digest
 from toolkit.ir.wire import lift_raw_data
@@ -197,6 +200,11 @@ def _check(p: Path, model: onnx.ModelProto, target) -> None:
             raise ModelError(f"'{p}': node '{node.name}' ({node.op_type}) reads '{name}', which no node, graph input "
                              "or initializer provides (a missing initializer or input); fix the exporter or the "
                              "model") from None
+        cycle = node_cycle(model.graph)
+        if cycle:  # the checker calls this an ordering problem too
+            shown = ", ".join(cycle[:5]) + (f" and {len(cycle) - 5} more" if len(cycle) > 5 else "")
+            raise ModelError(f"'{p}': the nodes {shown} form a cycle (each reads, directly or through the others, its "
+                             "own output), which no execution order can run; fix the exporter or the model") from None
         raise ModelError(f"'{p}' fails the ONNX checker: {checker_message(exc)}; fix the exporter or the model") from None
 
 
@@ -242,7 +250,8 @@ def check_model_proto(model: onnx.ModelProto, where: str = "model") -> onnx.Mode
     is left as it was: a copy is repaired when something needs it (sparse initializers, duplicate opsets, an
     IR version under 4). Raises ModelError naming the field."""
     domains = ["" if o.domain == "ai.onnx" else o.domain for o in model.opset_import]
-    if model.graph.sparse_initializer or model.ir_version < 4 or len(set(domains)) != len(domains):
+    if model.graph.sparse_initializer or model.ir_version < 4 or len(set(domains)) != len(domains) or \
+            nodes_unsorted(model):
         copy = onnx.ModelProto()
         copy.CopyFrom(model)
         model = copy
@@ -254,12 +263,13 @@ def check_model_proto(model: onnx.ModelProto, where: str = "model") -> onnx.Mode
 def check_proto(model: onnx.ModelProto, where: str) -> None:
     """The field-level checks and repairs of toolkit.ir.proto_checks, in the order they depend on each other:
     strings (every later message reads names), element types (sizes need them), embedded tensor sizes,
-    duplicate opset entries, old IR versions. Raises ModelError naming the field."""
+    duplicate opset entries, old IR versions, node order. Raises ModelError naming the field."""
     check_strings(model, where)
     check_dtypes(model, where)
     check_tensor_data(model, where)
     dedupe_opsets(model)
     normalise_ir_version(model)
+    sort_nodes(model)
 
 
 def _tensors_with_external_data(model: onnx.ModelProto):

@@ -17,11 +17,14 @@ Accepted as onnxruntime accepts them, with a note (logged as a warning, and list
 
 - ``sparse_initializer`` entries become ordinary dense initializers (:func:`densify_sparse_initializers`);
 - duplicate ``opset_import`` entries of one domain: the last is kept (:func:`dedupe_opsets`);
-- ``ir_version`` 0..3 is read as the IR version the opsets need (:func:`normalise_ir_version`).
+- ``ir_version`` 0..3 is read as the IR version the opsets need (:func:`normalise_ir_version`);
+- nodes out of topological order are sorted (:func:`sort_nodes`; stable: the file's order wherever it already
+  holds). A real cycle is left for the checker, and :func:`node_cycle` names its nodes.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 
@@ -334,3 +337,107 @@ def normalise_ir_version(model: onnx.ModelProto) -> None:
     model.ir_version = max(4, need)
     add_note(model, f"ir_version {old} read as IR version {model.ir_version} (the oldest its opsets need), as "
                     "onnxruntime does")
+
+
+def _outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """Names the nodes of ``graph`` (and of its own subgraphs) read that ``graph`` does not define: the outer-scope
+    values a node holding it depends on."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | \
+        {o for n in graph.node for o in n.output}
+    reads = set()
+    for n in graph.node:
+        reads.update(i for i in n.input if i)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS
+                        else []):
+                reads |= _outer_reads(sub)
+    return reads - defined
+
+
+def _order(graph: onnx.GraphProto) -> tuple[list[int], list[int]]:
+    """(a topological order of ``graph``'s node indices that keeps the file's order wherever it holds, the indices
+    left over because they lie on or behind a cycle). A node depends on the producers of its inputs and of the
+    outer-scope names its subgraphs read."""
+    producer = {}
+    for i, n in enumerate(graph.node):
+        for o in n.output:
+            if o:
+                producer.setdefault(o, i)
+    needs: list[set[int]] = []
+    for i, n in enumerate(graph.node):
+        reads = {x for x in n.input if x}
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS
+                        else []):
+                reads |= _outer_reads(sub)
+        needs.append({producer[x] for x in reads if x in producer and producer[x] != i} |
+                     ({i} if any(producer.get(x) == i for x in reads) else set()))
+    users: dict[int, list[int]] = {}
+    for i, deps in enumerate(needs):
+        for d in deps:
+            users.setdefault(d, []).append(i)
+    waiting = [len(d) for d in needs]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    placed = set(order)
+    return order, [i for i in range(len(graph.node)) if i not in placed]
+
+
+def nodes_unsorted(model: onnx.ModelProto) -> bool:
+    """Whether some graph of ``model`` lists a node before the producer of a value it reads (cycles included)."""
+    return any(_order(g)[0] != list(range(len(g.node))) for g, label in graphs(model) if label == "graph"
+               or label.startswith("subgraph"))
+
+
+def sort_nodes(model: onnx.ModelProto) -> None:
+    """Put the nodes of every graph of ``model`` in topological order where a node is listed before a producer of
+    its inputs (stable: :func:`_order`), as onnxruntime orders them itself; a note names the graph. A graph with a
+    cycle is left as it is (the ONNX checker refuses it; :func:`node_cycle` names the nodes)."""
+    for g, label in list(graphs(model)):
+        if label != "graph" and not label.startswith("subgraph"):
+            continue  # a model-local function's nodes: left to the checker
+        order, left = _order(g)
+        if left or order == list(range(len(g.node))):
+            continue
+        nodes = [g.node[i] for i in order]
+        copies = []
+        for n in nodes:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            copies.append(c)
+        del g.node[:]
+        g.node.extend(copies)
+        add_note(model, f"the nodes of the {label} were not in topological order (a node listed before the producer "
+                        "of its input); they were sorted, as onnxruntime does")
+
+
+def node_cycle(graph: onnx.GraphProto) -> list[str]:
+    """The nodes of ``graph`` that lie on a cycle of its data flow (a node reading, directly or through others, its
+    own output), each as ``'name' (OpType)``; [] when there is none."""
+    _, left = _order(graph)
+    if not left:
+        return []
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    stuck = set(left)
+    # nodes behind a cycle are also left: keep only those from which the cycle is reached again (on a cycle)
+    on_cycle = []
+    for start in left:
+        seen, todo = set(), [producer[x] for x in graph.node[start].input if x in producer and producer[x] in stuck]
+        while todo:
+            i = todo.pop()
+            if i == start:
+                on_cycle.append(start)
+                break
+            if i not in seen:
+                seen.add(i)
+                todo += [producer[x] for x in graph.node[i].input if x in producer and producer[x] in stuck]
+    return [f"'{graph.node[i].name}' ({graph.node[i].op_type})" if graph.node[i].name else
+            f"unnamed node #{i} ({graph.node[i].op_type})" for i in on_cycle]
