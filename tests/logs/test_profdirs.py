@@ -84,6 +84,8 @@ def test_task_time_next_to_op_summary_or_kernel_details_is_skipped_so_each_task_
         skipped = {s["path"].rsplit("/", 1)[-1]: s["reason"] for s in summary["skipped"]}
         assert set(skipped) == {"task_time_0_1.csv", "msprof_0_1.json"}
         assert skipped["task_time_0_1.csv"].startswith(f"same device tasks as {name} ")
+        formats = {s["path"].rsplit("/", 1)[-1]: s["format"] for s in summary["files"] if s["status"] == "skipped"}
+        assert formats == {"task_time_0_1.csv": "task_time_csv", "msprof_0_1.json": "chrome_trace"}  # their own
         stat = pd.read_csv(res["out"] / "op_statistic.csv", keep_default_na=False).set_index("OP Type")
         assert sorted(stat.index) == sorted(want.index)  # no row with a blank OP Type (task_time has none)
         assert stat.loc[want.index, "Count"].tolist() == want["count"].tolist()

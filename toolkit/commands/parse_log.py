@@ -252,7 +252,9 @@ def collect(paths: list[Path], progress=_noop, duplicates: list[str] | None = No
     for p in paths:
         if p in twins:
             _log.info("%s: skipped (%s)", p, twins[p])
-            entries.append({**_file_entry(p, None, twins[p]), "format": "chrome_trace", "same_tasks_as": "op_summary"})
+            found = detect_format(p).parser  # the skipped file's own format (a timeline, task_time, kernel_details)
+            entries.append({**_file_entry(p, None, twins[p]), "format": found.name if found else "",
+                            "same_tasks_as": "op_summary"})
             continue
         progress(f"reading {p}")
         res, reason = read_file(p)
