@@ -740,3 +740,25 @@ def test_no_fix_needed_is_recorded_as_met_in_summary_json(tmp_path):
     fix = json.loads((tmp_path / "o" / "summary.json").read_text())["fix"]
     assert fix["needed"] is False and fix["met"] is True and fix["keep_dtype"] == []
     assert "no fix needed" in fix["sentence"]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("how", ["no_verify", "subset"])
+@pytest.mark.parametrize("build", [lambda: fk.rmsnorm(hidden=64, rows=4, peak=400.0),
+                                   lambda: fk.layernorm(hidden=64, rows=8, peak=500.0)])
+def test_advice_printed_without_verification_says_so(tmp_path, how, build):
+    """With --no-verify, or a subset run (too few tensors to rank kernels), no advised keep_dtype set is applied and
+    re-run: every finding that advises one says "[not verified: <why>]", none claims "verified", and no fix file is
+    written."""
+    from toolkit.compare.subset import Subset
+
+    b = build()
+    model, inputs = b.save(tmp_path / "m")
+    cfg = Config(precision_mode="force_fp16", fusion_level=0)
+    kw = {"verify": False} if how == "no_verify" else {"subset": Subset(until=b.model.graph.output[0].name)}
+    res = diagnose_command(str(model), cfg, inputs=str(inputs), out=str(tmp_path / "out"), html=False, **kw)
+    advised = [f for f in res["diagnosis"].findings if isinstance(f.evidence, dict) and f.evidence.get("keep_dtype")]
+    assert advised, [f.kind for f in res["diagnosis"].findings]
+    why = "--no-verify" if how == "no_verify" else "--until"
+    assert all(f"[not verified: {why}" in f.recommendation and "[verified" not in f.recommendation for f in advised)
+    assert not (tmp_path / "out" / "fixed_config.json").exists()

@@ -25,7 +25,7 @@ from toolkit.engine import Session, shapes_of
 from toolkit.ort.segments import DEFAULT_SEGMENT_BYTES
 from toolkit.profile.attribution import read_device_profile
 from toolkit.source import check_generation_options, several_sets
-from toolkit.tuning.advice import verify_advice
+from toolkit.tuning.advice import mark_unverified, verify_advice
 from toolkit.tuning.tune import lines_target
 
 
@@ -109,6 +109,10 @@ def diagnose_command(model: str | None, config: Config, *, inputs: str | None = 
                             target=lines_target(prep.model, thresholds), task_metrics=task_metrics,
                             progress=progress)
         diag.summary["fix"] = {**fix.summary(), "sentence": fix.sentence()}
+    else:  # advice printed as the advisor gave it: say it was not applied and re-run
+        mark_unverified(diag.findings, "--no-verify" if not verify else
+                        f"{subset.describe()} compares a subset of the tensors, too few to verify a fix; run without "
+                        "it to get a verified fix")
     with output_dir(out, REPORTS_DIR, prep.name) as folder:
         progress("writing the report")
         written, note = write_fix(fix, diag, folder)
@@ -136,6 +140,8 @@ def device_diagnose_command(model: str | None, config: Config, device_dumps: str
     prep = prepare(model, inputs, seed, val_range, progress=progress, input_shapes=config.input_shapes())
     diag, extra, audit = diagnose_device(prep, config, device_dumps, profile=profile, mapping=mapping,
                                          thresholds=lines, task_metrics=task_metrics, progress=progress)
+    mark_unverified(diag.findings, "read from device dumps, which a changed config does not re-run; convert the "
+                    "model with that keep_dtype and dump it again")
     with output_dir(out, REPORTS_DIR, f"{prep.name}-device") as folder:
         progress("writing the report")
         atomic_write_text(folder / "precision_audit.csv", _csv_text(audit))

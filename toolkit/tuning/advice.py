@@ -304,6 +304,20 @@ def verify_advice(prep: Prepared, config: Config, findings: list[Finding], extra
     return fix
 
 
+def mark_unverified(findings: list[Finding], why: str) -> int:
+    """Say on every finding that advises a keep_dtype set (evidence ``keep_dtype``) that the set was not applied
+    and re-run, and why (``why``: e.g. "--no-verify"): its recommendation ends ``[not verified: <why>]`` and its
+    evidence gets ``verified`` = None. Returns how many findings were marked."""
+    n = 0
+    for f in findings:
+        ev = f.evidence if isinstance(f.evidence, dict) else None
+        if ev and ev.get("keep_dtype") and "verified" not in ev:
+            ev["verified"] = None
+            f.recommendation += f" [not verified: {why}]"
+            n += 1
+    return n
+
+
 def _as_file_names(findings: list[Finding], model) -> None:
     """Each advised keep_dtype set as the model file names its nodes: a node the loader renamed because the file
     repeats its name (``dense__10``, toolkit.ir.load.twins_index) is the file's ``dense``, which keep_dtype keeps
