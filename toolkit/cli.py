@@ -707,7 +707,13 @@ def _end_process(code: int) -> None:
 
     store = sys.modules.get("toolkit.cache.store")
     if store is not None:
-        store.close()
+        try:
+            store.close()
+        except (KeyboardInterrupt, SystemExit) as exc:  # Ctrl-C / SIGTERM after the command ended: no traceback
+            sig = exc.code if isinstance(exc, SystemExit) and exc.code in (130, 143) else 130
+            print(f"npuscope: stopped while writing the compile cache (exit {sig}); the command's results are "
+                  "complete, and entries not yet written are simply rebuilt next time", file=sys.stderr)
+            _exit_interrupted(sig)
     if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
         return
     atexit._run_exitfuncs()

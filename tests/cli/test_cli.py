@@ -1428,3 +1428,29 @@ def test_segment_mb_with_no_stream_is_refused_not_ignored(verb, tmp_path):
     ok = subprocess.run([sys.executable, "-m", "toolkit", "--quiet", verb, "--no-stream", "--out",
                          str(tmp_path / "p")], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr  # --no-stream alone still runs
+
+
+@pytest.mark.parametrize("raised,code", [(KeyboardInterrupt(), 130), (SystemExit(143), 143), (SystemExit(130), 130)])
+def test_an_interrupt_while_the_cache_is_written_after_the_command_is_one_line(monkeypatch, capsys, raised, code):
+    """Ctrl-C (or SIGTERM) after the command printed its result, while the compile cache's queued entries are still
+    being written: one stderr line and the signal's exit code, no traceback."""
+    import types
+
+    from toolkit import cli as cli_module
+
+    def close():
+        raise raised
+
+    monkeypatch.setitem(sys.modules, "toolkit.cache.store", types.SimpleNamespace(close=close))
+    exits = []
+
+    def fake_exit(c):
+        exits.append(c)
+        raise RuntimeError("exited")
+
+    monkeypatch.setattr(cli_module, "_exit_interrupted", fake_exit)
+    with pytest.raises(RuntimeError, match="exited"):
+        cli_module._end_process(0)
+    err = capsys.readouterr().err
+    assert exits == [code] and err.count("\n") == 1 and "stopped while writing the compile cache" in err
+    assert "Traceback" not in err
