@@ -280,8 +280,8 @@ def run_cmd(model, config_path, precision_mode, fusion_level, input_shape, input
     cfg = _config(config_path) if config_path or not plan_path else None  # None: the plan's own config
     res = run_command(model, cfg, inputs=inputs, seed=seed, val_range=val_range, dump_dir=dump_dir,
                       output=save_outputs or output, out=out, plan=plan_path, overrides=options, progress=_progress)
-    wrong = bool(res.get("exit_code"))  # outputs written but wrong (a padding leak reaching an output)
-    _finish(res, wrong, "outputs changed by padding" if wrong else "ran")
+    wrong = bool(res.get("exit_code"))  # outputs written but wrong (a padding leak, an unsafe --plan)
+    _finish(res, wrong, res.get("status") or ("outputs changed by padding" if wrong else "ran"))
 
 
 @cli.command("memcheck")

@@ -422,6 +422,24 @@ def test_offset_edit_is_still_accepted(tiny_compiled, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "y.npz")["y"], _expected_y(), rtol=1e-6)
 
 
+@pytest.mark.parametrize("victim,writer", [("a", "b"), ("x", "a")])
+def test_a_plan_that_overwrites_live_data_runs_but_says_so_and_exits_1(tiny_compiled, tmp_path, victim, writer):
+    """A hand-edited plan.json that puts ``writer``'s bytes onto ``victim`` while ``victim`` is still to be read:
+    the run goes on (the user asked for that plan), but the outputs are not the model's (checked against 5x,
+    computed here), so it exits 1 with a WARNING naming both tensors and memcheck."""
+    d = json.loads((tiny_compiled / "c" / "plan.json").read_text())
+    by = {t["name"]: t for t in d["tensors"]}
+    by[writer]["offset"] = by[victim]["offset"]
+    p = tmp_path / "overlap.json"
+    p.write_text(json.dumps(d))
+    proc = _cli_argv(["run", str(tiny_compiled / "m.onnx"), "--plan", str(p), "--inputs", str(tiny_compiled / "x.npz"),
+                      "--output", str(tmp_path / "y.npz"), "--out", str(tmp_path / "o")])
+    assert proc.returncode == 1, proc.stderr
+    warning = next(line for line in proc.stdout.splitlines() if line.startswith("WARNING: the plan"))
+    assert f"'{victim}'" in warning and f"'{writer}'" in warning and "npuscope memcheck" in warning
+    assert not np.allclose(np.load(tmp_path / "y.npz")["y"], _expected_y(), rtol=1e-6)
+
+
 def test_run_plan_uses_the_plans_own_config(tiny_compiled, tmp_path):
     # the plan was compiled with force_fp32 / fusion 0; the defaults (mixed precision) give other kernels
     proc = _cli_argv(["-q", "run", "--plan", str(tiny_compiled / "c" / "plan.json"), "--inputs", str(tiny_compiled / "x.npz"),

@@ -30,6 +30,7 @@ from toolkit.engine import Session, shapes_of
 from toolkit.gears.spec import has_gears
 from toolkit.ir.load import load_model
 from toolkit.memcheck.planio import open_plan
+from toolkit.memcheck.static_check import static_conflicts
 from toolkit.runtime.npu import KernelRuntimeError
 from toolkit.source import prepare_inputs, resolve_model
 
@@ -44,7 +45,8 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
     line's options ({option: value}, None ignored) applied on top of it (toolkit.memcheck.planio.open_plan).
     With gears in the config: the smallest fitting gear runs (toolkit.commands.gears.run_gears_command).
     ``exit_code`` in the result: 0, or 1 when the outputs are known to be wrong (a padding leak reaching an
-    output). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
+    output, or a ``plan`` whose memory decisions overwrite live data: toolkit.memcheck.static_check, with a
+    WARNING line in the summary). Raises ConfigError for an input_shape the model cannot take (unknown input, static dim, one
     symbolic dim given two sizes), InputError for inputs that do not fit the model or input_shape."""
     check_out(out)  # --out, --dump and --save-outputs are refused before the model is read
     check_dump_dir(dump_dir, out)
@@ -89,4 +91,15 @@ def run_command(model: str | None, config: Config | None, *, inputs: str | None 
                 "an empty optional" if arr is None else f"{arr.dtype}{list(arr.shape)}")
         summary.append(f"output {printable(name)}: {desc}")
     summary.append(f"wrote {files['outputs']}" + (f" and dumps in {files['dump']}" if dump_dir else ""))
-    return {"summary": summary, "out": folder, "files": files, "result": res, "exit_code": 0}
+    code = 0
+    if plan:  # a plan.json given by hand: its memory decisions may overwrite live data (memcheck's static check)
+        conflicts = static_conflicts(sess.plan)
+        if conflicts:
+            c = conflicts[0]
+            summary.append(f"WARNING: the plan '{plan}' overwrites live data in {len(conflicts)} place(s) (first: kernel "
+                           f"'{printable(c.writer)}' writes '{printable(c.written)}' over '{printable(c.victim)}' before "
+                           f"'{printable(c.reader)}' reads it): these outputs are not the model's; see "
+                           f"`npuscope memcheck MODEL --plan {plan}`")
+            code = 1
+    return {"summary": summary, "out": folder, "files": files, "result": res, "exit_code": code,
+            "status": "outputs wrong: the plan overwrites live data" if code else "ran"}
