@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -406,3 +407,28 @@ def test_loader_names_are_unique_never_a_file_name_and_map_back_to_the_file(name
         assert sorted(index.get(name, [])) == sorted(k for k, v in expected_back.items() if v == name)
     assert ld.normalise_node_names(model) == 0 and ld.loader_names(model) == {new: old for new, old in zip(got, names)
                                                                              if new != old}  # idempotent
+
+
+@pytest.mark.parametrize("op,unknown", [("Relu", "output"), ("Sigmoid", "output"), ("Relu", "input"),
+                                        ("Relu", "both")])
+def test_main_graph_io_of_unknown_rank_loads_and_runs_as_onnxruntime_runs_it(tmp_path, op, unknown):
+    """A main-graph input or output declared without a shape (unknown rank: the ONNX checker wants the field,
+    onnxruntime runs the model): it loads with its rank still unknown, and runs to onnxruntime's values."""
+    from toolkit.config.schema import Config
+    from toolkit.engine import Session, shapes_of
+    from toolkit.ir.load import load_model
+
+    shaped = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3])  # noqa: E731
+    bare = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)  # noqa: E731
+    x = bare("x") if unknown in ("input", "both") else shaped("x")
+    y = bare("y") if unknown in ("output", "both") else shaped("y")
+    model = helper.make_model(helper.make_graph([helper.make_node(op, ["x"], ["y"], name="n")], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    loaded = load_model(tmp_path / "m.onnx")
+    assert loaded.graph.output[0].type.tensor_type.HasField("shape") == (unknown == "input")  # rank left unknown
+    feed = {"x": np.array([[-1.0, 0.5, 2.0], [3.0, -4.0, 0.0]], np.float32)}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = Session(loaded, Config(), input_shapes=shapes_of(feed)).run(feed).outputs["y"]
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-3)

@@ -167,12 +167,24 @@ def _map_lifted(model: onnx.ModelProto, lifted, path: Path) -> None:
         array_of(t)  # mapped now, as the bytes parsed: a file replaced later does not change this model
 
 
+def _unshaped_io(model: onnx.ModelProto) -> list:
+    """The main graph's inputs and outputs of tensor type whose ``shape`` field is absent (unknown rank): the ONNX
+    checker requires the field on the main graph, onnxruntime runs such models (Loop scan outputs, If outputs whose
+    branches differ in shape, a value_info made without a shape)."""
+    g = model.graph
+    return [v for v in (*g.input, *g.output)
+            if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
+
+
 def _checker_view(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` for the ONNX checker in which each initializer left on disk is a graph input of its
     type and dims instead (the checker would otherwise read the file again; the loader has checked their
-    extents and sizes itself)."""
+    extents and sizes itself), and each main-graph input or output of unknown rank (:func:`_unshaped_io`) has an
+    empty shape field: the checker requires the field, the model keeps its unknown rank."""
     view = onnx.ModelProto()
     view.CopyFrom(model)
+    for v in _unshaped_io(view):
+        v.type.tensor_type.shape.SetInParent()
     g = view.graph
     inputs = {i.name for i in g.input}
     keep = []
@@ -239,7 +251,7 @@ def _parse_checked(p: Path, data: bytes, lifted=()) -> tuple[onnx.ModelProto, ob
     # tensors left on disk: the checker gets them as graph inputs (their files, extents and sizes were checked
     # above; the checker's own path check refuses the symbolic links of a Hugging Face cache, which onnxruntime
     # reads)
-    _check(p, model, _checker_view(model) if mapped else data if pristine else model)
+    _check(p, model, _checker_view(model) if mapped or _unshaped_io(model) else data if pristine else model)
     _map_embedded(model, data, p.resolve())  # after the checker, which then still sees them in the proto
     return model, None
 
