@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import helper
 
 from tests.graphs import N, make_model
@@ -72,3 +73,62 @@ def test_kernel_inputs_and_isolation_see_through_copies():
     golden = ReferenceRunner(mlp()).run({"x": X})
     local = isolate(sess.runtime, "tanh", golden)  # the device reads 'a' as FP16, widened to FP32 for the host
     np.testing.assert_array_equal(local["t"], ort_single("Tanh", golden["a"].astype(np.float16).astype(np.float32)))
+
+
+def _attention_through(move: str, seed: int):
+    """q = x·Wq, k = x·Wk, kt = ``move``(k) (a Transpose, or a Reshape to the same shape), s = q·kt, softmax, y = p·v:
+    the data-movement node 'k_t' between the FP16 MatMul that rounds k and the attention that reads it."""
+    import onnx
+
+    rng = np.random.default_rng(seed)
+    w = {n: rng.standard_normal((64, 64)).astype(np.float32) * 0.5 for n in ("Wq", "Wk")}
+    if move == "transpose":
+        mv = [helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1])]
+        extra = []
+    else:
+        mv = [helper.make_node("Reshape", ["k", "shape"], ["kt"], name="k_t")]
+        extra = [onnx.numpy_helper.from_array(np.array([1, 64, 32], np.int64), "shape")]
+    nodes = [helper.make_node("MatMul", ["x", "Wq"], ["q"], name="q_proj"),
+             helper.make_node("MatMul", ["x", "Wk"], ["k"], name="k_proj"), *mv,
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="qk"),
+             helper.make_node("Softmax", ["s"], ["p"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["y"], name="pv")]
+    f = onnx.TensorProto.FLOAT
+    g = helper.make_graph(nodes, "attn", [helper.make_tensor_value_info("x", f, [1, 32, 64]),
+                                          helper.make_tensor_value_info("v", f, [1, 32, 64])],
+                          [helper.make_tensor_value_info("y", f, [1, 32, 64])],
+                          [onnx.numpy_helper.from_array(a, n) for n, a in w.items()] + extra)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {n: rng.standard_normal((1, 32, 64)).astype(np.float32) * 2 for n in ("x", "v")}
+    return model, feeds
+
+
+
+@pytest.mark.parametrize("move", ["transpose", "reshape"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_data_movement_node_is_never_the_storage_origin_or_advised_alone(tmp_path, move, seed):
+    """The attention reads k through a data-movement node 'k_t': keeping it alone in FP32 changes nothing (checked
+    on the device run here: its input is already rounded), so it is never the origin; in the default mixed mode it
+    takes its producer's precision, so no advised set names it, and a set naming 'k_proj' makes it FP32 too (plan
+    checked)."""
+    import onnx
+
+    from toolkit.diagnose import diagnose, prepare
+
+    model, feeds = _attention_through(move, seed)
+    cfg = Config()
+    shapes = {k: v.shape for k, v in feeds.items()}
+    base = Session(model, cfg, input_shapes=shapes).run(feeds).outputs["y"]
+    kept = Session(model, Config(keep_dtype=["k_t"]), input_shapes=shapes).run(feeds).outputs["y"]
+    np.testing.assert_array_equal(base, kept)  # keeping the movement node alone changes nothing
+    follows = compile_model(model, Config(keep_dtype=["k_proj"]), input_shapes=shapes).plan
+    assert {k.name: k.precision for k in follows.kernels}["k_t"] == "fp32"
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "x.npz", **feeds)
+    diag, _ = diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "x.npz")), cfg,
+                       thresholds="CosineSimilarity>=0.999999")
+    for f in diag.findings:
+        ev = f.evidence if isinstance(f.evidence, dict) else {}
+        assert "k_t" not in (ev.get("keep_dtype") or []) and f.subject != "k_t", (f.kind, f.subject, ev)
+    roles = diag.table.set_index("TensorName")["Role"]
+    assert roles.get("kt") != "origin"

@@ -28,6 +28,7 @@ from toolkit.compare.metrics import compare_tensors, dtype_class
 from toolkit.ir.graph import node_reads
 from toolkit.ort.terminate import reraise_if_terminated
 from toolkit.precision.contract import expected_noise
+from toolkit.precision.options import MIXLIST_MODES
 from toolkit.reexec.repro import run_subgraph
 
 
@@ -169,10 +170,13 @@ def fp32_fix(plan, model, golden: dict, device: dict, kernel, tensor: str, thres
     keeping ``kernel`` in FP32 is enough (None). Abnormal: the inputs whose stored value alone breaks it (each
     replaced by its reference value in turn; all that differ if none alone does) are blamed, their producer
     kernels join the set, and the set runs again, up to :data:`MAX_HOPS` times (rounding that an exact op such
-    as a Mul by 1, a Relu or an FP32 kernel passes on is found further up).
+    as a Mul by 1, a Relu or an FP32 kernel passes on is found further up). Once the set holds, each kernel a
+    hop added is dropped again when the set holds without it (a data-movement kernel such as a Transpose of
+    FP16-stored values changes nothing in FP32), so every kernel it names is needed.
 
     Returns None (``kernel`` alone in FP32 is enough, or no set was found), else {"kernels": every kernel of the
-    set, ``kernel`` first; "keep_kernels": those of them in FP16 (what keep_dtype must move), in plan order;
+    set, ``kernel`` first; "keep_kernels": those of them in FP16 that keep_dtype must move (in a mixlist mode not
+    a data-movement kernel whose producers the set keeps: it takes their precision), in plan order;
     "culprits": the tensors blamed at the last hop (where the rounding that matters is stored); "hops";
     "metric": the metric of ``tensor``'s dtype (:func:`headline_metric`); "exact_value": ``kernel`` in FP32 on
     the reference inputs; "stored_value": in FP32 on its inputs as the plan stored them}.
@@ -180,27 +184,50 @@ def fp32_fix(plan, model, golden: dict, device: dict, kernel, tensor: str, thres
     owner = plan.kernel_of_tensor()
     metric = headline_metric(golden[tensor])
     graph_inputs = set(plan.graph_inputs)
-    keep, nodes, first, culprits = [kernel], list(kernel.nodes), None, []
-    for hop in range(MAX_HOPS + 1):
+
+    def judged(kernels: list) -> tuple[dict | None, list[str], list[str]]:
+        """(``tensor``'s row with ``kernels`` run in FP32 on the stored values of their other inputs, those
+        inputs that differ from the reference, the nodes run)."""
+        nodes = list(dict.fromkeys(n for k in kernels for n in k.nodes))
         differ = [t for t in _boundary(model, nodes)
                   if t not in graph_inputs and t in owner and _differs(t, golden, device)]
         noise = _inherited_noise(kernel, tensor, differ, owner, golden)
-        together = _judge_fp32(model, nodes, golden, device, tensor, differ, thresholds, noise)
+        return _judge_fp32(model, nodes, golden, device, tensor, differ, thresholds, noise), differ, nodes
+
+    keep, first, culprits = [kernel], None, []
+    for hop in range(MAX_HOPS + 1):
+        together, differ, nodes = judged(keep)
         if together is None:
             return None
         first = first or together
         if not _bad(together):
             if hop == 0:
                 return None
+            # drop each kernel the hops added that the set does not need (last added first): one whose values
+            # come out as it read them, a Transpose of FP16-stored data, changes nothing in FP32
+            for p in reversed(keep[1:]):
+                fewer = [k for k in keep if k is not p]
+                row = judged(fewer)[0]
+                if row is not None and not _bad(row):
+                    keep = fewer
+            culprits = [s for s in culprits if owner[s] in keep]  # a dropped kernel's value is no culprit
             exact = _judge_fp32(model, list(kernel.nodes), golden, device, tensor, (), thresholds,
                                 expected_noise(kernel.op_class)) or {}
             order = {k.name: i for i, k in enumerate(plan.kernels)}
-            fp16 = sorted((k for k in keep if k.precision == "fp16"), key=lambda k: order.get(k.name, 0))
+            # in a mixlist mode a data-movement kernel (a gray op) takes its input's precision
+            # (toolkit.compiler.passes.assign_precision): one whose producers are kept in FP32 follows them, so
+            # keep_dtype need not name it (in force_fp16 it does not follow, and is named)
+            mixed = plan.config.get("precision_mode") in MIXLIST_MODES
+            follows = {k.name for k in keep if mixed and k.op_class == "data_movement" and k is not kernel
+                       and all(owner[t] in keep for t in k.inputs if t in owner)}
+            fp16 = sorted((k for k in keep if k.precision == "fp16" and k.name not in follows),
+                          key=lambda k: order.get(k.name, 0))
             return {"kernels": [k.name for k in keep], "keep_kernels": [k.name for k in fp16],
                     "culprits": culprits, "hops": hop, "metric": metric,
                     "exact_value": exact.get(metric), "stored_value": first.get(metric)}
         if not differ:
             return None
+        noise = _inherited_noise(kernel, tensor, differ, owner, golden)
         alone = {s: _judge_fp32(model, nodes, golden, device, tensor, [s], thresholds, noise) for s in differ} \
             if len(differ) > 1 else {differ[0]: together}
         culprits = [s for s, r in alone.items() if r is not None and _bad(r)] or differ
@@ -208,7 +235,6 @@ def fp32_fix(plan, model, golden: dict, device: dict, kernel, tensor: str, thres
             p = owner[s]
             if p not in keep:
                 keep.append(p)
-                nodes += [n for n in p.nodes if n not in nodes]
     return None
 
 
