@@ -533,3 +533,19 @@ def test_outputs_whose_differences_fp16_erases_on_an_offset_fail_and_the_fix_is_
     assert np.mean(after.argmax(1) == ref.argmax(1)) == 1.0
     res = tune(prep.model, [("x", feeds)], cfg, DEFAULT_TARGET)
     assert res.met and sorted(res.chosen) == sorted(fix.keep_dtype)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_an_accumulated_error_finding_over_one_kernel_says_it_is_that_kernels_rounding(n):
+    """With one FP16 kernel and no origin, nothing accumulated: the finding names that kernel's rounding, never
+    "accumulated over 1 FP16 kernels"; with more, it says over how many."""
+    import pandas as pd
+
+    from toolkit.tuning.advice import accumulated_finding
+
+    ranking = pd.DataFrame({"KeepName": [f"k{i}" for i in range(n)], "OutputShare": [1.0 / n] * n})
+    fix = VerifiedFix(target=[], needed=True, met=True, searched=True, keep_dtype=["k0"])
+    text = accumulated_finding(ranking, fix).recommendation
+    assert ("accumulated over" in text) == (n > 1)
+    assert (f"accumulated over {n} FP16 kernels" in text) == (n > 1)
+    assert ("the one FP16 kernel, 'k0'" in text) == (n == 1)

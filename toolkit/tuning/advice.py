@@ -469,8 +469,14 @@ def accumulated_finding(ranking, fix: VerifiedFix, severity: str = "error", show
         names = ", ".join(f"'{k}'" for k in keep)
         why = (f"the origins found explain little of it (keeping {names} in FP32 gives "
                f"{change_text(fix.rows_before, trial.rows)})")
-    head = (f"no single kernel explains the output error: it accumulated over {n} FP16 kernels, {why}; share of "
-            f"the output error each removes when kept alone in FP32: {top}; ")
+    if n == 1 and origins is None:  # one FP16 kernel: nothing accumulated; its rounding is all there is
+        only = str(ranking.iloc[0]["KeepName"])
+        head = (f"the output error is the FP16 rounding of the one FP16 kernel, '{only}', which is within its "
+                f"expected noise when re-run alone on the exact reference inputs: the target is tighter than that "
+                f"rounding; ")
+    else:
+        head = (f"no single kernel explains the output error: it accumulated over {n} FP16 kernels, {why}; share "
+                f"of the output error each removes when kept alone in FP32: {top}; ")
     return Finding(severity, "accumulated_error", "outputs", ev, head + fix.sentence())
 
 
