@@ -294,3 +294,20 @@ def test_the_users_lines_replace_a_policys_line_by_line():
     assert lines.for_tensor("y")["MaxAbsoluteError"] == 2
     assert overridden(policy, None) == policy and overridden(None, None) is None
     assert overridden(None, "CosineSimilarity<0.9") == "CosineSimilarity<0.9"
+
+
+@pytest.mark.parametrize("acronym", ["MRE", "MAE", "mre", "CS", "RMSE", "ARE"])
+def test_an_acronym_of_several_metrics_suggests_all_of_them(acronym):
+    """An unknown acronym is answered with every metric whose capitals spell it (MRE: MaxRelativeError and
+    MeanRelativeError), never with one look-alike; a short form that is an alias is accepted as before."""
+    from toolkit.compare.metrics import parse_thresholds
+    from toolkit.compare.metrics.grammar import SHORT_FORMS, THRESHOLDABLE
+
+    spelled = [n for n in THRESHOLDABLE if "".join(c for c in n if c.isupper()).lower() == acronym.lower()]
+    if acronym in SHORT_FORMS:  # an alias: accepted, its line turned off
+        assert SHORT_FORMS[acronym] not in parse_thresholds(f"{acronym}=off")
+        return
+    with pytest.raises(UsageError) as info:
+        parse_thresholds(f"{acronym}=off")
+    msg = str(info.value)
+    assert spelled and all(f"'{n}=off'" in msg for n in spelled), msg

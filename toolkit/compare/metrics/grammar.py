@@ -190,7 +190,19 @@ def closest_metric(name: str, allowed=THRESHOLDABLE) -> str | None:
     return spellings[close[0]] if close else None
 
 
+def acronym_matches(name: str, allowed=THRESHOLDABLE) -> list[str]:
+    """The names of ``allowed`` whose capitals spell ``name`` (case-insensitive): "MRE" → MaxRelativeError and
+    MeanRelativeError, "MAE" → MaxAbsoluteError and MeanAbsoluteError; [] for a name that is not such an
+    acronym."""
+    if not name.isalpha() or len(name) < 2:
+        return []
+    return [n for n in allowed if "".join(c for c in n if c.isupper()).lower() == name.lower()]
+
+
 def _did_you_mean(name: str, allowed) -> str:
+    spelled = acronym_matches(name, allowed)  # an acronym of several names: all of them, not one look-alike
+    if spelled:
+        return "did you mean " + " or ".join(f"'{n}'" for n in spelled) + "? "
     close = closest_metric(name, allowed)
     return f"did you mean '{close}'? " if close else ""
 
@@ -269,11 +281,12 @@ def _metric_or_hint(name: str, op: str, raw: str, prefix: str, context: str, all
     try:
         return metric_name(name, context, allowed)
     except UsageError as exc:
-        close = closest_metric(name, allowed)
-        if close is None or "informational" in str(exc):
+        close = acronym_matches(name, allowed) or [c for c in [closest_metric(name, allowed)] if c]
+        if not close or "informational" in str(exc):
             raise
-        raise UsageError(f"{context}: unknown metric '{name}'; did you mean '{close}'? "
-                         f"(write '{prefix}{close}{op}{_valid_value(close, op, raw)}'); valid names: "
+        fixed = " or ".join(f"'{prefix}{c}{op}{_valid_value(c, op, raw)}'" for c in close)
+        raise UsageError(f"{context}: unknown metric '{name}'; did you mean "
+                         f"{' or '.join(repr(c) for c in close)}? (write {fixed}); valid names: "
                          f"{', '.join(allowed)}") from None
 
 
