@@ -550,3 +550,15 @@ def test_a_row_that_could_not_be_compared_is_never_normal_again():
     got = layer_changes(base, new, dict(DEFAULT_TOLERANCE))
     assert [r["TensorName"] for r in got["newly_normal"]] == ["b"]
     assert [r["TensorName"] for r in got["lost_comparisons"]] == ["a"]
+
+
+@pytest.mark.parametrize("item", ["Cosine=abc", "RED=x", "RelativeEuclideanDistance=nan"])
+def test_a_bad_allowed_change_is_answered_with_an_allowed_change(item):
+    """regress's METRIC=CHANGE is an allowed worsening: the corrected example is a small change (1e-3), never a
+    metric value such as 0.999, which would allow almost any worsening; and the example parses."""
+    with pytest.raises(UsageError) as info:
+        parse_tolerance(item)
+    msg = str(info.value)
+    example = msg.split("e.g. '", 1)[1].split("'", 1)[0]
+    metric, change = example.split("=")
+    assert float(change) == 1e-3 and parse_tolerance(example)[metric] == 1e-3, msg

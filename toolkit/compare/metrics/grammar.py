@@ -270,7 +270,8 @@ def parse_item(item: str, label: str = "threshold", *, allowed=THRESHOLDABLE, ra
         if metric != "MaxAbsoluteError":
             raise UsageError(f"{context}: '{FP16_NOISE}' (element-wise allowance for FP16 rounding) applies only to "
                              f"MaxAbsoluteError, e.g. '{prefix}MaxAbsoluteError<=0.01{FP16_NOISE}'")
-    value = number(raw, context, f"{prefix}{metric}{op}")
+    # without ranges, '=VALUE' is the caller's own quantity (regress: an allowed change), not a metric value
+    value = number(raw, context, f"{prefix}{metric}{op}", "1e-3" if not ranged and op == "=" else None)
     if ranged:
         in_range(metric, value, context, f"{prefix}{metric}{op}")
     return Condition(metric, op, value, output, item, fp16)
@@ -322,10 +323,10 @@ def _is_number(raw: str) -> bool:
         return False
 
 
-def number(raw, context: str, head: str = "") -> float:
+def number(raw, context: str, head: str = "", example_raw: str | None = None) -> float:
     """``raw`` as a float; UsageError for text that is not a number and for NaN (``head``: the item up to the
-    value, for the corrected example)."""
-    example = f"'{head}{example_value(_metric_of(head))}'" if head else "0.99 or 1e-2"
+    value, for the corrected example; ``example_raw``: the example's value, default a line value of the metric)."""
+    example = f"'{head}{example_raw or example_value(_metric_of(head))}'" if head else "0.99 or 1e-2"
     try:
         value = float(raw)
     except (TypeError, ValueError):
