@@ -544,3 +544,41 @@ def test_an_overflow_in_a_fused_kernel_reading_a_constant_past_fp16_names_the_co
     assert ov and ov[0].evidence["overflow"]["where"] == "constant"
     assert ov[0].evidence["overflow"]["tensor"] == "big" and ov[0].evidence["overflow"].get("reader") == "scale_up"
     assert "intermediate" not in ov[0].recommendation and "'scale_up' reads constant 'big'" in ov[0].recommendation
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("blocks", [2, 3])
+@pytest.mark.parametrize("scale", [300.0])
+def test_every_overflow_that_starts_its_own_error_gets_its_overflow_finding(tmp_path, blocks, scale):
+    """``blocks`` unfused LayerNorm-like branches read x (× 1, 1.5, 2 ...: x − mean, Pow 2, ReduceMean, + eps,
+    Sqrt, Div) and are summed; each branch's squares pass 65504 (numpy) on inputs that are still exact: every
+    branch's Pow is an fp16_overflow finding with its own keep set, none a bare divergence_origin whose inputs are
+    "normal"."""
+    nodes, inits = [], {"two": 2.0, "eps": 1e-5}
+    outs = []
+    for b in range(blocks):
+        inits[f"c{b}"] = 1.0 + 0.5 * b
+        nodes += [helper.make_node("Mul", ["x", f"c{b}"], [f"i{b}"], name=f"in{b}"),
+                  helper.make_node("ReduceMean", [f"i{b}"], [f"m{b}"], name=f"mean{b}", axes=[-1]),
+                  helper.make_node("Sub", [f"i{b}", f"m{b}"], [f"d{b}"], name=f"sub{b}"),
+                  helper.make_node("Pow", [f"d{b}", "two"], [f"p{b}"], name=f"pow{b}"),
+                  helper.make_node("ReduceMean", [f"p{b}"], [f"v{b}"], name=f"var{b}", axes=[-1]),
+                  helper.make_node("Add", [f"v{b}", "eps"], [f"ve{b}"], name=f"adde{b}"),
+                  helper.make_node("Sqrt", [f"ve{b}"], [f"s{b}"], name=f"sqrt{b}"),
+                  helper.make_node("Div", [f"d{b}", f"s{b}"], [f"n{b}"], name=f"div{b}")]
+        outs.append(f"n{b}")
+    nodes.append(helper.make_node("Sum", outs, ["y"], name="sum"))
+    model = _model(nodes, [("x", [4, 64])], [("y", [4, 64])], inits, opset=17)
+    x = (np.random.default_rng(blocks).standard_normal((4, 64)) * scale).astype(np.float32)
+    for b in range(blocks):  # numpy: each branch's squares pass FP16 max
+        d = x.astype(np.float64) * (1.0 + 0.5 * b)
+        d = d - d.mean(-1, keepdims=True)
+        assert (d * d).max() > 65504, b
+    onnx.save(model, tmp_path / "m.onnx")
+    np.savez(tmp_path / "x.npz", x=x)
+    diag, _ = diagnose(prepare(str(tmp_path / "m.onnx"), str(tmp_path / "x.npz")),
+                       Config(precision_mode="force_fp16", fusion_level=0))
+    over = {f.subject: f for f in diag.findings if f.kind == "fp16_overflow"}
+    assert set(over) == {f"pow{b}" for b in range(blocks)}, [(f.kind, f.subject) for f in diag.findings]
+    assert all(f"pow{b}" in over[f"pow{b}"].evidence["keep_dtype"] for b in range(blocks))
+    assert not any(f.kind == "divergence_origin" and "inputs are normal" in f.recommendation for f in diag.findings)

@@ -3,7 +3,8 @@
 1. static: FP16-unrepresentable constants reported by the compiler (before any run), then (when ``advise``
    is given the model) one warning ``nondeterministic_op`` per op drawing random numbers
    (toolkit.compare.nondeterminism: its dependent tensors are not compared);
-2. where FP16 overflow / NaN / Inf first appears (device non-finite where the reference is finite, or a
+2. where FP16 overflow / NaN / Inf first appears, and each later overflow that starts an error of its own (an
+   origin) (device non-finite where the reference is finite, or a
    finite reference value passing 65504 in a tensor stored in FP16 — which saturation mode would hide),
    named where it happens with the reference value past 65504 there (:func:`overflow_site`: the cast of an
    FP32 input into the FP16 kernel, an on-chip intermediate of a fused kernel, the kernel's output), and
@@ -487,7 +488,8 @@ def _site_text(r, site: dict, plan_kernels) -> str:
 
 def overflow_finding(r, plan_kernels, graph_known=True, fusion_hint=None, model=None, values=None,
                      plan=None, df: pd.DataFrame | None = None) -> Finding:
-    """The ``fp16_overflow`` error of the first overflow row ``r``. Evidence ``overflow``: where it happens
+    """The ``fp16_overflow`` error of overflow row ``r`` (the first, and each later one that is an origin).
+    Evidence ``overflow``: where it happens
     (:func:`overflow_site`: the cast of an FP32 input into FP16, an on-chip intermediate, the kernel's output,
     a constant of ``model`` the kernel reads (:func:`_constant_site`), or inside the computation) with the
     reference |x| that passes 65504 there; ``keep_dtype``: the keep_dtype
@@ -563,11 +565,16 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
     if outputs is not None:
         out += golden_nonfinite(df, outputs)
     ov = overflow_rows(df)
-    overflow = None
+    overflows: dict[str, Finding] = {}  # node -> its fp16_overflow finding
     if len(ov):
-        r = ov.iloc[0]
-        overflow = overflow_finding(r, kernels, graph_known, fusion_hint, model, values, plan=plan, df=df)
-        out.append(overflow)
+        # the first overflow row, and every later one that starts its own error (an origin: a second LayerNorm
+        # squaring past 65504 as the first does), each with its own site and keep set
+        rows = [ov.iloc[0]] + [r for _, r in ov.iloc[1:].iterrows() if str(r.get("Role") or "") == "origin"]
+        for r in rows:
+            if r["NodeName"] not in overflows:
+                overflows[r["NodeName"]] = overflow_finding(r, kernels, graph_known, fusion_hint, model, values,
+                                                            plan=plan, df=df)
+                out.append(overflows[r["NodeName"]])
     inp = df[(df["OpType"] == "Input") & df["Abnormal"]]
     for _, r in inp.iterrows():
         out.append(Finding("error", "inconsistent_input", r["NodeName"], _evidence(r),
@@ -578,7 +585,8 @@ def advise(df: pd.DataFrame, plan, compile_findings=(), fusion_hint: dict | None
         ev = _evidence(r)
         ev["propagated_tensors"] = propagated
         advice, keep = _origin_advice(r, kernels, plan, df)
-        same = overflow is not None and overflow.subject == r["NodeName"] and "keep_dtype" in overflow.evidence \
+        overflow = overflows.get(r["NodeName"])
+        same = overflow is not None and "keep_dtype" in overflow.evidence \
             and "accumulation" not in overflow.evidence and not _storage_origin(df, r)
         if same:  # the overflow finding's own advice: keep what meets the values past 65504
             keep = [kernels[n] for n in overflow.evidence["keep_dtype"] if n in kernels] or \
