@@ -432,3 +432,25 @@ def test_main_graph_io_of_unknown_rank_loads_and_runs_as_onnxruntime_runs_it(tmp
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = Session(loaded, Config(), input_shapes=shapes_of(feed)).run(feed).outputs["y"]
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-3)
+
+
+def test_an_unsorted_subgraph_is_refused_as_onnxruntime_refuses_it(tmp_path):
+    """The main graph lists the If before its producer (sorted, as onnxruntime sorts it), and the If's branch lists
+    a node before its producer, which onnxruntime refuses (checked here): refused in one line naming the node."""
+    from toolkit.ir.load import load_model
+
+    vi = lambda n, s=(2,): helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s))  # noqa: E731
+    then = helper.make_graph([helper.make_node("Neg", ["t1"], ["t"], name="then_neg"),
+                              helper.make_node("Relu", ["b"], ["t1"], name="then_relu")], "then", [], [vi("t")])
+    other = helper.make_graph([helper.make_node("Identity", ["b"], ["e"], name="else_id")], "else", [], [vi("e")])
+    nodes = [helper.make_node("If", ["flag"], ["y"], name="iff", then_branch=then, else_branch=other),
+             helper.make_node("Relu", ["a"], ["b"], name="relu")]
+    g = helper.make_graph(nodes, "g", [vi("a")], [vi("y")], [numpy_helper.from_array(np.array(True), "flag")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    with pytest.raises(Exception, match="topologically sorted"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ModelError) as info:
+        load_model(tmp_path / "m.onnx")
+    assert "then_neg" in str(info.value) and "\n" not in str(info.value)

@@ -18,8 +18,9 @@ Accepted as onnxruntime accepts them, with a note (logged as a warning, and list
 - ``sparse_initializer`` entries become ordinary dense initializers (:func:`densify_sparse_initializers`);
 - duplicate ``opset_import`` entries of one domain: the last is kept (:func:`dedupe_opsets`);
 - ``ir_version`` 0..3 is read as the IR version the opsets need (:func:`normalise_ir_version`);
-- nodes out of topological order are sorted (:func:`sort_nodes`; stable: the file's order wherever it already
-  holds). A real cycle is left for the checker, and :func:`node_cycle` names its nodes.
+- main-graph nodes out of topological order are sorted (:func:`sort_nodes`; stable: the file's order wherever it
+  already holds; an unsorted subgraph is refused, as onnxruntime refuses it). A real cycle is left for the
+  checker, and :func:`node_cycle` names its nodes.
 """
 
 from __future__ import annotations
@@ -392,31 +393,29 @@ def _order(graph: onnx.GraphProto) -> tuple[list[int], list[int]]:
 
 
 def nodes_unsorted(model: onnx.ModelProto) -> bool:
-    """Whether some graph of ``model`` lists a node before the producer of a value it reads (cycles included)."""
-    return any(_order(g)[0] != list(range(len(g.node))) for g, label in graphs(model) if label == "graph"
-               or label.startswith("subgraph"))
+    """Whether the main graph of ``model`` lists a node before the producer of a value it reads (cycles
+    included)."""
+    return _order(model.graph)[0] != list(range(len(model.graph.node)))
 
 
 def sort_nodes(model: onnx.ModelProto) -> None:
-    """Put the nodes of every graph of ``model`` in topological order where a node is listed before a producer of
-    its inputs (stable: :func:`_order`), as onnxruntime orders them itself; a note names the graph. A graph with a
-    cycle is left as it is (the ONNX checker refuses it; :func:`node_cycle` names the nodes)."""
-    for g, label in list(graphs(model)):
-        if label != "graph" and not label.startswith("subgraph"):
-            continue  # a model-local function's nodes: left to the checker
-        order, left = _order(g)
-        if left or order == list(range(len(g.node))):
-            continue
-        nodes = [g.node[i] for i in order]
-        copies = []
-        for n in nodes:
-            c = onnx.NodeProto()
-            c.CopyFrom(n)
-            copies.append(c)
-        del g.node[:]
-        g.node.extend(copies)
-        add_note(model, f"the nodes of the {label} were not in topological order (a node listed before the producer "
-                        "of its input); they were sorted, as onnxruntime does")
+    """Put the nodes of the main graph of ``model`` in topological order where a node is listed before a producer
+    of its inputs (stable: :func:`_order`), as onnxruntime orders them itself; a note says so. Subgraphs are left
+    as they are: onnxruntime refuses an unsorted If/Loop/Scan body, and so does the ONNX checker. A graph with a
+    cycle is left as it is (the checker refuses it; :func:`node_cycle` names the nodes)."""
+    g = model.graph
+    order, left = _order(g)
+    if left or order == list(range(len(g.node))):
+        return
+    copies = []
+    for i in order:
+        c = onnx.NodeProto()
+        c.CopyFrom(g.node[i])
+        copies.append(c)
+    del g.node[:]
+    g.node.extend(copies)
+    add_note(model, "the nodes of the main graph were not in topological order (a node listed before the producer "
+                    "of its input); they were sorted, as onnxruntime does")
 
 
 def node_cycle(graph: onnx.GraphProto) -> list[str]:
