@@ -218,7 +218,7 @@ def _not_in_model_rows(df: pd.DataFrame, dumps: DeviceDumps) -> pd.DataFrame:
              "TargetDump": e.source, "CompareFailReason": "device dump not in the model", "Abnormal": False,
              "OverFlow": False} for e in dumps.not_in_model]
     extra = pd.DataFrame(rows, columns=df.columns.union(list(rows[0]), sort=False))
-    out = pd.concat([df, extra[[c for c in extra.columns]]], ignore_index=True)
+    out = pd.concat([df, extra], ignore_index=True)
     out.attrs = df.attrs
     for col in ("Abnormal", "OverFlow"):
         if col in out.columns:
