@@ -375,9 +375,16 @@ def test_device_profile_alone_audits_its_data_types(tmp_path):
     out = tmp_path / "rep"
     p = _cli("diagnose", samples.sample_path("resnet_small"), "--device-profile", prof, "--out", out)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert "verdict: WARN" in p.stdout and "precision audit: 1 op(s)" in p.stdout
+    assert "verdict: WARN (data types only)" in p.stdout and "precision audit: 1 op(s)" in p.stdout
     audit = pd.read_csv(out / "precision_audit.csv")
     assert audit["OpName"].tolist() == ["stem_conv"] and audit["DataType"].tolist() == ["float32"]
+    # a clean profile PASSes the audit, and says that accuracy was not compared
+    (tmp_path / "clean").mkdir()
+    clean = _op_summary(tmp_path / "clean" / "op_summary_0_1.csv", [("block1_a_conv", "Conv2D", "FLOAT16", "FLOAT16")])
+    q = _cli("diagnose", samples.sample_path("resnet_small"), "--device-profile", clean, "--out", tmp_path / "rep2")
+    assert q.returncode == 0, q.stderr[-2000:]
+    assert "verdict: PASS (data types only)" in q.stdout and "accuracy was not compared" in q.stdout
+    assert "accuracy was not compared" in json.loads((tmp_path / "rep2" / "summary.json").read_text())["scope"]
 
 
 @pytest.mark.parametrize("rows,said", [

@@ -159,7 +159,8 @@ def profile_audit_command(model: str | None, config: Config, device_profile: str
                           progress=_noop) -> dict:
     """``diagnose MODEL --device-profile FILE`` without dumps: the precision audit from op_summary's Input/Output
     Data Types (toolkit.dumps.audit.audit_op_summary). Writes precision_audit.csv and summary.json; verdict WARN
-    when an op ran in another dtype than the options imply, else PASS. InputError (exit 2) when no row of the
+    when an op ran in another dtype than the options imply, else PASS, and both the printed verdict and
+    summary.json's ``scope`` say it covers the data types only (no values, no accuracy). InputError (exit 2) when no row of the
     profile could be audited (no data-type columns, or no row naming an op of the model)."""
     check_out(out)
     prep = prepare(model, None, 0, None, progress=progress, input_shapes=config.input_shapes())
@@ -176,13 +177,16 @@ def profile_audit_command(model: str | None, config: Config, device_profile: str
         raise InputError(f"--device-profile '{device_profile}' audits nothing: {why}")
     findings = audit_findings(audit)
     verdict = "WARN" if len(audit) else "PASS"
-    summary = {"verdict": verdict, "model": str(prep.path), "device_profile": str(device_profile),
+    scope = ("the verdict covers the data types only: a profile holds no tensor values, so accuracy was not "
+             "compared; give the device's dumps (--device-dumps) or run diagnose without --device-profile")
+    summary = {"verdict": verdict, "scope": scope, "model": str(prep.path), "device_profile": str(device_profile),
                "rows_matched": matched, "precision_mismatches": len(audit), "config": config.to_dict(),
                "findings": [f.to_dict() for f in findings]}
     with output_dir(out, REPORTS_DIR, f"{prep.name}-audit") as folder:
         atomic_write_text(folder / "precision_audit.csv", _csv_text(audit))
         atomic_write_text(folder / "summary.json", _dumps(summary))
-    lines = [f"verdict: {verdict}", f"precision audit: {len(audit)} op(s) in another dtype than the options imply "
+    lines = [f"verdict: {verdict} (data types only)", f"  {scope}",
+             f"precision audit: {len(audit)} op(s) in another dtype than the options imply "
              f"({matched} profile row(s) matched to the plan)"]
     lines += [f"WARNING precision_mismatch: {f.subject}: {f.recommendation}" for f in findings[:5]]
     lines.append(f"report: {(folder / 'precision_audit.csv').resolve()}")
