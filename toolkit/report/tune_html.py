@@ -56,6 +56,21 @@ def _coverage_rows(before: dict, after: dict) -> list[dict]:
     return [{"key": label, "before": fmt(before.get(k)), "after": fmt(after.get(k))} for k, label in keys]
 
 
+#: Node names the result line names; a longer set is counted (listed whole in keep_dtype.txt and below).
+SHOWN_KEPT = 12
+
+
+def _chosen_text(res) -> str:
+    """The first screen's answer: "'a', 'b' (keep_dtype.txt)", the first :data:`SHOWN_KEPT` names and a count of
+    the rest, or "nothing (the given config holds)"."""
+    names = list(res.chosen)
+    if not names:
+        return "none: the given config holds as compiled" if res.met else "none"
+    shown = ", ".join(f"'{n}'" for n in names[:SHOWN_KEPT])
+    more = f" and {len(names) - SHOWN_KEPT} more" if len(names) > SHOWN_KEPT else ""
+    return f"{shown}{more} (keep_dtype.txt, tuned_config.json)"
+
+
 def build_context(res, model_name: str, artifacts: dict | None = None) -> dict:
     """Plain data for tune.html.j2 (no logic left for the template)."""
     fig = ranking_figure(res.ranking, res.chosen)
@@ -70,6 +85,7 @@ def build_context(res, model_name: str, artifacts: dict | None = None) -> dict:
                         "config": res.config.precision_mode}),
         "timings": facts({k: round(v, 1) for k, v in res.timings_ms.items()}),
         "chosen": list(res.chosen),
+        "chosen_text": _chosen_text(res),
         "before": grid(res.before, METRIC_COLUMNS), "after": grid(res.after, METRIC_COLUMNS),
         "tasks": [{"when": w, "name": t.get("name", ""), "input": t.get("input", ""),
                    "passed": "PASS" if t["passed"] else "FAIL", "detail": t.get("detail", "")}
