@@ -166,12 +166,11 @@ def test_mapping_with_model_and_an_abnormal_tensor_gives_a_verdict(tmp_path, map
     assert row(df, "sm_4")["Abnormal"] and row(df, "sm_4")["Role"] == "propagated"
 
 
-def test_tensors_inside_a_dump_folders_kernel_are_fused_not_missing(tmp_path):
-    """An ``npuscope run --dump`` folder records the kernel that wrote each tensor (its anchor node): with
-    --model, the nodes between that node and the tensor's producer ran inside the kernel, so their undumped
-    outputs read "fused into <kernel>" and do not make the verdict WARN."""
-    model = dump_model(tmp_path / "m.onnx")  # mm (t) -> relu (u) -> mul (y)
-    x = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32)
+def _chain_sides(tmp_path, seed: int):
+    """(model path, {tensor: reference value computed with numpy}, empty golden folder, empty target folder) of
+    dump_model's mm (t) -> relu (u) -> mul (y) on a random x."""
+    model = dump_model(tmp_path / "m.onnx")
+    x = np.random.default_rng(seed).standard_normal((4, 8)).astype(np.float32)
     w = numpy_helper.to_array(onnx.load(model).graph.initializer[0])
     vals = {"t": x @ w}
     vals["u"] = np.maximum(vals["t"], 0)
@@ -179,6 +178,14 @@ def test_tensors_inside_a_dump_folders_kernel_are_fused_not_missing(tmp_path):
     g, t = tmp_path / "golden", tmp_path / "target"
     g.mkdir()
     t.mkdir()
+    return model, vals, g, t
+
+
+def test_tensors_inside_a_dump_folders_kernel_are_fused_not_missing(tmp_path):
+    """An ``npuscope run --dump`` folder records the kernel that wrote each tensor (its anchor node): with
+    --model, the nodes between that node and the tensor's producer ran inside the kernel, so their undumped
+    outputs read "fused into <kernel>" and do not make the verdict WARN."""
+    model, vals, g, t = _chain_sides(tmp_path, 2)
     for i, (node, tensor) in enumerate((("mm", "t"), ("relu", "u"), ("mul", "y"))):
         np.save(g / f"{node}.0.{T0 + i}.npy", vals[tensor])
     index = {"u.npy": {"tensor": "u", "kernel": "mm"}, "y.npy": {"tensor": "y", "kernel": "mul"}}
@@ -199,15 +206,7 @@ def test_tensors_inside_a_golden_dump_folders_kernel_are_fused_not_missing(tmp_p
     """The same on the golden side: an ``npuscope run --dump`` folder of a force_fp32 run as GOLDEN, device dumps of
     every node as TARGET. The golden kernel's inner tensors, which only the target dumped, read "fused into
     <kernel> in the golden run" and do not make the verdict WARN; the tensors both sides have are compared."""
-    model = dump_model(tmp_path / "m.onnx")  # mm (t) -> relu (u) -> mul (y)
-    x = np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)
-    w = numpy_helper.to_array(onnx.load(model).graph.initializer[0])
-    vals = {"t": x @ w}
-    vals["u"] = np.maximum(vals["t"], 0)
-    vals["y"] = vals["u"] * 2
-    g, t = tmp_path / "golden", tmp_path / "target"
-    g.mkdir()
-    t.mkdir()
+    model, vals, g, t = _chain_sides(tmp_path, 3)
     # kernel 'mm' computes t and u (u dumped); kernel 'relu' names a node after the producer of t: no group
     index = {"u.npy": {"tensor": "u", "kernel": golden_kernel}, "y.npy": {"tensor": "y", "kernel": "mul"}}
     for f, info in index.items():

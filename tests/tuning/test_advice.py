@@ -377,21 +377,27 @@ def test_a_fix_checked_on_one_shape_of_a_dataset_does_not_claim_the_others(left_
     assert ("on all 2 inputs" in text) == (left_out == 0)
 
 
+def _matmul_chain(layers: int, big: int, name: str | None):
+    """(model, feeds): ``layers`` MatMuls on x (2×8, values ~30), every node called ``name`` (None: unnamed), layer
+    ``big``'s weights ×1e3 so that its product passes FP16 max."""
+    rng = np.random.default_rng(layers)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        inits.append(_c(f"w{i}", rng.standard_normal((8, 8)) * (1e3 if i == big else 0.3)))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], **({"name": name} if name else {})))
+        prev = f"h{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", F, [2, 8])],
+                          [helper.make_tensor_value_info(prev, F, [2, 8])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return model, {"x": (rng.standard_normal((2, 8)) * 30).astype(np.float32)}
+
+
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 @pytest.mark.parametrize("layers,big", [(4, 1), (5, 3)])
 def test_advice_for_a_node_whose_name_the_file_repeats_uses_the_files_name(tmp_path, layers, big):
     """``layers`` MatMuls all named 'dense' in the file (the loader calls the later ones dense__2...), layer
     ``big`` overflowing FP16: every advised set and the fix name 'dense', the one name the converter knows."""
-    rng = np.random.default_rng(layers)
-    nodes, inits, prev = [], [], "x"
-    for i in range(layers):
-        inits.append(_c(f"w{i}", rng.standard_normal((8, 8)) * (1e3 if i == big else 0.3)))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"], name="dense"))
-        prev = f"h{i}"
-    g = helper.make_graph(nodes, "dup", [helper.make_tensor_value_info("x", F, [2, 8])],
-                          [helper.make_tensor_value_info(prev, F, [2, 8])], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    feeds = {"x": (rng.standard_normal((2, 8)) * 30).astype(np.float32)}
+    model, feeds = _matmul_chain(layers, big, "dense")
     cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
     _, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
     advised = [f for f in diag.findings if isinstance(f.evidence, dict) and f.evidence.get("keep_dtype")]
@@ -409,16 +415,8 @@ def test_a_fix_naming_unnamed_nodes_says_the_names_are_npuscopes(tmp_path, layer
     """``layers`` unnamed MatMuls (the loader calls them MatMul_<index>), layer ``big`` overflowing FP16: the fix
     keeps that layer by npuscope's name, and diagnose's sentence and tune's notes say a converter reading the file
     has no node of that name; the fix, applied, meets the target (checked against onnxruntime here)."""
-    rng = np.random.default_rng(layers)
-    nodes, inits, prev = [], [], "x"
-    for i in range(layers):
-        inits.append(_c(f"w{i}", rng.standard_normal((8, 8)) * (1e3 if i == big else 0.3)))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))  # no name
-        prev = f"h{i}"
-    g = helper.make_graph(nodes, "unnamed", [helper.make_tensor_value_info("x", F, [2, 8])],
-                          [helper.make_tensor_value_info(prev, F, [2, 8])], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    feeds = {"x": (rng.standard_normal((2, 8)) * 30).astype(np.float32)}
+    model, feeds = _matmul_chain(layers, big, None)  # no names
+    prev = model.graph.output[0].name
     cfg = Config(precision_mode="force_fp16", fusion_level=0, op_compiler_cache_mode="disable")
     prep, diag, fix = _diagnose(*_save(tmp_path, model, feeds), cfg)
     assert fix.met and f"MatMul_{big}" in fix.keep_dtype
