@@ -582,3 +582,20 @@ def test_every_overflow_that_starts_its_own_error_gets_its_overflow_finding(tmp_
     assert set(over) == {f"pow{b}" for b in range(blocks)}, [(f.kind, f.subject) for f in diag.findings]
     assert all(f"pow{b}" in over[f"pow{b}"].evidence["keep_dtype"] for b in range(blocks))
     assert not any(f.kind == "divergence_origin" and "inputs are normal" in f.recommendation for f in diag.findings)
+
+
+@pytest.mark.parametrize("op", ["Add", "", float("nan"), None])
+@pytest.mark.parametrize("where", ["input_cast", "intermediate", "output", "constant", "underflow", "propagated",
+                                   "unknown", "computation"])
+def test_an_overflow_site_text_never_shows_an_empty_op_type(op, where):
+    """A row without an op type (compare-dumps without --model) is named by its node alone: never "'y' ()" or
+    "(, FP16 kernel)"; with one, the op type follows the name."""
+    from toolkit.compare.advisor import _site_text
+
+    r = {"NodeName": "y", "OpType": op, "GoldenAbsMax": 7e4, "Kernel": ""}
+    site = {"where": where, "golden_absmax": 7e4, "tensor": "t", "producer": "", "flushed": 3, "golden_absmin": 1e-9,
+            "reader": "y"}
+    text = _site_text(r, site, {})
+    assert "()" not in text and "(," not in text and "(nan" not in text and "(None" not in text, text
+    if where != "intermediate":  # that one names the kernel, not the node's op type
+        assert ("'y' (Add" in text) == (op == "Add"), text

@@ -435,6 +435,8 @@ def _constant_site(r, site: dict, plan_kernels, model) -> dict:
 def _site_text(r, site: dict, plan_kernels) -> str:
     """Where the overflow of row ``r`` happens, with the reference value past FP16 max (:func:`overflow_site`)."""
     node, op = r["NodeName"], r.get("OpType", "")
+    op = op if isinstance(op, str) and op.strip() and op != "nan" else ""
+    named = f"'{node}' ({op})" if op else f"'{node}'"  # a dump without --model may know no op type
     out_absmax = r.get("GoldenAbsMax", float("nan"))
     out = _beyond_fp16(out_absmax)
     past = f"golden |x| up to {_beyond_fp16(site['golden_absmax'])} > FP16 max {FP16_MAX:.0f}"
@@ -443,7 +445,8 @@ def _site_text(r, site: dict, plan_kernels) -> str:
         src = (f"graph input '{site['tensor']}' (FP32)" if not site["producer"] else
                f"'{site['tensor']}' (written in FP32 by '{site['producer']}')")
         what = _what(r, plan_kernels)
-        what = f"'{node}' ({op}, FP16 kernel)" if what == f"'{node}'" else f"{what}, an FP16 kernel"
+        what = (f"'{node}' ({op + ', ' if op else ''}FP16 kernel)" if what == f"'{node}'" else
+                f"{what}, an FP16 kernel")
         return (f"FP16 overflow at the input of {what}: it reads {src}, {past}, cast to FP16, which turns it into "
                 "inf; " + (f"its output is past FP16 max too (golden |x| up to {out})" if output_too else
                            f"its own output stays within FP16 (golden |x| up to {out})"))
@@ -453,35 +456,35 @@ def _site_text(r, site: dict, plan_kernels) -> str:
                 (f"the kernel's output is past FP16 max too (golden |x| up to {out})" if output_too else
                  f"the kernel's output stays within FP16 (golden |x| up to {out})"))
     if site["where"] == "output":
-        return f"FP16 overflow at the output of '{node}' ({op}): {past}, which FP16 storage turns into inf"
+        return f"FP16 overflow at the output of {named}: {past}, which FP16 storage turns into inf"
     if site["where"] == "constant":
         reads = ("it reads" if site.get("reader", node) == node else
                  f"its kernel's node '{site['reader']}' reads")
-        return (f"FP16 overflow at '{node}' ({op}): {reads} constant '{site['tensor']}', {past}, which the FP16 "
+        return (f"FP16 overflow at {named}: {reads} constant '{site['tensor']}', {past}, which the FP16 "
                 f"kernel stores as inf (see the fp16_constant finding); its own output stays within FP16 (golden "
                 f"|x| up to {out})" if not output_too else
-                f"FP16 overflow at '{node}' ({op}): {reads} constant '{site['tensor']}', {past}, which the FP16 "
+                f"FP16 overflow at {named}: {reads} constant '{site['tensor']}', {past}, which the FP16 "
                 "kernel stores as inf (see the fp16_constant finding)")
     if site["where"] == "underflow":
         src = (f"graph input '{site['tensor']}'" if not site["producer"] else
                f"'{site['tensor']}' (written by '{site['producer']}')")
         more = len(site.get("tensors") or []) - 1
         src += f" and {more} more input(s) like it" if more > 0 else ""
-        return (f"FP16 underflow feeds '{node}' ({op}): it reads {src}, whose reference holds {site['flushed']} "
+        return (f"FP16 underflow feeds {named}: it reads {src}, whose reference holds {site['flushed']} "
                 f"non-zero value(s) below FP16's smallest subnormal (down to {show(site['golden_absmin'], digits=3)}"
                 f" < 2^-25 = {FP16_UNDERFLOW:.3g}), which FP16 storage flushes to 0, and '{node}' turns 0 into "
                 f"inf/NaN where the reference stays finite (golden |x| up to "
                 f"{show(r.get('GoldenAbsMax', float('nan')))})")
     if site["where"] == "propagated":
-        return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite, though no "
+        return (f"FP16 overflow/NaN/Inf first appears at {named} where the reference is finite, though no "
                 f"reference value it reads or writes passes FP16 max {FP16_MAX:.0f} (golden |x| up to "
                 f"{show(r.get('GoldenAbsMax', float('nan')))}): its inputs are already abnormal, so it follows from "
                 "an error upstream (a value that differs enough to reach 0 or past the FP16 range here)")
     if site["where"] == "unknown":
-        return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite (golden |x| "
+        return (f"FP16 overflow/NaN/Inf first appears at {named} where the reference is finite (golden |x| "
                 f"up to {show(r.get('GoldenAbsMax', float('nan')))}, within FP16 max {FP16_MAX:.0f}): the values "
                 "past the FP16 range are in what it reads or inside its computation")
-    return (f"FP16 overflow/NaN/Inf first appears at '{node}' ({op}) where the reference is finite, though no "
+    return (f"FP16 overflow/NaN/Inf first appears at {named} where the reference is finite, though no "
             f"reference value it reads or writes passes FP16 max {FP16_MAX:.0f} (golden |x| up to "
             f"{show(r.get('GoldenAbsMax', float('nan')))}): a step inside its FP16 computation leaves the FP16 range")
 
