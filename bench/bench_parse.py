@@ -196,18 +196,26 @@ def write_op_summary(path: Path, rows: int) -> None:
         fh.write("".join(chunk))
 
 
+def side_by_side(path: Path, rows: int, runs: int, kind: str, title: str, label: str) -> tuple[dict, dict]:
+    """Best of ``runs`` child runs of our parser (child kind ``kind``) and of pandas.read_csv(dtype=str) on
+    ``path`` (``rows`` records, checked on both), printed as one table under ``title``: CPU s, wall s, MB/s,
+    peak RSS (MiB) and RSS per MiB of file. Returns (ours, peer)."""
+    mib = path.stat().st_size / 2 ** 20
+    ours = min((run_child(kind, path) for _ in range(runs)), key=lambda r: r["seconds"])
+    peer = min((run_child("pandas-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
+    assert ours["records"] == peer["records"] == rows, (ours["records"], peer["records"], rows)
+    print(f"\n{title}: {rows:,} rows, {mib:.1f} MiB; seconds are the child's CPU seconds")
+    print(f"{'parse':<40}{'CPU s':>8}{'wall s':>8}{'MB/s':>8}{'peak RSS MiB':>14}{'RSS/file':>10}")
+    for name, r in ((label, ours), ("pandas.read_csv(dtype=str)", peer)):
+        print(f"{name:<40}{r['seconds']:>8.1f}{r['wall']:>8.1f}{path.stat().st_size / 1e6 / r['seconds']:>8.1f}"
+              f"{r['rss_mib']:>14.0f}{r['rss_mib'] / mib:>10.1f}")
+    return ours, peer
+
+
 def csv_bench(folder: Path, rows: int, runs: int) -> None:
     path = folder / "op_summary_long.csv"
     write_op_summary(path, rows)
-    mib = path.stat().st_size / 2 ** 20
-    ours = min((run_child("ours-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
-    peer = min((run_child("pandas-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
-    assert ours["records"] == peer["records"] == rows, (ours["records"], peer["records"], rows)
-    print(f"\nop_summary CSV: {rows:,} rows, {mib:.1f} MiB; seconds are the child's CPU seconds")
-    print(f"{'parse':<40}{'CPU s':>8}{'wall s':>8}{'MB/s':>8}{'peak RSS MiB':>14}{'RSS/file':>10}")
-    for name, r in (("ours (op_summary_csv.parse)", ours), ("pandas.read_csv(dtype=str)", peer)):
-        print(f"{name:<40}{r['seconds']:>8.1f}{r['wall']:>8.1f}{path.stat().st_size / 1e6 / r['seconds']:>8.1f}"
-              f"{r['rss_mib']:>14.0f}{r['rss_mib'] / mib:>10.1f}")
+    ours, peer = side_by_side(path, rows, runs, "ours-csv", "op_summary CSV", "ours (op_summary_csv.parse)")
     print(f"throughput ratio ours / pandas: {peer['seconds'] / ours['seconds']:.2f}; "
           f"peak RSS ours / pandas: {ours['rss_mib'] / peer['rss_mib']:.2f}")
 
@@ -232,14 +240,7 @@ def write_compare(path: Path, rows: int) -> None:
 def compare_bench(folder: Path, rows: int, runs: int) -> None:
     path = folder / "result_long.csv"
     write_compare(path, rows)
-    mib = path.stat().st_size / 2 ** 20
-    ours = min((run_child("ours-compare", path) for _ in range(runs)), key=lambda r: r["seconds"])
-    peer = min((run_child("pandas-csv", path) for _ in range(runs)), key=lambda r: r["seconds"])
-    assert ours["records"] == peer["records"] == rows, (ours["records"], peer["records"], rows)
-    print(f"\ncompare result CSV: {rows:,} rows, {mib:.1f} MiB; seconds are the child's CPU seconds")
-    for name, r in (("ours (msaccucmp_csv.parse)", ours), ("pandas.read_csv(dtype=str)", peer)):
-        print(f"{name:<40}{r['seconds']:>8.1f}{r['wall']:>8.1f}{path.stat().st_size / 1e6 / r['seconds']:>8.1f}"
-              f"{r['rss_mib']:>14.0f}")
+    ours, peer = side_by_side(path, rows, runs, "ours-compare", "compare result CSV", "ours (msaccucmp_csv.parse)")
     print(f"throughput ratio ours / pandas: {peer['seconds'] / ours['seconds']:.2f}")
 
 
